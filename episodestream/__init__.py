@@ -1,0 +1,15 @@
+"""Stream LeRobot v3.0 episode datasets (parquet rows + mp4 video) into PyTorch training."""
+
+from ._metadata import DatasetFormatError
+from .mapstyle import EpisodeDataset
+from .streaming import EpisodeStreamingDataset
+from .synthetic import write_synthetic_dataset
+from .video import VideoDecodeError
+
+__all__ = [
+    "DatasetFormatError",
+    "EpisodeDataset",
+    "EpisodeStreamingDataset",
+    "VideoDecodeError",
+    "write_synthetic_dataset",
+]

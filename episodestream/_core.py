@@ -1,0 +1,70 @@
+"""What both datasets share: the source, its metadata, the episode selection and the sample builder."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ._frames import SampleBuilder, delta_indices
+from ._metadata import DatasetMeta, EpisodeInfo, load_metadata
+from ._options import check_positive_float
+from ._rows import RowReader
+from ._sources import open_source
+from .video import MAX_DECODERS, DecoderCache, resolve_backend
+
+
+def select_episodes(meta: DatasetMeta, episodes: Sequence[int] | None) -> tuple[EpisodeInfo, ...]:
+    """The selected episodes in ascending order; every requested index must exist, once."""
+    if episodes is None:
+        return tuple(meta.episodes.values())
+    if isinstance(episodes, (str, bytes)) or not isinstance(episodes, Sequence):
+        raise TypeError(f"episodes must be a list of episode indices, got {episodes!r}.")
+    unknown = [e for e in episodes if e not in meta.episodes]
+    if unknown:
+        raise ValueError(f"episodes {unknown} are not in {meta.description} (episode indices "
+                         f"{min(meta.episodes)}..{max(meta.episodes)}, {len(meta.episodes)} episodes).")
+    if len(set(episodes)) != len(episodes):
+        raise ValueError(f"episodes lists some indices more than once: {sorted(episodes)}.")
+    if not episodes:
+        raise ValueError("episodes is empty; pass None to use every episode.")
+    return tuple(meta.episodes[e] for e in sorted(episodes))
+
+
+class DatasetCore:
+    """Opens and validates once, in the constructing process; per-process readers are made on demand."""
+
+    def __init__(self, source: str | os.PathLike, *, revision: str | None, episodes: Sequence[int] | None,
+                 delta_timestamps: Mapping[str, Sequence[float]] | None, tolerance_s: float,
+                 return_uint8: bool, image_transforms: Callable | None, video_backend: str | None) -> None:
+        self.source = source
+        self.revision = revision
+        self.tolerance_s = check_positive_float("tolerance_s", tolerance_s)
+        if image_transforms is not None and not callable(image_transforms):
+            raise TypeError(f"image_transforms must be callable, got {image_transforms!r}.")
+        self.files = open_source(source, revision=revision)
+        self.meta = load_metadata(self.files)
+        self.episodes = select_episodes(self.meta, episodes)
+        self.delta_timestamps = {k: list(v) for k, v in (delta_timestamps or {}).items()}
+        self.offsets = delta_indices(self.meta, delta_timestamps, self.tolerance_s)
+        self.open_video = resolve_backend(video_backend)
+        self.builder = SampleBuilder(self.meta, video_path=self.files.local_path, offsets=self.offsets,
+                                     tolerance_s=self.tolerance_s, return_uint8=bool(return_uint8),
+                                     image_transforms=image_transforms)
+
+    @property
+    def num_frames(self) -> int:
+        return sum(ep.length for ep in self.episodes)
+
+    def row_reader(self) -> RowReader:
+        return RowReader(self.files, self.meta)
+
+    def decoder_cache(self, working_set: int) -> DecoderCache:
+        """A decoder cache holding ``working_set`` episodes' files of every camera (at most 128)."""
+        capacity = max(1, min(MAX_DECODERS, working_set * max(1, len(self.meta.video_keys))))
+        return DecoderCache(self.open_video, capacity=capacity)
+
+    def describe(self) -> dict[str, Any]:
+        return {"source": os.fspath(self.source), "revision": self.revision,
+                "episodes": len(self.episodes), "frames": self.num_frames, "fps": self.meta.fps,
+                "cameras": self.meta.camera_keys}

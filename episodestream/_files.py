@@ -1,0 +1,71 @@
+"""Access to a dataset's files by path relative to its root.
+
+Everything above this module names files by their dataset-relative path (``meta/info.json``,
+``videos/<key>/chunk-000/file-000.mp4``); only this module turns those into real locations, so a
+remote source can plug in by providing the same four methods.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from pathlib import Path
+from typing import Protocol
+
+
+class DatasetFiles(Protocol):
+    """What the format, row and video layers need from a dataset root."""
+
+    description: str  # for error messages: where the dataset lives
+
+    def exists(self, relpath: str) -> bool: ...
+
+    def read_bytes(self, relpath: str) -> bytes: ...
+
+    def list_files(self, reldir: str, *, suffix: str) -> list[str]: ...
+
+    def local_path(self, relpath: str) -> str:
+        """A local filesystem path holding the file's bytes (for parquet and the video decoder)."""
+        ...
+
+
+def check_relpath(relpath: str, *, what: str) -> str:
+    """Normalise a dataset-relative path; refuse absolute paths and ones that escape the root.
+
+    Paths come from templates and values inside the dataset's own metadata, which we do not trust:
+    ``{video_key}`` = ``../../etc`` must not read outside the dataset.
+    """
+    normalised = posixpath.normpath(relpath.replace("\\", "/"))
+    if posixpath.isabs(normalised) or normalised == ".." or normalised.startswith("../"):
+        raise ValueError(f"{what} {relpath!r} escapes the dataset root; refusing to read it.")
+    return normalised
+
+
+class LocalFiles:
+    """A dataset folder on a local or network filesystem, read in place (never copied)."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root).resolve()
+        self.description = str(self.root)
+
+    def _path(self, relpath: str) -> Path:
+        path = (self.root / check_relpath(relpath, what="Path")).resolve()
+        # A symlink inside the dataset may still point outside it.
+        if path != self.root and self.root not in path.parents:
+            raise ValueError(f"Path {relpath!r} resolves to {path}, outside the dataset root {self.root}.")
+        return path
+
+    def exists(self, relpath: str) -> bool:
+        return self._path(relpath).is_file()
+
+    def read_bytes(self, relpath: str) -> bytes:
+        return self._path(relpath).read_bytes()
+
+    def list_files(self, reldir: str, *, suffix: str) -> list[str]:
+        base = self._path(reldir)
+        if not base.is_dir():
+            return []
+        return sorted(p.relative_to(self.root).as_posix() for p in base.rglob(f"*{suffix}") if p.is_file())
+
+    def local_path(self, relpath: str) -> str:
+        return str(self._path(relpath))

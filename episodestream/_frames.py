@@ -1,0 +1,147 @@
+"""Building one sample from an episode's rows: values, windows, padding masks, video and task.
+
+Both datasets build samples here, so streamed and map-style samples cannot drift apart. The
+result matches LeRobot's map-style ``LeRobotDataset.__getitem__`` key for key, dtype for dtype.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from ._metadata import DatasetMeta
+from ._rows import EpisodeRows
+from .video import DecoderCache, FrameQuery, decode_queries
+
+
+def delta_indices(meta: DatasetMeta, delta_timestamps: Mapping[str, Sequence[float]] | None,
+                  tolerance_s: float) -> dict[str, np.ndarray]:
+    """Check ``delta_timestamps`` once and turn it into frame offsets (``round(delta * fps)``)."""
+    if delta_timestamps is None:
+        return {}
+    if not isinstance(delta_timestamps, Mapping):
+        raise TypeError(f"delta_timestamps must be a dict {{feature_key: [seconds, ...]}}, got {delta_timestamps!r}.")
+    offsets = {}
+    for key, deltas in delta_timestamps.items():
+        if key not in meta.features:
+            raise ValueError(f"delta_timestamps key {key!r} is not a feature of {meta.description}. "
+                             f"Valid keys are {sorted(meta.features)}.")
+        if isinstance(deltas, (str, bytes)) or not isinstance(deltas, Sequence) or not deltas:
+            raise ValueError(f"delta_timestamps[{key!r}] must be a non-empty list of seconds, got {deltas!r}.")
+        steps = np.asarray(deltas, dtype=np.float64) * meta.fps
+        # Same test as LeRobot's check_delta_timestamps: the time error of rounding to a frame.
+        off = np.abs(steps - np.round(steps)) / meta.fps > tolerance_s
+        if off.any():
+            raise ValueError(
+                f"delta_timestamps[{key!r}] has values {[d for d, bad in zip(deltas, off) if bad]} that are not multiples "
+                f"of 1/fps = 1/{meta.fps} s within tolerance_s={tolerance_s}.")
+        offsets[key] = np.round(steps).astype(np.int64)
+    return offsets
+
+
+@dataclass
+class PendingSample:
+    """A sample whose tabular part is built and whose video frames are still to decode."""
+
+    item: dict[str, Any]
+    video_keys: list[str]  # parallel to ``queries``
+    windowed: list[bool]
+    queries: list[FrameQuery]
+    task: str
+
+
+def _decode_png(data: bytes, where: str) -> torch.Tensor:
+    try:
+        array = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    except Exception as error:
+        raise ValueError(f"{where}: image bytes cannot be decoded ({error})") from error
+    return torch.from_numpy(array.copy()).permute(2, 0, 1)
+
+
+class SampleBuilder:
+    def __init__(self, meta: DatasetMeta, *, video_path: Callable[[str], str],
+                 offsets: Mapping[str, np.ndarray], tolerance_s: float, return_uint8: bool,
+                 image_transforms: Callable | None) -> None:
+        self._meta = meta
+        self._video_path = video_path
+        self._offsets = offsets
+        self._tolerance_s = tolerance_s
+        self._return_uint8 = return_uint8
+        self._image_transforms = image_transforms
+
+    def _rows_at(self, key: str, frame: int, length: int) -> tuple[np.ndarray | int, np.ndarray | None]:
+        offsets = self._offsets.get(key)
+        if offsets is None:
+            return frame, None
+        wanted = frame + offsets
+        # Out-of-episode rows repeat the boundary frame and are flagged, as LeRobot pads.
+        return np.clip(wanted, 0, length - 1), (wanted < 0) | (wanted >= length)
+
+    def _image(self, frames_uint8: torch.Tensor) -> torch.Tensor:
+        return frames_uint8 if self._return_uint8 else frames_uint8.to(torch.float32) / 255
+
+    def plan(self, rows: EpisodeRows, frame: int) -> PendingSample:
+        episode = rows.episode
+        item: dict[str, Any] = {}
+        pads: dict[str, torch.Tensor] = {}
+        for name, column in rows.columns.items():
+            at, pad = self._rows_at(name, frame, rows.length)
+            item[name] = torch.from_numpy(column[at]) if pad is not None else torch.tensor(column[at])
+            if pad is not None:
+                pads[f"{name}_is_pad"] = torch.from_numpy(pad)
+        for name, values in rows.strings.items():
+            at, pad = self._rows_at(name, frame, rows.length)
+            if self._meta.features[name].dtype != "image":
+                item[name] = [values[i] for i in at] if pad is not None else values[at]
+            else:
+                where = f"{self._meta.description} episode {episode.episode_index} frame {frame} key {name!r}"
+                images = [_decode_png(values[i], where) for i in np.atleast_1d(at)]
+                item[name] = self._image(torch.stack(images) if pad is not None else images[0])
+            if pad is not None:
+                pads[f"{name}_is_pad"] = torch.from_numpy(pad)
+        video_keys, windowed, queries = [], [], []
+        timestamps = rows.columns["timestamp"]
+        for key, span in episode.videos.items():
+            at, pad = self._rows_at(key, frame, rows.length)
+            stamps = np.atleast_1d(timestamps[at])
+            video_keys.append(key)
+            windowed.append(pad is not None)
+            # Time within the file: the episode's start in it plus the row's own timestamp, never index/fps.
+            queries.append(FrameQuery(self._video_path(span.relpath),
+                                      [span.from_timestamp_s + float(t) for t in stamps],
+                                      f"episode {episode.episode_index} key {key!r}"))
+            if pad is not None:
+                pads[f"{key}_is_pad"] = torch.from_numpy(pad)
+        item.update(pads)
+        task_index = int(rows.columns["task_index"][frame])
+        if not 0 <= task_index < len(self._meta.tasks):
+            raise ValueError(f"{self._meta.description} episode {episode.episode_index} frame {frame}: task_index "
+                             f"{task_index} is not in meta/tasks.parquet ({len(self._meta.tasks)} tasks).")
+        return PendingSample(item, video_keys, windowed, queries, self._meta.tasks[task_index])
+
+    def finish(self, pending: PendingSample, frames: Sequence[torch.Tensor]) -> dict[str, Any]:
+        item = {}
+        for key, window, decoded in zip(pending.video_keys, pending.windowed, frames):
+            item[key] = self._image(decoded if window else decoded[0])
+        item.update(pending.item)
+        if self._image_transforms is not None:
+            for key in self._meta.camera_keys:
+                item[key] = self._image_transforms(item[key])
+        item["task"] = pending.task
+        return item
+
+    def build(self, cache: DecoderCache, pendings: Sequence[PendingSample]) -> list[dict[str, Any]]:
+        """Decode the frames of several samples together (one call per file) and finish them."""
+        queries = [q for p in pendings for q in p.queries]
+        frames = decode_queries(cache, queries, fps=self._meta.fps, tolerance_s=self._tolerance_s)
+        out, start = [], 0
+        for pending in pendings:
+            out.append(self.finish(pending, frames[start:start + len(pending.queries)]))
+            start += len(pending.queries)
+        return out

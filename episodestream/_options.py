@@ -1,0 +1,77 @@
+"""Validation of user-facing options, written once so every error reads the same way.
+
+Each helper raises ``ValueError``/``TypeError`` naming the argument, showing the value and saying
+what is valid, so a user never has to read our source to fix a call.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+               "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
+
+
+def check_choice(name: str, value: T, choices: Iterable[T]) -> T:
+    """Return ``value`` if it is one of ``choices``; else raise naming the argument and the choices."""
+    choices = tuple(choices)
+    if value not in choices:
+        valid = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"Invalid {name} ({value!r}). Supported values are {valid}.")
+    return value
+
+
+def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """Return ``value`` as an int within [minimum, maximum]; bools and floats are refused."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__}).")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}.")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value!r}.")
+    return value
+
+
+def check_positive_float(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}.")
+    return float(value)
+
+
+def parse_size_bytes(name: str, value: int | str) -> int:
+    """Parse a byte count given as an int or a human string such as "20GB" or "512MiB"."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value <= 0:
+            raise ValueError(f"{name} must be a positive size, got {value!r}.")
+        return value
+    match = _SIZE_RE.match(str(value)) if isinstance(value, str) else None
+    unit = match.group(2).upper() if match else None
+    if match is None or unit not in _SIZE_UNITS:
+        units = ", ".join(u for u in _SIZE_UNITS if u)
+        raise ValueError(f"{name} must be a positive size like '20GB' (units: {units}), got {value!r}.")
+    size_bytes = int(float(match.group(1)) * _SIZE_UNITS[unit])
+    if size_bytes <= 0:
+        raise ValueError(f"{name} must be a positive size, got {value!r}.")
+    return size_bytes
+
+
+def env_override(name: str, value: T | None, env_var: str, parse) -> T | None:
+    """The argument when given, else the ``EPISODESTREAM_*`` variable parsed by ``parse``, else None.
+
+    Read only when called (never at import) so a process can change it before building a dataset.
+    """
+    if value is not None:
+        return value
+    raw = os.environ.get(env_var)
+    if raw is None or raw == "":
+        return None
+    try:
+        return parse(raw)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"Environment variable {env_var}={raw!r} (for {name}) is invalid: {error}") from None

@@ -1,0 +1,75 @@
+"""``EpisodeDataset``: the same samples as the streaming dataset, by index."""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from ._core import DatasetCore
+from ._rows import EpisodeRows, RowReader
+from .video import DecoderCache
+
+_ROWS_CACHED = 4  # episodes' rows kept for neighbouring indices (a sampler often walks an episode)
+
+
+class EpisodeDataset(torch.utils.data.Dataset):
+    """Map-style access: ``ds[i]`` is the i-th selected frame (the global ``index`` when episodes=None).
+
+    Arguments mean what they mean for ``EpisodeStreamingDataset``. Readers and decoders are opened
+    lazily in each process that indexes the dataset (DataLoader workers included).
+    """
+
+    def __init__(self, source: str | os.PathLike, *, revision: str | None = None,
+                 episodes: Sequence[int] | None = None,
+                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
+                 return_uint8: bool = False, image_transforms: Callable | None = None,
+                 video_backend: str | None = None) -> None:
+        self._core = DatasetCore(source, revision=revision, episodes=episodes,
+                                 delta_timestamps=delta_timestamps, tolerance_s=tolerance_s,
+                                 return_uint8=return_uint8, image_transforms=image_transforms,
+                                 video_backend=video_backend)
+        self._starts = np.cumsum([0] + [ep.length for ep in self._core.episodes])
+        self._process: tuple[int, RowReader, DecoderCache, OrderedDict[int, EpisodeRows]] | None = None
+
+    @property
+    def meta(self):
+        return self._core.meta
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def locate(self, i: int) -> tuple[int, int]:
+        """(episode_index, frame offset in the episode) of item ``i``."""
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"index must be an int, got {i!r}.")
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"index {i} is out of range for {len(self)} frames.")
+        i = int(i) % len(self)
+        k = bisect.bisect_right(self._starts, i) - 1
+        return self._core.episodes[k].episode_index, i - int(self._starts[k])
+
+    def _per_process(self):
+        # Decoders and parquet handles must not cross a fork: rebuild them in each new process.
+        if self._process is None or self._process[0] != os.getpid():
+            self._process = (os.getpid(), self._core.row_reader(), self._core.decoder_cache(_ROWS_CACHED),
+                             OrderedDict())
+        return self._process
+
+    def _rows(self, episode_index: int) -> EpisodeRows:
+        _, reader, _, cached = self._per_process()
+        rows = cached.pop(episode_index, None) or reader.read(self._core.meta.episodes[episode_index])
+        cached[episode_index] = rows
+        if len(cached) > _ROWS_CACHED:
+            cached.popitem(last=False)
+        return rows
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        episode_index, frame = self.locate(i)
+        pending = self._core.builder.plan(self._rows(episode_index), frame)
+        return self._core.builder.build(self._per_process()[2], [pending])[0]

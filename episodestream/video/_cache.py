@@ -1,0 +1,105 @@
+"""A per-consumer LRU of open video decoders, and grouped, tolerance-checked frame queries."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ._backends import VideoReader
+
+MAX_DECODERS = 128
+
+
+class VideoDecodeError(RuntimeError):
+    """A video could not be decoded at the requested times."""
+
+
+@dataclass
+class FrameQuery:
+    """Frames wanted from one video file; ``who`` says what asked (for error messages)."""
+
+    path: str
+    timestamps_s: list[float]
+    who: str
+
+
+class DecoderCache:
+    """Open decoders by file path, least recently used closed first.
+
+    One per consumer (DataLoader worker or main process), never module-level: decoders hold FFmpeg
+    state that must not be shared across processes.
+    """
+
+    def __init__(self, open_reader: Callable[[str], VideoReader], *, capacity: int) -> None:
+        if not 1 <= capacity <= MAX_DECODERS:
+            raise ValueError(f"decoder cache capacity must be in 1..{MAX_DECODERS}, got {capacity!r}.")
+        self._open_reader = open_reader
+        self.capacity = capacity
+        self._readers: OrderedDict[str, VideoReader] = OrderedDict()
+        self._hits = self._misses = self._evictions = 0
+
+    def get(self, path: str) -> VideoReader:
+        reader = self._readers.get(path)
+        if reader is not None:
+            self._hits += 1
+            self._readers.move_to_end(path)
+            return reader
+        self._misses += 1
+        reader = self._open_reader(path)
+        self._readers[path] = reader
+        if len(self._readers) > self.capacity:
+            _, old = self._readers.popitem(last=False)
+            old.close()
+            self._evictions += 1
+        return reader
+
+    def stats(self) -> dict[str, int]:
+        return {"hits": self._hits, "misses": self._misses, "evictions": self._evictions,
+                "open": len(self._readers), "capacity": self.capacity}
+
+    def close(self) -> None:
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
+
+
+def decode_queries(cache: DecoderCache, queries: Sequence[FrameQuery], *, fps: float,
+                   tolerance_s: float) -> list[torch.Tensor]:
+    """Decode every query; all timestamps wanted from one file are decoded in one call.
+
+    Returns one uint8 (T, C, H, W) tensor per query, in query order.
+    """
+    wanted: dict[str, set[float]] = {}
+    for q in queries:
+        wanted.setdefault(q.path, set()).update(q.timestamps_s)
+    decoded: dict[str, Mapping[float, torch.Tensor]] = {}
+    half_frame_s = 0.5 / fps
+    for path, stamps in wanted.items():
+        seconds = sorted(stamps)
+        try:
+            # Asking for the frame played half a frame after the query returns the frame *nearest*
+            # to it, so float32 timestamps a hair below a frame's pts do not land on the previous one.
+            frames, pts_s = cache.get(path).frames_played_at([t + half_frame_s for t in seconds])
+        except Exception as error:
+            whos = sorted({q.who for q in queries if q.path == path})
+            raise VideoDecodeError(f"Decoding {path} at {len(seconds)} timestamp(s) "
+                                   f"{_preview(seconds)} for {'; '.join(whos)} failed: {error}") from error
+        off = np.abs(pts_s - np.asarray(seconds)) > tolerance_s
+        if off.any():
+            bad = [(seconds[i], float(pts_s[i])) for i in np.flatnonzero(off)]
+            whos = sorted({q.who for q in queries if q.path == path})
+            raise VideoDecodeError(
+                f"{path}: decoded frames are more than tolerance_s={tolerance_s} from the query for "
+                f"{'; '.join(whos)}: (query s, frame pts s) {_preview(bad)}. The video may be shorter "
+                f"than its metadata says, or encoded at another frame rate.")
+        decoded[path] = dict(zip(seconds, frames))
+    return [torch.stack([decoded[q.path][t] for t in q.timestamps_s]) for q in queries]
+
+
+def _preview(values: Sequence, limit: int = 6) -> str:
+    shown = ", ".join(str(v) for v in values[:limit])
+    return f"[{shown}{', ...' if len(values) > limit else ''}]"

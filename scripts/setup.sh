@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs everything episodestream needs on a fresh Debian/Ubuntu machine; safe to run again.
+#   bash scripts/setup.sh          # the library, its decoders and FFmpeg's shared libraries
+#   bash scripts/setup.sh --test   # the same plus what the test suite needs
+# PYTHON picks the interpreter (default: python3). A torch that is already installed is kept, so
+# GPU clusters keep their own CUDA build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+EXTRAS=""
+[ "${1:-}" = "--test" ] && EXTRAS="[test]"
+
+# torchcodec loads the system's FFmpeg libraries; the ffmpeg package brings them (and ffprobe).
+if ! command -v ffprobe >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    echo "setup: installing FFmpeg (apt-get)" >&2
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq ffmpeg >/dev/null
+fi
+
+pip_install() { "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore "$@"; }
+
+# Install torch first, pinned: an unpinned install (or a dependency's) would fetch a multi-GB
+# CUDA build. 2.13.0 is the CPU wheel this project is tested with.
+if ! "$PYTHON" -c "import torch" >/dev/null 2>&1; then
+    echo "setup: installing torch==2.13.0" >&2
+    pip_install "torch==2.13.0"
+fi
+# torchcodec must match torch: 0.13.0 is the newest CPU build for torch 2.13 (newer ones need CUDA).
+if ! "$PYTHON" -c "import torchcodec.decoders" >/dev/null 2>&1; then
+    if "$PYTHON" -c "import torch, sys; sys.exit(not torch.__version__.startswith('2.13.'))"; then
+        pip_install "torchcodec==0.13.0"
+    else
+        pip_install torchcodec
+    fi
+fi
+TORCH_VERSION=$("$PYTHON" -c "import torch; print(torch.__version__.split('+')[0])")
+pip_install -e ".${EXTRAS}" "torch==${TORCH_VERSION}"

@@ -1,0 +1,47 @@
+"""Shared fixtures: tiny synthetic datasets built once per test session, and a thread police."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from episodestream import write_synthetic_dataset
+
+CAMERAS = ("observation.images.front", "observation.images.wrist")
+# Lengths chosen so that one episode is longer than the 100+ frame windows the parity tests use,
+# and several are short enough that the pool turns over many times.
+EPISODE_LENGTHS = (23, 140, 17, 41, 9, 60)
+
+
+@pytest.fixture(scope="session")
+def dataset_root(tmp_path_factory):
+    """6 episodes, 2 cameras rolling over to new mp4 files at different episodes, 3 data files,
+    and a PNG image feature stored in the parquet."""
+    root = tmp_path_factory.mktemp("datasets") / "main"
+    write_synthetic_dataset(
+        root, num_episodes=len(EPISODE_LENGTHS), episode_length=EPISODE_LENGTHS, cameras=CAMERAS,
+        image_keys=("observation.images.top",), max_episodes_per_data_file=2,
+        max_episodes_per_video_file={CAMERAS[0]: 2, CAMERAS[1]: 4}, seed=0)
+    return root
+
+
+@pytest.fixture(scope="session")
+def many_episodes_root(tmp_path_factory):
+    """20 short episodes (5..15 frames), one camera: for coverage and split tests across consumers."""
+    root = tmp_path_factory.mktemp("datasets") / "many"
+    write_synthetic_dataset(root, num_episodes=20, episode_length=(5, 15), cameras=CAMERAS[:1],
+                            max_episodes_per_video_file=7, seed=3)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def thread_police():
+    """Fail a test that leaves non-daemon threads running (leaked servers, readers, pools)."""
+    before = set(threading.enumerate())
+    yield
+    leaked = [t for t in threading.enumerate() if t not in before and t.is_alive() and not t.daemon]
+    for thread in leaked:
+        thread.join(timeout=5)
+    leaked = [t.name for t in leaked if t.is_alive()]
+    assert not leaked, f"test left threads running: {leaked}"

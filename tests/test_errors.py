@@ -1,0 +1,113 @@
+"""Bad input gives errors that name the file, the field or key, and the value."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from episodestream import DatasetFormatError, EpisodeDataset, EpisodeStreamingDataset, VideoDecodeError
+
+
+@pytest.fixture
+def copy_root(dataset_root, tmp_path):
+    root = tmp_path / "copy"
+    shutil.copytree(dataset_root, root)
+    return root
+
+
+def edit_info(root, **changes):
+    path = root / "meta" / "info.json"
+    info = json.loads(path.read_text())
+    info.update(changes)
+    path.write_text(json.dumps(info))
+
+
+def test_missing_info_json(copy_root):
+    (copy_root / "meta" / "info.json").unlink()
+    with pytest.raises(FileNotFoundError, match=r"meta/info.json not found"):
+        EpisodeStreamingDataset(copy_root)
+
+
+def test_wrong_codebase_version(copy_root):
+    edit_info(copy_root, codebase_version="v2.1")
+    with pytest.raises(DatasetFormatError, match=r"info.json: field 'codebase_version' is 'v2.1'.*'v3.0'"):
+        EpisodeDataset(copy_root)
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"fps": "fast"}, r"field 'fps' must be a positive integer, got 'fast'"),
+    ({"features": {"timestamp": {"dtype": "float32", "shape": [1]}}}, r"features \['frame_index'.*are missing"),
+    ({"data_path": "data/{chunk}/x.parquet"}, r"path template 'data/\{chunk\}/x.parquet' cannot be formatted"),
+])
+def test_malformed_info(copy_root, change, message):
+    edit_info(copy_root, **change)
+    with pytest.raises(DatasetFormatError, match=message):
+        EpisodeDataset(copy_root)
+
+
+def test_path_template_escaping_the_root(copy_root):
+    edit_info(copy_root, video_path="../../{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4")
+    with pytest.raises(ValueError, match="escapes the dataset root"):
+        EpisodeDataset(copy_root)
+
+
+def test_symlink_escaping_the_root(copy_root, tmp_path):
+    outside = tmp_path / "outside.parquet"
+    data = copy_root / "data" / "chunk-000" / "file-000.parquet"
+    shutil.move(data, outside)
+    data.symlink_to(outside)
+    with pytest.raises(ValueError, match="outside the dataset root"):
+        EpisodeDataset(copy_root)[0]
+
+
+def _first_video(root):
+    return sorted((root / "videos").rglob("*.mp4"))[0]
+
+
+def test_missing_video_names_file_and_episode(copy_root):
+    video = _first_video(copy_root)
+    video.unlink()
+    with pytest.raises(VideoDecodeError, match=rf"{video.name}.*episode 0 key"):
+        list(EpisodeStreamingDataset(copy_root, shuffle=False))
+
+
+def test_corrupt_video_names_file_and_episode(copy_root):
+    video = _first_video(copy_root)
+    video.write_bytes(b"\x00not an mp4" * 100)
+    with pytest.raises(VideoDecodeError, match=rf"{video.name}.*episode 0 key"):
+        EpisodeDataset(copy_root)[0]
+
+
+def test_missing_data_file(copy_root):
+    (copy_root / "data" / "chunk-000" / "file-001.parquet").unlink()
+    with pytest.raises(FileNotFoundError, match=r"data/chunk-000/file-001.parquet is missing"):
+        list(EpisodeStreamingDataset(copy_root, shuffle=False, return_uint8=True))
+
+
+def test_window_not_a_multiple_of_a_frame(dataset_root):
+    with pytest.raises(ValueError, match=r"delta_timestamps\['action'\] has values \[0.01\] .*1/30"):
+        EpisodeStreamingDataset(dataset_root, delta_timestamps={"action": [0.0, 0.01]})
+
+
+def test_window_on_unknown_key(dataset_root):
+    with pytest.raises(ValueError, match=r"delta_timestamps key 'actions' is not a feature.*'action'"):
+        EpisodeDataset(dataset_root, delta_timestamps={"actions": [0.0]})
+
+
+def test_unknown_episodes(dataset_root):
+    with pytest.raises(ValueError, match=r"episodes \[99\] are not in"):
+        EpisodeStreamingDataset(dataset_root, episodes=[0, 99])
+
+
+def test_revision_with_local_folder(dataset_root):
+    with pytest.raises(ValueError, match="revision='main' applies to Hub datasets"):
+        EpisodeDataset(dataset_root, revision="main")
+
+
+def test_remote_sources_are_refused_clearly(tmp_path):
+    with pytest.raises(FileNotFoundError, match="looks like a Hugging Face Hub repo id"):
+        EpisodeDataset("lerobot/aloha_mobile_cabinet")
+    with pytest.raises(FileNotFoundError, match="not an existing local folder"):
+        EpisodeDataset(str(tmp_path / "nope"))

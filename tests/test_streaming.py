@@ -1,0 +1,132 @@
+"""The streaming semantics: split, coverage, equal counts, determinism, epochs, pool, decoder cache."""
+
+from __future__ import annotations
+
+import collections
+import warnings
+
+import pytest
+import torch.utils.data
+
+from episodestream import EpisodeStreamingDataset
+
+from .conftest import EPISODE_LENGTHS
+
+
+def stream_indices(root, *, rank=0, world_size=1, num_workers=0, epoch=None, **kwargs) -> list[int]:
+    dataset = EpisodeStreamingDataset(root, rank=rank, world_size=world_size, return_uint8=True, **kwargs)
+    if epoch is not None:
+        dataset.set_epoch(epoch)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=num_workers)
+    return [int(sample["index"]) for sample in loader]
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_every_frame_once_and_equal_counts(many_episodes_root, world_size, num_workers):
+    dataset = EpisodeStreamingDataset(many_episodes_root, world_size=world_size, rank=0)
+    total = dataset._core.num_frames
+    per_rank = [stream_indices(many_episodes_root, rank=r, world_size=world_size, num_workers=num_workers,
+                               episode_pool_size=3, seed=7) for r in range(world_size)]
+    assert [len(indices) for indices in per_rank] == [len(dataset)] * world_size
+    assert len(dataset) == -(-total // world_size)
+    counts = collections.Counter(i for indices in per_rank for i in indices)
+    assert set(counts) == set(range(total))
+    # Only fill-ins repeat: as many extra samples as ranks times len() exceeds the frames.
+    assert sum(c - 1 for c in counts.values()) == world_size * len(dataset) - total
+    # Each repeat stays on its rank (a rank repeats its own frames).
+    for r, indices in enumerate(per_rank):
+        others = set().union(*(set(x) for k, x in enumerate(per_rank) if k != r))
+        repeated = [i for i, c in collections.Counter(indices).items() if c > 1]
+        assert not set(repeated) & others
+
+
+def test_same_seed_same_stream_other_seed_or_epoch_another(many_episodes_root):
+    first = stream_indices(many_episodes_root, num_workers=2, seed=11)
+    assert first == stream_indices(many_episodes_root, num_workers=2, seed=11)
+    assert first != stream_indices(many_episodes_root, num_workers=2, seed=12)
+    epoch1 = stream_indices(many_episodes_root, num_workers=2, seed=11, epoch=1)
+    assert epoch1 != first and sorted(epoch1) == sorted(first)
+
+
+@pytest.mark.parametrize("num_workers,persistent", [(0, False), (2, False), (2, True)])
+def test_epoch_advances_by_itself(many_episodes_root, num_workers, persistent):
+    dataset = EpisodeStreamingDataset(many_episodes_root, seed=4, return_uint8=True)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=num_workers,
+                                         persistent_workers=persistent)
+    epochs = [[int(s["index"]) for s in loader] for _ in range(3)]
+    assert dataset.epoch == 3
+    for epoch, indices in enumerate(epochs):
+        assert indices == stream_indices(many_episodes_root, num_workers=num_workers, seed=4, epoch=epoch)
+    assert epochs[0] != epochs[1] != epochs[2]
+
+
+def test_set_epoch_reaches_persistent_workers(many_episodes_root):
+    dataset = EpisodeStreamingDataset(many_episodes_root, seed=4, return_uint8=True)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=True)
+    list(loader)
+    dataset.set_epoch(7)
+    assert [int(s["index"]) for s in loader] == stream_indices(many_episodes_root, num_workers=2, seed=4, epoch=7)
+
+
+def test_shuffle_false_is_in_order(dataset_root):
+    indices = stream_indices(dataset_root, shuffle=False)
+    assert indices == list(range(sum(EPISODE_LENGTHS)))
+
+
+def test_pool_mixes_episodes_uniformly(many_episodes_root):
+    """With a pool, consecutive samples come from several episodes; with a pool of 1, from one."""
+    def switches(pool):
+        dataset = EpisodeStreamingDataset(many_episodes_root, episode_pool_size=pool, seed=1, return_uint8=True)
+        episodes = [int(s["episode_index"]) for s in dataset]
+        return sum(a != b for a, b in zip(episodes, episodes[1:]))
+    assert switches(1) == 19  # 20 episodes, one after the other
+    assert switches(8) > 60
+
+
+def test_uneven_split_warns_once_and_still_yields_equal_counts(many_episodes_root):
+    frames = EpisodeStreamingDataset(many_episodes_root, episodes=[0])._core.num_frames
+    world_size = frames + 1  # one rank more than frames: the last rank owns nothing
+
+    def make(rank):
+        return EpisodeStreamingDataset(many_episodes_root, episodes=[0], world_size=world_size, rank=rank,
+                                       return_uint8=True)
+    with pytest.warns(RuntimeWarning, match=rf"{frames} frames for {world_size} consumers"):
+        first = list(make(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # only consumer 0 (rank 0, worker 0) warns
+        last = list(make(frames))
+    assert len(first) == len(last) == 1
+    assert int(last[0]["episode_index"]) == 0  # a fill-in repeating a frame of the epoch
+
+
+def test_decoder_cache_is_sized_to_the_pool_and_reports(dataset_root):
+    dataset = EpisodeStreamingDataset(dataset_root, episode_pool_size=2, seed=0, decode_group_size=1)
+    assert dataset.decoder_stats() is None
+    count = sum(1 for _ in dataset)
+    stats = dataset.decoder_stats()
+    assert stats["capacity"] == 2 * len(CAMERAS_IN(dataset))
+    assert stats["hits"] + stats["misses"] == 2 * count  # one lookup per camera per sample
+    assert stats["misses"] >= 5 and stats["hits"] > stats["misses"]
+
+
+def CAMERAS_IN(dataset):
+    return dataset.meta.video_keys
+
+
+def test_buffer_size_is_deprecated(dataset_root):
+    with pytest.warns(DeprecationWarning, match="episode_pool_size replaces it"):
+        EpisodeStreamingDataset(dataset_root, buffer_size=1000)
+
+
+def test_rank_defaults_and_validation(dataset_root):
+    dataset = EpisodeStreamingDataset(dataset_root)
+    assert (dataset.rank, dataset.world_size) == (0, 1)
+    with pytest.raises(ValueError, match="rank must be <= 1"):
+        EpisodeStreamingDataset(dataset_root, rank=2, world_size=2)
+    with pytest.raises(ValueError, match="both rank and world_size"):
+        EpisodeStreamingDataset(dataset_root, rank=0)
+    with pytest.raises(ValueError, match="episode_pool_size must be >= 1, got 0"):
+        EpisodeStreamingDataset(dataset_root, episode_pool_size=0)
+    with pytest.raises(ValueError, match=r"Invalid video_backend \('ffmpeg'\). Supported values are 'torchcodec', 'pyav'"):
+        EpisodeStreamingDataset(dataset_root, video_backend="ffmpeg")
