@@ -2,7 +2,7 @@
 
 from ._metadata import DatasetFormatError
 from .mapstyle import EpisodeDataset
-from .streaming import EpisodeStreamingDataset
+from .streaming import EpisodeStreamingDataset, stream_state
 from .synthetic import write_synthetic_dataset
 from .video import VideoDecodeError
 
@@ -11,5 +11,6 @@ __all__ = [
     "EpisodeDataset",
     "EpisodeStreamingDataset",
     "VideoDecodeError",
+    "stream_state",
     "write_synthetic_dataset",
 ]

@@ -47,12 +47,16 @@ class LocalFiles:
     def __init__(self, root: str | os.PathLike) -> None:
         self.root = Path(root).resolve()
         self.description = str(self.root)
+        self._resolved: dict[str, Path] = {}  # resolving symlinks costs a syscall per path component
 
     def _path(self, relpath: str) -> Path:
-        path = (self.root / check_relpath(relpath, what="Path")).resolve()
-        # A symlink inside the dataset may still point outside it.
-        if path != self.root and self.root not in path.parents:
-            raise ValueError(f"Path {relpath!r} resolves to {path}, outside the dataset root {self.root}.")
+        path = self._resolved.get(relpath)
+        if path is None:
+            path = (self.root / check_relpath(relpath, what="Path")).resolve()
+            # A symlink inside the dataset may still point outside it.
+            if path != self.root and self.root not in path.parents:
+                raise ValueError(f"Path {relpath!r} resolves to {path}, outside the dataset root {self.root}.")
+            self._resolved[relpath] = path
         return path
 
     def exists(self, relpath: str) -> bool:

@@ -84,7 +84,8 @@ class SampleBuilder:
         return np.clip(wanted, 0, length - 1), (wanted < 0) | (wanted >= length)
 
     def _image(self, frames_uint8: torch.Tensor) -> torch.Tensor:
-        return frames_uint8 if self._return_uint8 else frames_uint8.to(torch.float32) / 255
+        # One kernel, and the very expression LeRobot uses, so values match to the bit.
+        return frames_uint8 if self._return_uint8 else frames_uint8 / 255.0
 
     def plan(self, rows: EpisodeRows, frame: int) -> PendingSample:
         episode = rows.episode

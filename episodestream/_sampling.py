@@ -28,8 +28,19 @@ ADMIT, EMIT, EVICT = 0, 1, 2
 _PERMUTE, _CONSUMER, _FILL = 0, 1, 2  # rng purposes: fixed-length spawn keys never collide
 
 
-def make_rng(seed: int, epoch: int, purpose: int, rank: int = 0, worker: int = 0) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(epoch, purpose, rank, worker)))
+_PURPOSES = 3
+
+
+def make_rng(seed: int, epoch: int, purpose: int, rank: int = 0, worker: int = 0, *,
+             leg: int = 0) -> np.random.Generator:
+    """A generator for one purpose; ``leg`` > 0 marks the later legs of an elastically resumed epoch."""
+    key = (epoch, purpose + _PURPOSES * leg, rank, worker)
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
+
+
+def consumer_rng(seed: int, epoch: int, world: World, *, leg: int = 0) -> np.random.Generator:
+    """Each consumer's RNG derives from (seed, epoch, rank, worker)."""
+    return make_rng(seed, epoch, _CONSUMER, world.rank, world.worker, leg=leg)
 
 
 @dataclass(frozen=True)
@@ -80,13 +91,13 @@ class EpochPlan:
     """
 
     def __init__(self, segments: Sequence[Segment], *, seed: int, epoch: int, shuffle: bool,
-                 world_size: int) -> None:
+                 world_size: int, leg: int = 0) -> None:
         segments = [s for s in segments if len(s)]
         if shuffle:
-            order = make_rng(seed, epoch, _PERMUTE).permutation(len(segments))
+            order = make_rng(seed, epoch, _PERMUTE, leg=leg).permutation(len(segments))
             segments = [segments[i] for i in order]
         self.segments = tuple(segments)
-        self.seed, self.epoch, self.shuffle, self.world_size = seed, epoch, shuffle, world_size
+        self.seed, self.epoch, self.shuffle, self.world_size, self.leg = seed, epoch, shuffle, world_size, leg
         self.total_frames = sum(len(s) for s in segments)
         self.rank_parts = _cut(self.segments, world_size)
 

@@ -2,19 +2,36 @@
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch.utils.data
 
 from ._core import DatasetCore
+from ._frames import PendingSample
 from ._epoch import SharedEpoch
 from ._options import check_int
-from ._sampling import _CONSUMER, ADMIT, EMIT, EpochPlan, Segment, consumer_schedule, make_rng
+from ._resume import STATE_FORMAT, Leg, ResumePoint, fingerprint_digest, plan_resume, skip_emits
+from ._sampling import ADMIT, EMIT, EpochPlan, Segment, consumer_rng, consumer_schedule
 from ._world import World, current_world, resolve_rank
 from .video import DecoderCache
+
+
+@dataclass(frozen=True)
+class _ResumeRequest:
+    epoch: int
+    seed: int
+    shuffle: bool
+    legs: tuple[Leg, ...]  # the last one is the leg the state was saved in
+
+
+def _jsonable(value: Any) -> Any:
+    """Compare values as they survive a JSON round trip (tuples become lists, keys strings)."""
+    return json.loads(json.dumps(value))
 
 
 class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
@@ -73,6 +90,8 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
                                  video_backend=video_backend)
         self._epoch = SharedEpoch()
         self._decoder_cache: DecoderCache | None = None
+        self._resume_request: _ResumeRequest | None = None
+        self._resume_points: dict[int, ResumePoint | None] = {}  # by num_workers, computed lazily
 
     @property
     def meta(self):
@@ -88,59 +107,196 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         self._epoch.set(check_int("epoch", epoch, minimum=0))
 
     def __len__(self) -> int:
-        return -(-self._core.num_frames // self.world_size)
+        """Samples this rank yields in the next iteration: ceil(selected frames / world_size), or
+        what is left of a resumed epoch (assuming the saving run's num_workers)."""
+        request = self._resume_request
+        if request is None or request.epoch != self.epoch:
+            return -(-self._core.num_frames // self.world_size)
+        point = self._resume_point(request.legs[-1].num_workers)
+        plan = self._plan(point)
+        if point.skips is None:
+            return plan.samples_per_rank
+        consumed, _ = point.skips[self.rank]
+        return plan.samples_per_rank - sum(consumed)
+
+    def _segments(self) -> list[Segment]:
+        return [Segment(ep.episode_index, range(ep.length)) for ep in self._core.episodes]
+
+    def _plan(self, point: ResumePoint | None, epoch: int | None = None) -> EpochPlan:
+        if point is None:
+            return EpochPlan(self._segments(), seed=self.seed, epoch=self.epoch if epoch is None else epoch,
+                             shuffle=self.shuffle, world_size=self.world_size)
+        request = self._resume_request
+        return EpochPlan(point.segments, seed=request.seed, epoch=point.epoch, shuffle=request.shuffle,
+                         world_size=self.world_size, leg=point.leg_index)
 
     def epoch_plan(self, epoch: int | None = None) -> EpochPlan:
-        """The split of ``epoch`` (default: the current one) across ranks."""
-        segments = [Segment(ep.episode_index, range(ep.length)) for ep in self._core.episodes]
-        return EpochPlan(segments, seed=self.seed, epoch=self.epoch if epoch is None else epoch,
-                         shuffle=self.shuffle, world_size=self.world_size)
+        """The split of ``epoch`` (default: the current one) across ranks, without resume."""
+        return self._plan(None, epoch)
+
+    def _resume_point(self, num_workers: int) -> ResumePoint | None:
+        request = self._resume_request
+        key = max(1, num_workers)
+        if key not in self._resume_points:
+            self._resume_points[key] = plan_resume(
+                self._segments(), seed=request.seed, epoch=request.epoch, shuffle=request.shuffle,
+                legs=request.legs, world_size=self.world_size, num_workers=key, pool_size=self.episode_pool_size)
+        return self._resume_points[key]
 
     def schedule(self, world: World, epoch: int) -> Iterator[tuple[int, int, int]]:
-        """The (ADMIT|EMIT|EVICT, episode_index, frame) steps of one consumer: tabular-free."""
-        plan = self.epoch_plan(epoch)
+        """The (ADMIT|EMIT|EVICT, episode_index, frame) steps of one consumer: tabular-free.
+
+        In the epoch a state was loaded for, this continues from the resume point: exact resume
+        skips what was consumed without reading rows or video; elastic resume splits what is left.
+        """
+        request = self._resume_request
+        point = self._resume_point(world.num_workers) if request and request.epoch == epoch else None
+        plan = self._plan(point, epoch)
+        role, skip = point.share_for(plan, world) if point else (world, 0)
         if world.consumer == 0 and (message := plan.uneven_warning(world.num_workers)):
             warnings.warn(message, RuntimeWarning, stacklevel=3)
-        rng = make_rng(self.seed, epoch, _CONSUMER, world.rank, world.worker)
-        return consumer_schedule(plan.share(world), pool_size=self.episode_pool_size, shuffle=self.shuffle,
-                                 rng=rng)
+        steps = consumer_schedule(plan.share(role), pool_size=self.episode_pool_size, shuffle=plan.shuffle,
+                                  rng=consumer_rng(plan.seed, epoch, role, leg=plan.leg))
+        return skip_emits(steps, skip) if skip else steps
 
     def decoder_stats(self) -> dict[str, int] | None:
         """Hits, misses and evictions of this process's decoder cache (None before iterating)."""
         return None if self._decoder_cache is None else self._decoder_cache.stats()
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        # Not a generator itself: the epoch is marked started when the DataLoader asks for the
+        # iterator, so a checkpoint taken before the first batch already names this epoch.
         world = current_world(self.rank, self.world_size)
         epoch = self.epoch
-        yield from self._samples(self.schedule(world, epoch))
+        self._epoch.start(epoch)
+        return self._epoch_samples(self.schedule(world, epoch), epoch)
+
+    def _epoch_samples(self, steps, epoch: int) -> Iterator[dict[str, Any]]:
+        yield from self._samples(steps)
         self._epoch.finished(epoch)
 
-    def _samples(self, steps: Iterator[tuple[int, int, int]]) -> Iterator[dict[str, Any]]:
-        core = self._core
-        builder = core.builder
-        reader = core.row_reader()
-        cache = self._decoder_cache = core.decoder_cache(self.episode_pool_size)
+    # -- resume ---------------------------------------------------------------------------------
+
+    def _fingerprint(self) -> dict[str, Any]:
+        meta = self._core.meta
+        selection = [ep.episode_index for ep in self._core.episodes]
+        return {"source": self._core.files.description, "revision": self._core.revision,
+                "episodes": {"count": len(selection), "digest": fingerprint_digest(selection)},
+                "delta_timestamps": self._core.delta_timestamps,
+                "dataset": {"codebase_version": meta.info.get("codebase_version"), "fps": meta.fps,
+                            "total_episodes": len(meta.episodes), "total_frames": meta.total_frames}}
+
+    def state_dict(self) -> dict[str, Any]:
+        """A small JSON-serialisable state: epoch, seed, rank count, pool size and a fingerprint.
+
+        The trainer adds ``batches_consumed`` (batches taken from this epoch's loader, counted from
+        the start of the epoch, across resumes), ``batch_size`` and ``num_workers`` (see
+        ``stream_state``) and passes the result to ``load_state_dict`` on restart.
+        """
+        started = self._epoch.started()
+        epoch = self._epoch.get() if started is None else started
+        request = self._resume_request
+        # The legs this epoch was resumed from; load_state_dict tells from the trainer's
+        # num_workers whether this run continued the last of them or started a new one.
+        legs = request.legs if request is not None and request.epoch == epoch else ()
+        return {"format": STATE_FORMAT, "epoch": epoch, "seed": self.seed, "shuffle": self.shuffle,
+                "world_size": self.world_size, "episode_pool_size": self.episode_pool_size,
+                "legs": [asdict(leg) for leg in legs], "fingerprint": self._fingerprint()}
+
+    def load_state_dict(self, state: Mapping[str, Any], *, strict: bool = True) -> None:
+        """Resume from ``state`` (``state_dict()`` plus ``batches_consumed``, ``batch_size``,
+        ``num_workers``, optionally ``drop_last``). The next iteration continues that epoch.
+
+        A state whose seed, shuffle or fingerprint (source, revision, episode selection, windows,
+        dataset size) differ from this dataset's is refused unless ``strict=False``.
+        """
+        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+            raise ValueError(f"Not an episodestream stream state (expected format {STATE_FORMAT!r}): {state!r:.200}")
+        for key in ("batches_consumed", "batch_size", "num_workers"):
+            if key not in state:
+                raise ValueError(f"The state lacks {key!r}: add what the trainer knows, e.g. "
+                                 f"stream_state(loader, batches_consumed) or {{**state, 'batches_consumed': n, "
+                                 f"'batch_size': b, 'num_workers': w}}.")
+        saved_fingerprint = state.get("fingerprint", {})
+        checks = [("seed", state.get("seed"), self.seed), ("shuffle", state.get("shuffle"), self.shuffle)]
+        checks += [(f"fingerprint.{k}", saved_fingerprint.get(k), v) for k, v in self._fingerprint().items()]
+        mismatches = [f"{name}: saved {saved!r}, this dataset {now!r}" for name, saved, now in checks
+                      if _jsonable(saved) != _jsonable(now)]
+        if mismatches:
+            message = "The stream state does not match this dataset: " + "; ".join(mismatches) + "."
+            if strict:
+                raise ValueError(message + " Pass strict=False to load it anyway.")
+            warnings.warn(message + " Loading anyway (strict=False).", RuntimeWarning, stacklevel=2)
+        epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
+        batch_size = check_int("state['batch_size']", state["batch_size"], minimum=1)
+        batches = check_int("state['batches_consumed']", state["batches_consumed"], minimum=0)
+        current = Leg(check_int("state['world_size']", state.get("world_size"), minimum=1),
+                      check_int("state['num_workers']", state["num_workers"], minimum=0),
+                      check_int("state['episode_pool_size']", state.get("episode_pool_size"), minimum=1),
+                      batch_size, 0, bool(state.get("drop_last", False)))
+        earlier = [Leg(**leg) for leg in state.get("legs", [])]
+        if earlier and earlier[-1].same_stream(current):  # the saving run continued that leg exactly
+            last = earlier.pop()
+            if (last.batch_size, last.drop_last) != (current.batch_size, current.drop_last):
+                raise ValueError(f"The saving run resumed an epoch with batch_size={last.batch_size}, "
+                                 f"drop_last={last.drop_last} and continued it with batch_size={batch_size}, "
+                                 f"drop_last={current.drop_last}; batches_consumed cannot be mapped to samples.")
+        current = replace(current, batches=batches - sum(leg.batches for leg in earlier))
+        if current.batches < 0:
+            raise ValueError(f"state['batches_consumed']={batches} is fewer than the {batches - current.batches} "
+                             f"batches of the epoch's earlier legs: it counts from the start of the epoch.")
+        request = _ResumeRequest(epoch, int(state.get("seed", self.seed)), bool(state.get("shuffle", self.shuffle)),
+                                 tuple(earlier + [current]))
+        done = plan_resume(self._segments(), seed=request.seed, epoch=epoch, shuffle=request.shuffle,
+                           legs=request.legs, world_size=current.world_size, num_workers=current.num_workers,
+                           pool_size=current.pool_size) is None
+        self._resume_request = None if done else request
+        self._resume_points = {}
+        self._epoch.set(epoch + 1 if done else epoch)
+
+    def planned_groups(self, steps: Iterator[tuple[int, int, int]]) -> Iterator[list[PendingSample]]:
+        """Run the pool over ``steps``: groups of up to ``decode_group_size`` samples whose tabular
+        part is built and whose video is still to decode (the benchmark times decoding them alone)."""
+        reader = self._core.row_reader()
+        builder = self._core.builder
+        episodes = self._core.meta.episodes
         pool: dict[int, list] = {}  # episode_index -> [rows, admissions]
-        pending = []
+        pending: list[PendingSample] = []
+        for kind, episode_index, frame in steps:
+            if kind == EMIT:
+                # plan() copies what the sample needs, so eviction need not wait for the decode.
+                pending.append(builder.plan(pool[episode_index][0], frame))
+                if len(pending) >= self.decode_group_size:
+                    yield pending
+                    pending = []
+            elif kind == ADMIT:
+                entry = pool.setdefault(episode_index, [None, 0])
+                if entry[0] is None:
+                    entry[0] = reader.read(episodes[episode_index])
+                entry[1] += 1
+            else:
+                entry = pool[episode_index]
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del pool[episode_index]
+        if pending:
+            yield pending
+
+    def _samples(self, steps: Iterator[tuple[int, int, int]]) -> Iterator[dict[str, Any]]:
+        cache = self._decoder_cache = self._core.decoder_cache(self.episode_pool_size)
         try:
-            for kind, episode_index, frame in steps:
-                if kind == EMIT:
-                    # plan() copies what the sample needs, so eviction need not wait for the decode.
-                    pending.append(builder.plan(pool[episode_index][0], frame))
-                    if len(pending) >= self.decode_group_size:
-                        yield from builder.build(cache, pending)
-                        pending = []
-                elif kind == ADMIT:
-                    entry = pool.setdefault(episode_index, [None, 0])
-                    if entry[0] is None:
-                        entry[0] = reader.read(core.meta.episodes[episode_index])
-                    entry[1] += 1
-                else:
-                    entry = pool[episode_index]
-                    entry[1] -= 1
-                    if entry[1] == 0:
-                        del pool[episode_index]
-            if pending:
-                yield from builder.build(cache, pending)
+            for group in self.planned_groups(steps):
+                yield from self._core.builder.build(cache, group)
         finally:
             cache.close()
+
+
+def stream_state(loader: torch.utils.data.DataLoader, batches_consumed: int) -> dict[str, Any]:
+    """The resume state for a DataLoader over an ``EpisodeStreamingDataset``: the dataset's
+    ``state_dict()`` plus the batches consumed this epoch and the loader's batching settings."""
+    dataset = loader.dataset
+    if not isinstance(dataset, EpisodeStreamingDataset):
+        raise TypeError(f"stream_state needs a DataLoader over an EpisodeStreamingDataset, got {type(dataset).__name__}.")
+    return {**dataset.state_dict(), "batches_consumed": check_int("batches_consumed", batches_consumed, minimum=0),
+            # batch_size=None hands out single samples: the same round robin as batches of one.
+            "batch_size": loader.batch_size or 1, "num_workers": loader.num_workers, "drop_last": loader.drop_last}

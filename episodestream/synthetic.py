@@ -187,6 +187,10 @@ class _VideoFile:
     """One camera's mp4: a single encoder stream that the file's episodes are appended to."""
 
     def __init__(self, path: pathlib.Path, *, codec: str, fps: int, height: int, width: int, gop: int, crf: int):
+        if codec == "av1":
+            # SVT-AV1 prints its whole configuration to stderr for every encoder it opens (dozens of
+            # lines per file) unless SVT_LOG says otherwise; 1 keeps its errors. A user's value wins.
+            os.environ.setdefault("SVT_LOG", "1")
         self.container = av.open(str(path), mode="w")
         self.stream = self.container.add_stream(_CODECS[codec], rate=fps)
         self.stream.width, self.stream.height, self.stream.pix_fmt = width, height, "yuv420p"

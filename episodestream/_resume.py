@@ -1,0 +1,174 @@
+"""Deterministic fast-forward resume: what a trainer consumed, and where each consumer restarts.
+
+A stream is fully determined by (seed, epoch, shuffle, pool size, world size, num_workers) and the
+episode selection, and ``_sampling`` replays it without rows or video. From the trainer's
+``batches_consumed`` and ``batch_size`` we replay how the DataLoader handed batches out:
+with ``num_workers`` w > 0, each worker batches its own stream and the loader takes one batch from
+each worker in turn (worker 0 first), skipping workers that are exhausted (in-order delivery, the
+DataLoader default). That gives, per worker, how many of its samples were consumed.
+
+Exact resume (same world size, workers and pool size): each worker skips its consumed samples,
+tabular-free, and the workers are rotated so the loader's first batch comes from the worker whose
+turn was next. The resumed stream is the uninterrupted one, sample for sample.
+
+Elastic resume (anything else changed): the consumed samples are removed from the epoch and the
+remaining frames are split afresh across the new ranks and workers, as a new "leg" of the same
+epoch. Every unconsumed frame is emitted exactly once, nothing consumed is repeated (fill-ins
+aside), and every rank still yields the same count. ``batches_consumed`` keeps counting from the
+start of the epoch across legs, so a state saved during a resumed epoch resumes again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._sampling import ADMIT, EMIT, EpochPlan, Segment, consumer_rng, consumer_schedule
+from ._world import World
+
+STATE_FORMAT = "episodestream.stream_state/1"
+
+
+@dataclass(frozen=True)
+class Leg:
+    """One stretch of an epoch streamed under one configuration, and the batches consumed in it."""
+
+    world_size: int
+    num_workers: int  # as passed to the DataLoader (0: the main process iterates)
+    pool_size: int
+    batch_size: int
+    batches: int
+    drop_last: bool = False
+
+    @property
+    def workers(self) -> int:
+        return max(1, self.num_workers)
+
+    def same_stream(self, other: "Leg") -> bool:
+        return (self.world_size, self.workers, self.pool_size) == (other.world_size, other.workers, other.pool_size)
+
+
+def fingerprint_digest(values: Sequence[int]) -> str:
+    return hashlib.sha1(json.dumps(list(values)).encode()).hexdigest()[:16]
+
+
+def consumer_emits(plan: EpochPlan, world: World, *, pool_size: int, leg: int) -> list[tuple[int, int]]:
+    """The (episode_index, frame) pairs a consumer emits, in order; no rows, no video."""
+    steps = consumer_schedule(plan.share(world), pool_size=pool_size, shuffle=plan.shuffle,
+                              rng=consumer_rng(plan.seed, plan.epoch, world, leg=leg))
+    return [(episode, frame) for kind, episode, frame in steps if kind == EMIT]
+
+
+def loader_consumption(counts: Sequence[int], *, batch_size: int, batches: int,
+                       drop_last: bool = False) -> tuple[list[int], int]:
+    """Given each worker's sample count, how many samples of each the first ``batches`` batches took,
+    and which worker's turn comes next (the DataLoader's in-order round robin)."""
+    # Batches each worker produces: with drop_last every worker drops its own partial batch.
+    left = [c // batch_size if drop_last else -(-c // batch_size) for c in counts]
+    taken = [0] * len(counts)
+    turn = 0
+    for _ in range(batches):
+        if not any(left):
+            break
+        while not left[turn]:
+            turn = (turn + 1) % len(counts)
+        taken[turn] += 1
+        left[turn] -= 1
+        turn = (turn + 1) % len(counts)
+    consumed = [min(c, t * batch_size) for c, t in zip(counts, taken)]
+    return consumed, turn
+
+
+def skip_emits(steps: Iterator[tuple[int, int, int]], count: int) -> Iterator[tuple[int, int, int]]:
+    """Drop the first ``count`` EMITs, then re-admit whatever the pool holds at that point.
+
+    The skipped part only walks the schedule: no episode rows are read and nothing is decoded.
+    """
+    admitted: dict[int, int] = {}
+    skipped = 0
+    for step in steps:
+        if skipped == count:
+            for episode, times in admitted.items():
+                for _ in range(times):
+                    yield ADMIT, episode, -1
+            yield step
+            yield from steps
+            return
+        kind, episode, _ = step
+        if kind == EMIT:
+            skipped += 1
+        elif kind == ADMIT:
+            admitted[episode] = admitted.get(episode, 0) + 1
+        else:
+            admitted[episode] -= 1
+            if not admitted[episode]:
+                del admitted[episode]
+
+
+def remaining_segments(segments: Sequence[Segment], consumed: set[tuple[int, int]]) -> list[Segment]:
+    """``segments`` without the consumed frames, in the same order."""
+    out = []
+    for seg in segments:
+        frames = np.asarray(seg.frames)
+        keep = np.fromiter(((seg.episode_index, int(f)) not in consumed for f in frames), bool, len(frames))
+        if keep.any():
+            out.append(Segment(seg.episode_index, frames[keep]))
+    return out
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where iteration restarts within ``epoch``: the current leg's frames and, in exact mode, the
+    per-rank skips (consumed samples per worker role, and the role whose turn comes first)."""
+
+    epoch: int
+    leg_index: int
+    segments: tuple[Segment, ...]
+    skips: dict[int, tuple[list[int], int]] | None
+
+    def share_for(self, plan: EpochPlan, world: World) -> tuple[World, int]:
+        """The worker role this consumer plays and how many of its samples to skip."""
+        if self.skips is None:
+            return world, 0
+        consumed, first_role = self.skips[world.rank]
+        role = (first_role + world.worker) % world.num_workers
+        return World(world.rank, world.world_size, role, world.num_workers), consumed[role]
+
+
+def _worker_counts(plan: EpochPlan, rank: int, workers: int) -> list[int]:
+    return [plan.share(World(rank, plan.world_size, k, workers)).num_samples for k in range(workers)]
+
+
+def plan_resume(segments: Sequence[Segment], *, seed: int, epoch: int, shuffle: bool, legs: Sequence[Leg],
+                world_size: int, num_workers: int, pool_size: int) -> ResumePoint | None:
+    """Where to restart ``epoch`` after ``legs`` (the last one holding the batches consumed so far),
+    for a run with ``world_size`` ranks, ``num_workers`` workers and ``pool_size``. None when the
+    legs consumed the whole epoch."""
+    new = Leg(world_size, num_workers, pool_size, 1, 0)
+    segments = tuple(segments)
+    for index, leg in enumerate(legs):
+        plan = EpochPlan(segments, seed=seed, epoch=epoch, shuffle=shuffle, world_size=leg.world_size, leg=index)
+        per_rank = {r: loader_consumption(_worker_counts(plan, r, leg.workers), batch_size=leg.batch_size,
+                                          batches=leg.batches, drop_last=leg.drop_last)
+                    for r in range(leg.world_size)}
+        if index == len(legs) - 1 and leg.same_stream(new):
+            produced = {r: loader_consumption(_worker_counts(plan, r, leg.workers), batch_size=leg.batch_size,
+                                              batches=10**12, drop_last=leg.drop_last)[0] for r in per_rank}
+            if all(per_rank[r][0] == produced[r] for r in per_rank):
+                return None
+            return ResumePoint(epoch, index, segments, per_rank)
+        consumed: set[tuple[int, int]] = set()
+        for rank, (taken, _) in per_rank.items():
+            for worker, count in enumerate(taken):
+                if count:
+                    world = World(rank, leg.world_size, worker, leg.workers)
+                    emits = consumer_emits(plan, world, pool_size=leg.pool_size, leg=index)
+                    consumed.update(emits[:count])
+        segments = tuple(remaining_segments(segments, consumed))
+    if not segments:
+        return None
+    return ResumePoint(epoch, len(legs), segments, None)

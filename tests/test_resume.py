@@ -1,0 +1,201 @@
+"""Fast-forward resume: exact within an epoch for the same layout, elastic otherwise."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+
+import pytest
+import torch
+import torch.utils.data
+
+from episodestream import EpisodeStreamingDataset, stream_state
+
+EPISODES = list(range(8))  # about 80 frames of the 20-episode dataset: 20 batches of 4
+BATCH = 4
+
+
+def as_list(samples):
+    return samples
+
+
+def make(root, *, rank=0, world_size=1, **kwargs):
+    kwargs.setdefault("episode_pool_size", 3)
+    return EpisodeStreamingDataset(root, episodes=EPISODES, rank=rank, world_size=world_size, seed=3,
+                                   return_uint8=True, **kwargs)
+
+
+def loader_for(dataset, num_workers):
+    return torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=num_workers, collate_fn=as_list)
+
+
+def ids(batches):
+    return [[int(s["index"]) for s in batch] for batch in batches]
+
+
+def assert_same_samples(a_batches, b_batches):
+    assert ids(a_batches) == ids(b_batches)
+    for a, b in zip(itertools.chain(*a_batches), itertools.chain(*b_batches)):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert torch.equal(a[key], b[key]) if isinstance(a[key], torch.Tensor) else a[key] == b[key], key
+
+
+def save_after(root, *, rank, world_size, num_workers, epoch_batches, into_next):
+    """Consume ``epoch_batches`` batches (of epoch 1 when ``into_next``) and return the state."""
+    dataset = make(root, rank=rank, world_size=world_size)
+    loader = loader_for(dataset, num_workers)
+    consumed = []
+    if into_next:
+        list(loader)
+    iterator = iter(loader)
+    for batch in itertools.islice(iterator, epoch_batches):
+        consumed.append(batch)
+    state = json.loads(json.dumps(stream_state(loader, epoch_batches)))  # what a checkpoint file holds
+    del iterator
+    return state, consumed
+
+
+def check_resume_at_points(root, *, world_size, num_workers):
+    """Save at start, after 1 batch, middle, last batch, end of epoch and into the next epoch; the
+    resumed stream must equal the uninterrupted one sample for sample."""
+    for rank in range(world_size):
+        loader = loader_for(make(root, rank=rank, world_size=world_size), num_workers)
+        epoch0, epoch1 = list(loader), list(loader)
+        n = len(epoch0)
+        points = [(0, False), (1, False), (n // 2, False), (n - 1, False), (n, False), (2, True)]
+        for batches, into_next in points:
+            state, consumed = save_after(root, rank=rank, world_size=world_size, num_workers=num_workers,
+                                         epoch_batches=batches, into_next=into_next)
+            uninterrupted = epoch1 if into_next else epoch0
+            assert state["epoch"] == int(into_next)
+            resumed_dataset = make(root, rank=rank, world_size=world_size)
+            resumed_dataset.load_state_dict(state)
+            resumed_loader = loader_for(resumed_dataset, num_workers)
+            expected_len = len(resumed_dataset)
+            resumed = list(resumed_loader)
+            assert expected_len == sum(len(b) for b in resumed)
+            if batches == n and not into_next:  # the whole epoch was consumed: resume starts epoch 1
+                assert_same_samples(resumed, epoch1)
+                continue
+            assert_same_samples(consumed + resumed, uninterrupted)
+            assert_same_samples(list(resumed_loader), epoch1 if not into_next else list(loader))
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_exact_resume(many_episodes_root, world_size, num_workers):
+    check_resume_at_points(many_episodes_root, world_size=world_size, num_workers=num_workers)
+
+
+def consumed_and_state(root, *, world_size, num_workers, batches):
+    consumed, states = [], []
+    for rank in range(world_size):
+        state, batches_seen = save_after(root, rank=rank, world_size=world_size, num_workers=num_workers,
+                                         epoch_batches=batches, into_next=False)
+        consumed += [int(s["index"]) for batch in batches_seen for s in batch]
+        states.append(state)
+    assert all(s == states[0] for s in states), "every rank saves the same state"
+    return consumed, states[0]
+
+
+@pytest.mark.parametrize("before,after", [((1, 2), (1, 1)), ((1, 1), (2, 1)), ((1, 2), (1, 3)), ((2, 2), (1, 0))],
+                         ids=["2->1 workers", "1->2 ranks", "2->3 workers", "2 ranks->1 rank"])
+def test_elastic_resume_covers_the_epoch_once(many_episodes_root, before, after):
+    (old_world, old_workers), (new_world, new_workers) = before, after
+    consumed, state = consumed_and_state(many_episodes_root, world_size=old_world, num_workers=old_workers, batches=5)
+    resumed_per_rank = []
+    for rank in range(new_world):
+        dataset = make(many_episodes_root, rank=rank, world_size=new_world)
+        dataset.load_state_dict(state)
+        expected_len = len(dataset)
+        resumed_per_rank.append([int(s["index"]) for batch in loader_for(dataset, new_workers) for s in batch])
+        assert len(resumed_per_rank[-1]) == expected_len
+    assert len({len(r) for r in resumed_per_rank}) == 1, "equal per-rank counts"
+    resumed = [i for r in resumed_per_rank for i in r]
+    assert not set(consumed) & set(resumed), "nothing consumed is emitted again"
+    epoch_frames = {int(s["index"]) for s in make(many_episodes_root, shuffle=False)}
+    assert set(consumed) | set(resumed) == epoch_frames
+    # Repeats are fill-ins only: at most one per rank in each leg.
+    repeats = len(consumed) + len(resumed) - len(epoch_frames)
+    assert 0 <= repeats <= old_world + new_world
+
+
+def test_elastic_resume_saved_again_mid_leg(many_episodes_root):
+    """A state saved during an elastically resumed epoch resumes again (legs chain)."""
+    consumed, state = consumed_and_state(many_episodes_root, world_size=1, num_workers=2, batches=4)
+    dataset = make(many_episodes_root)
+    dataset.load_state_dict(state)
+    loader = loader_for(dataset, 0)  # elastic: 2 workers -> 0
+    second = list(itertools.islice(iter(loader), 3))
+    state2 = json.loads(json.dumps(stream_state(loader, 4 + 3)))
+    assert len(state2["legs"]) == 1
+    again = make(many_episodes_root)
+    again.load_state_dict(state2)
+    rest = [int(s["index"]) for batch in loader_for(again, 2) for s in batch]
+    all_ids = consumed + [int(s["index"]) for batch in second for s in batch] + rest
+    assert sorted(all_ids) == sorted({int(s["index"]) for s in make(many_episodes_root, shuffle=False)})
+
+
+class _CountingReader:
+    calls: list = []
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def frames_played_at(self, seconds):
+        _CountingReader.calls.append(len(seconds))
+        return self.inner.frames_played_at(seconds)
+
+    def close(self):
+        self.inner.close()
+
+
+def test_replay_reads_no_video_and_no_consumed_rows(many_episodes_root, monkeypatch):
+    state, consumed = save_after(many_episodes_root, rank=0, world_size=1, num_workers=0, epoch_batches=15,
+                                 into_next=False)
+    dataset = make(many_episodes_root, decode_group_size=1)
+    dataset.load_state_dict(state)
+    opened, read = [], []
+    open_video = dataset._core.open_video
+    dataset._core.open_video = lambda path: opened.append(path) or _CountingReader(open_video(path))
+    from episodestream import _rows
+    original_read = _rows.RowReader.read
+    monkeypatch.setattr(_rows.RowReader, "read", lambda self, ep: read.append(ep.episode_index) or original_read(self, ep))
+    _CountingReader.calls = []
+    resumed = [s for batch in loader_for(dataset, 0) for s in batch]
+    # One decode call of one frame per resumed sample (decode_group_size=1, one camera): nothing
+    # was decoded for the 60 consumed samples.
+    assert _CountingReader.calls == [1] * len(resumed)
+    assert len(resumed) + 15 * BATCH == dataset._core.num_frames
+    assert set(read) == {int(s["episode_index"]) for s in resumed}
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"seed": 4}, "seed"),
+    ({"episodes": [0, 1, 2]}, "fingerprint.episodes"),
+    ({"delta_timestamps": {"action": [0.0, 1 / 30]}}, "fingerprint.delta_timestamps"),
+])
+def test_fingerprint_mismatch_is_refused(many_episodes_root, change, field):
+    state, _ = save_after(many_episodes_root, rank=0, world_size=1, num_workers=0, epoch_batches=2, into_next=False)
+    kwargs = {"episodes": EPISODES, "seed": 3, "episode_pool_size": 3, **change}
+    other = EpisodeStreamingDataset(many_episodes_root, **kwargs)
+    with pytest.raises(ValueError, match=rf"{field}: saved .*Pass strict=False"):
+        other.load_state_dict(state)
+    with pytest.warns(RuntimeWarning, match=field):
+        other.load_state_dict(state, strict=False)
+
+
+def test_other_dataset_is_refused(many_episodes_root, dataset_root):
+    state, _ = save_after(many_episodes_root, rank=0, world_size=1, num_workers=0, epoch_batches=2, into_next=False)
+    with pytest.raises(ValueError, match=r"fingerprint.source: saved .*fingerprint.dataset"):
+        EpisodeStreamingDataset(dataset_root, episodes=EPISODES[:6], seed=3, episode_pool_size=3).load_state_dict(state)
+
+
+def test_state_without_trainer_fields_is_explained(many_episodes_root):
+    dataset = make(many_episodes_root)
+    with pytest.raises(ValueError, match="lacks 'batches_consumed'"):
+        dataset.load_state_dict(dataset.state_dict())
+    with pytest.raises(ValueError, match="Not an episodestream stream state"):
+        dataset.load_state_dict({"epoch": 1})
