@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ._files import EpisodeVideos
 from ._frames import SampleBuilder, delta_indices
 from ._metadata import DatasetMeta, EpisodeInfo, load_metadata
 from ._options import check_positive_float
@@ -48,7 +49,7 @@ class DatasetCore:
         self.delta_timestamps = {k: list(v) for k, v in (delta_timestamps or {}).items()}
         self.offsets = delta_indices(self.meta, delta_timestamps, self.tolerance_s)
         self.open_video = resolve_backend(video_backend)
-        self.builder = SampleBuilder(self.meta, video_path=self.files.local_path, offsets=self.offsets,
+        self.builder = SampleBuilder(self.meta, offsets=self.offsets,
                                      tolerance_s=self.tolerance_s, return_uint8=bool(return_uint8),
                                      image_transforms=image_transforms)
 
@@ -58,6 +59,9 @@ class DatasetCore:
 
     def row_reader(self) -> RowReader:
         return RowReader(self.files, self.meta)
+
+    def episode_videos(self) -> EpisodeVideos:
+        return self.files.episode_videos()
 
     def decoder_cache(self, working_set: int) -> DecoderCache:
         """A decoder cache holding ``working_set`` episodes' files of every camera (at most 128)."""

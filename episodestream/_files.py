@@ -10,7 +10,31 @@ from __future__ import annotations
 import os
 import posixpath
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
+
+if TYPE_CHECKING:
+    from ._metadata import EpisodeInfo
+
+
+class EpisodeVideos(Protocol):
+    """One consumer's view of where its admitted episodes' video bytes are, locally.
+
+    The streaming loop calls ``admit`` ahead of need (when ``prefetches``), ``path`` when it builds
+    a sample, and ``evict`` once the episode's samples are decoded. A local dataset needs none of
+    this; a remote one fetches the bytes on admit into a refcounted cache.
+    """
+
+    prefetches: bool  # True when admit() starts work worth doing ahead of need
+
+    def admit(self, episode: EpisodeInfo) -> None: ...
+
+    def path(self, episode: EpisodeInfo, key: str) -> str:
+        """A local file the decoder can read this episode's frames of camera ``key`` from."""
+        ...
+
+    def evict(self, episode: EpisodeInfo) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class DatasetFiles(Protocol):
@@ -25,7 +49,16 @@ class DatasetFiles(Protocol):
     def list_files(self, reldir: str, *, suffix: str) -> list[str]: ...
 
     def local_path(self, relpath: str) -> str:
-        """A local filesystem path holding the file's bytes (for parquet and the video decoder)."""
+        """A local filesystem path holding the whole file (metadata files)."""
+        ...
+
+    def open_input(self, relpath: str) -> str | BinaryIO:
+        """What pyarrow should read a data parquet from: a local path, or a file object that
+        reads byte ranges on demand (so an episode's row group is fetched without the file)."""
+        ...
+
+    def episode_videos(self) -> EpisodeVideos:
+        """A new per-consumer ``EpisodeVideos`` (made inside the consumer's process)."""
         ...
 
 
@@ -73,3 +106,30 @@ class LocalFiles:
 
     def local_path(self, relpath: str) -> str:
         return str(self._path(relpath))
+
+    def open_input(self, relpath: str) -> str:
+        return self.local_path(relpath)
+
+    def episode_videos(self) -> "LocalVideos":
+        return LocalVideos(self)
+
+
+class LocalVideos:
+    """Local videos are read in place: nothing to fetch, keep or release."""
+
+    prefetches = False
+
+    def __init__(self, files: LocalFiles) -> None:
+        self._files = files
+
+    def admit(self, episode: "EpisodeInfo") -> None:
+        pass
+
+    def path(self, episode: "EpisodeInfo", key: str) -> str:
+        return self._files.local_path(episode.videos[key].relpath)
+
+    def evict(self, episode: "EpisodeInfo") -> None:
+        pass
+
+    def close(self) -> None:
+        pass

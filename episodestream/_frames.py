@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ._files import EpisodeVideos
 from ._metadata import DatasetMeta
 from ._rows import EpisodeRows
 from .video import DecoderCache, FrameQuery, decode_queries
@@ -65,11 +66,9 @@ def _decode_png(data: bytes, where: str) -> torch.Tensor:
 
 
 class SampleBuilder:
-    def __init__(self, meta: DatasetMeta, *, video_path: Callable[[str], str],
-                 offsets: Mapping[str, np.ndarray], tolerance_s: float, return_uint8: bool,
-                 image_transforms: Callable | None) -> None:
+    def __init__(self, meta: DatasetMeta, *, offsets: Mapping[str, np.ndarray], tolerance_s: float,
+                 return_uint8: bool, image_transforms: Callable | None) -> None:
         self._meta = meta
-        self._video_path = video_path
         self._offsets = offsets
         self._tolerance_s = tolerance_s
         self._return_uint8 = return_uint8
@@ -87,7 +86,7 @@ class SampleBuilder:
         # One kernel, and the very expression LeRobot uses, so values match to the bit.
         return frames_uint8 if self._return_uint8 else frames_uint8 / 255.0
 
-    def plan(self, rows: EpisodeRows, frame: int) -> PendingSample:
+    def plan(self, rows: EpisodeRows, frame: int, videos: EpisodeVideos) -> PendingSample:
         episode = rows.episode
         item: dict[str, Any] = {}
         pads: dict[str, torch.Tensor] = {}
@@ -114,7 +113,7 @@ class SampleBuilder:
             video_keys.append(key)
             windowed.append(pad is not None)
             # Time within the file: the episode's start in it plus the row's own timestamp, never index/fps.
-            queries.append(FrameQuery(self._video_path(span.relpath),
+            queries.append(FrameQuery(videos.path(episode, key),
                                       [span.from_timestamp_s + float(t) for t in stamps],
                                       f"episode {episode.episode_index} key {key!r}"))
             if pad is not None:

@@ -69,7 +69,7 @@ class RowReader:
         if handle is None:
             if not self._files.exists(relpath):
                 raise FileNotFoundError(f"Data file {self._files.description}/{relpath} is missing.")
-            handle = pq.ParquetFile(self._files.local_path(relpath))
+            handle = pq.ParquetFile(self._files.open_input(relpath))
             if len(self._open) >= self._max_open_files:
                 self._open.popitem(last=False)
         self._open[relpath] = handle

@@ -12,6 +12,7 @@ import numpy as np
 import torch.utils.data
 
 from ._core import DatasetCore
+from ._files import EpisodeVideos
 from ._rows import EpisodeRows, RowReader
 from .video import DecoderCache
 
@@ -35,7 +36,7 @@ class EpisodeDataset(torch.utils.data.Dataset):
                                  return_uint8=return_uint8, image_transforms=image_transforms,
                                  video_backend=video_backend)
         self._starts = np.cumsum([0] + [ep.length for ep in self._core.episodes])
-        self._process: tuple[int, RowReader, DecoderCache, OrderedDict[int, EpisodeRows]] | None = None
+        self._process: tuple[int, RowReader, DecoderCache, EpisodeVideos, OrderedDict[int, EpisodeRows]] | None = None
 
     @property
     def meta(self):
@@ -58,18 +59,22 @@ class EpisodeDataset(torch.utils.data.Dataset):
         # Decoders and parquet handles must not cross a fork: rebuild them in each new process.
         if self._process is None or self._process[0] != os.getpid():
             self._process = (os.getpid(), self._core.row_reader(), self._core.decoder_cache(_ROWS_CACHED),
-                             OrderedDict())
+                             self._core.episode_videos(), OrderedDict())
         return self._process
 
     def _rows(self, episode_index: int) -> EpisodeRows:
-        _, reader, _, cached = self._per_process()
-        rows = cached.pop(episode_index, None) or reader.read(self._core.meta.episodes[episode_index])
+        _, reader, _, videos, cached = self._per_process()
+        rows = cached.pop(episode_index, None)
+        if rows is None:
+            rows = reader.read(self._core.meta.episodes[episode_index])
+            videos.admit(rows.episode)
         cached[episode_index] = rows
         if len(cached) > _ROWS_CACHED:
-            cached.popitem(last=False)
+            videos.evict(cached.popitem(last=False)[1].episode)
         return rows
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         episode_index, frame = self.locate(i)
-        pending = self._core.builder.plan(self._rows(episode_index), frame)
+        rows = self._rows(episode_index)
+        pending = self._core.builder.plan(rows, frame, self._per_process()[3])
         return self._core.builder.build(self._per_process()[2], [pending])[0]

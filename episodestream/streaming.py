@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -12,7 +13,9 @@ from typing import Any
 import torch.utils.data
 
 from ._core import DatasetCore
+from ._files import EpisodeVideos
 from ._frames import PendingSample
+from ._metadata import EpisodeInfo
 from ._epoch import SharedEpoch
 from ._options import check_int
 from ._resume import STATE_FORMAT, Leg, ResumePoint, fingerprint_digest, plan_resume, skip_emits
@@ -56,6 +59,8 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         shuffle: False emits episodes and frames in order.
         decode_group_size: samples built together so that frames from one video file share a
             decoder call (1 builds each sample alone).
+        prefetch_episodes: for remote sources, how many admissions ahead of the pool's need an
+            episode's video bytes start downloading.
         rank, world_size: this process's place among training processes (default: from
             torch.distributed when initialised, else 0 of 1).
 
@@ -74,6 +79,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
                  episode_pool_size: int = 16, shuffle: bool = True, seed: int = 0, return_uint8: bool = False,
                  image_transforms: Callable | None = None, video_backend: str | None = None,
                  rank: int | None = None, world_size: int | None = None, decode_group_size: int = 8,
+                 prefetch_episodes: int = 4,
                  buffer_size: Any = None) -> None:
         super().__init__()
         if buffer_size is not None:
@@ -81,6 +87,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
                           "rows, not a buffer of decoded frames).", DeprecationWarning, stacklevel=2)
         self.episode_pool_size = check_int("episode_pool_size", episode_pool_size, minimum=1)
         self.decode_group_size = check_int("decode_group_size", decode_group_size, minimum=1)
+        self.prefetch_episodes = check_int("prefetch_episodes", prefetch_episodes, minimum=0)
         self.seed = check_int("seed", seed, minimum=0)
         self.shuffle = bool(shuffle)
         self.rank, self.world_size = resolve_rank(rank, world_size)
@@ -254,41 +261,73 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         self._resume_points = {}
         self._epoch.set(epoch + 1 if done else epoch)
 
-    def planned_groups(self, steps: Iterator[tuple[int, int, int]]) -> Iterator[list[PendingSample]]:
+    def planned_groups(self, steps: Iterator[tuple[int, int, int]],
+                       videos: EpisodeVideos) -> Iterator[tuple[list[PendingSample], list[EpisodeInfo]]]:
         """Run the pool over ``steps``: groups of up to ``decode_group_size`` samples whose tabular
-        part is built and whose video is still to decode (the benchmark times decoding them alone)."""
+        part is built and whose video is still to decode, with the episodes to evict once they are
+        decoded (the benchmark times decoding these groups alone)."""
         reader = self._core.row_reader()
         builder = self._core.builder
         episodes = self._core.meta.episodes
         pool: dict[int, list] = {}  # episode_index -> [rows, admissions]
         pending: list[PendingSample] = []
+        evicted: list[EpisodeInfo] = []
+        if videos.prefetches:
+            steps = _admit_ahead(steps, videos, episodes, depth=self.prefetch_episodes)
         for kind, episode_index, frame in steps:
             if kind == EMIT:
-                # plan() copies what the sample needs, so eviction need not wait for the decode.
-                pending.append(builder.plan(pool[episode_index][0], frame))
+                pending.append(builder.plan(pool[episode_index][0], frame, videos))
                 if len(pending) >= self.decode_group_size:
-                    yield pending
-                    pending = []
+                    yield pending, evicted
+                    pending, evicted = [], []
             elif kind == ADMIT:
                 entry = pool.setdefault(episode_index, [None, 0])
                 if entry[0] is None:
                     entry[0] = reader.read(episodes[episode_index])
+                    if not videos.prefetches:
+                        videos.admit(episodes[episode_index])
                 entry[1] += 1
             else:
                 entry = pool[episode_index]
                 entry[1] -= 1
                 if entry[1] == 0:
                     del pool[episode_index]
-        if pending:
-            yield pending
+                    # Its rows can go now (plan() copied what it needs); its video bytes only
+                    # after the pending samples are decoded.
+                    evicted.append(episodes[episode_index])
+        if pending or evicted:
+            yield pending, evicted
 
     def _samples(self, steps: Iterator[tuple[int, int, int]]) -> Iterator[dict[str, Any]]:
         cache = self._decoder_cache = self._core.decoder_cache(self.episode_pool_size)
+        videos = self._core.episode_videos()
         try:
-            for group in self.planned_groups(steps):
-                yield from self._core.builder.build(cache, group)
+            for group, evicted in self.planned_groups(steps, videos):
+                if group:
+                    yield from self._core.builder.build(cache, group)
+                for episode in evicted:
+                    videos.evict(episode)
         finally:
             cache.close()
+            videos.close()
+
+
+def _admit_ahead(steps: Iterator[tuple[int, int, int]], videos: EpisodeVideos, episodes,
+                 *, depth: int) -> Iterator[tuple[int, int, int]]:
+    """Pass ``steps`` through, calling ``videos.admit`` for each ADMIT as soon as it is among the
+    next ``depth`` admissions, so fetching runs ahead of the pool's need."""
+    buffered: deque[tuple[int, int, int]] = deque()
+    admits_buffered = 0
+    for step in steps:
+        buffered.append(step)
+        if step[0] == ADMIT:
+            videos.admit(episodes[step[1]])
+            admits_buffered += 1
+        while admits_buffered > depth:
+            out = buffered.popleft()
+            admits_buffered -= out[0] == ADMIT
+            yield out
+    yield from buffered
 
 
 def stream_state(loader: torch.utils.data.DataLoader, batches_consumed: int) -> dict[str, Any]:

@@ -107,7 +107,8 @@ def decode_calls(dataset: EpisodeStreamingDataset, num_workers: int) -> list[lis
     for worker in range(max(1, num_workers)):
         world = World(rank=0, world_size=1, worker=worker, num_workers=max(1, num_workers))
         calls = []
-        for group in dataset.planned_groups(dataset.schedule(world, epoch=0)):
+        steps = dataset.schedule(world, epoch=0)
+        for group, _ in dataset.planned_groups(steps, dataset._core.episode_videos()):
             wanted: dict[str, set[float]] = {}
             for pending in group:
                 for query in pending.queries:
