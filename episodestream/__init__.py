@@ -4,6 +4,7 @@ from ._metadata import DatasetFormatError
 from .mapstyle import EpisodeDataset
 from .streaming import EpisodeStreamingDataset, stream_state
 from .synthetic import write_synthetic_dataset
+from .tracing import disable_tracer, enable_tracer, load_trace, set_process_name
 from .video import VideoDecodeError
 
 __all__ = [
@@ -11,6 +12,10 @@ __all__ = [
     "EpisodeDataset",
     "EpisodeStreamingDataset",
     "VideoDecodeError",
+    "disable_tracer",
+    "enable_tracer",
+    "load_trace",
+    "set_process_name",
     "stream_state",
     "write_synthetic_dataset",
 ]

@@ -21,6 +21,7 @@ from ._options import check_int
 from ._resume import STATE_FORMAT, Leg, ResumePoint, fingerprint_digest, plan_resume, skip_emits
 from ._sampling import ADMIT, EMIT, EpochPlan, Segment, consumer_rng, consumer_schedule
 from ._world import World, current_world, resolve_rank
+from .tracing import set_process_name, trace_instant, trace_span, tracer_enabled
 from .video import DecoderCache
 
 
@@ -176,6 +177,8 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         world = current_world(self.rank, self.world_size)
         epoch = self.epoch
         self._epoch.start(epoch)
+        if tracer_enabled():
+            set_process_name(f"episodestream rank {world.rank} worker {world.worker}")
         return self._epoch_samples(self.schedule(world, epoch), epoch)
 
     def _epoch_samples(self, steps, epoch: int) -> Iterator[dict[str, Any]]:
@@ -276,14 +279,17 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
             steps = _admit_ahead(steps, videos, episodes, depth=self.prefetch_episodes)
         for kind, episode_index, frame in steps:
             if kind == EMIT:
-                pending.append(builder.plan(pool[episode_index][0], frame, videos))
+                with trace_span("plan", cat="samples", level="detailed", episode=episode_index, frame=frame):
+                    pending.append(builder.plan(pool[episode_index][0], frame, videos))
                 if len(pending) >= self.decode_group_size:
                     yield pending, evicted
                     pending, evicted = [], []
             elif kind == ADMIT:
                 entry = pool.setdefault(episode_index, [None, 0])
                 if entry[0] is None:
-                    entry[0] = reader.read(episodes[episode_index])
+                    trace_instant("admit", cat="pool", episode=episode_index)
+                    with trace_span("read_rows", cat="rows", level="detailed", episode=episode_index):
+                        entry[0] = reader.read(episodes[episode_index])
                     if not videos.prefetches:
                         videos.admit(episodes[episode_index])
                 entry[1] += 1
@@ -292,6 +298,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
                 entry[1] -= 1
                 if entry[1] == 0:
                     del pool[episode_index]
+                    trace_instant("evict", cat="pool", episode=episode_index)
                     # Its rows can go now (plan() copied what it needs); its video bytes only
                     # after the pending samples are decoded.
                     evicted.append(episodes[episode_index])
@@ -304,7 +311,9 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         try:
             for group, evicted in self.planned_groups(steps, videos):
                 if group:
-                    yield from self._core.builder.build(cache, group)
+                    with trace_span("build", cat="samples", samples=len(group)):
+                        samples = self._core.builder.build(cache, group)
+                    yield from samples
                 for episode in evicted:
                     videos.evict(episode)
         finally:

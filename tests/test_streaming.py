@@ -130,3 +130,25 @@ def test_rank_defaults_and_validation(dataset_root):
         EpisodeStreamingDataset(dataset_root, episode_pool_size=0)
     with pytest.raises(ValueError, match=r"Invalid video_backend \('ffmpeg'\). Supported values are 'torchcodec', 'pyav'"):
         EpisodeStreamingDataset(dataset_root, video_backend="ffmpeg")
+
+
+def test_pipeline_is_traced_across_workers(many_episodes_root, tmp_path):
+    from episodestream import disable_tracer, enable_tracer, load_trace
+
+    path = tmp_path / "trace.json"
+    enable_tracer(path, level="basic")
+    try:
+        dataset = EpisodeStreamingDataset(many_episodes_root, episodes=[0, 1, 2, 3], return_uint8=True)
+        samples = list(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2))
+    finally:
+        disable_tracer()
+    events = load_trace(path)
+    by_name = collections.defaultdict(set)
+    for event in events:
+        by_name[event["name"]].add(event["pid"])
+    assert len(by_name["admit"]) == 2 and len(by_name["decode"]) == 2  # both workers traced
+    admits = [e for e in events if e["name"] == "admit"]
+    # An episode cut between the two workers is admitted by both.
+    assert {e["args"]["episode"] for e in admits} == {0, 1, 2, 3} and 4 <= len(admits) <= 5
+    assert sum(e["args"]["frames"] for e in events if e["name"] == "decode") == len(samples)
+    assert not any(e["name"] == "plan" for e in events), "detailed spans are off at level basic"

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..tracing import trace_span
 from ._backends import VideoReader
 
 MAX_DECODERS = 128
@@ -83,7 +84,8 @@ def decode_queries(cache: DecoderCache, queries: Sequence[FrameQuery], *, fps: f
         try:
             # Asking for the frame played half a frame after the query returns the frame *nearest*
             # to it, so float32 timestamps a hair below a frame's pts do not land on the previous one.
-            frames, pts_s = cache.get(path).frames_played_at([t + half_frame_s for t in seconds])
+            with trace_span("decode", cat="video", file=path, frames=len(seconds)):
+                frames, pts_s = cache.get(path).frames_played_at([t + half_frame_s for t in seconds])
         except Exception as error:
             whos = sorted({q.who for q in queries if q.path == path})
             raise VideoDecodeError(f"Decoding {path} at {len(seconds)} timestamp(s) "
