@@ -11,12 +11,20 @@ EXTRAS=""
 [ "${1:-}" = "--test" ] && EXTRAS="[test]"
 
 # torchcodec loads the system's FFmpeg libraries; the ffmpeg package brings them (and ffprobe).
-if ! command -v ffprobe >/dev/null 2>&1; then
+# The tests also lint the SLURM scripts (shellcheck) and run their job body under POSIX sh (dash).
+APT_PACKAGES=""
+command -v ffprobe >/dev/null 2>&1 || APT_PACKAGES="ffmpeg"
+if [ -n "$EXTRAS" ]; then
+    command -v shellcheck >/dev/null 2>&1 || APT_PACKAGES="$APT_PACKAGES shellcheck"
+    command -v dash >/dev/null 2>&1 || APT_PACKAGES="$APT_PACKAGES dash"
+fi
+if [ -n "$APT_PACKAGES" ]; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    echo "setup: installing FFmpeg (apt-get)" >&2
+    echo "setup: installing $APT_PACKAGES (apt-get)" >&2
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq ffmpeg >/dev/null
+    # shellcheck disable=SC2086  # a list of package names
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $APT_PACKAGES >/dev/null
 fi
 
 pip_install() { "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore "$@"; }
@@ -37,3 +45,8 @@ if ! "$PYTHON" -c "import torchcodec.decoders" >/dev/null 2>&1; then
 fi
 TORCH_VERSION=$("$PYTHON" -c "import torch; print(torch.__version__.split('+')[0])")
 pip_install -e ".${EXTRAS}" "torch==${TORCH_VERSION}"
+if [ -n "$EXTRAS" ]; then
+    # An unpinned s3fs can resolve to an ancient release; its versions track fsspec's.
+    FSSPEC_VERSION=$("$PYTHON" -c "import fsspec; print(fsspec.__version__)")
+    pip_install "s3fs==${FSSPEC_VERSION}" "fsspec==${FSSPEC_VERSION}"
+fi
