@@ -52,6 +52,8 @@ class DatasetFiles(Protocol):
         """A local filesystem path holding the whole file (metadata files)."""
         ...
 
+    def size_bytes(self, relpath: str) -> int: ...
+
     def open_input(self, relpath: str) -> str | BinaryIO:
         """What pyarrow should read a data parquet from: a local path, or a file object that
         reads byte ranges on demand (so an episode's row group is fetched without the file)."""
@@ -109,6 +111,9 @@ class LocalFiles:
 
     def open_input(self, relpath: str) -> str:
         return self.local_path(relpath)
+
+    def size_bytes(self, relpath: str) -> int:
+        return self._path(relpath).stat().st_size
 
     def episode_videos(self) -> "LocalVideos":
         return LocalVideos(self)
