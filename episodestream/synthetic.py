@@ -315,6 +315,7 @@ def write_synthetic_dataset(
     seed: int = 0,
     overwrite: bool = False,
     progress: bool = False,
+    texture: bool = False,
 ) -> pathlib.Path:
     """Write a LeRobot v3.0 dataset at ``root`` and return its path.
 
@@ -326,6 +327,9 @@ def write_synthetic_dataset(
     ``cameras + image_keys``); ``observation.state[j] = episode*1000 + frame + j/8``, ``action =
     state + 0.5``; ``task_index = episode % num_tasks``.
     (``j/8`` keeps the ids readable for ``state_dim <= 8``).
+    ``texture`` adds a moving, camera-like texture under the id blocks so that file sizes and decode
+    cost resemble real footage (flat blocks alone compress to ~200 bytes a frame and decode far
+    faster than any camera video, which would make decoder benchmarks meaningless).
     File layout: ``chunks_size`` files per chunk folder; data and each camera's video roll over to a
     new file past their size in MB or their ``max_episodes_per_*_file`` (video: per camera allowed).
     Video bytes count as the encoder releases packets, so a file can pass its size by the encoder's
@@ -352,7 +356,7 @@ def write_synthetic_dataset(
                encoding=dict(codec=codec, height=height, width=width, gop=gop, crf=crf), state_dim=state_dim,
                num_tasks=num_tasks, chunks_size=chunks_size, data_mb=data_files_size_in_mb,
                video_mb=video_files_size_in_mb, max_per_data=max_episodes_per_data_file, max_per_video=max_per_video,
-               progress=progress)
+               progress=progress, texture=bool(texture))
         if root.is_dir():
             shutil.rmtree(root)
         elif root.exists():
@@ -364,9 +368,25 @@ def write_synthetic_dataset(
     return root
 
 
+def _add_texture(images: np.ndarray, frames: np.ndarray, *, camera_index: int) -> np.ndarray:
+    """Overlay a blocky random texture (+-24 gray levels) that pans one pixel per frame, plus a
+    little per-frame noise: inter prediction finds the motion and still pays for a residual, as
+    with a real camera. The id blocks are 192 levels apart with a 48-level margin, so ids survive."""
+    _, height, width, _ = images.shape
+    rng = np.random.default_rng(1000 + camera_index)
+    coarse = rng.integers(-24, 25, size=(height // 4 + 1, width // 4 + 2), dtype=np.int16)
+    field = np.kron(coarse, np.ones((4, 4), dtype=np.int16))[:height]
+    out = np.empty_like(images)
+    for i, frame in enumerate(frames):
+        shifted = np.roll(field, int(frame), axis=1)[:, :width]
+        noise = np.random.default_rng((camera_index, int(frame))).integers(-4, 5, size=(height, width), dtype=np.int16)
+        out[i] = np.clip(images[i].astype(np.int16) + (shifted + noise)[..., None], 0, 255).astype(np.uint8)
+    return out
+
+
 def _write_episode(out: pathlib.Path, *, episode_index: int, length: int, global_index: int, data: _RollingFile,
                    videos: dict[str, _RollingFile], image_keys: list[str], fps: int, encoding: dict, state_dim: int,
-                   num_tasks: int) -> tuple[dict, dict]:
+                   num_tasks: int, texture: bool) -> tuple[dict, dict]:
     """Append one episode to the data file and each camera's video; return its metadata row and stats."""
     frames = np.arange(length)
     state = (episode_index * 1000 + frames[:, None] + np.arange(state_dim)[None, :] / 8).astype(np.float32)
@@ -384,6 +404,8 @@ def _write_episode(out: pathlib.Path, *, episode_index: int, length: int, global
     for camera_index, key in enumerate([*videos, *image_keys]):
         images = np.stack([encode_frame_ids(episode_index=episode_index, frame_index=int(f), camera_index=camera_index,
                                             height=encoding["height"], width=encoding["width"]) for f in frames])
+        if texture:
+            images = _add_texture(images, frames, camera_index=camera_index)
         stats[key] = _stats(images, image=True)
         if key in image_keys:
             table[key] = pa.array([{"bytes": _png(image), "path": None} for image in images], image_type)
@@ -407,7 +429,7 @@ def _write_episode(out: pathlib.Path, *, episode_index: int, length: int, global
 
 
 def _write(out: pathlib.Path, *, lengths, fps, cameras, image_keys, encoding, state_dim, num_tasks, chunks_size,
-           data_mb, video_mb, max_per_data, max_per_video, progress) -> None:
+           data_mb, video_mb, max_per_data, max_per_video, progress, texture) -> None:
     data = _RollingFile(_DATA_PATH, max_bytes=data_mb * 2**20, max_episodes=max_per_data, chunks_size=chunks_size)
     videos = {camera: _RollingFile(_VIDEO_PATH, max_bytes=video_mb * 2**20, max_episodes=max_per_video[camera],
                                    chunks_size=chunks_size, video_key=camera) for camera in cameras}
@@ -416,7 +438,7 @@ def _write(out: pathlib.Path, *, lengths, fps, cameras, image_keys, encoding, st
         for episode_index, length in enumerate(tqdm(lengths, desc="episodes", disable=not progress)):
             row, stats = _write_episode(out, episode_index=episode_index, length=length, global_index=global_index,
                                         data=data, videos=videos, image_keys=image_keys, fps=fps, encoding=encoding,
-                                        state_dim=state_dim, num_tasks=num_tasks)
+                                        state_dim=state_dim, num_tasks=num_tasks, texture=texture)
             episode_rows.append(row)
             for key, values in stats.items():
                 episode_stats.setdefault(key, []).append(values)
