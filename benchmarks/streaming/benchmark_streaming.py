@@ -36,7 +36,7 @@ from episodestream.video._cache import DecoderCache
 
 MODES = ("single", "sarm")
 SARM_STEPS = 8
-FIELDS = ("source", "mode", "decode", "num_workers", "pool_size", "samples", "frames", "samples_per_s",
+FIELDS = ("source", "mode", "decode", "dtype", "num_workers", "pool_size", "samples", "frames", "samples_per_s",
           "frames_per_s", "first_batch_s", "latency_ms", "decoder_cache", "cache_hit_rate", "peak_rss_mb",
           "worker_peak_rss_mb", "ceiling_same_grouping_frames_per_s", "fraction_of_ceiling",
           "ceiling_1_per_call_frames_per_s", "ceiling_32_sorted_frames_per_s", "status")
@@ -73,10 +73,10 @@ def delta_timestamps(mode: str, dataset: EpisodeStreamingDataset) -> dict | None
 
 
 def stream(root: Path, *, mode: str, num_workers: int, pool_size: int, batch_size: int,
-           episodes: list[int] | None) -> dict:
+           episodes: list[int] | None, uint8: bool) -> dict:
     probe = EpisodeStreamingDataset(root, episodes=episodes)
     dataset = EpisodeStreamingDataset(root, episodes=episodes, episode_pool_size=pool_size, seed=0,
-                                      delta_timestamps=delta_timestamps(mode, probe))
+                                      delta_timestamps=delta_timestamps(mode, probe), return_uint8=uint8)
     with tempfile.TemporaryDirectory() as stats_dir:
         loader = torch.utils.data.DataLoader(_Timed(dataset, stats_dir), batch_size=batch_size,
                                              num_workers=num_workers)
@@ -166,11 +166,11 @@ def regroup(per_worker_calls, per_call: int, seed: int = 0):
 def ensure_dataset(args) -> Path:
     if args.dataset:
         return Path(args.dataset)
-    root = Path(args.cache_dir) / f"synthetic-{args.episodes}x{args.episode_length}-{args.height}x{args.width}"
+    root = Path(args.cache_dir) / f"textured-{args.episodes}x{args.episode_length}-{args.height}x{args.width}"
     if not (root / "meta" / "info.json").exists():
         print(f"writing the benchmark dataset to {root}", file=sys.stderr, flush=True)
         write_synthetic_dataset(root, num_episodes=args.episodes, episode_length=args.episode_length,
-                                height=args.height, width=args.width, overwrite=True, progress=True)
+                                height=args.height, width=args.width, texture=True, overwrite=True, progress=True)
     return root
 
 
@@ -191,6 +191,9 @@ def main(argv=None) -> int:
     parser.add_argument("--sarm-episodes", type=int, default=6, help="episodes streamed in sarm mode (its "
                         "samples decode 8x the frames)")
     parser.add_argument("--rss-pool-sizes", default="2,32", help="pool sizes compared for worker peak RSS")
+    parser.add_argument("--dtype", choices=("float32", "uint8"), default="float32",
+                        help="camera frames as LeRobot's float32 in [0, 1], or uint8 (4x less to move "
+                             "between processes; convert on the GPU)")
     parser.add_argument("--output-dir", default="bench_out")
     args = parser.parse_args(argv)
 
@@ -201,13 +204,14 @@ def main(argv=None) -> int:
     for mode in MODES if args.mode == "both" else (args.mode,):
         episodes = list(range(args.sarm_episodes)) if mode == "sarm" else None
         ours = stream(root, mode=mode, num_workers=args.num_workers, pool_size=args.pool_size,
-                      batch_size=args.batch_size, episodes=episodes)
+                      batch_size=args.batch_size, episodes=episodes, uint8=args.dtype == "uint8")
         calls = decode_calls(ours.pop("dataset"), args.num_workers)
         same_fps, decoded = ceiling(calls)
         ours_decoded_fps = decoded / ours["elapsed_s"]  # the same decoded frames over our wall time
         one_fps, _ = ceiling(regroup(calls, 1))
         sorted32_fps, _ = ceiling(regroup(calls, 32))
-        row = {"source": args.source, "mode": mode, "decode": args.decode, "num_workers": args.num_workers,
+        row = {"source": args.source, "mode": mode, "decode": args.decode, "dtype": args.dtype,
+               "num_workers": args.num_workers,
                "pool_size": args.pool_size, **ours, "cache_hit_rate": None,
                "ceiling_same_grouping_frames_per_s": same_fps, "fraction_of_ceiling": ours_decoded_fps / same_fps,
                "ceiling_1_per_call_frames_per_s": one_fps, "ceiling_32_sorted_frames_per_s": sorted32_fps,
@@ -220,12 +224,13 @@ def main(argv=None) -> int:
         print(f"[{mode}] decoded {decoded} unique frames: ours {ours_decoded_fps:.0f} frames/s vs torchcodec "
               f"alone, same grouping {same_fps:.0f} frames/s -> {row['fraction_of_ceiling']:.2f} of ceiling; "
               f"1 per call {one_fps:.0f} frames/s; 32 sorted per call {sorted32_fps:.0f} frames/s")
-        (out_dir / f"{args.source}-{mode}-{args.decode}.json").write_text(json.dumps(row, indent=2))
+        (out_dir / f"{args.source}-{mode}-{args.decode}-{args.dtype}.json").write_text(json.dumps(row, indent=2))
         rows.append(row)
     rss = {}
     for pool_size in [int(p) for p in args.rss_pool_sizes.split(",") if p]:
         rss[pool_size] = stream(root, mode="single", num_workers=args.num_workers, pool_size=pool_size,
-                                batch_size=args.batch_size, episodes=None)["worker_peak_rss_mb"]
+                                batch_size=args.batch_size, episodes=None,
+                                uint8=args.dtype == "uint8")["worker_peak_rss_mb"]
     if rss:
         print("worker peak RSS by episode_pool_size (single mode): "
               + ", ".join(f"{p}: {mb:.0f} MB" for p, mb in rss.items()))

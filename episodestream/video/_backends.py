@@ -18,7 +18,7 @@ VIDEO_BACKEND_ENV = "EPISODESTREAM_VIDEO_BACKEND"
 
 class VideoReader(Protocol):
     def frames_played_at(self, seconds: Sequence[float]) -> tuple[torch.Tensor, np.ndarray]:
-        """Frames shown at ``seconds`` (sorted ascending) as uint8 NCHW, and their pts in seconds."""
+        """Frames shown at ``seconds`` (sorted ascending) as contiguous uint8 NHWC, and their pts in seconds."""
         ...
 
     def close(self) -> None: ...
@@ -31,8 +31,9 @@ class TorchCodecReader:
         # "approximate" avoids scanning the whole file at open: the mp4 index is enough for
         # constant-frame-rate LeRobot videos, and a scan would read every byte of a 200 MB file
         # (or of a sparse partial download). Returned pts are checked against the query anyway.
-        # One FFmpeg thread: parallelism comes from DataLoader workers.
-        self._decoder = VideoDecoder(path, seek_mode="approximate", dimension_order="NCHW",
+        # One FFmpeg thread: parallelism comes from DataLoader workers. NHWC is FFmpeg's own
+        # layout (NCHW would be a strided view, and every later copy of it a slow transpose).
+        self._decoder = VideoDecoder(path, seek_mode="approximate", dimension_order="NHWC",
                                      num_ffmpeg_threads=1)
 
     def frames_played_at(self, seconds: Sequence[float]) -> tuple[torch.Tensor, np.ndarray]:
@@ -78,7 +79,7 @@ class PyAVReader:
         frames, pts = [], []
         for t in seconds:
             frame = self._played_at(t)
-            frames.append(torch.from_numpy(frame.to_ndarray(format="rgb24")).permute(2, 0, 1))
+            frames.append(torch.from_numpy(frame.to_ndarray(format="rgb24")))
             pts.append(frame.time)
         return torch.stack(frames), np.asarray(pts, dtype=np.float64)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,12 +72,12 @@ def decode_queries(cache: DecoderCache, queries: Sequence[FrameQuery], *, fps: f
                    tolerance_s: float) -> list[torch.Tensor]:
     """Decode every query; all timestamps wanted from one file are decoded in one call.
 
-    Returns one uint8 (T, C, H, W) tensor per query, in query order.
+    Returns one contiguous uint8 (T, C, H, W) tensor per query, in query order.
     """
     wanted: dict[str, set[float]] = {}
     for q in queries:
         wanted.setdefault(q.path, set()).update(q.timestamps_s)
-    decoded: dict[str, Mapping[float, torch.Tensor]] = {}
+    decoded: dict[str, tuple[torch.Tensor, dict[float, int]]] = {}
     half_frame_s = 0.5 / fps
     for path, stamps in wanted.items():
         seconds = sorted(stamps)
@@ -98,8 +98,15 @@ def decode_queries(cache: DecoderCache, queries: Sequence[FrameQuery], *, fps: f
                 f"{path}: decoded frames are more than tolerance_s={tolerance_s} from the query for "
                 f"{'; '.join(whos)}: (query s, frame pts s) {_preview(bad)}. The video may be shorter "
                 f"than its metadata says, or encoded at another frame rate.")
-        decoded[path] = dict(zip(seconds, frames))
-    return [torch.stack([decoded[q.path][t] for t in q.timestamps_s]) for q in queries]
+        decoded[path] = (frames, {t: i for i, t in enumerate(seconds)})
+    out = []
+    for q in queries:
+        frames, row_of = decoded[q.path]
+        rows = torch.tensor([row_of[t] for t in q.timestamps_s])
+        # One transposing copy, on uint8, to contiguous CHW: later float conversion and batch
+        # collation then run on contiguous memory.
+        out.append(frames.index_select(0, rows).permute(0, 3, 1, 2).contiguous())
+    return out
 
 
 def _preview(values: Sequence, limit: int = 6) -> str:
