@@ -37,7 +37,8 @@ class DatasetCore:
 
     def __init__(self, source: str | os.PathLike, *, revision: str | None, episodes: Sequence[int] | None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None, tolerance_s: float,
-                 return_uint8: bool, image_transforms: Callable | None, video_backend: str | None) -> None:
+                 return_uint8: bool, image_transforms: Callable | None, video_backend: str | None,
+                 decode_device: str = "cpu") -> None:
         self.source = source
         self.revision = revision
         self.tolerance_s = check_positive_float("tolerance_s", tolerance_s)
@@ -48,7 +49,7 @@ class DatasetCore:
         self.episodes = select_episodes(self.meta, episodes)
         self.delta_timestamps = {k: list(v) for k, v in (delta_timestamps or {}).items()}
         self.offsets = delta_indices(self.meta, delta_timestamps, self.tolerance_s)
-        self.open_video = resolve_backend(video_backend)
+        self.open_video = resolve_backend(video_backend, decode_device)
         self.builder = SampleBuilder(self.meta, offsets=self.offsets,
                                      tolerance_s=self.tolerance_s, return_uint8=bool(return_uint8),
                                      image_transforms=image_transforms)

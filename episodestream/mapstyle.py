@@ -34,7 +34,7 @@ class EpisodeDataset(torch.utils.data.Dataset):
         self._core = DatasetCore(source, revision=revision, episodes=episodes,
                                  delta_timestamps=delta_timestamps, tolerance_s=tolerance_s,
                                  return_uint8=return_uint8, image_transforms=image_transforms,
-                                 video_backend=video_backend)
+                                 video_backend=video_backend, decode_device=decode_device)
         self._starts = np.cumsum([0] + [ep.length for ep in self._core.episodes])
         self._process: tuple[int, RowReader, DecoderCache, EpisodeVideos, OrderedDict[int, EpisodeRows]] | None = None
 

@@ -53,6 +53,8 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         image_transforms: a callable applied to every camera frame (or window) after decoding.
         video_backend: "torchcodec" (default when it loads) or "pyav"; also
             ``EPISODESTREAM_VIDEO_BACKEND``.
+        decode_device: "cpu", or "cuda"/"cuda:N" to decode on the GPU (NVDEC via torchcodec; frames
+            come out on that device, so iterate in the main process, num_workers=0).
 
     How to iterate:
         episode_pool_size: whole episodes each consumer holds in RAM (tabular rows only) and
@@ -79,6 +81,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
                  episode_pool_size: int = 16, shuffle: bool = True, seed: int = 0, return_uint8: bool = False,
                  image_transforms: Callable | None = None, video_backend: str | None = None,
+                 decode_device: str = "cpu",
                  rank: int | None = None, world_size: int | None = None, decode_group_size: int = 8,
                  prefetch_episodes: int = 4,
                  buffer_size: Any = None) -> None:
@@ -95,7 +98,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         self._core = DatasetCore(source, revision=revision, episodes=episodes,
                                  delta_timestamps=delta_timestamps, tolerance_s=tolerance_s,
                                  return_uint8=return_uint8, image_transforms=image_transforms,
-                                 video_backend=video_backend)
+                                 video_backend=video_backend, decode_device=decode_device)
         self._epoch = SharedEpoch()
         self._decoder_cache: DecoderCache | None = None
         self._resume_request: _ResumeRequest | None = None

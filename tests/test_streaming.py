@@ -152,3 +152,24 @@ def test_pipeline_is_traced_across_workers(many_episodes_root, tmp_path):
     assert {e["args"]["episode"] for e in admits} == {0, 1, 2, 3} and 4 <= len(admits) <= 5
     assert sum(e["args"]["frames"] for e in events if e["name"] == "decode") == len(samples)
     assert not any(e["name"] == "plan" for e in events), "detailed spans are off at level basic"
+
+
+def test_decode_device_is_validated(dataset_root):
+    with pytest.raises(ValueError, match=r"Invalid decode_device \('gpu'\). Supported values are 'cpu', 'cuda'"):
+        EpisodeStreamingDataset(dataset_root, decode_device="gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+            EpisodeStreamingDataset(dataset_root, decode_device="cuda")
+
+
+@pytest.mark.needs_cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU with CUDA builds of torch and "
+                    "torchcodec; this machine has none")
+def test_cuda_decoding_gives_the_cpu_frames(dataset_root):
+    from episodestream.synthetic import decode_frame_ids
+
+    gpu = EpisodeStreamingDataset(dataset_root, decode_device="cuda", seed=0, return_uint8=True)
+    for sample in gpu:
+        camera = gpu.meta.video_keys[0]
+        assert sample[camera].device.type == "cuda"
+        assert decode_frame_ids(sample[camera].cpu())[:2] == (int(sample["episode_index"]), int(sample["frame_index"]))

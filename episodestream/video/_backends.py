@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Literal, Protocol
@@ -25,7 +26,7 @@ class VideoReader(Protocol):
 
 
 class TorchCodecReader:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, device: str = "cpu") -> None:
         from torchcodec.decoders import VideoDecoder
 
         # "approximate" avoids scanning the whole file at open: the mp4 index is enough for
@@ -34,7 +35,7 @@ class TorchCodecReader:
         # One FFmpeg thread: parallelism comes from DataLoader workers. NHWC is FFmpeg's own
         # layout (NCHW would be a strided view, and every later copy of it a slow transpose).
         self._decoder = VideoDecoder(path, seek_mode="approximate", dimension_order="NHWC",
-                                     num_ffmpeg_threads=1)
+                                     num_ffmpeg_threads=1, device=device)
 
     def frames_played_at(self, seconds: Sequence[float]) -> tuple[torch.Tensor, np.ndarray]:
         batch = self._decoder.get_frames_played_at(seconds=list(seconds))
@@ -95,11 +96,28 @@ def _torchcodec_error() -> str | None:
     return None
 
 
-def resolve_backend(video_backend: str | None) -> Callable[[str], VideoReader]:
-    """The reader class for ``video_backend`` (argument, else ``EPISODESTREAM_VIDEO_BACKEND``).
+def _check_device(decode_device: str) -> str:
+    if not isinstance(decode_device, str) or not (decode_device == "cpu" or decode_device.startswith("cuda")):
+        raise ValueError(f"Invalid decode_device ({decode_device!r}). Supported values are 'cpu', 'cuda', 'cuda:N'.")
+    if decode_device != "cpu" and not torch.cuda.is_available():
+        raise RuntimeError(f"decode_device={decode_device!r} needs a CUDA GPU and a CUDA build of torch and "
+                           f"torchcodec; this torch ({torch.__version__}) sees no GPU. Use decode_device='cpu'.")
+    return decode_device
 
-    Unset means torchcodec when it loads, else PyAV with a warning saying why.
+
+def resolve_backend(video_backend: str | None, decode_device: str = "cpu") -> Callable[[str], VideoReader]:
+    """The reader factory for ``video_backend`` (argument, else ``EPISODESTREAM_VIDEO_BACKEND``).
+
+    Unset means torchcodec when it loads, else PyAV with a warning saying why. ``decode_device``
+    "cuda" decodes on the GPU (NVDEC through torchcodec; PyAV decodes on the CPU only).
     """
+    decode_device = _check_device(decode_device)
+    if decode_device != "cpu":
+        if video_backend not in (None, "torchcodec"):
+            raise ValueError(f"decode_device={decode_device!r} needs video_backend='torchcodec', got {video_backend!r}.")
+        if error := _torchcodec_error():
+            raise RuntimeError(f"decode_device={decode_device!r} needs torchcodec, which cannot load ({error}).")
+        return functools.partial(TorchCodecReader, device=decode_device)
     name = env_override("video_backend", video_backend, VIDEO_BACKEND_ENV, str)
     if name is not None:
         check_choice("video_backend", name, VIDEO_BACKENDS)
