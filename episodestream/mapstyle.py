@@ -30,7 +30,7 @@ class EpisodeDataset(torch.utils.data.Dataset):
                  episodes: Sequence[int] | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
                  return_uint8: bool = False, image_transforms: Callable | None = None,
-                 video_backend: str | None = None) -> None:
+                 video_backend: str | None = None, decode_device: str = "cpu") -> None:
         self._core = DatasetCore(source, revision=revision, episodes=episodes,
                                  delta_timestamps=delta_timestamps, tolerance_s=tolerance_s,
                                  return_uint8=return_uint8, image_transforms=image_transforms,
