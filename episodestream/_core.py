@@ -68,8 +68,3 @@ class DatasetCore:
         """A decoder cache holding ``working_set`` episodes' files of every camera (at most 128)."""
         capacity = max(1, min(MAX_DECODERS, working_set * max(1, len(self.meta.video_keys))))
         return DecoderCache(self.open_video, capacity=capacity)
-
-    def describe(self) -> dict[str, Any]:
-        return {"source": os.fspath(self.source), "revision": self.revision,
-                "episodes": len(self.episodes), "frames": self.num_frames, "fps": self.meta.fps,
-                "cameras": self.meta.camera_keys}

@@ -141,10 +141,6 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         return EpochPlan(point.segments, seed=request.seed, epoch=point.epoch, shuffle=request.shuffle,
                          world_size=self.world_size, leg=point.leg_index)
 
-    def epoch_plan(self, epoch: int | None = None) -> EpochPlan:
-        """The split of ``epoch`` (default: the current one) across ranks, without resume."""
-        return self._plan(None, epoch)
-
     def _resume_point(self, num_workers: int) -> ResumePoint | None:
         request = self._resume_request
         key = max(1, num_workers)
