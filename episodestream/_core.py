@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from ._files import EpisodeVideos
 from ._frames import SampleBuilder, delta_indices

@@ -32,7 +32,6 @@ import torch.utils.data
 
 from episodestream import EpisodeStreamingDataset, write_synthetic_dataset
 from episodestream._world import World
-from episodestream.video._cache import DecoderCache
 
 MODES = ("single", "sarm")
 SARM_STEPS = 8
