@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from ._files import EpisodeVideos
 from ._frames import SampleBuilder, delta_indices
@@ -37,14 +38,19 @@ class DatasetCore:
     def __init__(self, source: str | os.PathLike, *, revision: str | None, episodes: Sequence[int] | None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None, tolerance_s: float,
                  return_uint8: bool, image_transforms: Callable | None, video_backend: str | None,
-                 decode_device: str = "cpu") -> None:
+                 decode_device: str = "cpu", remote_options: Mapping[str, Any] | None = None,
+                 episodes_in_flight: int = 1) -> None:
         self.source = source
         self.revision = revision
         self.tolerance_s = check_positive_float("tolerance_s", tolerance_s)
         if image_transforms is not None and not callable(image_transforms):
             raise TypeError(f"image_transforms must be callable, got {image_transforms!r}.")
-        self.files = open_source(source, revision=revision)
+        self.files = open_source(source, revision=revision, **(remote_options or {}))
         self.meta = load_metadata(self.files)
+        # A remote cache must hold what one consumer keeps in flight; refuse a smaller budget now
+        # rather than stall mid-epoch.
+        if (check_budget := getattr(self.files, "check_cache_budget", None)) is not None:
+            check_budget(self.meta, episodes_in_flight=episodes_in_flight)
         self.episodes = select_episodes(self.meta, episodes)
         self.delta_timestamps = {k: list(v) for k, v in (delta_timestamps or {}).items()}
         self.offsets = delta_indices(self.meta, delta_timestamps, self.tolerance_s)

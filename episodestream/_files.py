@@ -63,6 +63,10 @@ class DatasetFiles(Protocol):
         """A new per-consumer ``EpisodeVideos`` (made inside the consumer's process)."""
         ...
 
+    def close(self) -> None:
+        """Release what this process holds (remote: its references to cached metadata)."""
+        ...
+
 
 def check_relpath(relpath: str, *, what: str) -> str:
     """Normalise a dataset-relative path; refuse absolute paths and ones that escape the root.
@@ -117,6 +121,9 @@ class LocalFiles:
 
     def episode_videos(self) -> "LocalVideos":
         return LocalVideos(self)
+
+    def close(self) -> None:
+        pass
 
 
 class LocalVideos:

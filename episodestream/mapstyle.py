@@ -30,11 +30,18 @@ class EpisodeDataset(torch.utils.data.Dataset):
                  episodes: Sequence[int] | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
                  return_uint8: bool = False, image_transforms: Callable | None = None,
-                 video_backend: str | None = None, decode_device: str = "cpu") -> None:
+                 video_backend: str | None = None, decode_device: str = "cpu",
+                 cache_dir: str | os.PathLike | None = None, cache_limit: int | str | None = None,
+                 storage_options: Mapping[str, Any] | None = None, token: str | None = None,
+                 hub_endpoint: str | None = None) -> None:
         self._core = DatasetCore(source, revision=revision, episodes=episodes,
                                  delta_timestamps=delta_timestamps, tolerance_s=tolerance_s,
                                  return_uint8=return_uint8, image_transforms=image_transforms,
-                                 video_backend=video_backend, decode_device=decode_device)
+                                 video_backend=video_backend, decode_device=decode_device,
+                                 remote_options=dict(cache_dir=cache_dir, cache_limit=cache_limit,
+                                                     storage_options=storage_options, token=token,
+                                                     hub_endpoint=hub_endpoint),
+                                 episodes_in_flight=_ROWS_CACHED + 1)
         self._starts = np.cumsum([0] + [ep.length for ep in self._core.episodes])
         self._process: tuple[int, RowReader, DecoderCache, EpisodeVideos, OrderedDict[int, EpisodeRows]] | None = None
 
@@ -61,6 +68,14 @@ class EpisodeDataset(torch.utils.data.Dataset):
             self._process = (os.getpid(), self._core.row_reader(), self._core.decoder_cache(_ROWS_CACHED),
                              self._core.episode_videos(), OrderedDict())
         return self._process
+
+    def close(self) -> None:
+        """Close this process's decoders and release cached video and metadata (remote sources)."""
+        if self._process is not None and self._process[0] == os.getpid():
+            self._process[2].close()
+            self._process[3].close()
+        self._process = None
+        self._core.files.close()
 
     def _rows(self, episode_index: int) -> EpisodeRows:
         _, reader, _, videos, cached = self._per_process()

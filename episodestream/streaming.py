@@ -42,8 +42,10 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
     """Streams uniformly random frames from a pool of whole episodes, decoding video only on emit.
 
     What to read:
-        source: a LeRobot v3.0 dataset folder.
-        revision: a Hub revision (for remote sources; must be None for a local folder).
+        source: a LeRobot v3.0 dataset: a local (or network-mounted) folder, read in place; a URL
+            (``hf://datasets/owner/name``, ``s3://bucket/path``, ``gs://...``, other fsspec URLs);
+            or a Hub dataset repo id (``"lerobot/aloha_mobile_cabinet"``).
+        revision: a Hub branch, tag or commit, resolved once to a commit (None for local folders).
         episodes: episode indices to use (default: all). Honoured by the split, ``len`` and resume.
         delta_timestamps: ``{feature_key: [seconds, ...]}`` windows, each a multiple of 1/fps.
         tolerance_s: how far a decoded frame's time, or a delta's rounding, may be from the query.
@@ -55,6 +57,14 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
             ``EPISODESTREAM_VIDEO_BACKEND``.
         decode_device: "cpu", or "cuda"/"cuda:N" to decode on the GPU (NVDEC via torchcodec; frames
             come out on that device, so iterate in the main process, num_workers=0).
+
+    Remote sources (ignored for local folders):
+        cache_dir: where fetched bytes live (default ``EPISODESTREAM_CACHE_DIR``, else the user's
+            cache directory); shared, refcounted, by every process of the node.
+        cache_limit: disk budget such as "20GB" (default ``EPISODESTREAM_CACHE_LIMIT``); a budget
+            smaller than the pool's working set is refused here, with the minimum.
+        storage_options: fsspec options for bucket URLs (credentials, endpoint).
+        token, hub_endpoint: Hugging Face token and endpoint (default: huggingface_hub's own).
 
     How to iterate:
         episode_pool_size: whole episodes each consumer holds in RAM (tabular rows only) and
@@ -84,6 +94,9 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
                  decode_device: str = "cpu",
                  rank: int | None = None, world_size: int | None = None, decode_group_size: int = 8,
                  prefetch_episodes: int = 4,
+                 cache_dir: str | os.PathLike | None = None, cache_limit: int | str | None = None,
+                 storage_options: Mapping[str, Any] | None = None, token: str | None = None,
+                 hub_endpoint: str | None = None,
                  buffer_size: Any = None) -> None:
         super().__init__()
         if buffer_size is not None:
@@ -98,7 +111,11 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         self._core = DatasetCore(source, revision=revision, episodes=episodes,
                                  delta_timestamps=delta_timestamps, tolerance_s=tolerance_s,
                                  return_uint8=return_uint8, image_transforms=image_transforms,
-                                 video_backend=video_backend, decode_device=decode_device)
+                                 video_backend=video_backend, decode_device=decode_device,
+                                 remote_options=dict(cache_dir=cache_dir, cache_limit=cache_limit,
+                                                     storage_options=storage_options, token=token,
+                                                     hub_endpoint=hub_endpoint),
+                                 episodes_in_flight=self.episode_pool_size + self.prefetch_episodes + 1)
         self._epoch = SharedEpoch()
         self._decoder_cache: DecoderCache | None = None
         self._resume_request: _ResumeRequest | None = None
@@ -165,6 +182,10 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         steps = consumer_schedule(plan.share(role), pool_size=self.episode_pool_size, shuffle=plan.shuffle,
                                   rng=consumer_rng(plan.seed, epoch, role, leg=plan.leg))
         return skip_emits(steps, skip) if skip else steps
+
+    def close(self) -> None:
+        """Release this process's hold on a remote source's cached metadata (no-op when local)."""
+        self._core.files.close()
 
     def decoder_stats(self) -> dict[str, int] | None:
         """Hits, misses and evictions of this process's decoder cache (None before iterating)."""

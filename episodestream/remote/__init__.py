@@ -1,0 +1,36 @@
+"""Remote sources: streaming from the Hub, buckets and fsspec URLs through a node-wide cache, the
+adaptive download controller and node-wide download permits."""
+
+from ._cache import CacheFullError, EntryState, NodeCache
+from ._controller import (
+    ControllerConfig,
+    DownloadController,
+    DownloadError,
+    LinkEstimator,
+    RetryPolicy,
+)
+from ._files import RemoteFiles, RemoteVideos, default_cache_dir, open_remote_source
+from ._mp4 import Mp4LayoutError
+from ._permits import NodePermits
+from ._reader import ChunkedReader, RangedFile, ReadStats, fetch_range
+
+__all__ = [
+    "CacheFullError",
+    "ChunkedReader",
+    "ControllerConfig",
+    "DownloadController",
+    "DownloadError",
+    "EntryState",
+    "LinkEstimator",
+    "Mp4LayoutError",
+    "NodeCache",
+    "NodePermits",
+    "RangedFile",
+    "ReadStats",
+    "RemoteFiles",
+    "RemoteVideos",
+    "RetryPolicy",
+    "default_cache_dir",
+    "fetch_range",
+    "open_remote_source",
+]

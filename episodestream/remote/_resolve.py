@@ -1,0 +1,238 @@
+"""From a remote ``source`` to an fsspec filesystem, the dataset's root in it and a pinned revision.
+
+Hub sources (``owner/name`` or ``hf://datasets/owner/name[@revision][/subfolder]``) resolve
+``revision`` (default ``main``) once, here, to a commit sha; the root then names that sha, so every
+process that unpickles the result reads the same bytes even if the branch moves. Other URLs go to
+the fsspec filesystem of their scheme (``s3://`` s3fs, ``gs://`` gcsfs, ``file://``, ...), with
+``storage_options`` and the clients' usual credential lookup (AWS/GCP environment and config).
+
+Secrets (the Hub token, keys inside ``storage_options``) are never put into a description, an
+error message or a repr; errors from the clients are re-raised with them redacted and their chain
+cut, so no traceback shows a header either.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import fsspec
+
+DEFAULT_HUB_ENDPOINT = "https://huggingface.co"
+CACHE_DIR_ENV = "EPISODESTREAM_CACHE_DIR"
+CACHE_LIMIT_ENV = "EPISODESTREAM_CACHE_LIMIT"
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+_SECRET_KEYS = ("token", "secret", "key", "password", "credential", "session")
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file of the listing: its size and a version (Hub blob id, S3 ETag, mtime) for cache keys."""
+
+    size: int
+    version: str
+
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    """Where a remote dataset is, as plain picklable data; ``filesystem()`` makes a client."""
+
+    protocol: str  # fsspec protocol: "hf", "s3", "gs", "file", ...
+    root: str  # the dataset root inside the filesystem, without protocol
+    description: str  # for messages, e.g. "hf://datasets/lerobot/pusht@<sha>" (never a secret)
+    cache_key: str  # the cache folder of this source (and revision)
+    revision_sha: str | None = None  # Hub only: the commit every process reads
+    endpoint: str | None = None  # Hub only
+    token: Any = field(default=None, repr=False)
+    storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def filesystem(self) -> fsspec.AbstractFileSystem:
+        """A new client (not fsspec's per-process instance cache: each process makes its own)."""
+        if self.protocol == "hf":
+            from huggingface_hub import HfFileSystem
+
+            return HfFileSystem(endpoint=self.endpoint, token=self.token, skip_instance_cache=True,
+                                **dict(self.storage_options))
+        return fsspec.filesystem(self.protocol, skip_instance_cache=True, **dict(self.storage_options))
+
+    def secrets(self) -> list[str]:
+        return _secrets(self.token, self.storage_options)
+
+    def path(self, relpath: str) -> str:
+        return f"{self.root}/{relpath}" if relpath else self.root
+
+
+def _secrets(token: Any, options: Mapping[str, Any]) -> list[str]:
+    found = [token] if isinstance(token, str) and token else []
+
+    def walk(value: Any, key: str = "") -> None:
+        if isinstance(value, Mapping):
+            for k, v in value.items():
+                walk(v, str(k))
+        elif isinstance(value, str) and len(value) >= 4 and any(s in key.lower() for s in _SECRET_KEYS):
+            found.append(value)
+
+    walk(options)
+    return found
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+def _cache_key(*parts: str, readable: str) -> str:
+    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
+    slug = re.sub(r"[^A-Za-z0-9._]+", "_", readable).strip("_")[:80]
+    return f"{slug}-{digest}"
+
+
+def looks_like_hub_repo(source: str) -> bool:
+    return bool(_REPO_ID.match(source))
+
+
+def resolve_source(source: str, *, revision: str | None, storage_options: Mapping[str, Any] | None,
+                   hub_endpoint: str | None, token: Any) -> ResolvedSource:
+    """Resolve a URL or Hub repo id; Hub revisions become a commit sha (one request)."""
+    options = dict(storage_options or {})
+    parsed = urlparse(source)
+    if parsed.scheme in ("", "hf"):
+        if parsed.scheme == "":
+            if not looks_like_hub_repo(source):
+                raise FileNotFoundError(
+                    f"source {source!r} is neither an existing local folder, nor a URL with a scheme "
+                    f"(hf://, s3://, gs://, file://, ...), nor a Hub repo id like 'lerobot/pusht'.")
+            repo_id, subfolder, url_revision = source, "", None
+        else:
+            repo_id, subfolder, url_revision = _parse_hf_url(source)
+        if url_revision is not None and revision is not None and url_revision != revision:
+            raise ValueError(f"source {source!r} names revision {url_revision!r} but revision={revision!r} "
+                             f"was passed; give it once.")
+        return _resolve_hub(repo_id, subfolder, revision or url_revision, options, hub_endpoint, token)
+    if revision is not None:
+        raise ValueError(f"revision={revision!r} applies to Hub datasets; {source!r} is a "
+                         f"{parsed.scheme}:// URL, read as it is. Pass revision=None.")
+    if token is not None:
+        raise ValueError(f"token= is for Hub datasets; pass credentials for {parsed.scheme}:// in "
+                         f"storage_options (or the client's usual environment and config).")
+    protocol = parsed.scheme
+    try:
+        fs_class = fsspec.get_filesystem_class(protocol)
+    except (ImportError, ValueError) as error:
+        hint = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs"}.get(protocol)
+        raise ImportError(f"source {source!r} needs the fsspec filesystem for {protocol}://"
+                          + (f": pip install {hint}" if hint else "") + f" ({error})") from None
+    root = fs_class._strip_protocol(source).rstrip("/")
+    description = f"{protocol}://{root.lstrip('/')}" if protocol != "file" else f"file://{root}"
+    identity = (protocol, root, repr(sorted((k, repr(v)) for k, v in options.items()
+                                              if k in ("endpoint_url", "client_kwargs"))))
+    return ResolvedSource(protocol, root, description, _cache_key(*identity, readable=f"{protocol}_{root}"),
+                          storage_options=options)
+
+
+def _parse_hf_url(source: str) -> tuple[str, str, str | None]:
+    # hf://datasets/owner/name[@revision][/path]; revisions may be percent-encoded ("refs%2Fpr%2F1").
+    rest = source[len("hf://"):]
+    parts = rest.split("/")
+    if len(parts) < 3 or parts[0] != "datasets":
+        raise ValueError(f"source {source!r}: Hub URLs look like hf://datasets/<owner>/<name>[@revision]"
+                         f"[/folder] (episodestream reads dataset repos).")
+    owner, name = parts[1], parts[2]
+    revision = None
+    if "@" in name:
+        name, revision = name.split("@", 1)
+        revision = unquote(revision)
+    return f"{owner}/{name}", "/".join(p for p in parts[3:] if p), revision
+
+
+def _hub_endpoint(hub_endpoint: str | None) -> str:
+    # Read when needed: huggingface_hub reads HF_ENDPOINT once at import, too early for a process
+    # (or a test) that sets it before building a dataset.
+    return (hub_endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_HUB_ENDPOINT).rstrip("/")
+
+
+def _resolve_hub(repo_id: str, subfolder: str, revision: str | None, options: dict, hub_endpoint: str | None,
+                 token: Any) -> ResolvedSource:
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+    endpoint = _hub_endpoint(hub_endpoint)
+    secrets = _secrets(token, options)
+    shown_revision = revision or "main"
+    where = f"Hub dataset {repo_id!r} at {endpoint}"
+    try:
+        info = HfApi(endpoint=endpoint, token=token).dataset_info(repo_id, revision=revision)
+    except RevisionNotFoundError:
+        raise FileNotFoundError(f"revision {shown_revision!r} not found in {where}: pass a branch, tag or "
+                                f"commit sha that exists.") from None
+    except RepositoryNotFoundError as error:
+        status = getattr(getattr(error, "response", None), "status_code", None)
+        raise FileNotFoundError(
+            f"{where} not found" + (f" (HTTP {status})" if status else "") + ". Check the repo id; a private "
+            "or gated dataset needs a token with access (token=, HF_TOKEN or `hf auth login`).") from None
+    except HfHubHTTPError as error:
+        status = getattr(getattr(error, "response", None), "status_code", None)
+        message = redact(str(error).splitlines()[0] if str(error) else type(error).__name__, secrets)
+        if status in (401, 403):
+            raise PermissionError(f"{where} refused the credentials given (HTTP {status}: {message}). Check "
+                                  f"the token (token=, HF_TOKEN or `hf auth login`); it is not shown "
+                                  f"here.") from None
+        raise ConnectionError(f"Reading {where} (revision {shown_revision!r}) failed: {message}") from None
+    except Exception as error:  # connection refused, DNS, timeouts: httpx's own classes, not OSError
+        raise ConnectionError(f"Could not reach {where}: {type(error).__name__}: "
+                              f"{redact(str(error), secrets)}") from None
+    sha = info.sha
+    if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{40}", sha):
+        raise ConnectionError(f"{where} answered revision {shown_revision!r} without a commit sha ({sha!r}).")
+    root = f"datasets/{repo_id}@{sha}" + (f"/{subfolder}" if subfolder else "")
+    description = f"hf://datasets/{repo_id}@{sha}" + (f"/{subfolder}" if subfolder else "")
+    key = _cache_key(endpoint, repo_id, sha, subfolder, readable=f"hub_{repo_id}_{sha[:12]}_{subfolder}")
+    return ResolvedSource("hf", root, description, key, revision_sha=sha, endpoint=endpoint, token=token,
+                          storage_options=options)
+
+
+def default_cache_dir() -> Path:
+    """``$EPISODESTREAM_CACHE_DIR``, else ``$XDG_CACHE_HOME/episodestream``, else ``~/.cache/episodestream``."""
+    configured = os.environ.get(CACHE_DIR_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "episodestream"
+
+
+def list_source(resolved: ResolvedSource) -> dict[str, FileEntry]:
+    """Every file below the root with its size and version: one recursive listing (paged by the client)."""
+    fs = resolved.filesystem()
+    secrets_ = resolved.secrets()
+    try:
+        found = fs.find(resolved.root, detail=True, withdirs=False)
+    except Exception as error:  # each client has its own hierarchy (OSError, httpx, botocore)
+        status = getattr(getattr(error, "response", None), "status_code", None)
+        message = redact(str(error).splitlines()[0] if str(error) else type(error).__name__, secrets_)
+        if isinstance(error, PermissionError) or status in (401, 403):
+            raise PermissionError(f"Listing {resolved.description} was refused: {message}. Check the credentials "
+                                  f"(storage_options=, or the client's environment and config files); they are "
+                                  f"not shown here.") from None
+        if isinstance(error, FileNotFoundError) or status == 404:
+            raise FileNotFoundError(f"{resolved.description} not found: {message}") from None
+        raise ConnectionError(f"Listing {resolved.description} failed: {type(error).__name__}: {message}") from None
+    root = resolved.root.rstrip("/")
+    listing = {}
+    for path, info in found.items():
+        path = fs._strip_protocol(path) if "://" in path else path
+        if not path.startswith(root + "/") or info.get("type", "file") != "file":
+            continue
+        version = next((str(info[k]) for k in ("blob_id", "ETag", "etag", "md5Hash", "generation", "mtime", "oid")
+                        if info.get(k)), "")
+        listing[path[len(root) + 1:]] = FileEntry(int(info.get("size") or 0), version)
+    if not listing:
+        raise FileNotFoundError(f"{resolved.description} holds no files: check the path (a LeRobot v3.0 dataset "
+                                f"has meta/info.json below its root).")
+    return listing

@@ -1,0 +1,165 @@
+"""The node cache: one download per entry however many threads and processes want it, references
+by live processes only, atomic entries, the disk budget, and a process killed mid-download."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from episodestream import EpisodeStreamingDataset
+from episodestream.remote import CacheFullError, EntryState, NodeCache, open_remote_source
+from episodestream.testing import FakeHub, ShapingProxy
+
+from .conftest import SPANS_REPO, assert_same_samples, cache_files, remote_dataset
+
+FORK = multiprocessing.get_context("fork")
+
+
+def _slow_fetch(log: Path, payload: bytes, delay_s: float = 0.3):
+    def fetch(tmp: Path) -> None:
+        with open(log, "a") as file:  # O_APPEND: one line per download, from any process
+            file.write(f"{os.getpid()}\n")
+        time.sleep(delay_s)
+        tmp.write_bytes(payload)
+    return fetch
+
+
+def _acquire_in_child(root: Path, log: Path, holder: str, acquired, release) -> None:
+    cache = NodeCache(root, timeout_s=30)
+    path = cache.acquire("entry.bin", holder, _slow_fetch(log, b"x" * 5000), size_bytes=5000)
+    assert path.read_bytes() == b"x" * 5000
+    acquired.set()
+    release.wait(30)
+    cache.release("entry.bin", holder)
+
+
+def test_one_download_per_entry_across_threads_and_processes(tmp_path):
+    root, log = tmp_path / "cache", tmp_path / "fetches.log"
+    acquired, release = [FORK.Event() for _ in range(2)], FORK.Event()
+    children = [FORK.Process(target=_acquire_in_child, args=(root, log, f"p{i}", acquired[i], release))
+                for i in range(2)]
+    for child in children:
+        child.start()
+    cache = NodeCache(root, timeout_s=30)
+    paths = []
+    threads = [threading.Thread(target=lambda i=i: paths.append(
+        cache.acquire("entry.bin", f"t{i}", _slow_fetch(log, b"x" * 5000), size_bytes=5000))) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(event.wait(30) for event in acquired)  # everyone holds it at once
+    assert cache.state("entry.bin") is EntryState.LOCAL and cache.refcount("entry.bin") == 5
+    assert not any(cache.release("entry.bin", f"t{i}") for i in range(3))  # the children still use it
+    release.set()
+    for child in children:
+        child.join(30)
+        assert child.exitcode == 0
+    assert len(log.read_text().split()) == 1  # one download, whoever did it
+    assert cache.state("entry.bin") is EntryState.REMOTE and cache_files(root) == []
+
+
+def _acquire_and_die(root: Path, name: str) -> None:
+    NodeCache(root).acquire(name, "dead", lambda tmp: tmp.write_bytes(b"held"), size_bytes=4)
+    os._exit(0)  # no release: the marker stays behind
+
+
+def test_users_that_died_do_not_count(tmp_path):
+    root = tmp_path / "cache"
+    child = FORK.Process(target=_acquire_and_die, args=(root, "a.bin"))
+    child.start()
+    child.join(30)
+    cache = NodeCache(root)
+    assert cache.state("a.bin") is EntryState.LOCAL and cache.refcount("a.bin") == 0
+    cache.acquire("a.bin", "me", lambda tmp: pytest.fail("a complete entry is not fetched again"), size_bytes=4)
+    # A marker naming this pid with another start time is a former process that had this pid.
+    (root / "a.bin.refs" / f"{cache.marker('x').rsplit('-', 2)[0]}-999-old").touch()
+    assert cache.refcount("a.bin") == 1
+    assert cache.release("a.bin", "me") and cache_files(root) == []
+    # What only dead processes used is pruned (open_remote_source does it at start).
+    for name in ("b.bin", "c.bin"):
+        child = FORK.Process(target=_acquire_and_die, args=(root, name))
+        child.start()
+        child.join(30)
+    cache.acquire("c.bin", "me", lambda tmp: None, size_bytes=4)
+    assert cache.prune() == ["b.bin"] and cache.state("c.bin") is EntryState.LOCAL
+    cache.release("c.bin", "me")
+    assert cache_files(root) == []
+
+
+def test_budget_waits_for_space_and_evicts_what_nobody_uses(tmp_path):
+    root = tmp_path / "cache"
+    cache = NodeCache(root, limit_bytes=20_000, timeout_s=0.5)
+    cache.acquire("x.bin", "a", lambda tmp: tmp.write_bytes(b"x" * 12_000), size_bytes=12_000)
+    assert cache.usage_bytes() == 12_288  # whole 4 KiB blocks
+    with pytest.raises(CacheFullError, match=r"cache_limit=20000 bytes is full .* y\.bin needs 12288 more"):
+        cache.acquire("y.bin", "b", lambda tmp: tmp.write_bytes(b"y" * 12_000), size_bytes=12_000)
+    assert cache.state("y.bin") is EntryState.REMOTE
+    with pytest.raises(CacheFullError, match="more than cache_limit=20000 bytes allows in all"):
+        cache.acquire("z.bin", "b", lambda tmp: None, size_bytes=30_000)
+    # Released by another thread while we wait: the download goes ahead.
+    threading.Timer(0.2, cache.release, args=("x.bin", "a")).start()
+    NodeCache(root, limit_bytes=20_000, timeout_s=5).acquire(
+        "y.bin", "b", lambda tmp: tmp.write_bytes(b"y" * 12_000), size_bytes=12_000)
+    # An entry whose only user died is deleted when its space is needed, not before.
+    child = FORK.Process(target=_acquire_and_die, args=(root, "w.bin"))
+    child.start()
+    child.join(30)
+    assert cache.state("w.bin") is EntryState.LOCAL and cache.usage_bytes() == 12_288 + 4096
+    cache.release("y.bin", "b")
+    assert cache.state("w.bin") is EntryState.LOCAL
+    cache.acquire("v.bin", "c", lambda tmp: tmp.write_bytes(b"v" * 16_000), size_bytes=16_000)
+    assert cache.state("w.bin") is EntryState.REMOTE and cache.usage_bytes() == 16_384
+    cache.release("v.bin", "c")
+    assert cache_files(root) == []
+
+
+def _fetch_span_in_child(files, episode) -> None:
+    videos = files.episode_videos()
+    videos.path(episode, next(iter(episode.videos)))  # killed while this downloads
+
+
+def test_process_killed_mid_download_leaves_a_usable_cache(hub_root, spans_root, tmp_path):
+    cache_dir = tmp_path / "cache"
+    options = dict(episode_pool_size=2, seed=1)
+    expected = list(EpisodeStreamingDataset(spans_root, **options))
+    with FakeHub(hub_root, redirect_resolve=True) as hub, ShapingProxy(hub.cdn_url) as cdn:
+        hub.redirect_base_url = cdn.url  # file bytes come through the shaped link
+        files = open_remote_source(SPANS_REPO, cache_dir=cache_dir, hub_endpoint=hub.url, token=False)
+        with remote_dataset(EpisodeStreamingDataset, SPANS_REPO, cache_dir=cache_dir, hub_endpoint=hub.url,
+                            token=False) as probe:
+            meta = probe.meta
+        first, second = meta.episodes[0], meta.episodes[1]
+        key = next(iter(first.videos))
+        assert first.videos[key].relpath == second.videos[key].relpath
+        videos = files.episode_videos()
+        videos.path(first, key)  # the file's header is local now, held by this process
+        cdn.update(latency_s=5.0)  # the span's request will wait seconds on the link
+        child = FORK.Process(target=_fetch_span_in_child, args=(files, second))
+        child.start()
+        deadline = time.monotonic() + 20
+        while not list(cache_dir.rglob("*.mp4.tmp-*")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(10)
+        partial = list(cache_dir.rglob("*.mp4.tmp-*"))
+        assert partial, "the child was killed after its download finished; slow the link further"
+        span_name = str(partial[0].relative_to(cache_dir)).split(".tmp-")[0]
+        assert files.cache.state(span_name) is not EntryState.LOCAL  # nothing passes for complete
+        assert not (cache_dir / span_name).exists()
+        videos.close()
+        files.close()
+        # The next run takes the dead process's lock at once, removes its leftovers and succeeds.
+        cdn.update(latency_s=0.0)
+        start_s = time.monotonic()
+        with remote_dataset(EpisodeStreamingDataset, SPANS_REPO, cache_dir=cache_dir, hub_endpoint=hub.url,
+                            token=False, **options) as dataset:
+            assert_same_samples(list(dataset), expected)
+        assert time.monotonic() - start_s < 30
+    assert cache_files(cache_dir) == []

@@ -1,0 +1,155 @@
+"""Missing repo, revision or file, refused credentials, a cache budget too small: errors that name
+what and where, and never the secret."""
+
+from __future__ import annotations
+
+import shutil
+import traceback
+import urllib.request
+
+import pytest
+
+from episodestream import EpisodeStreamingDataset
+from episodestream.remote import open_remote_source
+from episodestream.testing import FakeHub, S3Server
+
+from .conftest import REPO, cache_files, remote_dataset
+
+TOKEN = "hf_right_token_0123456789"
+WRONG = "hf_wrong_token_9876543210"
+
+
+def _everything_said(error: BaseException) -> str:
+    """The message, repr and the whole printed traceback (chained causes included)."""
+    return str(error) + repr(error) + "".join(traceback.format_exception(error))
+
+
+def test_missing_repo_and_revision(hub_root, tmp_path):
+    with FakeHub(hub_root) as hub:
+        options = dict(cache_dir=tmp_path, hub_endpoint=hub.url, token=False)
+        with pytest.raises(FileNotFoundError, match=r"Hub dataset 'lerobot/nope' at http://127\.0\.0\.1:\d+ not found"):
+            open_remote_source("lerobot/nope", **options)
+        with pytest.raises(FileNotFoundError, match=r"revision 'v9' not found in Hub dataset 'lerobot/main'"):
+            open_remote_source(REPO, revision="v9", **options)
+        with pytest.raises(FileNotFoundError, match=r"revision 'v9' not found"):
+            open_remote_source(f"hf://datasets/{REPO}@v9", **options)
+        with pytest.raises(ValueError, match="names revision 'v1' but revision='v2'"):
+            open_remote_source(f"hf://datasets/{REPO}@v1", revision="v2", **options)
+        with pytest.raises(FileNotFoundError, match=r"hf://datasets/lerobot/main@[0-9a-f]{40}/nothing holds no files"):
+            open_remote_source(f"hf://datasets/{REPO}/nothing", **options)
+        url = hub.url
+    with pytest.raises(ConnectionError, match=r"Could not reach Hub dataset 'lerobot/main' at http://127"):
+        open_remote_source(REPO, cache_dir=tmp_path, hub_endpoint=url, token=False)  # the server is gone
+
+
+@pytest.mark.parametrize("what", ["video", "data"])
+def test_missing_file_names_the_file(what, dataset_root, tmp_path):
+    root = tmp_path / "hub"
+    repo = root / "datasets" / REPO
+    shutil.copytree(dataset_root, repo)
+    relpath = ("videos/observation.images.wrist/chunk-000/file-001.mp4" if what == "video"
+               else "data/chunk-000/file-002.parquet")
+    (repo / relpath).unlink()
+    with FakeHub(root) as hub, remote_dataset(EpisodeStreamingDataset, REPO, cache_dir=tmp_path / "cache",
+                                              hub_endpoint=hub.url, token=False, shuffle=False) as dataset:
+        with pytest.raises(FileNotFoundError) as caught:
+            list(dataset)
+    assert f"hf://datasets/{REPO}@" in str(caught.value) and relpath in str(caught.value)
+    assert cache_files(tmp_path / "cache") == []
+
+
+def test_hub_token_refused_or_missing_never_shown(hub_root, tmp_path, caplog):
+    with FakeHub(hub_root, token=TOKEN) as hub:
+        options = dict(cache_dir=tmp_path, hub_endpoint=hub.url)
+        with pytest.raises(PermissionError, match="refused the credentials") as refused:
+            open_remote_source(REPO, token=WRONG, **options)
+        with pytest.raises(FileNotFoundError, match="needs a token") as missing:
+            open_remote_source(REPO, token=False, **options)
+        files = open_remote_source(REPO, token=TOKEN, **options)
+        try:
+            assert files.exists("meta/info.json") and TOKEN not in repr(files.__dict__.get("_resolved"))
+            assert files.read_bytes("meta/info.json").startswith(b"{")
+        finally:
+            files.close()
+    for error in (refused.value, missing.value):
+        said = _everything_said(error)
+        assert WRONG not in said and TOKEN not in said
+    assert WRONG not in caplog.text and TOKEN not in caplog.text
+
+
+def test_s3_denied_credentials_and_missing_bucket(dataset_root, tmp_path):
+    pytest.importorskip("s3fs")
+    with S3Server() as s3:
+        s3.upload_folder(dataset_root, "robot-data", "lerobot/main")
+        options = s3.storage_options()
+        options.update(key="AKIAWRONGKEY0000", secret="wrong-secret-never-shown")
+        _enforce_moto_auth(s3.url, True)
+        try:
+            with pytest.raises(PermissionError, match=r"Listing s3://robot-data/lerobot/main was refused") as denied:
+                open_remote_source("s3://robot-data/lerobot/main", cache_dir=tmp_path, storage_options=options)
+        finally:
+            _enforce_moto_auth(s3.url, False)
+        said = _everything_said(denied.value)
+        assert "wrong-secret-never-shown" not in said
+        with pytest.raises(FileNotFoundError, match=r"s3://robot-data/lerobot/absent holds no files"):
+            open_remote_source("s3://robot-data/lerobot/absent", cache_dir=tmp_path,
+                               storage_options=s3.storage_options())
+        with pytest.raises(FileNotFoundError, match=r"s3://no-such-bucket/x"):
+            open_remote_source("s3://no-such-bucket/x", cache_dir=tmp_path, storage_options=s3.storage_options())
+
+
+def _enforce_moto_auth(url: str, enforce: bool) -> None:
+    """moto checks signatures against its IAM users only once told to (process-wide switch)."""
+    body = b"0" if enforce else b"inf"
+    request = urllib.request.Request(f"{url}/moto-api/reset-auth", data=body, method="POST",
+                                     headers={"Content-Type": "text/plain"})  # a form body would be parsed away
+    with urllib.request.urlopen(request, timeout=10) as response:
+        response.read()
+
+
+def _minimum(error: pytest.ExceptionInfo) -> int:
+    return int(str(error.value).split("at least ")[1].split(" bytes")[0])
+
+
+def test_cache_limit_too_small_says_the_minimum(hub_root, tmp_path):
+    pattern = r"cache_limit=\d+ bytes .* is too small for hf://datasets/lerobot/main@[0-9a-f]{40}: "
+    with FakeHub(hub_root) as hub:
+        build = dict(hub_endpoint=hub.url, token=False, episode_pool_size=4)
+        # Below the metadata: refused before anything is downloaded.
+        with pytest.raises(ValueError, match=pattern + "the dataset's metadata files alone take .* at least \\d+ bytes") as small:
+            with remote_dataset(EpisodeStreamingDataset, REPO, cache_dir=tmp_path / "a", cache_limit="20KB", **build):
+                pass
+        assert cache_files(tmp_path / "a") == []
+        metadata_minimum = _minimum(small)
+        # Enough for the metadata, not for the pool's working set: refused at construction.
+        with pytest.raises(ValueError, match=pattern + "one consumer holds .* at least \\d+ bytes") as small:
+            with remote_dataset(EpisodeStreamingDataset, REPO, cache_dir=tmp_path / "b",
+                                cache_limit=metadata_minimum, **build):
+                pass
+        minimum = _minimum(small)
+        # The minimum it names is enough: an epoch runs within it.
+        with remote_dataset(EpisodeStreamingDataset, REPO, cache_dir=tmp_path / "c", cache_limit=minimum,
+                            **build) as dataset:
+            assert len(list(dataset)) == len(dataset)
+            assert dataset._core.files.cache.usage_bytes() <= minimum
+    with pytest.raises(ValueError, match=r"cache_limit must be a positive size like '20GB'.*got 'lots'"):
+        open_remote_source(REPO, cache_dir=tmp_path, cache_limit="lots")
+
+
+def test_environment_variables_are_read_when_needed(hub_root, tmp_path, monkeypatch):
+    monkeypatch.setenv("EPISODESTREAM_CACHE_DIR", str(tmp_path / "from-env"))
+    monkeypatch.setenv("EPISODESTREAM_CACHE_LIMIT", "3GB")
+    with FakeHub(hub_root) as hub:
+        files = open_remote_source(REPO, hub_endpoint=hub.url, token=False)
+        try:
+            assert files.cache.root == tmp_path / "from-env" and files.cache.limit_bytes == 3 * 10**9
+            files.local_path("meta/info.json")
+            assert cache_files(tmp_path / "from-env")
+        finally:
+            files.close()
+        monkeypatch.setenv("EPISODESTREAM_CACHE_LIMIT", "huge")
+        with pytest.raises(ValueError, match="EPISODESTREAM_CACHE_LIMIT='huge'"):
+            open_remote_source(REPO, hub_endpoint=hub.url, token=False)
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)  # read at call time, not when huggingface_hub was imported
+        files = open_remote_source(REPO, token=False, cache_limit="1GB")
+        files.close()

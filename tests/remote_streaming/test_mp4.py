@@ -1,0 +1,125 @@
+"""The mp4 index reader against PyAV's demuxer, and frames decoded from sparse span files equal
+frames decoded from the whole file, for AV1 (GOP 2), H.264 without and with B-frames, with both
+decoder backends; a layout it cannot map (fragmented mp4) is fetched whole and still decodes."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import torch
+
+from episodestream import write_synthetic_dataset
+from episodestream._metadata import EpisodeInfo, VideoSpan
+from episodestream.remote import Mp4LayoutError, open_remote_source
+from episodestream.remote._mp4 import Mp4Header, VideoTrack, read_header
+from episodestream.video._backends import PyAVReader, TorchCodecReader
+
+from .conftest import cache_files
+
+FPS = 30
+KEY = "observation.images.front"
+SEGMENTS = [(0, 20), (20, 41), (41, 47), (47, 48), (48, 90)]  # frame ranges standing for episodes
+
+
+def _write_h264(path: Path, *, b_frames: int, fragmented: bool = False) -> Path:
+    """90 frames of a moving gradient (B-frames need motion to be chosen) with libx264."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    options = {"movflags": "frag_keyframe+empty_moov"} if fragmented else {}
+    with av.open(str(path), "w", options=options) as container:
+        stream = container.add_stream("libx264", rate=FPS)
+        stream.width, stream.height, stream.pix_fmt = 96, 64, "yuv420p"
+        stream.codec_context.time_base = Fraction(1, FPS)
+        stream.options = {"g": "15", "bf": str(b_frames), "preset": "veryfast", "crf": "23"}
+        yy, xx = np.mgrid[0:64, 0:96]
+        for i in range(90):
+            image = np.stack([(xx * 3 + i * 4) % 256, (yy * 4 + i * 2) % 256, (xx + yy + i * 8) % 256], -1)
+            frame = av.VideoFrame.from_ndarray(image.astype(np.uint8), format="rgb24")
+            frame.pts = i
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+    return path
+
+
+@pytest.fixture(scope="module")
+def videos(tmp_path_factory):
+    """One folder holding an mp4 per layout, as ``videos/<name>.mp4``."""
+    root = tmp_path_factory.mktemp("mp4s")
+    av1 = write_synthetic_dataset(root / "av1", num_episodes=1, episode_length=90, cameras=(KEY,), seed=2)
+    h264 = write_synthetic_dataset(root / "h264", num_episodes=1, episode_length=90, cameras=(KEY,), codec="h264",
+                                   gop=10, seed=2)
+    folder = root / "remote"
+    (folder / "videos").mkdir(parents=True)
+    for name, dataset in (("av1", av1), ("h264", h264)):
+        (folder / "videos" / f"{name}.mp4").write_bytes(
+            (dataset / "videos" / KEY / "chunk-000" / "file-000.mp4").read_bytes())
+    _write_h264(folder / "videos" / "h264-bframes.mp4", b_frames=3)
+    _write_h264(folder / "videos" / "fragmented.mp4", b_frames=0, fragmented=True)
+    return folder
+
+
+def _demuxed(path: Path):
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        packets = [p for p in container.demux(stream) if p.size]
+        return (np.array([float(p.pts * stream.time_base) for p in packets]), np.array([p.pos for p in packets]),
+                np.array([p.size for p in packets]), np.array([p.is_keyframe for p in packets]))
+
+
+@pytest.mark.parametrize("name", ["av1", "h264", "h264-bframes"])
+def test_sample_tables_match_pyav(videos, name):
+    path = videos / "videos" / f"{name}.mp4"
+    data = path.read_bytes()
+    header = read_header(lambda s, e: data[s:e], len(data))
+    assert Mp4Header.from_bytes(header.to_bytes()) == header
+    track = VideoTrack.parse(header.moov)
+    pts, offsets, sizes, keys = _demuxed(path)
+    np.testing.assert_allclose(track.pts_s, pts, atol=1e-9)
+    assert (track.offsets == offsets).all() and (track.sizes == sizes).all() and (track.is_sync == keys).all()
+    assert (track.reorder_depth > 0) == (name == "h264-bframes")
+
+
+def test_fragmented_mp4_is_not_mapped(videos):
+    data = (videos / "videos" / "fragmented.mp4").read_bytes()
+    with pytest.raises(Mp4LayoutError, match="fragmented"):
+        read_header(lambda s, e: data[s:e], len(data))
+
+
+def _episode(index: int, name: str, first: int, end: int) -> EpisodeInfo:
+    span = VideoSpan(f"videos/{name}.mp4", first / FPS, end / FPS)
+    return EpisodeInfo(index, end - first, first, end, "data/none.parquet", (), {KEY: span})
+
+
+@pytest.mark.parametrize("reader", [TorchCodecReader, PyAVReader], ids=["torchcodec", "pyav"])
+@pytest.mark.parametrize("name", ["av1", "h264", "h264-bframes", "fragmented"])
+def test_sparse_spans_decode_like_the_whole_file(videos, tmp_path, name, reader):
+    files = open_remote_source(f"file://{videos}", cache_dir=tmp_path / "cache")
+    consumer = files.episode_videos()
+    whole = reader(str(videos / "videos" / f"{name}.mp4"))
+    try:
+        for index, (first, end) in enumerate(SEGMENTS):
+            episode = _episode(index, name, first, end)
+            consumer.admit(episode)
+            local = consumer.path(episode, KEY)
+            assert local != str(videos / "videos" / f"{name}.mp4") and Path(local).stat().st_size == \
+                (videos / "videos" / f"{name}.mp4").stat().st_size
+            # Every frame of the episode, in one call, as the decode path asks (half a frame late).
+            seconds = [(f + 0.5) / FPS for f in range(first, end)]
+            sparse = reader(local)
+            got, want = sparse.frames_played_at(seconds), whole.frames_played_at(seconds)
+            sparse.close()
+            assert torch.equal(got[0], want[0]) and np.array_equal(got[1], want[1]), (name, first, end)
+            consumer.evict(episode)
+        stats = consumer.stats()
+        assert (stats.whole_files, stats.spans) == ((len(SEGMENTS), 0) if name == "fragmented"
+                                                   else (0, len(SEGMENTS)))
+    finally:
+        whole.close()
+        consumer.close()
+        files.close()
+    assert cache_files(tmp_path / "cache") == []

@@ -1,0 +1,92 @@
+"""Streamed and indexed samples from every kind of remote equal the local ones exactly, and the
+cache is empty once the epoch is over and the dataset's files are closed."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+
+import pytest
+import torch.utils.data
+
+from episodestream import EpisodeDataset, EpisodeStreamingDataset
+from episodestream.testing import FakeHub, S3Server
+
+from ..conftest import CAMERAS
+from .conftest import REPO, assert_same_samples, cache_files, remote_dataset
+
+FRONT = CAMERAS[0]
+TAG_SHA = "0123456789abcdef0123456789abcdef01234567"
+STREAM = dict(episode_pool_size=3, prefetch_episodes=2, seed=7, decode_group_size=4,
+              delta_timestamps={FRONT: [-2 / 30, 0.0], "observation.state": [-1 / 30, 0.0]})
+
+
+@dataclass
+class Remote:
+    source: str
+    options: dict = field(default_factory=dict)
+    pins: str | None = None  # the commit the description must name
+
+
+@pytest.fixture(params=["hub", "hub-redirect", "hub-url-tag", "s3", "file-as-remote"])
+def remote(request, hub_root, dataset_root):
+    kind = request.param
+    if kind.startswith("hub"):
+        with FakeHub(hub_root, redirect_resolve=kind == "hub-redirect", revisions={"v3.0": TAG_SHA}) as hub:
+            options = {"hub_endpoint": hub.url, "token": False}
+            if kind == "hub-url-tag":
+                yield Remote(f"hf://datasets/{REPO}@v3.0", options, pins=TAG_SHA)
+            else:
+                yield Remote(REPO, options, pins=hub.main_sha(REPO))
+    elif kind == "s3":
+        pytest.importorskip("s3fs")
+        with S3Server() as s3:
+            s3.upload_folder(dataset_root, "robot-data", "lerobot/main")
+            yield Remote("s3://robot-data/lerobot/main", {"storage_options": s3.storage_options()})
+    else:
+        yield Remote(f"file://{dataset_root}")
+
+
+def test_streamed_samples_equal_local_and_cache_empties(remote, dataset_root, tmp_path):
+    cache_dir = tmp_path / "cache"
+    expected = list(EpisodeStreamingDataset(dataset_root, **STREAM))
+    with remote_dataset(EpisodeStreamingDataset, remote.source, cache_dir=cache_dir, **remote.options,
+                        **STREAM) as dataset:
+        if remote.pins:
+            assert remote.pins in dataset._core.files.description
+        got = list(dataset)
+        assert_same_samples(got, expected)
+        # The epoch's video entries (spans, headers) are gone; only the metadata the dataset holds is left.
+        left = cache_files(cache_dir)
+        assert left and all("/files/meta/" in name for name in left), left
+        assert dataset._core.files.stats().requests > 0
+    assert cache_files(cache_dir) == []
+
+
+def test_indexed_samples_equal_local(hub_root, dataset_root, tmp_path):
+    indices = [0, 22, 23, 100, 162, 200, 289, 5]
+    local = EpisodeDataset(dataset_root, delta_timestamps=STREAM["delta_timestamps"])
+    with FakeHub(hub_root, redirect_resolve=True) as hub, \
+            remote_dataset(EpisodeDataset, REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False,
+                           delta_timestamps=STREAM["delta_timestamps"]) as dataset:
+        assert_same_samples([dataset[i] for i in indices], [local[i] for i in indices])
+        dataset._per_process()[3].close()  # the map-style dataset keeps its videos per process
+    assert cache_files(tmp_path / "cache") == []
+
+
+def test_dataloader_workers_read_s3_through_one_node_cache(dataset_root, tmp_path):
+    pytest.importorskip("s3fs")
+    loader = dict(batch_size=4, num_workers=2)
+    expected = list(torch.utils.data.DataLoader(EpisodeStreamingDataset(dataset_root, **STREAM), **loader))
+    with S3Server() as s3:
+        s3.upload_folder(dataset_root, "robot-data", "lerobot/main")
+        with remote_dataset(EpisodeStreamingDataset, "s3://robot-data/lerobot/main", cache_dir=tmp_path / "cache",
+                            storage_options=s3.storage_options(), **STREAM) as dataset:
+            # Workers are forked after the main process made its s3fs client: each makes its own.
+            files = dataset._core.files
+            assert files._process is not None
+            clone = pickle.loads(pickle.dumps(files))  # as a spawned worker receives it
+            assert clone._process is None and clone.read_bytes("meta/info.json") == files.read_bytes("meta/info.json")
+            clone.close()
+            assert_same_samples(list(torch.utils.data.DataLoader(dataset, **loader)), expected)
+    assert cache_files(tmp_path / "cache") == []
