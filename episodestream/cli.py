@@ -1,4 +1,8 @@
-"""The ``episodestream`` command line. ``demo`` is the main job: write, stream, report throughput."""
+"""The ``episodestream`` command line. ``demo`` is the main job: write, stream, report throughput.
+
+``info`` describes a dataset, ``bench`` runs the streaming benchmark, ``cache ls|clear`` inspects and
+empties the node cache of remote sources and ``prewarm`` fills it (pinned) ahead of training.
+"""
 
 from __future__ import annotations
 
@@ -92,6 +96,114 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache_root(args: argparse.Namespace) -> Path:
+    from .remote import default_cache_dir
+
+    return Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir()
+
+
+def _cache_ls(args: argparse.Namespace) -> int:
+    from .remote import NodeCache
+    from .remote._prewarm import list_entries, source_matches
+
+    root = _cache_root(args)
+    entries = [e for e in list_entries(NodeCache(root)) if source_matches(e.source, args.source)]
+    totals = {"entries": len(entries), "size_bytes": sum(e.size_bytes for e in entries),
+              "pinned": sum(e.pinned for e in entries), "in_use": sum(e.users > 0 for e in entries)}
+    if args.json:
+        print(json.dumps({"cache_dir": str(root), "totals": totals, "entries": [
+            {"source": e.source, "file": e.file, "state": e.state.value, "size_bytes": e.size_bytes,
+             "users": e.users, "pinned": e.pinned} for e in entries]}, indent=2))
+        return 0
+    print(f"cache {root}")
+    by_source: dict[str, list] = {}
+    for entry in entries:
+        by_source.setdefault(entry.source, []).append(entry)
+    for source, group in by_source.items():
+        print(f"\nsource {source}: {len(group)} entries, {_human_bytes(sum(e.size_bytes for e in group))}")
+        print(f"  {'state':<9} {'size':>9} {'users':>5} {'pinned':<6} file")
+        for e in group:
+            pinned = "yes" if e.pinned else "no"
+            print(f"  {e.state.value:<9} {_human_bytes(e.size_bytes):>9} {e.users:>5} {pinned:<6} {e.file}")
+    print(f"\ntotal: {totals['entries']} entries, {_human_bytes(totals['size_bytes'])} on disk; "
+          f"{totals['pinned']} pinned; {totals['in_use']} in use by live processes")
+    return 0
+
+
+def _cache_clear(args: argparse.Namespace) -> int:
+    from .remote import NodeCache
+    from .remote._prewarm import clear
+
+    root = _cache_root(args)
+    report = clear(NodeCache(root), source=args.source)
+    print(f"removed {report.removed} entries ({_human_bytes(report.removed_bytes)}) from {root}"
+          + (f" (sources matching {args.source!r})" if args.source else "")
+          + f"; skipped {report.skipped_in_use} in use by live processes")
+    for name in report.skipped_names[:10]:
+        print(f"  in use: {name}")
+    if report.skipped_in_use > 10:
+        print(f"  ... and {report.skipped_in_use - 10} more")
+    return 0
+
+
+def _episode_list(text: str) -> list[int]:
+    """'0,3,5-9' -> [0, 3, 5, 6, 7, 8, 9]."""
+    episodes = []
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            first, _, last = part.partition("-")
+            episodes += range(int(first), int(last or first) + 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid episode list ({text!r}): expected indices and ranges like "
+                                         f"'0,3,5-9'") from None
+    if not episodes:
+        raise argparse.ArgumentTypeError(f"invalid episode list ({text!r}): it names no episode")
+    return sorted(set(episodes))
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"invalid JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object of fsspec options, got {text!r}")
+    return value
+
+
+def _prewarm(args: argparse.Namespace) -> int:
+    import os
+    import sys
+
+    from ._core import select_episodes
+    from ._metadata import load_metadata
+    from .remote import CacheFullError, open_remote_source
+    from .remote._prewarm import prewarm
+
+    if os.path.exists(args.source):
+        print(f"{args.source} is a local folder, read in place and never cached: nothing to prewarm.")
+        return 0
+    try:
+        files = open_remote_source(args.source, revision=args.revision, cache_dir=args.cache_dir,
+                                   cache_limit=args.cache_limit, storage_options=args.storage_options,
+                                   hub_endpoint=args.hub_endpoint)
+        try:
+            meta = load_metadata(files)
+            episodes = select_episodes(meta, args.episodes)
+            report = prewarm(files, episodes, progress=not args.no_progress)
+        finally:
+            files.close()
+    except (OSError, ValueError, CacheFullError) as error:  # not found, refused, unreachable, bad options
+        print(f"episodestream prewarm: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    print(f"prewarmed {report.episodes} episodes of {report.description}: fetched "
+          f"{_human_bytes(report.bytes_fetched)} in {report.seconds:.1f} s; {report.entries_pinned} entries "
+          f"({_human_bytes(report.bytes_pinned)}) pinned in {report.cache_dir}")
+    print("runs with this cache_dir now read these episodes' metadata and video locally (rows are still read "
+          "from the source); `episodestream cache clear` unpins and removes them.")
+    return 0
+
+
 def _bench(bench_args: list[str]) -> int:
     import runpy
     import sys
@@ -130,6 +242,36 @@ def build_parser() -> argparse.ArgumentParser:
                                 help="run benchmarks/streaming/benchmark_streaming.py (its --help lists options)")
     bench.add_argument("bench_args", nargs=argparse.REMAINDER)
     bench.set_defaults(run=lambda args: _bench(args.bench_args))
+
+    cache_dir_help = "the node cache (default: $EPISODESTREAM_CACHE_DIR, else ~/.cache/episodestream)"
+    source_help = ("only sources matching: a cache key as `cache ls` prints it, a glob over keys, or text the key "
+                   "contains ('lerobot/pusht', 's3://bucket/prefix')")
+    cache = commands.add_parser("cache", help="list or clear the node cache of remote sources")
+    cache_commands = cache.add_subparsers(dest="cache_command", required=True)
+    ls = cache_commands.add_parser("ls", help="entries (source, file, state, size, users, pinned) and totals")
+    ls.add_argument("--cache-dir", help=cache_dir_help)
+    ls.add_argument("--source", help=source_help)
+    ls.add_argument("--json", action="store_true", help="print JSON instead of text")
+    ls.set_defaults(run=_cache_ls)
+    clear = cache_commands.add_parser("clear", help="unpin and remove entries no live process uses")
+    clear.add_argument("--cache-dir", help=cache_dir_help)
+    clear.add_argument("--source", help=source_help)
+    clear.set_defaults(run=_cache_clear)
+
+    prewarm = commands.add_parser(
+        "prewarm", help="fetch a remote dataset's metadata and episodes' video bytes into the node cache and pin "
+                        "them there, so later runs read them locally")
+    prewarm.add_argument("source", help="owner/name (Hub), hf://datasets/..., s3://bucket/prefix or another URL")
+    prewarm.add_argument("--cache-dir", help=cache_dir_help)
+    prewarm.add_argument("--cache-limit", help="disk budget for the whole cache dir, e.g. 20GB "
+                                               "(default: $EPISODESTREAM_CACHE_LIMIT, else none)")
+    prewarm.add_argument("--episodes", type=_episode_list, help="episode indices, e.g. 0,3,5-9 (default: all)")
+    prewarm.add_argument("--revision", help="Hub branch, tag or commit (default: main)")
+    prewarm.add_argument("--hub-endpoint", help="Hub endpoint (default: $HF_ENDPOINT, else huggingface.co)")
+    prewarm.add_argument("--storage-options", type=_json_object,
+                         help='fsspec options for bucket URLs as JSON, e.g. \'{"anon": true}\'')
+    prewarm.add_argument("--no-progress", action="store_true", help="no progress bar")
+    prewarm.set_defaults(run=_prewarm)
     return parser
 
 

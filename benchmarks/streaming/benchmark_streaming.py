@@ -1,16 +1,32 @@
-"""Streaming throughput against the decoder's own ceiling, measured side by side in one run.
+"""Streaming throughput against the decoder's own ceiling, and remote sources against local disk.
 
 For each mode (``single``: one frame per camera; ``sarm``: each camera windowed at 8 steps spaced
 1 s) it streams one epoch through a DataLoader and reports samples/s, frames/s, per-sample latency
 percentiles (time a worker spends producing each sample), first-batch latency, decoder-cache stats
-and peak RSS. In the same run it times torchcodec alone decoding exactly the frames our pipeline
-decoded, in exactly its grouping (one call per file per decode group), with warm decoders and the
-same number of processes: ours / that is the efficiency. It also times the same frames at one
-timestamp per call and at 32 sorted timestamps per call, so the gain from grouping is visible.
+and peak RSS.
+
+``--source local`` (the default) reads the folder in place. In the same run it times torchcodec
+alone decoding exactly the frames our pipeline decoded, in exactly its grouping (one call per file
+per decode group), with warm decoders and the same number of processes: ours / that is the
+efficiency. It also times the same frames at one timestamp per call and at 32 sorted timestamps per
+call, so the gain from grouping is visible.
+
+``--source hub|bucket|warmed_bucket`` serves the same folder from 127.0.0.1 (``_servers.py``: FakeHub,
+or S3 through moto) behind a shaped link (``--latency-ms`` before every request, ``--bandwidth-mbps``
+MB/s shared by all connections) and streams it through the node cache, starting cold (an empty
+cache_dir). ``warmed_bucket`` first runs ``prewarm`` (as ``episodestream prewarm`` does: metadata and
+every streamed episode's mp4 header and span fetched and pinned in the cache, untimed), so the
+measured epoch reads its video from local disk and only rows cross the link: the cache a previous
+epoch or a prewarm step left. Each remote run also streams the same epoch from the local folder
+and reports remote / local throughput, over the whole epoch and warm: after the first
+``--warmup-batches`` batches (default: one per worker, i.e. once every worker has started), plus
+bytes fetched per episode against the episode's own compressed video bytes and the node-cache hit
+rate (video entries a consumer found local / all it acquired).
 
     python benchmarks/streaming/benchmark_streaming.py --output-dir bench_out
+    python benchmarks/streaming/benchmark_streaming.py --source hub --mode single --output-dir bench_out
 
-Results go to OUTPUT_DIR/<source>-<mode>-<decode>.json and OUTPUT_DIR/results.csv.
+Results go to OUTPUT_DIR/<source>-<mode>-<decode>-<dtype>.json and OUTPUT_DIR/results.csv.
 """
 
 from __future__ import annotations
@@ -24,7 +40,10 @@ import random
 import resource
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -32,22 +51,64 @@ import torch.utils.data
 
 from episodestream import EpisodeStreamingDataset, write_synthetic_dataset
 from episodestream._world import World
+from episodestream.remote import NodeCache
 
+if str(Path(__file__).resolve().parent) not in sys.path:  # `episodestream bench` runs this file by path
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _servers import REMOTE_KINDS, serve  # noqa: E402
+
+SOURCES = ("local",) + REMOTE_KINDS
 MODES = ("single", "sarm")
 SARM_STEPS = 8
+# Synthetic dataset size when --episodes / --episode-length are not given: remote runs are smaller
+# so that one (both modes, each against a local pass) takes well under two minutes on 2 CPU cores.
+DEFAULT_SIZE = {"local": (24, 300, 6), "remote": (8, 150, 2)}  # episodes, frames each, episodes in sarm mode
 FIELDS = ("source", "mode", "decode", "dtype", "num_workers", "pool_size", "samples", "frames", "samples_per_s",
-          "frames_per_s", "first_batch_s", "latency_ms", "decoder_cache", "cache_hit_rate", "peak_rss_mb",
-          "worker_peak_rss_mb", "ceiling_same_grouping_frames_per_s", "fraction_of_ceiling",
-          "ceiling_1_per_call_frames_per_s", "ceiling_32_sorted_frames_per_s", "status")
+          "frames_per_s", "warm_samples_per_s", "first_batch_s", "latency_ms", "decoder_cache", "cache_hit_rate",
+          "peak_rss_mb", "worker_peak_rss_mb", "ceiling_same_grouping_frames_per_s", "fraction_of_ceiling",
+          "ceiling_1_per_call_frames_per_s", "ceiling_32_sorted_frames_per_s", "local_samples_per_s",
+          "local_warm_samples_per_s", "remote_over_local", "remote_over_local_warm", "local_first_batch_s",
+          "construct_s", "bytes_per_episode", "node_cache", "link", "prewarm", "status")
 
 
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+class _CountingCache(NodeCache):
+    """The dataset's node cache, counting in each process the entries it acquired that were local
+    already (hits) or that it downloaded (misses), with the bytes fetched for the misses: a span's
+    byte range, a header's size, a whole file's size (from the entry's name and file)."""
+
+    def __init__(self, cache: NodeCache) -> None:
+        super().__init__(cache.root, limit_bytes=cache.limit_bytes, timeout_s=cache.timeout_s)
+        self.counts: Counter[str] = Counter()
+        self._count_lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_count_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _count_lock=threading.Lock())
+
+    def acquire(self, name, holder, fetch, *, size_bytes, what=None):
+        fetched = []
+        path = super().acquire(name, holder, lambda tmp: (fetch(tmp), fetched.append(True)),
+                               size_bytes=size_bytes, what=what)
+        if fetched:
+            span = name.rsplit("/", 1)[1].removesuffix(".mp4").split("-") if "/spans/" in name else None
+            miss_bytes = int(span[1]) - int(span[0]) if span else path.stat().st_size
+        with self._count_lock:
+            self.counts["misses" if fetched else "hits"] += 1
+            if fetched:
+                self.counts["miss_bytes"] += miss_bytes
+        return path
+
+
 class _Timed(torch.utils.data.IterableDataset):
     """Wraps the dataset in each worker: records the time to produce each sample, the decoder
-    cache stats and the worker's peak RSS into ``stats_dir`` when its stream ends."""
+    cache stats, the worker's peak RSS and, for remote sources, what it fetched into ``stats_dir``
+    when its stream ends."""
 
     def __init__(self, inner: EpisodeStreamingDataset, stats_dir: str) -> None:
         self.inner, self.stats_dir = inner, stats_dir
@@ -62,41 +123,91 @@ class _Timed(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         record = {"worker": info.id if info else 0, "latencies_s": latencies_s,
                   "decoder_cache": self.inner.decoder_stats(), "peak_rss_mb": _peak_rss_mb()}
+        files = self.inner._core.files
+        if isinstance(getattr(files, "cache", None), _CountingCache):
+            record["node_cache"] = dict(files.cache.counts)
+            record["reader_bytes"] = files.stats().bytes_fetched
         Path(self.stats_dir, f"worker-{os.getpid()}.json").write_text(json.dumps(record))
 
 
-def delta_timestamps(mode: str, dataset: EpisodeStreamingDataset) -> dict | None:
+def delta_timestamps(mode: str, video_keys: list[str]) -> dict | None:
     if mode == "single":
         return None
-    return {key: [float(s - SARM_STEPS + 1) for s in range(SARM_STEPS)] for key in dataset.meta.video_keys}
+    return {key: [float(s - SARM_STEPS + 1) for s in range(SARM_STEPS)] for key in video_keys}
 
 
-def stream(root: Path, *, mode: str, num_workers: int, pool_size: int, batch_size: int,
-           episodes: list[int] | None, uint8: bool) -> dict:
-    probe = EpisodeStreamingDataset(root, episodes=episodes)
-    dataset = EpisodeStreamingDataset(root, episodes=episodes, episode_pool_size=pool_size, seed=0,
-                                      delta_timestamps=delta_timestamps(mode, probe), return_uint8=uint8)
+def _warm_samples_per_s(arrivals: list[tuple[float, int]], warmup_batches: int) -> float | None:
+    """Samples per second after the first ``warmup_batches`` batches: from that batch's arrival to the last's."""
+    if len(arrivals) <= warmup_batches + 1:
+        return None
+    (t0, _), (t1, _) = arrivals[warmup_batches - 1], arrivals[-1]
+    return sum(n for _, n in arrivals[warmup_batches:]) / (t1 - t0) if t1 > t0 else None
+
+
+def stream(source, *, mode: str, num_workers: int, pool_size: int, batch_size: int, episodes: list[int] | None,
+           uint8: bool, video_keys: list[str], decode_device: str = "cpu", warmup_batches: int = 1,
+           remote_options: dict | None = None, keep_dataset: bool = False) -> dict:
+    built_s = time.perf_counter()
+    dataset = EpisodeStreamingDataset(source, episodes=episodes, episode_pool_size=pool_size, seed=0,
+                                      delta_timestamps=delta_timestamps(mode, video_keys), return_uint8=uint8,
+                                      decode_device=decode_device, **(remote_options or {}))
+    construct_s = time.perf_counter() - built_s
+    files = dataset._core.files
+    remote = remote_options is not None
+    if remote:  # counted in every worker (forked or unpickled with the dataset)
+        files.cache = _CountingCache(files.cache)
     with tempfile.TemporaryDirectory() as stats_dir:
         loader = torch.utils.data.DataLoader(_Timed(dataset, stats_dir), batch_size=batch_size,
                                              num_workers=num_workers)
         start = time.perf_counter()
-        first_batch_s, samples = None, 0
+        arrivals = []
         for batch in loader:
-            first_batch_s = first_batch_s or time.perf_counter() - start
-            samples += len(batch["index"])
+            arrivals.append((time.perf_counter() - start, len(batch["index"])))
         elapsed_s = time.perf_counter() - start
         workers = [json.loads(p.read_text()) for p in Path(stats_dir).glob("worker-*.json")]
+    samples = sum(n for _, n in arrivals)
     if samples != len(dataset):
         raise RuntimeError(f"streamed {samples} samples, expected {len(dataset)}")
-    frames_per_sample = len(dataset.meta.video_keys) * (SARM_STEPS if mode == "sarm" else 1)
+    frames_per_sample = len(video_keys) * (SARM_STEPS if mode == "sarm" else 1)
     latencies_ms = np.concatenate([w["latencies_s"] for w in workers]) * 1000
     cache = {k: sum(w["decoder_cache"][k] for w in workers) for k in ("hits", "misses", "evictions")}
-    return {"samples": samples, "frames": samples * frames_per_sample, "elapsed_s": elapsed_s,
-            "samples_per_s": samples / elapsed_s, "frames_per_s": samples * frames_per_sample / elapsed_s,
-            "first_batch_s": first_batch_s,
-            "latency_ms": {f"p{q}": float(np.percentile(latencies_ms, q)) for q in (50, 95, 99)},
-            "decoder_cache": cache, "peak_rss_mb": _peak_rss_mb(),
-            "worker_peak_rss_mb": max(w["peak_rss_mb"] for w in workers), "dataset": dataset}
+    result = {"samples": samples, "frames": samples * frames_per_sample, "elapsed_s": elapsed_s,
+              "samples_per_s": samples / elapsed_s, "frames_per_s": samples * frames_per_sample / elapsed_s,
+              "warm_samples_per_s": _warm_samples_per_s(arrivals, warmup_batches),
+              "first_batch_s": arrivals[0][0], "construct_s": construct_s,
+              "latency_ms": {f"p{q}": float(np.percentile(latencies_ms, q)) for q in (50, 95, 99)},
+              "decoder_cache": cache, "peak_rss_mb": _peak_rss_mb(),
+              "worker_peak_rss_mb": max(w["peak_rss_mb"] for w in workers)}
+    if remote:
+        counts = Counter()
+        for w in workers:
+            counts.update(w["node_cache"])
+        acquired = counts["hits"] + counts["misses"]
+        result["node_cache"] = {"hits": counts["hits"], "misses": counts["misses"], "miss_bytes": counts["miss_bytes"]}
+        result["cache_hit_rate"] = counts["hits"] / acquired if acquired else None
+        result["reader_bytes"] = sum(w["reader_bytes"] for w in workers)
+        result["metadata_bytes"] = files.stats().bytes_fetched  # fetched while building, in this process
+        dataset.close()
+    if keep_dataset:
+        result["dataset"] = dataset
+    return result
+
+
+def own_video_bytes(root: Path, episodes) -> int:
+    """The episodes' own compressed video bytes, all cameras: the packets PyAV demuxes in [from, to)."""
+    import av
+
+    wanted: dict[str, list[tuple[float, float]]] = {}
+    for episode in episodes:
+        for span in episode.videos.values():
+            wanted.setdefault(span.relpath, []).append((span.from_timestamp_s, span.to_timestamp_s))
+    total = 0
+    for relpath, spans in wanted.items():
+        with av.open(str(root / relpath)) as container:
+            video = container.streams.video[0]
+            packets = [(float(p.pts * video.time_base), p.size) for p in container.demux(video) if p.size]
+        total += sum(size for pts, size in packets for start, end in spans if start - 1e-6 <= pts < end - 1e-6)
+    return total
 
 
 def decode_calls(dataset: EpisodeStreamingDataset, num_workers: int) -> list[list[tuple[str, list[float]]]]:
@@ -118,13 +229,13 @@ def decode_calls(dataset: EpisodeStreamingDataset, num_workers: int) -> list[lis
 
 
 def _decode_worker(args) -> tuple[float, float, int]:
-    calls, barrier_time = args
+    calls, barrier_time, device = args
     from torchcodec.decoders import VideoDecoder
 
     decoders = {}
     for path, _ in calls:  # warm: open every file and decode once before the clock starts
         if path not in decoders:
-            decoders[path] = VideoDecoder(path, seek_mode="approximate", num_ffmpeg_threads=1)
+            decoders[path] = VideoDecoder(path, seek_mode="approximate", num_ffmpeg_threads=1, device=device)
             decoders[path].get_frames_played_at(seconds=[0.0])
     while time.time() < barrier_time:
         time.sleep(0.001)
@@ -132,14 +243,20 @@ def _decode_worker(args) -> tuple[float, float, int]:
     frames = 0
     for path, seconds in calls:
         frames += len(decoders[path].get_frames_played_at(seconds=seconds).pts_seconds)
+    if device != "cpu":
+        torch.cuda.synchronize()
     return start, time.time(), frames
 
 
-def ceiling(per_worker_calls) -> tuple[float, int]:
-    """Frames/s of torchcodec alone over these calls, one process per worker, started together."""
-    barrier_time = time.time() + 3.0  # after every process has opened and warmed its decoders
-    with multiprocessing.get_context("fork").Pool(len(per_worker_calls)) as pool:
-        results = pool.map(_decode_worker, [(calls, barrier_time) for calls in per_worker_calls])
+def ceiling(per_worker_calls, device: str = "cpu") -> tuple[float, int]:
+    """Frames/s of torchcodec alone over these calls, one process per worker, started together
+    (GPU decoding: in this process, as the pipeline with num_workers=0)."""
+    if device != "cpu":
+        results = [_decode_worker((calls, 0.0, device)) for calls in per_worker_calls]
+    else:
+        barrier_time = time.time() + 3.0  # after every process has opened and warmed its decoders
+        with multiprocessing.get_context("fork").Pool(len(per_worker_calls)) as pool:
+            results = pool.map(_decode_worker, [(calls, barrier_time, device) for calls in per_worker_calls])
     wall_s = max(r[1] for r in results) - min(r[0] for r in results)
     frames = sum(r[2] for r in results)
     return frames / wall_s, frames
@@ -173,63 +290,201 @@ def ensure_dataset(args) -> Path:
     return root
 
 
+def _latency_text(row: dict) -> str:
+    return "/".join(f"{row['latency_ms'][p]:.2f}" for p in ("p50", "p95", "p99"))
+
+
+def run_local(args, root: Path, mode: str, episodes, video_keys, common: dict) -> dict:
+    ours = stream(root, mode=mode, video_keys=video_keys, episodes=episodes, keep_dataset=True, **common)
+    calls = decode_calls(ours.pop("dataset"), args.num_workers)
+    device = common["decode_device"]
+    same_fps, decoded = ceiling(calls, device)
+    ours_decoded_fps = decoded / ours["elapsed_s"]  # the same decoded frames over our wall time
+    one_fps, _ = ceiling(regroup(calls, 1), device)
+    sorted32_fps, _ = ceiling(regroup(calls, 32), device)
+    row = {**ours, "cache_hit_rate": None,
+           "ceiling_same_grouping_frames_per_s": same_fps, "fraction_of_ceiling": ours_decoded_fps / same_fps,
+           "ceiling_1_per_call_frames_per_s": one_fps, "ceiling_32_sorted_frames_per_s": sorted32_fps,
+           "decoded_frames": decoded}
+    print(f"[{mode}] {row['samples']} samples in {row['elapsed_s']:.2f} s: {row['samples_per_s']:.0f} samples/s, "
+          f"{row['frames_per_s']:.0f} frames/s; first batch {row['first_batch_s']:.2f} s; latency ms "
+          f"p50/p95/p99 {_latency_text(row)}; decoder cache {row['decoder_cache']}; peak RSS main "
+          f"{row['peak_rss_mb']:.0f} MB, worker {row['worker_peak_rss_mb']:.0f} MB")
+    print(f"[{mode}] decoded {decoded} unique frames: ours {ours_decoded_fps:.0f} frames/s vs torchcodec "
+          f"alone, same grouping {same_fps:.0f} frames/s -> {row['fraction_of_ceiling']:.2f} of ceiling; "
+          f"1 per call {one_fps:.0f} frames/s; 32 sorted per call {sorted32_fps:.0f} frames/s")
+    return row
+
+
+def _pair(args, root: Path, remote, mode: str, episodes, video_keys, common: dict) -> tuple[dict, dict]:
+    """The epoch from the local folder, then from ``remote`` through a fresh node cache (prewarmed,
+    untimed, for warmed_bucket)."""
+    from episodestream._core import select_episodes
+    from episodestream._metadata import load_metadata
+    from episodestream.remote import open_remote_source
+    from episodestream.remote._prewarm import prewarm
+
+    local = stream(root, mode=mode, video_keys=video_keys, episodes=episodes, **common)
+    with tempfile.TemporaryDirectory(prefix="episodestream-bench-cache-") as cache_dir:
+        options = {"cache_dir": cache_dir, **remote.options}
+        prewarmed = None
+        if remote.kind == "warmed_bucket":
+            files = open_remote_source(remote.source, **options)
+            try:
+                meta = load_metadata(files)
+                report = prewarm(files, select_episodes(meta, episodes), progress=False)
+            finally:
+                files.close()
+            prewarmed = {"seconds": report.seconds, "bytes_fetched": report.bytes_fetched,
+                         "entries_pinned": report.entries_pinned, "bytes_pinned": report.bytes_pinned}
+        remote.reset_link_stats()
+        ours = stream(remote.source, mode=mode, video_keys=video_keys, episodes=episodes, remote_options=options,
+                      **common)
+        ours["link"] = {"latency_ms": args.latency_ms, "bandwidth_mb_per_s": args.bandwidth_mb_per_s,
+                        **remote.link_stats()}
+        ours["prewarm"] = prewarmed
+    ours["remote_over_local"] = ours["samples_per_s"] / local["samples_per_s"]
+    ours["remote_over_local_warm"] = (ours["warm_samples_per_s"] / local["warm_samples_per_s"]
+                                      if ours["warm_samples_per_s"] and local["warm_samples_per_s"] else None)
+    return local, ours
+
+
+def run_remote(args, root: Path, remote, mode: str, episodes, video_keys, common: dict) -> dict:
+    pairs = [_pair(args, root, remote, mode, episodes, video_keys, common) for _ in range(args.repeats)]
+    # Other load on the machine moves single passes a lot: report the pair with the median ratio.
+    by_ratio = sorted(pairs, key=lambda pair: pair[1]["remote_over_local_warm"] or pair[1]["remote_over_local"])
+    local, ours = by_ratio[len(pairs) // 2]
+    link, prewarmed = ours["link"], ours["prewarm"]
+    ratio, warm = ours["remote_over_local"], ours["remote_over_local_warm"]
+    selected = list(EpisodeStreamingDataset(root, episodes=episodes)._core.episodes)
+    n = len(selected)
+    own = own_video_bytes(root, selected)
+    video = ours["node_cache"]["miss_bytes"]
+    per_episode = {"link": link["bytes"] / n, "reader": ours["reader_bytes"] / n, "video_fetched": video / n,
+                   "own_video": own / n, "video_fetched_over_own": video / own if own else None}
+    row = {**ours, "local_samples_per_s": local["samples_per_s"],
+           "local_warm_samples_per_s": local["warm_samples_per_s"], "local_first_batch_s": local["first_batch_s"],
+           "warmup_batches": common["warmup_batches"], "bytes_per_episode": per_episode,
+           "repeats": [{"local_samples_per_s": lo["samples_per_s"], "samples_per_s": re["samples_per_s"],
+                        "remote_over_local": re["remote_over_local"],
+                        "remote_over_local_warm": re["remote_over_local_warm"], "first_batch_s": re["first_batch_s"]}
+                       for lo, re in pairs]}
+    tag = f"[{remote.kind} {mode}]"
+    if len(pairs) > 1:
+        ratios = ", ".join(f"{r['remote_over_local_warm'] or float('nan'):.2f}" for _, r in pairs)
+        print(f"{tag} {len(pairs)} local/remote pairs, remote/local warm: {ratios}; the median follows")
+    warm_text = "n/a (too few batches)" if warm is None else (
+        f"{ours['warm_samples_per_s']:.0f} vs {local['warm_samples_per_s']:.0f} samples/s -> {warm:.2f} of local")
+    print(f"{tag} {row['samples']} samples in {row['elapsed_s']:.2f} s: {row['samples_per_s']:.0f} samples/s, "
+          f"{row['frames_per_s']:.0f} frames/s; local {local['samples_per_s']:.0f} samples/s -> {ratio:.2f} of local")
+    print(f"{tag} warm (after the first {common['warmup_batches']} batches): {warm_text}")
+    print(f"{tag} first batch {row['first_batch_s']:.2f} s (local {local['first_batch_s']:.2f} s), after "
+          f"{row['construct_s']:.2f} s building the dataset (resolve, list, metadata); latency ms p50/p95/p99 "
+          f"{_latency_text(row)}; decoder cache {row['decoder_cache']}")
+    hits, misses = ours["node_cache"]["hits"], ours["node_cache"]["misses"]
+    hit_rate = "n/a" if row["cache_hit_rate"] is None else f"{row['cache_hit_rate']:.2f}"
+    kb = {k: v / 1e3 for k, v in per_episode.items() if k != "video_fetched_over_own"}
+    print(f"{tag} link {args.latency_ms:g} ms/request, {args.bandwidth_mb_per_s:g} MB/s: {link['requests']} "
+          f"requests, {link['bytes'] / 1e6:.2f} MB; per episode: video fetched {kb['video_fetched']:.1f} KB vs its "
+          f"own {kb['own_video']:.1f} KB ({per_episode['video_fetched_over_own'] or 0:.3f}x), all reads "
+          f"{kb['reader']:.1f} KB, link {kb['link']:.1f} KB; node cache hit rate {hit_rate} ({hits} of "
+          f"{hits + misses} video entries local)")
+    if prewarmed:
+        print(f"{tag} prewarm (untimed above): {prewarmed['bytes_fetched'] / 1e6:.2f} MB in "
+              f"{prewarmed['seconds']:.2f} s, {prewarmed['entries_pinned']} entries pinned")
+    return row
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--source", choices=("local",), default="local")
+    parser.add_argument("--source", choices=SOURCES, default="local",
+                        help="local: the folder in place; hub, bucket: served cold through a shaped link; "
+                             "warmed_bucket: the bucket with a prewarmed node cache")
     parser.add_argument("--mode", choices=MODES + ("both",), default="both")
-    parser.add_argument("--decode", choices=("cpu",), default="cpu")
+    parser.add_argument("--decode", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: decode_device='cuda' (NVDEC), frames on the GPU, --num-workers forced to 0")
     parser.add_argument("--dataset", help="an existing LeRobot v3.0 folder (default: a synthetic one)")
-    parser.add_argument("--cache-dir", default=os.path.join(tempfile.gettempdir(), "episodestream-bench"))
-    parser.add_argument("--episodes", type=int, default=24)
-    parser.add_argument("--episode-length", type=int, default=300)
+    parser.add_argument("--cache-dir", default=os.path.join(tempfile.gettempdir(), "episodestream-bench"),
+                        help="where synthetic datasets are written and kept between runs (remote runs use a "
+                             "fresh temporary node cache)")
+    parser.add_argument("--episodes", type=int, help=f"synthetic episodes (default {DEFAULT_SIZE['local'][0]}; "
+                                                     f"remote sources {DEFAULT_SIZE['remote'][0]})")
+    parser.add_argument("--episode-length", type=int, help=f"frames per episode (default {DEFAULT_SIZE['local'][1]}; "
+                                                           f"remote sources {DEFAULT_SIZE['remote'][1]})")
     parser.add_argument("--height", type=int, default=240)
     parser.add_argument("--width", type=int, default=320)
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--pool-size", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--sarm-episodes", type=int, default=6, help="episodes streamed in sarm mode (its "
-                        "samples decode 8x the frames)")
-    parser.add_argument("--rss-pool-sizes", default="2,32", help="pool sizes compared for worker peak RSS")
+    parser.add_argument("--sarm-episodes", type=int, help="episodes streamed in sarm mode (its samples decode 8x "
+                        f"the frames; default {DEFAULT_SIZE['local'][2]}, remote sources {DEFAULT_SIZE['remote'][2]})")
+    parser.add_argument("--rss-pool-sizes", default="2,32", help="pool sizes compared for worker peak RSS "
+                        "(local source only; empty: skip)")
     parser.add_argument("--dtype", choices=("float32", "uint8"), default="float32",
                         help="camera frames as LeRobot's float32 in [0, 1], or uint8 (4x less to move "
                              "between processes; convert on the GPU)")
+    parser.add_argument("--warmup-batches", type=int, help="batches left out of the warm throughput "
+                        "(default: one per DataLoader worker)")
+    link = parser.add_argument_group("remote link (hub, bucket, warmed_bucket)")
+    link.add_argument("--latency-ms", type=float, default=50.0, help="delay before each request, as a round "
+                      "trip to a far store (default 50)")
+    link.add_argument("--bandwidth-mbps", "--bandwidth-mb-per-s", dest="bandwidth_mb_per_s", type=float,
+                      default=50.0, help="cap on all connections together, in megabytes (10^6 bytes) per "
+                      "second (default 50)")
+    link.add_argument("--hub-redirect", action="store_true", help="hub: answer /resolve/ with a redirect to a "
+                      "second, equally shaped origin, as the Hub's CDN (two round trips per read)")
+    parser.add_argument("--repeats", type=int, default=1, help="remote sources: local/remote pairs of passes "
+                        "run, the one with the median remote/local ratio reported (default 1)")
     parser.add_argument("--output-dir", default="bench_out")
     args = parser.parse_args(argv)
 
+    size = DEFAULT_SIZE["local" if args.source == "local" else "remote"]
+    args.episodes = size[0] if args.episodes is None else args.episodes
+    args.episode_length = size[1] if args.episode_length is None else args.episode_length
+    args.sarm_episodes = min(args.episodes, size[2] if args.sarm_episodes is None else args.sarm_episodes)
+    decode_device = "cpu"
+    if args.decode == "cuda":
+        if not torch.cuda.is_available():
+            parser.error(f"--decode cuda needs a CUDA GPU with a CUDA build of torch and torchcodec; this torch "
+                         f"({torch.__version__}) sees none. Use --decode cpu.")
+        if args.num_workers:
+            print(f"--decode cuda: frames come out on the GPU, so the loader runs in the main process "
+                  f"(--num-workers {args.num_workers} -> 0)", file=sys.stderr)
+        args.num_workers, decode_device = 0, "cuda"
+    if args.latency_ms < 0:
+        parser.error(f"invalid --latency-ms ({args.latency_ms}): expected 0 or more")
+    for name, value in (("--bandwidth-mbps", args.bandwidth_mb_per_s), ("--repeats", args.repeats),
+                        ("--warmup-batches", args.warmup_batches)):
+        if value is not None and value <= 0:
+            parser.error(f"invalid {name} ({value}): expected a positive number")
+
     root = ensure_dataset(args)
+    video_keys = EpisodeStreamingDataset(root).meta.video_keys
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    common = dict(num_workers=args.num_workers, pool_size=args.pool_size, batch_size=args.batch_size,
+                  uint8=args.dtype == "uint8", decode_device=decode_device,
+                  warmup_batches=args.warmup_batches or max(1, args.num_workers))
     rows = []
-    for mode in MODES if args.mode == "both" else (args.mode,):
-        episodes = list(range(args.sarm_episodes)) if mode == "sarm" else None
-        ours = stream(root, mode=mode, num_workers=args.num_workers, pool_size=args.pool_size,
-                      batch_size=args.batch_size, episodes=episodes, uint8=args.dtype == "uint8")
-        calls = decode_calls(ours.pop("dataset"), args.num_workers)
-        same_fps, decoded = ceiling(calls)
-        ours_decoded_fps = decoded / ours["elapsed_s"]  # the same decoded frames over our wall time
-        one_fps, _ = ceiling(regroup(calls, 1))
-        sorted32_fps, _ = ceiling(regroup(calls, 32))
-        row = {"source": args.source, "mode": mode, "decode": args.decode, "dtype": args.dtype,
-               "num_workers": args.num_workers,
-               "pool_size": args.pool_size, **ours, "cache_hit_rate": None,
-               "ceiling_same_grouping_frames_per_s": same_fps, "fraction_of_ceiling": ours_decoded_fps / same_fps,
-               "ceiling_1_per_call_frames_per_s": one_fps, "ceiling_32_sorted_frames_per_s": sorted32_fps,
-               "decoded_frames": decoded, "status": "ok"}
-        print(f"[{mode}] {row['samples']} samples in {row['elapsed_s']:.2f} s: {row['samples_per_s']:.0f} samples/s, "
-              f"{row['frames_per_s']:.0f} frames/s; first batch {row['first_batch_s']:.2f} s; latency ms "
-              f"p50/p95/p99 {row['latency_ms']['p50']:.2f}/{row['latency_ms']['p95']:.2f}/"
-              f"{row['latency_ms']['p99']:.2f}; decoder cache {row['decoder_cache']}; peak RSS main "
-              f"{row['peak_rss_mb']:.0f} MB, worker {row['worker_peak_rss_mb']:.0f} MB")
-        print(f"[{mode}] decoded {decoded} unique frames: ours {ours_decoded_fps:.0f} frames/s vs torchcodec "
-              f"alone, same grouping {same_fps:.0f} frames/s -> {row['fraction_of_ceiling']:.2f} of ceiling; "
-              f"1 per call {one_fps:.0f} frames/s; 32 sorted per call {sorted32_fps:.0f} frames/s")
-        (out_dir / f"{args.source}-{mode}-{args.decode}-{args.dtype}.json").write_text(json.dumps(row, indent=2))
-        rows.append(row)
+    modes = MODES if args.mode == "both" else (args.mode,)
+    servers = nullcontext() if args.source == "local" else serve(
+        args.source, root, latency_s=args.latency_ms / 1000, rate_bytes_per_s=args.bandwidth_mb_per_s * 1e6,
+        hub_redirect=args.hub_redirect)
+    with servers as remote:
+        for mode in modes:
+            episodes = list(range(args.sarm_episodes)) if mode == "sarm" else None
+            if remote is None:
+                row = run_local(args, root, mode, episodes, video_keys, common)
+            else:
+                row = run_remote(args, root, remote, mode, episodes, video_keys, common)
+            row = {"source": args.source, "mode": mode, "decode": args.decode, "dtype": args.dtype,
+                   "num_workers": args.num_workers, "pool_size": args.pool_size, **row, "status": "ok"}
+            (out_dir / f"{args.source}-{mode}-{args.decode}-{args.dtype}.json").write_text(json.dumps(row, indent=2))
+            rows.append(row)
     rss = {}
-    for pool_size in [int(p) for p in args.rss_pool_sizes.split(",") if p]:
-        rss[pool_size] = stream(root, mode="single", num_workers=args.num_workers, pool_size=pool_size,
-                                batch_size=args.batch_size, episodes=None,
-                                uint8=args.dtype == "uint8")["worker_peak_rss_mb"]
+    for pool_size in [int(p) for p in args.rss_pool_sizes.split(",") if p] if args.source == "local" else []:
+        rss[pool_size] = stream(root, mode="single", video_keys=video_keys, episodes=None,
+                                **{**common, "pool_size": pool_size})["worker_peak_rss_mb"]
     if rss:
         print("worker peak RSS by episode_pool_size (single mode): "
               + ", ".join(f"{p}: {mb:.0f} MB" for p, mb in rss.items()))

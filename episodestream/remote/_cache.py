@@ -38,6 +38,10 @@ _BLOCK_BYTES = 4096  # reservations round up to filesystem blocks
 _SUFFIXES = (".lock", ".bytes", ".refs")
 
 
+# The marker of a pin (see ``_prewarm``): shaped like host-pid-start-holder, never a live process's.
+PIN_MARKER = "pinned-0-0-pin"
+
+
 class EntryState(enum.Enum):
     """Where an entry stands on this node.
 
@@ -48,7 +52,8 @@ class EntryState(enum.Enum):
         FETCHING -> LOCAL      the temporary file is complete and renamed into place
         FETCHING -> REMOTE     the download failed (temporary file and reservation removed), or
                                its process died (the next user to take the lock cleans up)
-        LOCAL    -> REMOTE     the last user released it (or, with no live user left, the budget
+        LOCAL    -> REMOTE     the last user released it, a pin counting as a user until unpinned
+                               (or, with no live user left, the budget
                                needed its space): file, reservation and markers are deleted
     """
 
@@ -112,6 +117,8 @@ class NodeCache:
         return f"{self._host}-{pid}-{self._me[1]}-{holder}"
 
     def _live(self, marker: str) -> bool:
+        if marker == PIN_MARKER:
+            return True  # a pin (``episodestream prewarm``) is a user that never dies
         host, pid, start, _ = marker.split("-", 3)
         if host != self._host:
             return True  # another machine's process: we cannot tell, so it counts

@@ -1,0 +1,68 @@
+"""The streaming benchmark runs end to end, as its users run it, on a tiny dataset: from local disk and
+from a fake Hub behind a shaped link, writing results that summarize_results.py reads."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "streaming" / "benchmark_streaming.py"
+TINY = ["--episodes", "2", "--episode-length", "30", "--height", "64", "--width", "96", "--rss-pool-sizes", "",
+        "--mode", "single", "--batch-size", "8"]
+
+
+def _summarize_module():
+    spec = importlib.util.spec_from_file_location("summarize_results", SCRIPT.parent / "summarize_results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(tmp_path: Path, source: str, *extra: str) -> dict:
+    out = tmp_path / f"out-{source}"
+    result = subprocess.run([sys.executable, str(SCRIPT), "--source", source, *TINY, *extra,
+                             "--cache-dir", str(tmp_path / "datasets"), "--output-dir", str(out)],
+                            capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    row = json.loads((out / f"{source}-single-cpu-float32.json").read_text())
+    assert (row["source"], row["mode"], row["decode"], row["status"]) == (source, "single", "cpu", "ok")
+    assert row["samples"] == 60 and row["samples_per_s"] > 0 and row["frames_per_s"] == 2 * row["samples_per_s"]
+    assert set(row["latency_ms"]) == {"p50", "p95", "p99"} and row["first_batch_s"] > 0 and row["peak_rss_mb"] > 0
+    assert set(row["decoder_cache"]) == {"hits", "misses", "evictions"}
+    assert (out / "results.csv").read_text().startswith("source,mode,decode,")
+    rows, malformed, _ = _summarize_module().load_results(out)
+    assert not malformed and [r["source"] for r in rows] == [source]
+    return row
+
+
+@pytest.mark.slow
+def test_local_source_compares_against_the_decoder_ceiling(tmp_path):
+    row = _run(tmp_path, "local")
+    assert row["cache_hit_rate"] is None and row["fraction_of_ceiling"] > 0
+
+
+def test_hub_source_through_a_shaped_link(tmp_path):
+    row = _run(tmp_path, "hub", "--latency-ms", "20", "--bandwidth-mbps", "20")
+    assert row["local_samples_per_s"] > 0 and row["remote_over_local"] > 0
+    assert row["link"]["latency_ms"] == 20 and row["link"]["bytes"] > 0
+    # A cold cache: every span is downloaded once (two workers share each mp4's header, so a hit
+    # or two), and an episode costs a few percent more than its own compressed bytes.
+    assert 0 <= row["cache_hit_rate"] < 0.5 and row["node_cache"]["misses"] >= 4
+    per_episode = row["bytes_per_episode"]
+    assert 1.0 < per_episode["video_fetched_over_own"] < 1.5, per_episode
+
+
+def test_cuda_decoding_without_a_gpu_is_refused_clearly(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    result = subprocess.run([sys.executable, str(SCRIPT), "--decode", "cuda", "--output-dir", str(tmp_path)],
+                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 2
+    assert "--decode cuda needs a CUDA GPU" in result.stderr and "Use --decode cpu" in result.stderr

@@ -1,0 +1,129 @@
+"""`episodestream cache ls|clear` and `episodestream prewarm` against a fake Hub on 127.0.0.1: prewarm
+fetches each episode's video once and pins it, a later run reads it from the cache (the server's
+counters show no video or metadata bytes), and clear never removes what a live process uses."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+
+# huggingface_hub reads these when it is imported.
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
+
+import pytest  # noqa: E402
+
+from episodestream import EpisodeStreamingDataset  # noqa: E402
+from episodestream.cli import main  # noqa: E402
+from episodestream.remote import EntryState, NodeCache  # noqa: E402
+from episodestream.testing import FakeHub  # noqa: E402
+
+from .remote_streaming.conftest import assert_same_samples, cache_files  # noqa: E402
+
+REPO = "lerobot/main"
+STREAM = dict(episode_pool_size=3, prefetch_episodes=2, seed=7)
+
+
+@pytest.fixture(scope="module")
+def hub_root(dataset_root, tmp_path_factory):
+    root = tmp_path_factory.mktemp("hub")
+    shutil.copytree(dataset_root, root / "datasets" / REPO)
+    return root
+
+
+def _bytes_by_kind(stats) -> dict[str, int]:
+    kinds = {"video": 0, "meta": 0, "data": 0}
+    for key, path_stats in stats.by_file.items():
+        relpath = key[len(REPO) + 1:]
+        kinds["video" if relpath.endswith(".mp4") else relpath.split("/")[0]] += path_stats.bytes_sent
+    return kinds
+
+
+def test_prewarm_pins_and_a_later_run_fetches_no_video(hub_root, dataset_root, tmp_path, capsys):
+    cache_dir = tmp_path / "cache"
+    expected = list(EpisodeStreamingDataset(dataset_root, **STREAM))
+    with FakeHub(hub_root) as hub:
+        assert main(["prewarm", REPO, "--cache-dir", str(cache_dir), "--hub-endpoint", hub.url]) == 0
+        out, err = capsys.readouterr()
+        assert f"prewarmed 6 episodes of hf://datasets/{REPO}@{hub.main_sha(REPO)}" in out
+        assert "prewarm: 100%" in err  # the progress bar, in bytes
+        first = _bytes_by_kind(hub.stats())
+        assert first["video"] > 0 and first["meta"] > 0
+
+        # Everything is pinned: prewarming again fetches no video or metadata.
+        hub.reset_stats()
+        assert main(["prewarm", REPO, "--cache-dir", str(cache_dir), "--hub-endpoint", hub.url,
+                     "--no-progress"]) == 0
+        assert "fetched 0 B" in capsys.readouterr().out
+        assert _bytes_by_kind(hub.stats()) == {"video": 0, "meta": 0, "data": 0}
+
+        # A training run over the same source and cache reads rows only (ranged reads in place).
+        hub.reset_stats()
+        dataset = EpisodeStreamingDataset(REPO, hub_endpoint=hub.url, token=False, cache_dir=cache_dir, **STREAM)
+        try:
+            assert_same_samples(list(dataset), expected)
+        finally:
+            dataset.close()
+        warm = _bytes_by_kind(hub.stats())
+    data_bytes = sum(p.stat().st_size for p in (dataset_root / "data").rglob("*.parquet"))
+    assert warm["video"] == 0 and warm["meta"] == 0 and 0 < warm["data"] <= data_bytes
+
+    # The pins outlive the run; ls shows them, clear removes them.
+    assert main(["cache", "ls", "--cache-dir", str(cache_dir), "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    totals = listing["totals"]
+    assert totals["entries"] == totals["pinned"] > 0 and totals["in_use"] == 0
+    kinds = {entry["file"].split("/")[0] for entry in listing["entries"]}
+    assert kinds == {"files", "headers", "spans"}
+    assert all(entry["state"] == "local" and entry["users"] == 0 for entry in listing["entries"])
+    assert main(["cache", "ls", "--cache-dir", str(cache_dir)]) == 0
+    text = capsys.readouterr().out
+    assert "source hub_lerobot_main_" in text and "local" in text and "yes" in text
+    assert f"total: {totals['entries']} entries" in text and f"{totals['pinned']} pinned" in text
+    assert main(["cache", "clear", "--cache-dir", str(cache_dir), "--source", REPO]) == 0
+    assert f"removed {totals['entries']} entries" in capsys.readouterr().out
+    assert cache_files(cache_dir) == []
+
+
+def test_clear_keeps_entries_a_live_process_uses(tmp_path, capsys):
+    from episodestream.remote._prewarm import pin
+
+    root = tmp_path / "cache"
+    cache = NodeCache(root)
+    write = lambda tmp: tmp.write_bytes(b"x" * 5000)  # noqa: E731
+    in_use, pinned, other = "s3_bucket_a-1/files/in_use.bin", "s3_bucket_a-1/files/pinned.bin", "hub_b-2/files/b.bin"
+    for name in (in_use, pinned, other):
+        cache.acquire(name, "test", write, size_bytes=5000)
+    for name in (pinned, other):
+        pin(cache, name)
+        cache.release(name, "test")  # pinned: kept after the last user lets go
+    assert all(cache.state(n) is EntryState.LOCAL for n in (in_use, pinned, other))
+
+    assert main(["cache", "ls", "--cache-dir", str(root), "--source", "s3://bucket_a"]) == 0
+    text = capsys.readouterr().out
+    assert "source s3_bucket_a-1: 2 entries" in text and "hub_b-2" not in text
+    assert re.search(r"total: 2 entries, [0-9.]+ KB on disk; 1 pinned; 1 in use by live processes", text), text
+
+    assert main(["cache", "clear", "--cache-dir", str(root), "--source", "s3_bucket_a-*"]) == 0
+    text = capsys.readouterr().out
+    assert "removed 1 entries" in text and "skipped 1 in use by live processes" in text and in_use in text
+    assert cache.state(pinned) is EntryState.REMOTE
+    assert cache.state(in_use) is EntryState.LOCAL and cache.state(other) is EntryState.LOCAL
+
+    assert main(["cache", "clear", "--cache-dir", str(root)]) == 0
+    assert "removed 1 entries" in capsys.readouterr().out
+    assert cache.state(other) is EntryState.REMOTE and cache.state(in_use) is EntryState.LOCAL
+    assert cache.release(in_use, "test")  # its last user lets go: deleted as usual
+    assert cache_files(root) == []
+
+
+def test_prewarm_arguments_and_local_folders(dataset_root, capsys):
+    assert main(["prewarm", str(dataset_root)]) == 0
+    assert "read in place and never cached: nothing to prewarm" in capsys.readouterr().out
+    for bad in (["--episodes", "1-x"], ["--storage-options", "[1]"]):
+        with pytest.raises(SystemExit) as stop:
+            main(["prewarm", "s3://bucket/prefix", *bad])
+        assert stop.value.code == 2
+    assert "expected a JSON object of fsspec options" in capsys.readouterr().err
