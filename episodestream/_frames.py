@@ -83,8 +83,9 @@ class SampleBuilder:
         return np.clip(wanted, 0, length - 1), (wanted < 0) | (wanted >= length)
 
     def _image(self, frames_uint8: torch.Tensor) -> torch.Tensor:
-        # One kernel, and the very expression LeRobot uses, so values match to the bit.
-        return frames_uint8 if self._return_uint8 else frames_uint8 / 255.0
+        # Bit-identical to LeRobot's ``frames / 255.0`` (a float32 division either way), but the
+        # mixed-dtype division takes PyTorch's slow casting loop: converting first is ~2x faster.
+        return frames_uint8 if self._return_uint8 else frames_uint8.to(torch.float32).div_(255)
 
     def plan(self, rows: EpisodeRows, frame: int, videos: EpisodeVideos) -> PendingSample:
         episode = rows.episode

@@ -141,3 +141,10 @@ def test_episode_filter_and_map_style_indexing(dataset_root):
     assert sorted(int(s["index"]) for s in streamed) == sorted(int(mapped[i]["index"]) for i in range(len(mapped)))
     with pytest.raises(IndexError, match="out of range"):
         mapped[len(mapped)]
+
+
+def test_float_frames_are_bit_identical_to_lerobots_division(dataset_root):
+    raw = EpisodeDataset(dataset_root, return_uint8=True)[77][FRONT]
+    assert torch.equal(EpisodeDataset(dataset_root)[77][FRONT], raw / 255.0)  # LeRobot: frames / 255.0
+    every_value = torch.arange(256, dtype=torch.uint8)
+    assert torch.equal(every_value.to(torch.float32).div_(255), every_value / 255.0)
