@@ -103,9 +103,10 @@ def decode_queries(cache: DecoderCache, queries: Sequence[FrameQuery], *, fps: f
     for q in queries:
         frames, row_of = decoded[q.path]
         rows = torch.tensor([row_of[t] for t in q.timestamps_s])
-        # One transposing copy, on uint8, to contiguous CHW: later float conversion and batch
-        # collation then run on contiguous memory.
-        out.append(frames.index_select(0, rows).permute(0, 3, 1, 2).contiguous())
+        # One gathering, transposing copy, on uint8, to contiguous CHW (index_select allocates a
+        # contiguous result; .contiguous() is then free): later float conversion and batch
+        # collation run on contiguous memory.
+        out.append(frames.permute(0, 3, 1, 2).index_select(0, rows).contiguous())
     return out
 
 
