@@ -12,13 +12,15 @@ from __future__ import annotations
 from multiprocessing import sharedctypes
 from multiprocessing.context import get_spawning_popen
 
-_NEXT, _STARTED = 0, 1  # slots: the epoch the next iteration streams; the latest one started (-1: none)
+# Slots: the epoch the next iteration streams; the latest one started (-1: none); the key of the
+# DataLoader iteration that last claimed an epoch, and that epoch.
+_NEXT, _STARTED, _ITERATION_KEY, _ITERATION_EPOCH = 0, 1, 2, 3
 
 
 class SharedEpoch:
     def __init__(self, epoch: int = 0) -> None:
-        self._shared = sharedctypes.RawArray("q", [epoch, -1])
-        self._local = [epoch, -1]
+        self._shared = sharedctypes.RawArray("q", [epoch, -1, -1, -1])
+        self._local = [epoch, -1, -1, -1]
 
     def _slots(self):
         return self._shared if self._shared is not None else self._local
@@ -35,7 +37,22 @@ class SharedEpoch:
     def set(self, epoch: int) -> None:
         self._slots()[_NEXT] = epoch
         self._slots()[_STARTED] = -1
-        self._local = [epoch, -1]
+        self._local = [epoch, -1, -1, -1]
+
+    def claim(self, iteration_key: int) -> int:
+        """The epoch of the DataLoader iteration ``iteration_key`` (the same for all its workers).
+
+        A worker must not read the counter on its own: a worker that starts late could see it
+        already advanced by a sibling that finished its whole share. The first worker of an
+        iteration pins the epoch under the iteration's key; the others find it there. Workers of
+        one iteration read the same counter value before any of them can finish, so a race
+        between two first claims writes the same epoch twice.
+        """
+        slots = self._slots()
+        if slots[_ITERATION_KEY] != iteration_key:
+            slots[_ITERATION_EPOCH] = slots[_NEXT]
+            slots[_ITERATION_KEY] = iteration_key
+        return slots[_ITERATION_EPOCH]
 
     def start(self, epoch: int) -> None:
         self._slots()[_STARTED] = epoch

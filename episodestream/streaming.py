@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch.utils.data
 
@@ -23,6 +24,9 @@ from ._sampling import ADMIT, EMIT, EpochPlan, Segment, consumer_rng, consumer_s
 from ._world import World, current_world, resolve_rank
 from .tracing import set_process_name, trace_instant, trace_span, tracer_enabled
 from .video import DecoderCache
+
+if TYPE_CHECKING:
+    from .remote import ControllerConfig
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,9 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
             smaller than the pool's working set is refused here, with the minimum.
         storage_options: fsspec options for bucket URLs (credentials, endpoint).
         token, hub_endpoint: Hugging Face token and endpoint (default: huggingface_hub's own).
+        download_config: the download controller's knobs (node-wide permits, retries, per-request
+            timeout): a ControllerConfig, a dict of its knobs (the rest from
+            ``EPISODESTREAM_DOWNLOAD_*``) or None. See docs/download-controller.md.
 
     How to iterate:
         episode_pool_size: whole episodes each consumer holds in RAM (tabular rows only) and
@@ -97,6 +104,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
                  cache_dir: str | os.PathLike | None = None, cache_limit: int | str | None = None,
                  storage_options: Mapping[str, Any] | None = None, token: str | None = None,
                  hub_endpoint: str | None = None,
+                 download_config: ControllerConfig | Mapping[str, Any] | None = None,
                  buffer_size: Any = None) -> None:
         super().__init__()
         if buffer_size is not None:
@@ -114,9 +122,10 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
                                  video_backend=video_backend, decode_device=decode_device,
                                  remote_options=dict(cache_dir=cache_dir, cache_limit=cache_limit,
                                                      storage_options=storage_options, token=token,
-                                                     hub_endpoint=hub_endpoint),
+                                                     hub_endpoint=hub_endpoint, download_config=download_config),
                                  episodes_in_flight=self.episode_pool_size + self.prefetch_episodes + 1)
         self._epoch = SharedEpoch()
+        self._worker_iterations: dict[int, int] = {}  # in a DataLoader worker: iterations per base seed
         self._decoder_cache: DecoderCache | None = None
         self._resume_request: _ResumeRequest | None = None
         self._resume_points: dict[int, ResumePoint | None] = {}  # by num_workers, computed lazily
@@ -195,11 +204,24 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         # Not a generator itself: the epoch is marked started when the DataLoader asks for the
         # iterator, so a checkpoint taken before the first batch already names this epoch.
         world = current_world(self.rank, self.world_size)
-        epoch = self.epoch
+        epoch = self._iteration_epoch()
         self._epoch.start(epoch)
         if tracer_enabled():
             set_process_name(f"episodestream rank {world.rank} worker {world.worker}")
         return self._epoch_samples(self.schedule(world, epoch), epoch)
+
+    def _iteration_epoch(self) -> int:
+        """The epoch this iteration streams, the same in every DataLoader worker of the iteration."""
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return self.epoch
+        # The DataLoader gives each iteration's workers one base seed (info.seed - info.id); a
+        # persistent worker keeps it across epochs, so count this worker's iterations too.
+        base_seed = info.seed - info.id
+        count = self._worker_iterations.get(base_seed, 0)
+        self._worker_iterations[base_seed] = count + 1
+        key = int.from_bytes(hashlib.blake2b(f"{base_seed}:{count}".encode(), digest_size=7).digest(), "big")
+        return self._epoch.claim(key)
 
     def _epoch_samples(self, steps, epoch: int) -> Iterator[dict[str, Any]]:
         yield from self._samples(steps)

@@ -173,3 +173,21 @@ def test_cuda_decoding_gives_the_cpu_frames(dataset_root):
         camera = gpu.meta.video_keys[0]
         assert sample[camera].device.type == "cuda"
         assert decode_frame_ids(sample[camera].cpu())[:2] == (int(sample["episode_index"]), int(sample["frame_index"]))
+
+
+def _slow_second_worker(worker_id):
+    if worker_id == 1:
+        import time
+        time.sleep(2.0)  # worker 0 finishes its whole share before this one starts
+
+
+def test_a_late_worker_streams_the_same_epoch(many_episodes_root):
+    """Regression: a worker starting after its sibling finished its share (one batch, within the
+    loader's prefetch) and advanced the shared counter must still stream that epoch."""
+    dataset = EpisodeStreamingDataset(many_episodes_root, episodes=[0, 1], seed=2, return_uint8=True)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=64, num_workers=2, worker_init_fn=_slow_second_worker)
+    first = [int(i) for batch in loader for i in batch["index"]]
+    assert sorted(first) == sorted(stream_indices(many_episodes_root, episodes=[0, 1], seed=2, epoch=0))
+    assert len(first) == len(set(first)) == len(dataset)
+    second = [int(i) for batch in loader for i in batch["index"]]
+    assert sorted(second) == sorted(first) and second != first  # epoch 1: the same frames, reshuffled
