@@ -17,7 +17,8 @@ from ._files import DatasetFiles, LocalFiles
 
 def open_source(source: str | os.PathLike, *, revision: str | None, cache_dir: str | os.PathLike | None = None,
                 cache_limit: int | str | None = None, storage_options: Mapping[str, Any] | None = None,
-                token: str | None = None, hub_endpoint: str | None = None) -> DatasetFiles:
+                token: str | None = None, hub_endpoint: str | None = None,
+                download_config: Any = None) -> DatasetFiles:
     if isinstance(source, os.PathLike) or (isinstance(source, str) and os.path.exists(source)):
         if revision is not None:
             raise ValueError(f"revision={revision!r} applies to Hub datasets; {os.fspath(source)!r} is a local "
@@ -31,4 +32,5 @@ def open_source(source: str | os.PathLike, *, revision: str | None, cache_dir: s
     from .remote import open_remote_source  # fsspec and huggingface_hub load only for remote sources
 
     return open_remote_source(source, revision=revision, cache_dir=cache_dir, cache_limit=cache_limit,
-                              storage_options=storage_options, hub_endpoint=hub_endpoint, token=token)
+                              storage_options=storage_options, hub_endpoint=hub_endpoint, token=token,
+                              download_config=download_config)

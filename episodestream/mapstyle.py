@@ -6,7 +6,7 @@ import bisect
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch.utils.data
@@ -17,6 +17,9 @@ from ._rows import EpisodeRows, RowReader
 from .video import DecoderCache
 
 _ROWS_CACHED = 4  # episodes' rows kept for neighbouring indices (a sampler often walks an episode)
+
+if TYPE_CHECKING:
+    from .remote import ControllerConfig
 
 
 class EpisodeDataset(torch.utils.data.Dataset):
@@ -33,14 +36,15 @@ class EpisodeDataset(torch.utils.data.Dataset):
                  video_backend: str | None = None, decode_device: str = "cpu",
                  cache_dir: str | os.PathLike | None = None, cache_limit: int | str | None = None,
                  storage_options: Mapping[str, Any] | None = None, token: str | None = None,
-                 hub_endpoint: str | None = None) -> None:
+                 hub_endpoint: str | None = None,
+                 download_config: ControllerConfig | Mapping[str, Any] | None = None) -> None:
         self._core = DatasetCore(source, revision=revision, episodes=episodes,
                                  delta_timestamps=delta_timestamps, tolerance_s=tolerance_s,
                                  return_uint8=return_uint8, image_transforms=image_transforms,
                                  video_backend=video_backend, decode_device=decode_device,
                                  remote_options=dict(cache_dir=cache_dir, cache_limit=cache_limit,
                                                      storage_options=storage_options, token=token,
-                                                     hub_endpoint=hub_endpoint),
+                                                     hub_endpoint=hub_endpoint, download_config=download_config),
                                  episodes_in_flight=_ROWS_CACHED + 1)
         self._starts = np.cumsum([0] + [ep.length for ep in self._core.episodes])
         self._process: tuple[int, RowReader, DecoderCache, EpisodeVideos, OrderedDict[int, EpisodeRows]] | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -33,6 +34,19 @@ def many_episodes_root(tmp_path_factory):
     write_synthetic_dataset(root, num_episodes=20, episode_length=(5, 15), cameras=CAMERAS[:1],
                             max_episodes_per_video_file=7, seed=3)
     return root
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_download_permits(tmp_path_factory):
+    """Node-wide download budgets live in /dev/shm by default, shared with every other process of
+    the machine; give this test session its own so parallel sessions cannot throttle each other."""
+    previous = os.environ.get("EPISODESTREAM_DOWNLOAD_PERMITS_DIR")
+    os.environ["EPISODESTREAM_DOWNLOAD_PERMITS_DIR"] = str(tmp_path_factory.mktemp("permits"))
+    yield
+    if previous is None:
+        del os.environ["EPISODESTREAM_DOWNLOAD_PERMITS_DIR"]
+    else:
+        os.environ["EPISODESTREAM_DOWNLOAD_PERMITS_DIR"] = previous
 
 
 @pytest.fixture(autouse=True)

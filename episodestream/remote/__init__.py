@@ -9,6 +9,7 @@ from ._controller import (
     LinkEstimator,
     RetryPolicy,
 )
+from ._download import DownloadFetch, FetchStats, default_fetch, link_name
 from ._files import RemoteFiles, RemoteVideos, default_cache_dir, open_remote_source
 from ._mp4 import Mp4LayoutError
 from ._permits import NodePermits
@@ -20,7 +21,9 @@ __all__ = [
     "ControllerConfig",
     "DownloadController",
     "DownloadError",
+    "DownloadFetch",
     "EntryState",
+    "FetchStats",
     "LinkEstimator",
     "Mp4LayoutError",
     "NodeCache",
@@ -31,6 +34,8 @@ __all__ = [
     "RemoteVideos",
     "RetryPolicy",
     "default_cache_dir",
+    "default_fetch",
     "fetch_range",
+    "link_name",
     "open_remote_source",
 ]

@@ -366,8 +366,10 @@ class _NodeRecord:
 
     ``streams`` is the AIMD variable (budget = streams x q). ``peak_bandwidth`` / ``best_rtt_s``
     are the best readings since the last cut, for the slowdown test. ``measured`` remembers
-    whether both classes were measured, to re-base ``streams`` once when defaults give way.
-    Timestamps are the controller clock (CLOCK_MONOTONIC by default: one clock for the machine).
+    whether both classes were measured, to re-base ``streams`` once when defaults give way;
+    ``bandwidth_reference_measured`` / ``latency_reference_measured`` whether each reference
+    was re-based when its own class was first measured. Timestamps are the controller clock
+    (CLOCK_MONOTONIC by default: one clock for the machine).
     """
 
     version: int
@@ -383,6 +385,8 @@ class _NodeRecord:
     last_success_s: float | None = None
     last_wait_s: float | None = None
     estimator: dict[str, Any] = field(default_factory=dict)
+    bandwidth_reference_measured: bool = False
+    latency_reference_measured: bool = False
 
 
 class DownloadController:
@@ -582,6 +586,16 @@ class DownloadController:
             record.measured = measured
             record.streams = min(record.streams, self.permits.budget() / q)
             self._reset_references(record, estimate)
+        # Each slowdown reference is re-based when its own class is first measured: a default is
+        # no reading of the link. Waiting for both classes left a workload without small
+        # requests (video spans only: the round trip is never measured) judging every window
+        # against the default bandwidth, so it never counted as healthy and the budget never rose.
+        if estimate.bandwidth_measured and not record.bandwidth_reference_measured:
+            record.bandwidth_reference_measured = True
+            record.peak_bandwidth = estimate.bandwidth_bytes_per_s
+        if estimate.latency_measured and not record.latency_reference_measured:
+            record.latency_reference_measured = True
+            record.best_rtt_s = estimate.rtt_s
         record.peak_bandwidth = max(record.peak_bandwidth, estimate.bandwidth_bytes_per_s)
         record.best_rtt_s = min(record.best_rtt_s, estimate.rtt_s)
         if now - record.window_start_s < self.config.increase_interval_s:

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from .._files import check_relpath
 from ._cache import NodeCache
+from ._controller import ControllerConfig, DownloadError
+from ._download import default_fetch
 from ._mp4 import Mp4Header, Mp4LayoutError, VideoTrack, read_header
 from ._reader import LARGE_READ_BYTES, ChunkedReader, FetchFn, RangedFile, ReadStats, fetch_range
 from ._resolve import CACHE_LIMIT_ENV, FileEntry, ResolvedSource, default_cache_dir, list_source, redact, resolve_source
@@ -210,8 +212,8 @@ class RemoteFiles:
         """Run a client call; its errors come back naming the file, with secrets redacted."""
         try:
             return call()
-        except Mp4LayoutError:
-            raise
+        except (Mp4LayoutError, DownloadError):
+            raise  # a DownloadError already names the URL (no credentials), the status and the attempts
         except Exception as error:  # each client has its own hierarchy (OSError, httpx, botocore)
             status = getattr(getattr(error, "response", None), "status_code", None)
             message = redact(str(error).splitlines()[0] if str(error) else "", self.secrets())
@@ -585,7 +587,8 @@ class RemoteVideos:
 def open_remote_source(source: str, *, revision: str | None = None, cache_dir: str | os.PathLike | None = None,
                        cache_limit: int | str | None = None, storage_options: Mapping[str, Any] | None = None,
                        hub_endpoint: str | None = None, token: Any = None, fetch_threads: int = 4,
-                       fetch_timeout_s: float = 600.0) -> RemoteFiles:
+                       fetch_timeout_s: float = 600.0,
+                       download_config: ControllerConfig | Mapping[str, Any] | None = None) -> RemoteFiles:
     """Open a remote dataset: resolve ``source`` (Hub revisions to a commit), list its files once,
     and return a ``RemoteFiles`` reading through the node cache.
 
@@ -604,6 +607,10 @@ def open_remote_source(source: str, *, revision: str | None = None, cache_dir: s
             ``$EPISODESTREAM_CACHE_LIMIT``, else unlimited; entries are deleted when released anyway).
         fetch_threads: background downloads per consumer. fetch_timeout_s: how long a consumer waits
             for an episode's bytes, a lock or cache space before raising.
+    Downloading:
+        download_config: the download controller's knobs (node-wide permits, retries, timeouts): a
+            ``ControllerConfig``, a dict of its knobs (the rest from ``EPISODESTREAM_DOWNLOAD_*``) or
+            None (all from the environment, else defaults). See docs/download-controller.md.
     """
     from .._options import check_int, check_positive_float, env_override, parse_size_bytes
 
@@ -615,11 +622,12 @@ def open_remote_source(source: str, *, revision: str | None = None, cache_dir: s
     if storage_options is not None and not isinstance(storage_options, Mapping):
         raise TypeError(f"storage_options must be a dict of fsspec options, got {type(storage_options).__name__}.")
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    fetch = default_fetch(download_config)  # validates the knobs (and reads the environment) up front
     resolved = resolve_source(source, revision=revision, storage_options=storage_options,
                               hub_endpoint=hub_endpoint, token=token)
     listing = list_source(resolved)
     cache = NodeCache(root, limit_bytes=limit_bytes, timeout_s=timeout_s)
     cache.prune()  # leftovers of processes killed in earlier runs
-    files = RemoteFiles(resolved, listing, cache=cache, fetch_threads=fetch_threads)
+    files = RemoteFiles(resolved, listing, cache=cache, fetch_threads=fetch_threads, fetch=fetch)
     files.check_cache_budget()  # before downloading metadata that would not fit
     return files

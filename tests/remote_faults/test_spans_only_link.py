@@ -1,0 +1,48 @@
+"""Regression: a workload of video spans only (no small requests, so the round trip is never
+measured) must still have healthy windows. The slowdown reference used to stay at the default
+bandwidth until both sample classes were measured, so every window of such a workload counted
+as "slower than its best" and the budget never rose again (found by benchmarks/network, link b)."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+
+import pytest
+
+from episodestream.remote import ControllerConfig, DownloadController, NodePermits
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def sleep(self, seconds: float) -> None:
+        self.now_s += seconds
+
+
+def test_spans_only_workload_budget_rises_in_healthy_windows(tmp_path):
+    clock = FakeClock()
+    config = ControllerConfig(floor_permits=4, initial_permits=8)
+    controller = DownloadController(config=config, clock=clock, sleep=clock.sleep,
+                                    permits=NodePermits(directory=tmp_path / "permits", default_budget=8))
+    span_bytes, stream_bytes_per_s = 700 * 1024, 2e6  # far slower per stream than the 25 MB/s default
+    budgets = []
+    for _ in range(10):  # ten windows: busy (someone waits for a permit), steady link, no throttle
+        for _ in range(8):
+            clock.now_s += 0.2
+            controller.record_transfer(size_bytes=span_bytes, duration_s=0.05 + span_bytes / stream_bytes_per_s)
+        with ExitStack() as stack:
+            for _ in range(controller.budget()):
+                stack.enter_context(controller.permits.acquire(timeout_s=0))
+            with pytest.raises(TimeoutError):
+                with controller.permit(timeout_s=0):
+                    pass
+        budgets.append(controller.budget())
+    estimate = controller.estimate()
+    assert estimate.bandwidth_measured and not estimate.latency_measured
+    # A steady link and demand for more: it rises, one permit per healthy window.
+    assert budgets[-1] >= 8 + 5 * config.increase_step
+    assert all(0 <= b - a <= config.increase_step for a, b in zip(budgets, budgets[1:]))

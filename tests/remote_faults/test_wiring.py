@@ -1,0 +1,82 @@
+"""How remote reads reach the controller: the default fetch of remote sources, its configuration
+(arguments over ``EPISODESTREAM_DOWNLOAD_*``), pickling into workers, one budget per server, and
+local filesystems left alone."""
+
+from __future__ import annotations
+
+import pickle
+
+import fsspec
+import pytest
+
+from episodestream.remote import (
+    ControllerConfig,
+    DownloadFetch,
+    default_fetch,
+    link_name,
+    open_remote_source,
+)
+from episodestream.testing import FakeHub
+
+from ..remote_streaming.conftest import REPO
+
+
+def test_default_fetch_reads_knobs_when_called(monkeypatch, tmp_path):
+    monkeypatch.setenv("EPISODESTREAM_DOWNLOAD_MAX_ATTEMPTS", "3")
+    monkeypatch.setenv("EPISODESTREAM_DOWNLOAD_PERMITS_DIR", str(tmp_path))
+    assert default_fetch().config.max_attempts == 3
+    assert default_fetch({"max_attempts": 7}).config.max_attempts == 7  # arguments win
+    assert default_fetch({"request_timeout_s": 2}).config.max_attempts == 3  # the rest from the environment
+    given = ControllerConfig(max_attempts=2)
+    assert default_fetch(given).config is given
+    monkeypatch.setenv("EPISODESTREAM_DOWNLOAD_MAX_ATTEMPTS", "many")
+    with pytest.raises(ValueError, match="EPISODESTREAM_DOWNLOAD_MAX_ATTEMPTS='many'"):
+        default_fetch()
+    with pytest.raises(TypeError, match="download_config must be a ControllerConfig, a dict of its knobs or None"):
+        default_fetch(3)
+    with pytest.raises(TypeError, match="Unknown ControllerConfig option"):
+        default_fetch({"retries": 3})
+
+
+def test_remote_sources_read_through_the_controller(faults_hub_root, tmp_path, download_knobs):
+    download_knobs(max_attempts=4)
+    with FakeHub(faults_hub_root) as hub:
+        files = open_remote_source(REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False,
+                                   download_config={"request_timeout_s": 5})
+        try:
+            fetch = files._fetch
+            assert isinstance(fetch, DownloadFetch)
+            assert (fetch.config.max_attempts, fetch.config.request_timeout_s) == (4, 5.0)
+            files.read_bytes("meta/info.json")
+            name = link_name(files._state().fs)
+            assert name == "hf-127.0.0.1"
+            controller = fetch.controllers()[name]
+            assert controller.permits.directory == tmp_path / "permits" / name
+            assert fetch.stats().reads == fetch.stats().attempts == 1
+            # Workers receive the configuration only, and make their own controllers.
+            clone = pickle.loads(pickle.dumps(files))
+            assert clone._fetch.config == fetch.config and clone._fetch.controllers() == {}
+            assert clone.read_bytes("meta/info.json") == files.read_bytes("meta/info.json")
+            clone.close()
+        finally:
+            files.close()
+    with pytest.raises(ValueError, match="Invalid request_timeout_s"):
+        open_remote_source(REPO, cache_dir=tmp_path, download_config={"request_timeout_s": -1})
+
+
+def test_budget_names_and_local_reads(tmp_path):
+    hub = fsspec.filesystem("hf", endpoint="https://huggingface.co", skip_instance_cache=True)
+    assert link_name(hub) == "hf-huggingface.co"
+    pytest.importorskip("s3fs")
+    s3 = fsspec.filesystem("s3", client_kwargs={"endpoint_url": "http://user:pw@10.0.0.5:9000"},
+                           skip_instance_cache=True)
+    assert link_name(s3) == "s3-10.0.0.5"
+    assert link_name(fsspec.filesystem("s3", skip_instance_cache=True)) == "s3-default"
+    # A local disk is no link: read directly, no permit, no retry.
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"0123456789")
+    fetch = DownloadFetch(config=ControllerConfig(permits_dir=str(tmp_path / "permits")))
+    assert fetch(fsspec.filesystem("file"), str(path), 2, 5) == b"234"
+    assert fetch.controllers() == {} and fetch.stats().reads == 0
+    with pytest.raises(ValueError, match="Invalid name"):
+        DownloadFetch(name="a/b")
