@@ -60,6 +60,7 @@ from ._controller import (
     RetryPolicy,
     parse_retry_after,
 )
+from ._process import process_state
 from ._reader import fetch_range
 
 logger = logging.getLogger("episodestream.download")
@@ -75,9 +76,6 @@ _TRANSPORT_NAME_MARKERS = ("Connection", "Disconnected", "IncompleteRead", "Chun
 _COUNTER_OF_KIND = {"throttle": "throttles", "timeout": "timeouts", "transient": "transient", "fatal": "fatal"}
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _HUB_PATH = re.compile(r"^(datasets|spaces|models)/([^/@]+/[^/@]+)(?:@([^/]+))?/(.+)$")
-# Guards making a process's state once when several threads ask at the same time (not a cache).
-_STATE_LOCK = threading.Lock()
-os.register_at_fork(after_in_child=lambda: globals().__setitem__("_STATE_LOCK", threading.Lock()))
 
 ControllerFactory = Callable[..., Any]
 
@@ -169,13 +167,7 @@ class DownloadFetch:
     # -- per process -----------------------------------------------------------------------------
 
     def _state(self) -> _ProcessState:
-        state = self._process
-        if state is None or state.pid != os.getpid():
-            with _STATE_LOCK:
-                state = self._process
-                if state is None or state.pid != os.getpid():
-                    state = self._process = _ProcessState(self)
-        return state
+        return process_state(self, _ProcessState)
 
     def controller(self, fs: fsspec.AbstractFileSystem) -> Any:
         """This process's controller for ``fs``'s server (made on first use)."""

@@ -30,6 +30,7 @@ from ._cache import NodeCache
 from ._controller import ControllerConfig, DownloadError
 from ._download import default_fetch
 from ._mp4 import Mp4Header, Mp4LayoutError, VideoTrack, read_header
+from ._process import process_state
 from ._reader import LARGE_READ_BYTES, ChunkedReader, FetchFn, RangedFile, ReadStats, fetch_range
 from ._resolve import CACHE_LIMIT_ENV, FileEntry, ResolvedSource, default_cache_dir, list_source, redact, resolve_source
 
@@ -45,9 +46,6 @@ _EPISODES_METADATA = "meta/episodes/"
 _SPAN_PAD_FRACTION = 64  # pad each side by 1/64 of the span, at most SPAN_PAD_MAX_BYTES
 _DISK_SLACK_BYTES = 2 * 4096  # a sparse file's two written regions round up to filesystem blocks
 _CLOSE_JOIN_S = 60.0
-# Guards making a process's client once when several threads ask at the same time (not a cache).
-_STATE_LOCK = threading.Lock()
-os.register_at_fork(after_in_child=lambda: globals().__setitem__("_STATE_LOCK", threading.Lock()))
 
 
 @dataclass(frozen=True)
@@ -113,13 +111,7 @@ class RemoteFiles:
     # -- per process -----------------------------------------------------------------------------
 
     def _state(self) -> _ProcessState:
-        state = self._process
-        if state is None or state.pid != os.getpid():
-            with _STATE_LOCK:
-                state = self._process
-                if state is None or state.pid != os.getpid():
-                    state = self._process = _ProcessState(self)
-        return state
+        return process_state(self, _ProcessState)
 
     @property
     def reader(self) -> ChunkedReader:

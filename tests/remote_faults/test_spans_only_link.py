@@ -5,11 +5,9 @@ as "slower than its best" and the budget never rose again (found by benchmarks/n
 
 from __future__ import annotations
 
-from contextlib import ExitStack
-
-import pytest
-
 from episodestream.remote import ControllerConfig, DownloadController, NodePermits
+
+from ..remote_controller.test_controller import saturate
 
 
 class FakeClock:
@@ -34,12 +32,7 @@ def test_spans_only_workload_budget_rises_in_healthy_windows(tmp_path):
         for _ in range(8):
             clock.now_s += 0.2
             controller.record_transfer(size_bytes=span_bytes, duration_s=0.05 + span_bytes / stream_bytes_per_s)
-        with ExitStack() as stack:
-            for _ in range(controller.budget()):
-                stack.enter_context(controller.permits.acquire(timeout_s=0))
-            with pytest.raises(TimeoutError):
-                with controller.permit(timeout_s=0):
-                    pass
+        saturate(controller)
         budgets.append(controller.budget())
     estimate = controller.estimate()
     assert estimate.bandwidth_measured and not estimate.latency_measured
