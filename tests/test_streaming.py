@@ -105,13 +105,9 @@ def test_decoder_cache_is_sized_to_the_pool_and_reports(dataset_root):
     assert dataset.decoder_stats() is None
     count = sum(1 for _ in dataset)
     stats = dataset.decoder_stats()
-    assert stats["capacity"] == 2 * len(CAMERAS_IN(dataset))
+    assert stats["capacity"] == 2 * len(dataset.meta.video_keys)
     assert stats["hits"] + stats["misses"] == 2 * count  # one lookup per camera per sample
     assert stats["misses"] >= 5 and stats["hits"] > stats["misses"]
-
-
-def CAMERAS_IN(dataset):
-    return dataset.meta.video_keys
 
 
 def test_buffer_size_is_deprecated(dataset_root):
