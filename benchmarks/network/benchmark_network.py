@@ -194,13 +194,14 @@ class FixedBudget:
 
 
 def reachable_budget(config: ControllerConfig, duration_s: float) -> int:
-    """The most permits the controller can grant within ``duration_s``: one healthy window adds
-    ``increase_step``. A pool this big (plus spares) always has reads queued. Sizing it to the
-    cap instead would only add idle threads: every permit release wakes all of a process's
-    waiting threads (``NodePermits``), which on the CPU-bound loopback link costs throughput that
-    a training node (a few fetch threads per worker process) never pays."""
-    windows = math.ceil(duration_s / config.increase_interval_s) + 1
-    return min(config.cap_permits, max(config.initial_permits, config.floor_permits) + windows * config.increase_step)
+    """The most permits the controller can grant within ``duration_s``: each healthy window
+    multiplies the budget by ``slow_start_factor`` (at least ``+increase_step``) until the first
+    throttle, then adds ``increase_step``; this bounds both. A pool this big (plus spares)
+    always has reads queued; a training node has a few fetch threads per worker process."""
+    budget = max(config.initial_permits, config.floor_permits)
+    for _ in range(math.ceil(duration_s / config.increase_interval_s) + 1):
+        budget = max(budget + config.increase_step, round(budget * config.slow_start_factor))
+    return min(config.cap_permits, budget)
 
 
 def static_budget(sizes: list[int]) -> int:

@@ -13,7 +13,9 @@ The budget model (docs/download-controller.md has the derivation)::
 ``streams`` is the AIMD state. A throttle or timeout cuts the budget by ``decrease_factor`` (once
 per ``cooldown_s``) and re-bases ``streams``. A healthy window of ``increase_interval_s`` (no
 throttle, requests succeeded, someone waited for a permit, and the link is not slower than its
-best since the last cut) adds ``increase_step`` and re-bases ``streams``. Between those, the
+best since the last cut) adds ``increase_step`` and re-bases ``streams``. Before the first
+throttle, timeout or slowed window (slow start, as in TCP) a healthy window multiplies the budget
+by ``slow_start_factor`` instead: a link that needs 50 streams gets them in seconds, not minutes. Between those, the
 budget follows the target down (a slower stream, bigger requests) but never up: only a healthy
 window raises it, so slowness can never raise concurrency. The estimates and AIMD state live in
 the permits directory so every process on the node agrees on them.
@@ -52,6 +54,20 @@ THROTTLE_STATUSES = frozenset({429, 503})      # the server says "too many": cut
 TIMEOUT_STATUSES = frozenset({408, 504})       # a timeout reported as a status: cut like a timeout
 _HISTORY_LENGTH = 1000
 _STATE_VERSION = 1
+# Evidence (finished transfers, permit waits) is buffered in each process and merged into the
+# node's shared state at most this often, or once this many transfers are waiting: the merge is
+# a locked read-modify-write of a JSON file (~0.5 ms), which per request cost a third of a core
+# on a fast link. A window is 2 s by default, so 50 ms of delay changes no decision; throttles
+# and timeouts are written at once (they merge what is buffered first).
+STATE_FLUSH_INTERVAL_S = 0.05
+STATE_FLUSH_TRANSFERS = 32
+# An increase is kept only if the node's goodput grew by at least this share of what the added
+# permits would carry at the old per-permit rate; less means the link (or the server, or our CPU)
+# was already full. A third: a doubling that nears the link's cap still gains well over it, and
+# the few percent a 2 s window's goodput jitters by rarely pass it for a full link.
+PROBE_MIN_GAIN = 1 / 3
+# After a probe that bought nothing, no increase for 1, 2, 4, ... windows (at most this many).
+MAX_HOLD_WINDOWS = 16
 
 SampleClass = Literal["bandwidth", "latency"]
 FailureKind = Literal["throttle", "timeout", "transient", "fatal"]
@@ -78,7 +94,9 @@ class ControllerConfig:
     Reacting to the link:
         ``decrease_factor``, ``cooldown_s``: a throttle or timeout multiplies the budget by the
         factor, at most once per cooldown. ``increase_interval_s``, ``increase_step``: a healthy
-        window of this length adds the step. ``max_slowdown``: no increase while bandwidth is
+        window of this length adds the step. ``slow_start_factor``: until the first throttle,
+        timeout or slowdown, a healthy window multiplies the budget by this instead (at least
+        +step), as TCP's slow start does; 1 means additive from the start. ``max_slowdown``: no increase while bandwidth is
         below, or round trip above, its best since the last cut by more than this factor; the
         model lowers the budget only when its target is below the budget by more than it.
     Measuring the link:
@@ -104,6 +122,7 @@ class ControllerConfig:
     cooldown_s: float = _knob("float", 2.0, low=0, open_low=True)
     increase_interval_s: float = _knob("float", 2.0, low=0, open_low=True)
     increase_step: int = _knob("int", 1, low=1, high=MAX_PERMITS)
+    slow_start_factor: float = _knob("float", 2.0, low=1)
     max_slowdown: float = _knob("float", 1.25, low=1, open_low=True)
     bandwidth_min_bytes: int = _knob("size", 128 * 1024)
     latency_max_bytes: int = _knob("size", 16 * 1024)
@@ -245,6 +264,23 @@ class LinkEstimate:
                 f"mean request {self.object_bytes / 1024:.0f} KiB")
 
 
+def classify_transfer(config: ControllerConfig, *, size_bytes: int, duration_s: float,
+                      parallel: bool = False, hedged: bool = False) -> SampleClass | None:
+    """Which class of sample a finished transfer is (see ``LinkEstimator``); validates it."""
+    if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes < 0:
+        raise ValueError(f"size_bytes must be an int >= 0, got {size_bytes!r}.")
+    if isinstance(duration_s, bool) or not isinstance(duration_s, (int, float)) \
+            or not duration_s >= 0 or not math.isfinite(duration_s):
+        raise ValueError(f"duration_s must be a finite number >= 0, got {duration_s!r}.")
+    if parallel or hedged:
+        return None  # siblings share its stream, or it timed a hedge wait: measures neither class
+    if size_bytes >= config.bandwidth_min_bytes and duration_s > 0:
+        return "bandwidth"
+    if size_bytes <= config.latency_max_bytes:
+        return "latency"
+    return None
+
+
 class LinkEstimator:
     """Single-stream bandwidth and transfer-free round trip, from finished transfers.
 
@@ -273,23 +309,15 @@ class LinkEstimator:
     def add_transfer(self, *, size_bytes: int, duration_s: float, parallel: bool = False,
                      hedged: bool = False) -> SampleClass | None:
         """Record one finished transfer; returns the class it was a sample of, if any."""
-        if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes < 0:
-            raise ValueError(f"size_bytes must be an int >= 0, got {size_bytes!r}.")
-        if isinstance(duration_s, bool) or not isinstance(duration_s, (int, float)) \
-                or not duration_s >= 0 or not math.isfinite(duration_s):
-            raise ValueError(f"duration_s must be a finite number >= 0, got {duration_s!r}.")
+        kind = classify_transfer(self.config, size_bytes=size_bytes, duration_s=duration_s,
+                                 parallel=parallel, hedged=hedged)
         self._sizes.append(size_bytes)
-        kind: SampleClass | None = None
-        if parallel or hedged:
-            pass  # siblings share its stream, or it timed a hedge wait: measures neither class
-        elif size_bytes >= self.config.bandwidth_min_bytes and duration_s > 0:
+        if kind == "bandwidth":
             self._bandwidth.append(size_bytes / duration_s)
             self._bandwidth_count += 1
-            kind = "bandwidth"
-        elif size_bytes <= self.config.latency_max_bytes:
+        elif kind == "latency":
             self._small.append((size_bytes, float(duration_s)))
             self._latency_count += 1
-            kind = "latency"
         if kind is not None and self.latency_measured:
             rtt_s = self.rtt_s()
             self._lowest_rtt_s = rtt_s if self._lowest_rtt_s is None else min(self._lowest_rtt_s, rtt_s)
@@ -367,6 +395,10 @@ class _NodeRecord:
     ``streams`` is the AIMD variable (budget = streams x q). ``peak_bandwidth`` / ``best_rtt_s``
     are the best readings since the last cut, for the slowdown test. ``measured`` remembers
     whether both classes were measured, to re-base ``streams`` once when defaults give way;
+    ``slow_start`` whether no throttle, timeout or slowed window has been seen yet;
+    ``window_bytes`` what the node received in the current window (its goodput); ``probe`` the
+    budget and goodput before the last increase, until a window judges it; ``hold_windows`` /
+    ``hold_until_s`` how long increases wait after a probe that bought nothing;
     ``bandwidth_reference_measured`` / ``latency_reference_measured`` whether each reference
     was re-based when its own class was first measured. Timestamps are the controller clock
     (CLOCK_MONOTONIC by default: one clock for the machine).
@@ -387,6 +419,11 @@ class _NodeRecord:
     estimator: dict[str, Any] = field(default_factory=dict)
     bandwidth_reference_measured: bool = False
     latency_reference_measured: bool = False
+    slow_start: bool = True
+    window_bytes: int = 0
+    probe: list[float] | None = None  # [budget before the last increase, goodput then]: not judged yet
+    hold_windows: int = 0
+    hold_until_s: float = 0.0
 
 
 class DownloadController:
@@ -423,6 +460,20 @@ class DownloadController:
         self._history: deque[BudgetChange] = deque(maxlen=_HISTORY_LENGTH)
         self._log = logging.getLogger(LOGGER_NAME)
         self._started = False
+        self._reset_buffer()
+
+    def _reset_buffer(self) -> None:
+        # This process's evidence not yet merged into the node's state (see STATE_FLUSH_INTERVAL_S).
+        self._pid = os.getpid()
+        self._pending: list[tuple[int, float, bool, bool, float]] = []  # ..., finished at
+        self._pending_wait_s: float | None = None
+        self._last_flush_s = -math.inf
+        self._window_end_s = -math.inf  # when the node's current window closes, as last merged
+
+    def _check_process(self) -> None:
+        # Called holding self._lock. A forked child must not merge its parent's evidence again.
+        if self._pid != os.getpid():
+            self._reset_buffer()
 
     # -- permits -------------------------------------------------------------------------------
 
@@ -455,7 +506,20 @@ class DownloadController:
             yield slot
 
     def budget(self) -> int:
+        self._flush_if_pending()
         return self.permits.budget()
+
+    def flush(self) -> None:
+        """Merge this process's buffered evidence into the node's shared state now."""
+        with self._transaction():
+            pass  # _transaction merges what is buffered
+
+    def _flush_if_pending(self) -> None:
+        with self._lock:
+            self._check_process()
+            pending = bool(self._pending) or self._pending_wait_s is not None
+        if pending:
+            self.flush()
 
     def pause_remaining_s(self) -> float:
         """Seconds until new permits may start (a ``Retry-After`` pause), 0 if none."""
@@ -472,12 +536,21 @@ class DownloadController:
                         hedged: bool = False) -> SampleClass | None:
         """A request finished: ``size_bytes`` arrived in ``duration_s`` (request sent to last
         byte). ``parallel``: it was one piece of a gather running alongside others; ``hedged``:
-        it raced a duplicate. Returns the sample class it counted as, if any."""
-        with self._transaction() as (now, record, estimator):
-            kind = estimator.add_transfer(size_bytes=size_bytes, duration_s=duration_s,
-                                          parallel=parallel, hedged=hedged)
-            record.last_success_s = now
-            self._update(now, record, estimator)
+        it raced a duplicate. Returns the sample class it counted as, if any.
+
+        Buffered: the node's state sees it within ``STATE_FLUSH_INTERVAL_S`` (or at ``flush``,
+        ``budget``, ``estimate``, a throttle or a timeout)."""
+        kind = classify_transfer(self.config, size_bytes=size_bytes, duration_s=duration_s,
+                                 parallel=parallel, hedged=hedged)
+        with self._lock:
+            self._check_process()
+            now = self.clock()
+            self._pending.append((size_bytes, float(duration_s), parallel, hedged, now))
+            # A transfer that may close a window is merged at once, so windows are judged on time.
+            due = (len(self._pending) >= STATE_FLUSH_TRANSFERS or now >= self._window_end_s
+                   or now - self._last_flush_s >= STATE_FLUSH_INTERVAL_S)
+        if due:
+            self.flush()
         return kind
 
     def record_throttle(self, *, status: int, retry_after_s: float | None = None) -> None:
@@ -518,12 +591,14 @@ class DownloadController:
     # -- reading -------------------------------------------------------------------------------
 
     def estimate(self) -> LinkEstimate:
+        self._flush_if_pending()
         estimator = LinkEstimator(config=self.config)
         estimator.load_state_dict(self.permits.read_state().get("estimator", {}))
         return estimator.estimate()
 
     def history(self) -> list[BudgetChange]:
         """Budget changes this process made, oldest first (the last 1000)."""
+        self._flush_if_pending()
         with self._lock:
             return list(self._history)
 
@@ -534,14 +609,36 @@ class DownloadController:
         # One thread lock and one file lock around read-modify-write, so every counter is read
         # under the same locks that write it, in this process and across the node.
         with self._lock, self.permits.locked_state() as raw:
+            self._check_process()
             now = self.clock()
             estimator = LinkEstimator(config=self.config)
             record = self._load(raw, now, estimator)
+            self._merge_buffer(now, record, estimator)
             yield now, record, estimator
+            self._window_end_s = record.window_start_s + self.config.increase_interval_s
             record.estimator = estimator.state_dict()
             record.updated_s = now
             raw.clear()  # shallow on purpose: asdict's deep copy of the sample windows is slow
             raw.update((knob.name, getattr(record, knob.name)) for knob in fields(record))
+
+    def _merge_buffer(self, now: float, record: _NodeRecord, estimator: LinkEstimator) -> None:
+        # Called inside _transaction: buffered evidence first, so a throttle or timeout that
+        # follows is judged after the transfers that finished before it.
+        pending, self._pending = self._pending, []
+        wait_s, self._pending_wait_s = self._pending_wait_s, None
+        self._last_flush_s = now
+        if wait_s is not None and (record.last_wait_s is None or wait_s > record.last_wait_s):
+            record.last_wait_s = wait_s
+        if pending:
+            for size_bytes, duration_s, parallel, hedged, _finished_s in pending:
+                estimator.add_transfer(size_bytes=size_bytes, duration_s=duration_s,
+                                       parallel=parallel, hedged=hedged)
+                record.window_bytes += size_bytes
+            # Judged as of the last transfer, not the merge: evidence merged late (a read, a
+            # throttle) must not close a window early and without the waits that came after it.
+            finished_s = max(now if finished > now else finished for *_, finished in pending)
+            record.last_success_s = finished_s
+            self._update(finished_s, record, estimator)
 
     def _load(self, raw: dict[str, Any], now: float, estimator: LinkEstimator) -> _NodeRecord:
         try:
@@ -601,15 +698,46 @@ class DownloadController:
         if now - record.window_start_s < self.config.increase_interval_s:
             return
         window_start, record.window_start_s = record.window_start_s, now
+        goodput = record.window_bytes / (now - window_start)
+        record.window_bytes = 0
         slowed = (estimate.bandwidth_bytes_per_s * self.config.max_slowdown < record.peak_bandwidth
                   or estimate.rtt_s > record.best_rtt_s * self.config.max_slowdown)
         busy = record.last_wait_s is not None and record.last_wait_s >= window_start
         succeeded = record.last_success_s is not None and record.last_success_s >= window_start
+        # Goodput measures the budget only when every permit had work all window and no
+        # Retry-After pause stopped them.
+        measured_window = busy and succeeded and record.pause_until_s <= window_start
         old = self.permits.budget()
-        if succeeded and busy and not slowed:
-            new = self._clamp(record, old + self.config.increase_step)
+        if slowed and record.slow_start:
+            record.slow_start = False  # streams added made each slower: the link is full, probe gently
+        if measured_window and record.probe is not None:
+            before, goodput_before = record.probe
+            record.probe = None
+            wanted = goodput_before * (1 + PROBE_MIN_GAIN * (old / before - 1))
+            if old > before and goodput < wanted:
+                # The added permits carried nothing more: the link (or server, or CPU) was full.
+                # Give them back, stop doubling, and wait longer before each next probe.
+                record.slow_start = False
+                record.hold_windows = min(MAX_HOLD_WINDOWS, max(1, 2 * record.hold_windows))
+                record.hold_until_s = now + record.hold_windows * self.config.increase_interval_s
+                new = self._clamp(record, before)
+                record.streams = new / q
+                self._set_budget(now, new, f"probe bought no throughput ({goodput / 1e6:.1f} vs "
+                                 f"{goodput_before / 1e6:.1f} MB/s at {int(before)}); hold "
+                                 f"{record.hold_windows} window(s)", estimate)
+                return
+            record.hold_windows = 0
+        if succeeded and busy and not slowed and (measured_window or record.slow_start) \
+                and now >= record.hold_until_s:
+            step = self.config.increase_step
+            doubling = record.slow_start and self.config.slow_start_factor > 1
+            if doubling:
+                step = max(step, round(old * (self.config.slow_start_factor - 1)))
+            new = self._clamp(record, old + step)
             record.streams = new / q
-            reason = f"healthy window: +{self.config.increase_step}"
+            if new > old and measured_window:
+                record.probe = [old, goodput]
+            reason = f"healthy window: +{new - old}" + (" (slow start)" if doubling else "")
         else:
             # Outside a healthy window the model may only lower the budget (a slower stream or
             # bigger requests need fewer permits); a rise must wait for a healthy window. Only a
@@ -624,12 +752,20 @@ class DownloadController:
 
     def _cut(self, now: float, record: _NodeRecord, estimator: LinkEstimator, reason: str) -> None:
         record.window_start_s = now  # a throttle starts the healthy window afresh
+        record.window_bytes = 0
         if record.last_decrease_s is not None and now - record.last_decrease_s < self.config.cooldown_s:
             return  # the requests already in flight when we cut report the same congestion
         estimate = estimator.estimate()
-        new = max(MIN_BUDGET, math.floor(self.permits.budget() * self.config.decrease_factor))
+        budget = self.permits.budget()
+        if record.probe is not None:
+            # Throttled while probing: the probe's extra permits are what the server refused,
+            # so the cut starts from the budget before it.
+            budget = min(budget, int(record.probe[0]))
+            record.probe = None
+        new = max(MIN_BUDGET, math.floor(budget * self.config.decrease_factor))
         record.last_decrease_s = now
         record.congested = True
+        record.slow_start = False
         record.streams = new / self._requests_per_stream(estimate)
         self._reset_references(record, estimate)
         self._set_budget(now, new, f"{reason}: x{self.config.decrease_factor:g}", estimate)
@@ -651,11 +787,12 @@ class DownloadController:
                               "latency_samples": estimate.latency_samples})
 
     def _note_permit_wait(self) -> None:
-        state = self.permits.read_state()
-        if (state.get("last_wait_s") or -math.inf) >= state.get("window_start_s", math.inf):
-            return  # this window already knows demand exceeded the budget: spare the write
-        with self._transaction() as (now, record, _estimator):
-            record.last_wait_s = now
+        # Demand exceeded the budget. Buffered and merged with this process's next transfer
+        # (a wait is only evidence for a window in which requests also succeeded), so the
+        # window that transfer closes knows the node was busy.
+        with self._lock:
+            self._check_process()
+            self._pending_wait_s = self.clock()
 
     def _wait_out_pause(self, deadline: float | None) -> None:
         while (remaining := self.pause_remaining_s()) > 0:
@@ -665,7 +802,8 @@ class DownloadController:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_lock", "_history", "_log"):
+        for name in ("_lock", "_history", "_log", "_pending", "_pending_wait_s", "_last_flush_s", "_pid",
+                     "_window_end_s"):
             del state[name]
         return state
 
@@ -674,6 +812,7 @@ class DownloadController:
         self._lock = threading.Lock()
         self._history = deque(maxlen=_HISTORY_LENGTH)
         self._log = logging.getLogger(LOGGER_NAME)
+        self._reset_buffer()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -118,12 +118,30 @@ class NodePermits:
     # -- shared state --------------------------------------------------------------------------
 
     def read_state(self) -> dict[str, Any]:
-        """The shared JSON record, without locking (it is replaced atomically); {} if none."""
+        """The shared JSON record, without locking (it is replaced atomically); {} if none.
+
+        The download controller reads it before every permit, so it is parsed again only when
+        the file changed (each write is a rename: a new inode): the returned dict is shared
+        with later calls and must not be modified.
+        """
+        path = self.directory / "state.json"
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            return {}
+        key = (info.st_ino, info.st_mtime_ns, info.st_size)
+        cached = self._state_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
         text = self._read_state_text()
         try:
-            return json.loads(text) if text else {}
+            state = json.loads(text) if text else {}
         except ValueError:
-            return {}
+            state = {}
+        # A write between the stat and the read leaves the newer text under the older key: the
+        # next call sees a new key and reads again, so the cache is never more than one call stale.
+        self._state_cache = (key, state)
+        return state
 
     @contextmanager
     def locked_state(self) -> Iterator[dict[str, Any]]:
@@ -158,8 +176,9 @@ class NodePermits:
 
     def _reset_process_state(self) -> None:
         self._pid = os.getpid()
-        self._cond = threading.Condition()
-        self._queue: deque[int] = deque()
+        self._mutex = threading.Lock()
+        self._queue: deque[threading.Condition] = deque()  # waiting threads, FIFO
+        self._state_cache: tuple[tuple[int, int, int], dict[str, Any]] | None = None
         self._next_ticket = 0
         self._held: dict[int, int] = {}  # slot -> fd holding its lock
         self._rng = random.Random()
@@ -177,16 +196,18 @@ class NodePermits:
     def _acquire_slot(self, timeout_s: float | None) -> int:
         self._check_process()
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        with self._cond:
+        with self._mutex:
             if timeout_s == 0 and self._queue:
                 raise TimeoutError("no download permit free (other threads are waiting)")
-            ticket = self._next_ticket
-            self._next_ticket += 1
-            self._queue.append(ticket)
+            # Each waiter sleeps on its own condition and only the head of the line is woken:
+            # waking every waiter on each release (one shared condition) cost a context switch
+            # per waiting thread per release, which dominated a CPU-bound link with many waiters.
+            waiter = threading.Condition(self._mutex)
+            self._queue.append(waiter)
             poll_s = _FIRST_POLL_S
             try:
                 while True:
-                    if self._queue[0] == ticket:
+                    if self._queue[0] is waiter:
                         slot = self._try_take_slot()
                         if slot is not None:
                             return slot
@@ -194,16 +215,21 @@ class NodePermits:
                     if remaining is not None and remaining <= 0:
                         raise TimeoutError(
                             f"no download permit free within {timeout_s} s (budget {self.budget()})")
-                    if self._queue[0] == ticket:
+                    if self._queue[0] is waiter:
                         # Jittered so processes that backed off together do not retry together.
                         wait_s = poll_s * self._rng.uniform(0.5, 1.5)
                         poll_s = min(poll_s * 2, _MAX_POLL_S)
                     else:
                         wait_s = _QUEUED_WAKE_S  # our turn comes with a notify; this is a safety net
-                    self._cond.wait(wait_s if remaining is None else min(wait_s, remaining))
+                    waiter.wait(wait_s if remaining is None else min(wait_s, remaining))
             finally:
-                self._queue.remove(ticket)
-                self._cond.notify_all()  # the next thread in line may try now
+                self._queue.remove(waiter)
+                self._wake_head()  # the next thread in line may try now
+
+    def _wake_head(self) -> None:
+        # Called holding self._mutex.
+        if self._queue:
+            self._queue[0].notify()
 
     def _try_take_slot(self) -> int | None:
         self._ensure_dir()
@@ -265,14 +291,14 @@ class NodePermits:
 
     def _release_slot(self, slot: int) -> None:
         self._check_process()
-        with self._cond:
+        with self._mutex:
             fd = self._held.pop(slot, None)
             if fd is not None:
                 # Unlock explicitly: a child forked while we held it shares this open file, and
                 # closing our descriptor alone would leave the lock held until the child exits.
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
-            self._cond.notify_all()
+            self._wake_head()
 
     def _ensure_dir(self) -> Path:
         if not self._dir_ready:

@@ -26,7 +26,14 @@ from episodestream.remote import (
     NodePermits,
     RetryPolicy,
 )
-from episodestream.remote._controller import LOGGER_NAME, env_var, parse_retry_after, redact_url
+from episodestream.remote._controller import (
+    LOGGER_NAME,
+    STATE_FLUSH_INTERVAL_S,
+    STATE_FLUSH_TRANSFERS,
+    env_var,
+    parse_retry_after,
+    redact_url,
+)
 
 KIB = 1024
 BANDWIDTH = 20e6   # bytes/s of the "normal" link in these tests
@@ -98,6 +105,17 @@ def warm_up(controller, clock, samples=8):
     assert estimate.bandwidth_measured and estimate.latency_measured
 
 
+def end_window(controller, clock, *, link_full=False):
+    """Close the window the warm-up ran in without measuring it (its burst of samples is no
+    baseline for judging an increase: goodput per window, see PROBE_MIN_GAIN), then run the
+    next window's traffic as ``healthy_window`` does."""
+    clock.advance(2.0)
+    big(controller, clock)
+    for _ in range(3 if link_full else controller.budget() - 1):
+        big(controller, clock)
+    small(controller, clock)
+
+
 def saturate(controller) -> None:
     """Make the node want more permits than it has: hold them all, then ask for one more."""
     with ExitStack() as stack:
@@ -108,13 +126,19 @@ def saturate(controller) -> None:
                 pass
 
 
-def healthy_window(controller, clock, *, interval_s=2.0, busy=True, bandwidth=BANDWIDTH, rtt_s=RTT_S):
+def healthy_window(controller, clock, *, interval_s=2.0, busy=True, bandwidth=BANDWIDTH, rtt_s=RTT_S,
+                   link_full=False):
     """End a window in which nothing was throttled, requests succeeded and (if ``busy``) the
-    node wanted more permits than it had: the controller may raise the budget now."""
+    node wanted more permits than it had: the controller may raise the budget now. Then start
+    the next window with one big transfer per permit (a link with room: goodput grows with the
+    budget) or, if ``link_full``, a fixed amount whatever the budget."""
     clock.advance(interval_s)
     if busy:
         saturate(controller)
-    big(controller, clock, bandwidth=bandwidth)
+    big(controller, clock, bandwidth=bandwidth)  # closes the window
+    if busy:  # the next window's traffic; goodput matters only in busy windows
+        for _ in range(3 if link_full else controller.budget() - 1):
+            big(controller, clock, bandwidth=bandwidth)
     small(controller, clock, bandwidth=bandwidth, rtt_s=rtt_s)
 
 
@@ -218,7 +242,7 @@ def test_budget_rises_only_in_healthy_windows(make_controller, clock):
         healthy_window(controller, clock, busy=False, bandwidth=4 * BANDWIDTH)
         assert controller.budget() == start
     healthy_window(controller, clock, bandwidth=4 * BANDWIDTH)
-    assert controller.budget() == start + 1
+    assert controller.budget() == 2 * start  # slow start: nothing has throttled yet
 
 
 def test_request_size_jitter_does_not_ratchet_budget_down(make_controller, clock):
@@ -258,8 +282,9 @@ def test_switch_from_defaults_follows_a_slower_link_down_but_never_jumps_up(make
 
 def test_same_windows_on_a_steady_link_do_raise_budget(make_controller, clock):
     # The control for the two tests above: identical traffic at normal speed is healthy.
-    controller = make_controller(floor_permits=2, initial_permits=4)
+    controller = make_controller(floor_permits=2, initial_permits=4, slow_start_factor=1.0)
     warm_up(controller, clock)
+    end_window(controller, clock)
     start = controller.budget()
     for _ in range(6):
         healthy_window(controller, clock)
@@ -272,6 +297,7 @@ def test_same_windows_on_a_steady_link_do_raise_budget(make_controller, clock):
 def test_budget_can_fall_below_floor_when_throttled(make_controller, clock):
     controller = make_controller(floor_permits=4, initial_permits=8, cooldown_s=1.0)
     warm_up(controller, clock)
+    end_window(controller, clock)
     budgets = []
     for _ in range(4):
         controller.record_throttle(status=429)
@@ -357,8 +383,9 @@ def test_client_internal_retries_are_reported_as_throttles(make_controller, cloc
 
 def test_healthy_windows_raise_additively(make_controller, clock):
     controller = make_controller(initial_permits=4, increase_step=2, increase_interval_s=2.0,
-                                 cap_permits=12)
+                                 cap_permits=12, slow_start_factor=1.0)
     warm_up(controller, clock)
+    end_window(controller, clock)
     budgets = [controller.budget()]
     for _ in range(5):
         healthy_window(controller, clock)
@@ -370,6 +397,99 @@ def test_healthy_windows_raise_additively(make_controller, clock):
     assert controller.budget() == 6
     healthy_window(controller, clock, interval_s=1.0)  # together a full window since the cut
     assert controller.budget() == 8
+
+
+def test_slow_start_doubles_until_the_first_throttle_then_adds(make_controller, clock):
+    # A link that needs many streams (a per-connection cap) must get them in a few windows; the
+    # first throttle ends the doubling for good and the budget climbs back additively.
+    controller = make_controller(initial_permits=4, cap_permits=40)
+    warm_up(controller, clock)
+    end_window(controller, clock)
+    budgets = [controller.budget()]
+    for _ in range(5):
+        healthy_window(controller, clock)
+        budgets.append(controller.budget())
+    assert budgets == [4, 8, 16, 32, 40, 40]  # x2 per healthy window, capped
+    controller.record_throttle(status=429)
+    assert controller.budget() == 20
+    for _ in range(3):
+        healthy_window(controller, clock)
+    assert controller.budget() == 23
+    assert "slow start" in controller.history()[1].reason
+
+
+def test_slow_start_ends_when_added_streams_slow_the_link(make_controller, clock):
+    # A full link (shared bandwidth) shows itself without a throttle: each stream gets slower
+    # as streams are added. That window raises nothing and later windows add one at a time.
+    controller = make_controller(initial_permits=4, cap_permits=64)
+    warm_up(controller, clock)
+    end_window(controller, clock)
+    healthy_window(controller, clock)
+    assert controller.budget() == 8
+    for _ in range(32):  # twice the streams, each half as fast
+        big(controller, clock, bandwidth=BANDWIDTH / 2)
+    healthy_window(controller, clock, bandwidth=BANDWIDTH / 2)
+    assert controller.budget() <= 8
+    after_slowdown = controller.budget()
+    for _ in range(32):  # the link recovers: healthy again, but probed one permit at a time
+        big(controller, clock)
+    healthy_window(controller, clock)
+    assert controller.budget() == after_slowdown + 1
+
+
+def test_an_increase_that_buys_no_throughput_is_given_back_and_probing_backs_off(make_controller, clock):
+    # A link already full at 4 permits (a shared cap, a server limit, our own CPU) moves the same
+    # bytes per window whatever the budget: the probe is returned at the next window, doubling
+    # ends, and the next probes wait 1, 2, 4 ... windows, so a full link is rarely probed.
+    controller = make_controller(initial_permits=4, floor_permits=2, cap_permits=64)
+    warm_up(controller, clock)
+    end_window(controller, clock, link_full=True)
+    budgets = []
+    for _ in range(12):
+        healthy_window(controller, clock, link_full=True)
+        budgets.append(controller.budget())
+    assert budgets[:2] == [8, 4]  # the slow-start probe, returned a window later
+    raised = [i for i in range(1, len(budgets)) if budgets[i] > budgets[i - 1]]
+    assert len(raised) >= 2 and all(budgets[i] == 5 for i in raised)  # then only +1 probes
+    assert all(budgets[i + 1] == 4 for i in raised if i + 1 < len(budgets))  # each returned
+    gaps = [b - a for a, b in zip(raised, raised[1:])]
+    assert gaps == sorted(gaps) and gaps[-1] > gaps[0]  # ever rarer
+    reasons = [change.reason for change in controller.history()]
+    assert any(reason.startswith("probe bought no throughput") for reason in reasons)
+
+
+def test_throttle_during_a_probe_cuts_from_the_budget_before_it(make_controller, clock):
+    # The permits a probe added are what the server refused: halving the probed budget would
+    # land right at the server's limit and the next +1 would be throttled again.
+    controller = make_controller(initial_permits=8, floor_permits=2, cap_permits=64)
+    warm_up(controller, clock)
+    end_window(controller, clock)
+    healthy_window(controller, clock)
+    assert controller.budget() == 16
+    controller.record_throttle(status=429)
+    assert controller.budget() == 4  # 8 (before the probe) x 0.5, not 16 x 0.5
+
+
+def test_evidence_is_buffered_per_process_and_merged_in_time(make_controller, clock):
+    # Merging a transfer is a locked JSON read-modify-write: a process merges its buffer at most
+    # every STATE_FLUSH_INTERVAL_S (or STATE_FLUSH_TRANSFERS transfers), and whenever it reads.
+    writer, reader = make_controller(), make_controller()  # two processes of one node
+    big(writer, clock)  # the first transfer is merged at once
+    assert reader.estimate().bandwidth_samples == 1
+    for _ in range(STATE_FLUSH_TRANSFERS - 1):
+        writer.record_transfer(size_bytes=512 * KIB, duration_s=0.1)  # the clock stands still
+    assert reader.estimate().bandwidth_samples == 1  # buffered in the writer
+    writer.record_transfer(size_bytes=512 * KIB, duration_s=0.1)
+    assert reader.estimate().bandwidth_samples == 1 + STATE_FLUSH_TRANSFERS  # a full buffer merges
+    writer.record_transfer(size_bytes=512 * KIB, duration_s=0.1)
+    assert reader.estimate().bandwidth_samples == 1 + STATE_FLUSH_TRANSFERS
+    clock.advance(2 * STATE_FLUSH_INTERVAL_S)
+    writer.record_transfer(size_bytes=512 * KIB, duration_s=0.1)
+    assert reader.estimate().bandwidth_samples == 3 + STATE_FLUSH_TRANSFERS  # so does time
+    writer.record_transfer(size_bytes=512 * KIB, duration_s=0.1)
+    writer.record_throttle(status=429)  # a throttle merges what came before it
+    assert reader.estimate().bandwidth_samples == 4 + STATE_FLUSH_TRANSFERS
+    assert reader.budget() == writer.budget()
 
 
 # -- fault 6: resizing never overshoots (the controller side; see test_permits.py) --------------
@@ -408,6 +528,7 @@ def test_counters_are_read_and_written_under_one_lock(make_controller, clock):
         thread.start()
     for thread in threads:
         thread.join()
+    controllers[1].flush()  # the other process's buffered evidence (see STATE_FLUSH_INTERVAL_S)
     estimate = controllers[0].estimate()
     assert (estimate.bandwidth_samples, estimate.latency_samples) == (4 * per_thread, 4 * per_thread)
 

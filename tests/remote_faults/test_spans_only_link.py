@@ -23,14 +23,17 @@ class FakeClock:
 
 def test_spans_only_workload_budget_rises_in_healthy_windows(tmp_path):
     clock = FakeClock()
-    config = ControllerConfig(floor_permits=4, initial_permits=8)
+    # Additive from the start, so each healthy window must add exactly one permit.
+    config = ControllerConfig(floor_permits=4, initial_permits=8, slow_start_factor=1.0)
     controller = DownloadController(config=config, clock=clock, sleep=clock.sleep,
                                     permits=NodePermits(directory=tmp_path / "permits", default_budget=8))
     span_bytes, stream_bytes_per_s = 700 * 1024, 2e6  # far slower per stream than the 25 MB/s default
     budgets = []
     for _ in range(10):  # ten windows: busy (someone waits for a permit), steady link, no throttle
-        for _ in range(8):
-            clock.now_s += 0.2
+        end_s = clock.now_s + config.increase_interval_s
+        while clock.now_s < end_s:  # a link with room: each permit carries 4 spans per window, so
+            # goodput grows with the budget (from the moment it changes) and every probe is kept
+            clock.now_s += config.increase_interval_s / (4 * controller.budget())
             controller.record_transfer(size_bytes=span_bytes, duration_s=0.05 + span_bytes / stream_bytes_per_s)
         saturate(controller)
         budgets.append(controller.budget())
