@@ -66,3 +66,19 @@ def test_cuda_decoding_without_a_gpu_is_refused_clearly(tmp_path):
                             capture_output=True, text=True, timeout=120, cwd=REPO)
     assert result.returncode == 2
     assert "--decode cuda needs a CUDA GPU" in result.stderr and "Use --decode cpu" in result.stderr
+
+
+@pytest.mark.slow
+def test_transfer_breakdown_times_three_ways_against_the_ceiling(tmp_path):
+    script = REPO / "benchmarks" / "streaming" / "benchmark_transfer.py"
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, str(script), "--episodes", "2", "--episode-length", "30",
+                             "--height", "64", "--width", "96", "--mode", "single", "--batch-size", "8",
+                             "--cache-dir", str(tmp_path / "datasets"), "--output-dir", str(out)],
+                            capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    report = json.loads((out / "transfer.json").read_text())["single"]
+    assert report["ceiling_frames_per_s"] > 0 and report["unique_frames"] == 2 * 60
+    assert set(report["ways"]) == {"decode only", "uint8", "float32"}
+    for way in report["ways"].values():
+        assert way["samples"] == 60 and way["fraction_of_ceiling"] > 0
