@@ -28,7 +28,7 @@ import torch.utils.data
 
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_streaming import (  # noqa: E402
+from benchmark_streaming import (
     DEFAULT_SIZE,
     SARM_STEPS,
     ceiling,
@@ -37,7 +37,7 @@ from benchmark_streaming import (  # noqa: E402
     ensure_dataset,
 )
 
-from episodestream import EpisodeStreamingDataset  # noqa: E402
+from episodestream import EpisodeStreamingDataset
 
 WAYS = ("decode only", "uint8", "float32")
 
