@@ -492,6 +492,19 @@ def test_evidence_is_buffered_per_process_and_merged_in_time(make_controller, cl
     assert reader.budget() == writer.budget()
 
 
+
+def test_a_worker_copy_never_merges_its_parents_buffered_evidence(make_controller, clock):
+    # DataLoader workers get the controller by pickling (or fork): evidence buffered in the parent
+    # belongs to the parent alone, or the node would count those transfers twice.
+    parent = make_controller()
+    big(parent, clock)
+    parent.record_transfer(size_bytes=512 * KIB, duration_s=0.1)  # buffered: the clock stands still
+    worker = pickle.loads(pickle.dumps(parent))
+    worker.flush()
+    assert worker.estimate().bandwidth_samples == 1
+    parent.flush()
+    assert worker.estimate().bandwidth_samples == 2
+
 # -- fault 6: resizing never overshoots (the controller side; see test_permits.py) --------------
 
 
