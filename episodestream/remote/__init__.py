@@ -2,18 +2,15 @@
 adaptive download controller and node-wide download permits."""
 
 from ._cache import CacheFullError, EntryState, NodeCache
-from ._controller import (
-    ControllerConfig,
-    DownloadController,
-    DownloadError,
-    LinkEstimator,
-    RetryPolicy,
-)
+from ._config import ControllerConfig
+from ._controller import DownloadController
 from ._download import DownloadFetch, FetchStats, default_fetch, link_name
+from ._estimator import LinkEstimator
 from ._files import RemoteFiles, RemoteVideos, default_cache_dir, open_remote_source
 from ._mp4 import Mp4LayoutError
 from ._permits import NodePermits
 from ._reader import ChunkedReader, RangedFile, ReadStats, fetch_range
+from ._retry import DownloadError, RetryPolicy
 
 __all__ = [
     "CacheFullError",

@@ -53,15 +53,11 @@ from typing import Any
 
 import fsspec
 
-from ._controller import (
-    ControllerConfig,
-    DownloadController,
-    DownloadError,
-    RetryPolicy,
-    parse_retry_after,
-)
+from ._config import ControllerConfig
+from ._controller import DownloadController
 from ._process import process_state
 from ._reader import fetch_range
+from ._retry import DownloadError, RetryPolicy, parse_retry_after
 
 logger = logging.getLogger("episodestream.download")
 

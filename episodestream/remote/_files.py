@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from .._files import check_relpath
 from ._cache import NodeCache
-from ._controller import ControllerConfig, DownloadError
+from ._config import ControllerConfig
 from ._download import default_fetch
 from ._mp4 import Mp4Header, Mp4LayoutError, VideoTrack, read_header
 from ._process import process_state
 from ._reader import LARGE_READ_BYTES, ChunkedReader, FetchFn, RangedFile, ReadStats, fetch_range
 from ._resolve import CACHE_LIMIT_ENV, FileEntry, ResolvedSource, default_cache_dir, list_source, redact, resolve_source
+from ._retry import DownloadError
 
 if TYPE_CHECKING:
     from .._metadata import DatasetMeta, EpisodeInfo

@@ -26,14 +26,13 @@ from episodestream.remote import (
     NodePermits,
     RetryPolicy,
 )
+from episodestream.remote._config import env_var
 from episodestream.remote._controller import (
     LOGGER_NAME,
     STATE_FLUSH_INTERVAL_S,
     STATE_FLUSH_TRANSFERS,
-    env_var,
-    parse_retry_after,
-    redact_url,
 )
+from episodestream.remote._retry import parse_retry_after, redact_url
 
 KIB = 1024
 BANDWIDTH = 20e6   # bytes/s of the "normal" link in these tests
