@@ -158,8 +158,11 @@ class DownloadController:
         self._window_end_s = -math.inf  # when the node's current window closes, as last merged
 
     def _check_process(self) -> None:
-        # Called holding self._lock. A forked child must not merge its parent's evidence again.
+        # Called before taking self._lock. A forked child must not merge its parent's evidence
+        # again, and must not wait on a lock that a parent thread held at the fork (the child has
+        # only the forking thread, so nothing else can be using either here).
         if self._pid != os.getpid():
+            self._lock = threading.Lock()
             self._reset_buffer()
 
     # -- permits -------------------------------------------------------------------------------
@@ -175,6 +178,7 @@ class DownloadController:
             with self._transaction():
                 pass  # start (or reset stale) node state before the first permit is counted
             self._started = True
+        self._flush_if_stale()
         deadline = None if timeout_s is None else self.clock() + timeout_s
         with ExitStack() as stack:
             while True:
@@ -201,9 +205,19 @@ class DownloadController:
         with self._transaction():
             pass  # _transaction merges what is buffered
 
-    def _flush_if_pending(self) -> None:
+    def _flush_if_stale(self) -> None:
+        # Before each permit: a process that waits or finishes little still merges its evidence
+        # within about STATE_FLUSH_INTERVAL_S of its next request.
+        self._check_process()
         with self._lock:
-            self._check_process()
+            stale = ((bool(self._pending) or self._pending_wait_s is not None)
+                     and self.clock() - self._last_flush_s >= STATE_FLUSH_INTERVAL_S)
+        if stale:
+            self.flush()
+
+    def _flush_if_pending(self) -> None:
+        self._check_process()
+        with self._lock:
             pending = bool(self._pending) or self._pending_wait_s is not None
         if pending:
             self.flush()
@@ -225,12 +239,14 @@ class DownloadController:
         byte). ``parallel``: it was one piece of a gather running alongside others; ``hedged``:
         it raced a duplicate. Returns the sample class it counted as, if any.
 
-        Buffered: the node's state sees it within ``STATE_FLUSH_INTERVAL_S`` (or at ``flush``,
-        ``budget``, ``estimate``, a throttle or a timeout)."""
+        Buffered: the node's state sees it at this process's first transfer or permit after
+        ``STATE_FLUSH_INTERVAL_S`` (at once when it may close a window), or at ``flush``,
+        ``budget``, ``estimate``, a throttle or a timeout. A process that exits between merges
+        takes its last samples with it (never a throttle: those are written at once)."""
         kind = classify_transfer(self.config, size_bytes=size_bytes, duration_s=duration_s,
                                  parallel=parallel, hedged=hedged)
+        self._check_process()
         with self._lock:
-            self._check_process()
             now = self.clock()
             self._pending.append((size_bytes, float(duration_s), parallel, hedged, now))
             # A transfer that may close a window is merged at once, so windows are judged on time.
@@ -295,8 +311,8 @@ class DownloadController:
     def _transaction(self) -> Iterator[tuple[float, _NodeRecord, LinkEstimator]]:
         # One thread lock and one file lock around read-modify-write, so every counter is read
         # under the same locks that write it, in this process and across the node.
+        self._check_process()
         with self._lock, self.permits.locked_state() as raw:
-            self._check_process()
             now = self.clock()
             estimator = LinkEstimator(config=self.config)
             record = self._load(raw, now, estimator)
@@ -317,10 +333,13 @@ class DownloadController:
         if wait_s is not None and (record.last_wait_s is None or wait_s > record.last_wait_s):
             record.last_wait_s = wait_s
         if pending:
-            for size_bytes, duration_s, parallel, hedged, _finished_s in pending:
+            for size_bytes, duration_s, parallel, hedged, finished_s in pending:
                 estimator.add_transfer(size_bytes=size_bytes, duration_s=duration_s,
                                        parallel=parallel, hedged=hedged)
-                record.window_bytes += size_bytes
+                if finished_s >= record.window_start_s:
+                    # Goodput counts a transfer in the window it finished in; one merged late (a
+                    # process that went quiet) belongs to a window already judged.
+                    record.window_bytes += size_bytes
             # Judged as of the last transfer, not the merge: evidence merged late (a read, a
             # throttle) must not close a window early and without the waits that came after it.
             finished_s = max(now if finished > now else finished for *_, finished in pending)
@@ -477,8 +496,8 @@ class DownloadController:
         # Demand exceeded the budget. Buffered and merged with this process's next transfer
         # (a wait is only evidence for a window in which requests also succeeded), so the
         # window that transfer closes knows the node was busy.
+        self._check_process()
         with self._lock:
-            self._check_process()
             self._pending_wait_s = self.clock()
 
     def _wait_out_pause(self, deadline: float | None) -> None:

@@ -121,15 +121,18 @@ class NodePermits:
         """The shared JSON record, without locking (it is replaced atomically); {} if none.
 
         The download controller reads it before every permit, so it is parsed again only when
-        the file changed (each write is a rename: a new inode): the returned dict is shared
-        with later calls and must not be modified.
+        the file's inode, change or modification time or size differ from the last parse: the
+        returned dict is shared with later calls and must not be modified. A disk file system
+        may reuse inodes across the renames and stamp times at a clock tick, so two writes of
+        one size within a tick can go unseen until the next write; on tmpfs (the default
+        directory) each rename is a new inode.
         """
         path = self.directory / "state.json"
         try:
             info = os.stat(path)
         except FileNotFoundError:
             return {}
-        key = (info.st_ino, info.st_mtime_ns, info.st_size)
+        key = (info.st_ino, info.st_mtime_ns, info.st_ctime_ns, info.st_size)
         cached = self._state_cache
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -178,7 +181,7 @@ class NodePermits:
         self._pid = os.getpid()
         self._mutex = threading.Lock()
         self._queue: deque[threading.Condition] = deque()  # waiting threads, FIFO
-        self._state_cache: tuple[tuple[int, int, int], dict[str, Any]] | None = None
+        self._state_cache: tuple[tuple[int, int, int, int], dict[str, Any]] | None = None
         self._next_ticket = 0
         self._held: dict[int, int] = {}  # slot -> fd holding its lock
         self._rng = random.Random()

@@ -11,6 +11,7 @@ import os
 import pickle
 import re
 import shutil
+import signal
 import tempfile
 import threading
 from contextlib import ExitStack
@@ -503,6 +504,51 @@ def test_a_worker_copy_never_merges_its_parents_buffered_evidence(make_controlle
     assert worker.estimate().bandwidth_samples == 1
     parent.flush()
     assert worker.estimate().bandwidth_samples == 2
+
+
+def test_evidence_merged_late_never_makes_a_probe_look_paid_off(make_controller, clock):
+    # A process that goes quiet keeps its last transfers buffered; merged windows later, they
+    # must not count as goodput of the window judging a probe (found in review: a full link's
+    # budget doubled on bytes that had arrived before the probe).
+    quiet, busy = make_controller(), make_controller()  # two processes of one node
+    busy.budget()
+    for _ in range(7):  # a burst, then silence: all but the first stay buffered
+        clock.advance(0.007)
+        quiet.record_transfer(size_bytes=1_000_000, duration_s=0.2)
+
+    def full_link_window():  # the link carries 5 MB/s whatever the budget
+        for _ in range(10):
+            clock.advance(0.2)
+            saturate(busy)
+            busy.record_transfer(size_bytes=1_000_000, duration_s=0.2)
+
+    full_link_window()
+    assert busy.budget() == 16  # slow start probes
+    clock.advance(0.001)
+    quiet.record_transfer(size_bytes=100, duration_s=0.05)  # wakes up: its old burst is merged
+    full_link_window()
+    assert busy.budget() == 8  # the probe bought nothing and is given back
+    assert busy.history()[-1].reason.startswith("probe bought no throughput")
+
+
+def test_a_forked_child_never_waits_on_a_lock_held_at_the_fork(make_controller, clock):
+    # DataLoader workers are forked while other threads of the trainer may be inside the
+    # controller; the child has only the forking thread and must not inherit the held lock.
+    controller = make_controller()
+    controller.budget()
+    with controller._lock:  # another thread of the parent, mid-merge, at the fork
+        pid = os.fork()
+        if pid == 0:  # the child: a deadlock here is ended by the alarm (a non-zero exit)
+            code = 1
+            try:
+                signal.alarm(5)
+                controller.record_transfer(size_bytes=512 * KIB, duration_s=0.1)
+                controller.flush()
+                code = 0
+            finally:
+                os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 # -- fault 6: resizing never overshoots (the controller side; see test_permits.py) --------------
 
