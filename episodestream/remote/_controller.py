@@ -433,16 +433,15 @@ class DownloadController:
                                  f"{record.hold_windows} window(s)", estimate)
                 return
             record.hold_windows = 0
-        if succeeded and busy and not slowed and (measured_window or record.slow_start) \
-                and now >= record.hold_until_s:
+        if measured_window and not slowed and now >= record.hold_until_s:  # a healthy window
             step = self.config.increase_step
             doubling = record.slow_start and self.config.slow_start_factor > 1
             if doubling:
                 step = max(step, round(old * (self.config.slow_start_factor - 1)))
             new = self._clamp(record, old + step)
             record.streams = new / q
-            if new > old and measured_window:
-                record.probe = [old, goodput]
+            if new > old:
+                record.probe = [old, goodput]  # judged by the next measured window
             reason = f"healthy window: +{new - old}" + (" (slow start)" if doubling else "")
         else:
             # Outside a healthy window the model may only lower the budget (a slower stream or
