@@ -116,6 +116,7 @@ def test_uint8_and_transforms(dataset_root):
     flt = EpisodeDataset(dataset_root)[50]
     assert raw[FRONT].dtype == torch.uint8 and raw[FRONT].shape == (3, 64, 96)
     assert torch.equal(raw[FRONT].float() / 255, flt[FRONT])
+    assert torch.equal(raw[FRONT].float().div_(255), flt[FRONT])  # the README's on-device conversion
     flipped = EpisodeDataset(dataset_root, image_transforms=lambda x: x.flip(-1))[50]
     for camera in CAMERAS + ("observation.images.top",):
         assert torch.equal(flipped[camera], flt[camera].flip(-1)), camera
