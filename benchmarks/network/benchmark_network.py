@@ -498,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output-dir", required=True, type=Path)
     parser.add_argument("--quick", action="store_true", help="shorter runs, fixed budgets 2, 8, 32 (~2.5 min)")
-    parser.add_argument("--duration-s", type=float, help="seconds per configuration (default 12, d 20; quick 5, d 10)")
+    parser.add_argument("--duration-s", type=float, help="seconds per configuration (default 12; quick 5; link d runs twice as long)")
     parser.add_argument("--scenarios", default="abcd", help="which links, e.g. 'ad' (default: abcd)")
     parser.add_argument("--fixed", help="fixed budgets to sweep, e.g. '1,2,4,8,16,32' (the default; quick: 2,8,32)")
     parser.add_argument("--configs", default="adaptive,static,fixed",

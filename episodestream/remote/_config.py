@@ -49,7 +49,8 @@ class ControllerConfig:
         ``Retry-After`` honoured), ``request_timeout_s`` (given to the HTTP client per attempt).
     Sharing across processes:
         ``permits_dir``: where node-wide permits and state live (node-local; default
-        ``<tmp>/episodestream-<uid>/permits``). ``idle_reset_s``: shared state untouched this
+        ``/dev/shm/episodestream-<uid>/permits`` where /dev/shm is writable, else under the
+        temp dir). ``idle_reset_s``: shared state untouched this
         long is stale (an earlier run) and starts afresh.
     """
 

@@ -13,8 +13,9 @@ The budget model (docs/download-controller.md has the derivation)::
 
 ``streams`` is the AIMD state. A throttle or timeout cuts the budget by ``decrease_factor`` (once
 per ``cooldown_s``) and re-bases ``streams``. A healthy window of ``increase_interval_s`` (no
-throttle, requests succeeded, someone waited for a permit, and the link is not slower than its
-best since the last cut) adds ``increase_step`` and re-bases ``streams``. Before the first
+throttle, requests succeeded, someone waited for a permit, no ``Retry-After`` pause, the link not
+slower than its best since the last cut, and no hold after a probe that bought nothing) adds
+``increase_step`` and re-bases ``streams``. Before the first
 throttle, timeout or slowed window (slow start, as in TCP) a healthy window multiplies the budget
 by ``slow_start_factor`` instead: a link that needs 50 streams gets them in seconds, not minutes.
 Every increase is a probe: the next busy window keeps it only if the node's goodput grew
@@ -240,8 +241,9 @@ class DownloadController:
         it raced a duplicate. Returns the sample class it counted as, if any.
 
         Buffered: the node's state sees it at this process's first transfer or permit after
-        ``STATE_FLUSH_INTERVAL_S`` (at once when it may close a window), or at ``flush``,
-        ``budget``, ``estimate``, a throttle or a timeout. A process that exits between merges
+        ``STATE_FLUSH_INTERVAL_S``, once ``STATE_FLUSH_TRANSFERS`` are buffered, at once when it
+        may close a window, or at ``flush``, ``budget``, ``estimate``, ``history``, a throttle or
+        a timeout. A process that exits between merges
         takes its last samples with it (never a throttle: those are written at once)."""
         kind = classify_transfer(self.config, size_bytes=size_bytes, duration_s=duration_s,
                                  parallel=parallel, hedged=hedged)
