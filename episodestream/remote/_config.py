@@ -34,9 +34,15 @@ class ControllerConfig:
         factor, at most once per cooldown. ``increase_interval_s``, ``increase_step``: a healthy
         window of this length adds the step. ``slow_start_factor``: until the first throttle,
         timeout or slowdown, a healthy window multiplies the budget by this instead (at least
-        +step), as TCP's slow start does; 1 means additive from the start. ``max_slowdown``: no increase while bandwidth is
-        below, or round trip above, its best since the last cut by more than this factor; the
-        model lowers the budget only when its target is below the budget by more than it.
+        +step), as TCP's slow start does; 1 means additive from the start.
+        ``probe_min_gain``: an increase is kept only if the node's goodput grew by at least this
+        share of what the added permits would carry at the old per-permit rate (a third: a
+        doubling near the link's cap still clears it, a full link's window-to-window jitter
+        rarely does). ``max_hold_windows``: after an increase that bought nothing, no increase
+        for 1, 2, 4 ... windows, at most this many. ``max_slowdown``: no increase while
+        bandwidth is below, or round trip above, its best since the last cut by more than this
+        factor; the model lowers the budget only when its target is below the budget by more
+        than it.
     Measuring the link:
         ``bandwidth_min_bytes``: single-stream transfers at least this big are bandwidth samples.
         ``latency_max_bytes``: transfers at most this big are round-trip samples (sizes between
@@ -62,6 +68,8 @@ class ControllerConfig:
     increase_interval_s: float = _knob("float", 2.0, low=0, open_low=True)
     increase_step: int = _knob("int", 1, low=1, high=MAX_PERMITS)
     slow_start_factor: float = _knob("float", 2.0, low=1)
+    probe_min_gain: float = _knob("float", 1 / 3, low=0, high=1, open_low=True)
+    max_hold_windows: int = _knob("int", 16, low=1, high=100_000)
     max_slowdown: float = _knob("float", 1.25, low=1, open_low=True)
     bandwidth_min_bytes: int = _knob("size", 128 * 1024)
     latency_max_bytes: int = _knob("size", 16 * 1024)

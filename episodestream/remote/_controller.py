@@ -19,7 +19,7 @@ slower than its best since the last cut, and no hold after a probe that bought n
 throttle, timeout or slowed window (slow start, as in TCP) a healthy window multiplies the budget
 by ``slow_start_factor`` instead: a link that needs 50 streams gets them in seconds, not minutes.
 Every increase is a probe: the next busy window keeps it only if the node's goodput grew
-(``PROBE_MIN_GAIN``). Between those, the budget follows the target down (a slower stream, bigger
+(``probe_min_gain``). Between those, the budget follows the target down (a slower stream, bigger
 requests) but never up: only a healthy window raises it, so slowness can never raise
 concurrency. The estimates and AIMD state live in the permits directory so every process on the
 node agrees on them.
@@ -56,13 +56,6 @@ _STATE_VERSION = 1
 # and timeouts are written at once (they merge what is buffered first).
 STATE_FLUSH_INTERVAL_S = 0.05
 STATE_FLUSH_TRANSFERS = 32
-# An increase is kept only if the node's goodput grew by at least this share of what the added
-# permits would carry at the old per-permit rate; less means the link (or the server, or our CPU)
-# was already full. A third: a doubling that nears the link's cap still gains well over it, and
-# the few percent a 2 s window's goodput jitters by rarely pass it for a full link.
-PROBE_MIN_GAIN = 1 / 3
-# After a probe that bought nothing, no increase for 1, 2, 4, ... windows (at most this many).
-MAX_HOLD_WINDOWS = 16
 
 
 @dataclass(frozen=True)
@@ -421,12 +414,12 @@ class DownloadController:
         if measured_window and record.probe is not None:
             before, goodput_before = record.probe
             record.probe = None
-            wanted = goodput_before * (1 + PROBE_MIN_GAIN * (old / before - 1))
+            wanted = goodput_before * (1 + self.config.probe_min_gain * (old / before - 1))
             if old > before and goodput < wanted:
                 # The added permits carried nothing more: the link (or server, or CPU) was full.
                 # Give them back, stop doubling, and wait longer before each next probe.
                 record.slow_start = False
-                record.hold_windows = min(MAX_HOLD_WINDOWS, max(1, 2 * record.hold_windows))
+                record.hold_windows = min(self.config.max_hold_windows, max(1, 2 * record.hold_windows))
                 record.hold_until_s = now + record.hold_windows * self.config.increase_interval_s
                 new = self._clamp(record, before)
                 record.streams = new / q

@@ -107,7 +107,7 @@ def warm_up(controller, clock, samples=8):
 
 def end_window(controller, clock, *, link_full=False):
     """Close the window the warm-up ran in without measuring it (its burst of samples is no
-    baseline for judging an increase: goodput per window, see PROBE_MIN_GAIN), then run the
+    baseline for judging an increase: goodput per window, see ControllerConfig.probe_min_gain), then run the
     next window's traffic as ``healthy_window`` does."""
     clock.advance(2.0)
     big(controller, clock)
@@ -640,6 +640,10 @@ def test_every_change_is_logged_with_estimates(make_controller, clock, caplog):
     ({"cooldown_s": -1}, ["cooldown_s", "-1"]),
     ({"increase_interval_s": float("nan")}, ["increase_interval_s"]),
     ({"max_slowdown": 1.0}, ["max_slowdown"]),
+    ({"slow_start_factor": 0.5}, ["slow_start_factor", "0.5", "[1, inf]"]),
+    ({"probe_min_gain": 0}, ["probe_min_gain", "(0, 1]"]),
+    ({"probe_min_gain": 1.5}, ["probe_min_gain", "1.5"]),
+    ({"max_hold_windows": 0}, ["max_hold_windows", "0"]),
     ({"latency_max_bytes": "1MiB"}, ["latency_max_bytes", "bandwidth_min_bytes"]),
     ({"bandwidth_min_bytes": "lots"}, ["bandwidth_min_bytes", "lots"]),
     ({"min_samples": 50, "window_samples": 10}, ["min_samples", "window_samples"]),
