@@ -172,7 +172,8 @@ class DownloadController:
             with self._transaction():
                 pass  # start (or reset stale) node state before the first permit is counted
             self._started = True
-        self._flush_if_stale()
+        # A process that waits or finishes little still merges within about an interval.
+        self._flush_buffered(older_than_s=STATE_FLUSH_INTERVAL_S)
         deadline = None if timeout_s is None else self.clock() + timeout_s
         with ExitStack() as stack:
             while True:
@@ -191,7 +192,7 @@ class DownloadController:
             yield slot
 
     def budget(self) -> int:
-        self._flush_if_pending()
+        self._flush_buffered()
         return self.permits.budget()
 
     def flush(self) -> None:
@@ -199,21 +200,13 @@ class DownloadController:
         with self._transaction():
             pass  # _transaction merges what is buffered
 
-    def _flush_if_stale(self) -> None:
-        # Before each permit: a process that waits or finishes little still merges its evidence
-        # within about STATE_FLUSH_INTERVAL_S of its next request.
+    def _flush_buffered(self, *, older_than_s: float = 0.0) -> None:
+        # Merge what is buffered, if anything, and if the last merge is at least this old.
         self._check_process()
         with self._lock:
-            stale = ((bool(self._pending) or self._pending_wait_s is not None)
-                     and self.clock() - self._last_flush_s >= STATE_FLUSH_INTERVAL_S)
-        if stale:
-            self.flush()
-
-    def _flush_if_pending(self) -> None:
-        self._check_process()
-        with self._lock:
-            pending = bool(self._pending) or self._pending_wait_s is not None
-        if pending:
+            due = ((bool(self._pending) or self._pending_wait_s is not None)
+                   and self.clock() - self._last_flush_s >= older_than_s)
+        if due:
             self.flush()
 
     def pause_remaining_s(self) -> float:
@@ -289,14 +282,14 @@ class DownloadController:
     # -- reading -------------------------------------------------------------------------------
 
     def estimate(self) -> LinkEstimate:
-        self._flush_if_pending()
+        self._flush_buffered()
         estimator = LinkEstimator(config=self.config)
         estimator.load_state_dict(self.permits.read_state().get("estimator", {}))
         return estimator.estimate()
 
     def history(self) -> list[BudgetChange]:
         """Budget changes this process made, oldest first (the last 1000)."""
-        self._flush_if_pending()
+        self._flush_buffered()
         with self._lock:
             return list(self._history)
 
@@ -328,16 +321,16 @@ class DownloadController:
         if wait_s is not None and (record.last_wait_s is None or wait_s > record.last_wait_s):
             record.last_wait_s = wait_s
         if pending:
-            for size_bytes, duration_s, parallel, hedged, finished_s in pending:
+            for size_bytes, duration_s, parallel, hedged, finished in pending:
                 estimator.add_transfer(size_bytes=size_bytes, duration_s=duration_s,
                                        parallel=parallel, hedged=hedged)
-                if finished_s >= record.window_start_s:
+                if finished >= record.window_start_s:
                     # Goodput counts a transfer in the window it finished in; one merged late (a
                     # process that went quiet) belongs to a window already judged.
                     record.window_bytes += size_bytes
             # Judged as of the last transfer, not the merge: evidence merged late (a read, a
             # throttle) must not close a window early and without the waits that came after it.
-            finished_s = max(now if finished > now else finished for *_, finished in pending)
+            finished_s = min(now, max(finished for *_, finished in pending))
             record.last_success_s = finished_s
             self._update(finished_s, record, estimator)
 

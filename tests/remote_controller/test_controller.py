@@ -105,6 +105,15 @@ def warm_up(controller, clock, samples=8):
     assert estimate.bandwidth_measured and estimate.latency_measured
 
 
+def budgets_over_healthy_windows(controller, clock, windows: int) -> list[int]:
+    """The budget now, then after each of ``windows`` healthy windows."""
+    budgets = [controller.budget()]
+    for _ in range(windows):
+        healthy_window(controller, clock)
+        budgets.append(controller.budget())
+    return budgets
+
+
 def end_window(controller, clock, *, link_full=False):
     """Close the window the warm-up ran in without measuring it (its burst of samples is no
     baseline for judging an increase: goodput per window, see ControllerConfig.probe_min_gain), then run the
@@ -386,10 +395,7 @@ def test_healthy_windows_raise_additively(make_controller, clock):
                                  cap_permits=12, slow_start_factor=1.0)
     warm_up(controller, clock)
     end_window(controller, clock)
-    budgets = [controller.budget()]
-    for _ in range(5):
-        healthy_window(controller, clock)
-        budgets.append(controller.budget())
+    budgets = budgets_over_healthy_windows(controller, clock, 5)
     assert budgets == [4, 6, 8, 10, 12, 12]  # +step per window, capped
     controller.record_throttle(status=429)
     assert controller.budget() == 6
@@ -405,10 +411,7 @@ def test_slow_start_doubles_until_the_first_throttle_then_adds(make_controller, 
     controller = make_controller(initial_permits=4, cap_permits=40)
     warm_up(controller, clock)
     end_window(controller, clock)
-    budgets = [controller.budget()]
-    for _ in range(5):
-        healthy_window(controller, clock)
-        budgets.append(controller.budget())
+    budgets = budgets_over_healthy_windows(controller, clock, 5)
     assert budgets == [4, 8, 16, 32, 40, 40]  # x2 per healthy window, capped
     controller.record_throttle(status=429)
     assert controller.budget() == 20
