@@ -32,7 +32,8 @@ from ._download import default_fetch
 from ._mp4 import Mp4Header, Mp4LayoutError, VideoTrack, read_header
 from ._process import process_state
 from ._reader import LARGE_READ_BYTES, ChunkedReader, FetchFn, RangedFile, ReadStats, fetch_range
-from ._resolve import CACHE_LIMIT_ENV, FileEntry, ResolvedSource, default_cache_dir, list_source, redact, resolve_source
+from ._resolve import (CACHE_LIMIT_ENV, FileEntry, ResolvedSource, default_cache_dir, error_line, list_source,
+                       response_status, resolve_source)
 from ._retry import DownloadError
 
 if TYPE_CHECKING:
@@ -208,8 +209,8 @@ class RemoteFiles:
         except (Mp4LayoutError, DownloadError):
             raise  # a DownloadError already names the URL (no credentials), the status and the attempts
         except Exception as error:  # each client has its own hierarchy (OSError, httpx, botocore)
-            status = getattr(getattr(error, "response", None), "status_code", None)
-            message = redact(str(error).splitlines()[0] if str(error) else "", self.secrets())
+            status = response_status(error)
+            message = error_line(error, self.secrets(), default="")
             kind = (FileNotFoundError if isinstance(error, FileNotFoundError) or status == 404
                     or "NotFound" in type(error).__name__ else
                     PermissionError if isinstance(error, PermissionError) or status in (401, 403) else OSError)

@@ -89,6 +89,19 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
+def response_status(error: BaseException) -> int | None:
+    """The HTTP status on a client error's ``response`` (huggingface_hub, requests, httpx), if any."""
+    return getattr(getattr(error, "response", None), "status_code", None)
+
+
+def error_line(error: BaseException, secrets: Iterable[str], *, default: str | None = None) -> str:
+    """The first line of ``error``'s message with ``secrets`` redacted; ``default`` (the error's
+    class name unless given) when the message is empty."""
+    text = str(error)
+    first = text.splitlines()[0] if text else (type(error).__name__ if default is None else default)
+    return redact(first, secrets)
+
+
 def _cache_key(*parts: str, readable: str) -> str:
     digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
     slug = re.sub(r"[^A-Za-z0-9._]+", "_", readable).strip("_")[:80]
@@ -174,13 +187,13 @@ def _resolve_hub(repo_id: str, subfolder: str, revision: str | None, options: di
         raise FileNotFoundError(f"revision {shown_revision!r} not found in {where}: pass a branch, tag or "
                                 f"commit sha that exists.") from None
     except RepositoryNotFoundError as error:
-        status = getattr(getattr(error, "response", None), "status_code", None)
+        status = response_status(error)
         raise FileNotFoundError(
             f"{where} not found" + (f" (HTTP {status})" if status else "") + ". Check the repo id; a private "
             "or gated dataset needs a token with access (token=, HF_TOKEN or `hf auth login`).") from None
     except HfHubHTTPError as error:
-        status = getattr(getattr(error, "response", None), "status_code", None)
-        message = redact(str(error).splitlines()[0] if str(error) else type(error).__name__, secrets)
+        status = response_status(error)
+        message = error_line(error, secrets)
         if status in (401, 403):
             raise PermissionError(f"{where} refused the credentials given (HTTP {status}: {message}). Check "
                                   f"the token (token=, HF_TOKEN or `hf auth login`); it is not shown "
@@ -214,8 +227,8 @@ def list_source(resolved: ResolvedSource) -> dict[str, FileEntry]:
     try:
         found = fs.find(resolved.root, detail=True, withdirs=False)
     except Exception as error:  # each client has its own hierarchy (OSError, httpx, botocore)
-        status = getattr(getattr(error, "response", None), "status_code", None)
-        message = redact(str(error).splitlines()[0] if str(error) else type(error).__name__, secrets_)
+        status = response_status(error)
+        message = error_line(error, secrets_)
         if isinstance(error, PermissionError) or status in (401, 403):
             raise PermissionError(f"Listing {resolved.description} was refused: {message}. Check the credentials "
                                   f"(storage_options=, or the client's environment and config files); they are "
