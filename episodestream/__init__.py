@@ -1,6 +1,7 @@
 """Stream LeRobot v3.0 episode datasets (parquet rows + mp4 video) into PyTorch training."""
 
 from ._metadata import DatasetFormatError
+from .loader import EpisodeLoader
 from .mapstyle import EpisodeDataset
 from .streaming import EpisodeStreamingDataset, stream_state
 from .synthetic import write_synthetic_dataset
@@ -10,6 +11,7 @@ from .video import VideoDecodeError
 __all__ = [
     "DatasetFormatError",
     "EpisodeDataset",
+    "EpisodeLoader",
     "EpisodeStreamingDataset",
     "VideoDecodeError",
     "disable_tracer",

@@ -9,18 +9,24 @@ the trainer consumes batches refers to (see ``streaming.state_dict``).
 
 from __future__ import annotations
 
+import multiprocessing
+from contextlib import AbstractContextManager, nullcontext
 from multiprocessing import sharedctypes
 from multiprocessing.context import get_spawning_popen
 
-# Slots: the epoch the next iteration streams; the latest one started (-1: none); the key of the
-# DataLoader iteration that last claimed an epoch, and that epoch.
-_NEXT, _STARTED, _ITERATION_KEY, _ITERATION_EPOCH = 0, 1, 2, 3
+# Slots: the epoch the next iteration streams; the latest one started (-1: none); the epoch of the
+# DataLoader iteration whose workers are still claiming, and how many of its workers have not
+# claimed yet; how many times a resume state was loaded.
+_NEXT, _STARTED, _CLAIM_EPOCH, _CLAIMS_LEFT, _CLAIM_WORKERS, _LOADS = range(6)
+_INITIAL = (0, -1, -1, 0, 0, 0)
 
 
 class SharedEpoch:
     def __init__(self, epoch: int = 0) -> None:
-        self._shared = sharedctypes.RawArray("q", [epoch, -1, -1, -1])
-        self._local = [epoch, -1, -1, -1]
+        initial = [epoch, *_INITIAL[1:]]
+        self._shared = sharedctypes.RawArray("q", initial)
+        self._lock = multiprocessing.Lock()
+        self._local = list(initial)
 
     def _slots(self):
         return self._shared if self._shared is not None else self._local
@@ -35,42 +41,57 @@ class SharedEpoch:
         return None if value < 0 else value
 
     def set(self, epoch: int) -> None:
-        self._slots()[_NEXT] = epoch
-        self._slots()[_STARTED] = -1
-        self._local = [epoch, -1, -1, -1]
+        with self._locked():
+            slots = self._slots()
+            slots[_NEXT], slots[_STARTED], slots[_CLAIMS_LEFT] = epoch, -1, 0
+            self._local = [epoch, -1, -1, 0, 0, slots[_LOADS]]
 
-    def claim(self, iteration_key: int) -> int:
-        """The epoch of the DataLoader iteration ``iteration_key`` (the same for all its workers).
+    def claim(self, num_workers: int) -> int:
+        """The epoch of the DataLoader iteration this worker belongs to (the same for all its workers).
 
         A worker must not read the counter on its own: a worker that starts late could see it
-        already advanced by a sibling that finished its whole share. The first worker of an
-        iteration pins the epoch under the iteration's key; the others find it there. Workers of
-        one iteration read the same counter value before any of them can finish, so a race
-        between two first claims writes the same epoch twice.
+        already advanced by a sibling that finished its whole share. Every DataLoader worker calls
+        ``iter(dataset)`` exactly once per iteration (when it starts, or when a persistent worker
+        is told a new iteration began), so the first claim of an iteration pins the epoch and the
+        next ``num_workers - 1`` claims read it. Nothing here depends on how the DataLoader seeds
+        its workers (a DataLoader built each epoch with a fixed generator repeats its seeds).
         """
-        slots = self._slots()
-        if slots[_ITERATION_KEY] != iteration_key:
-            slots[_ITERATION_EPOCH] = slots[_NEXT]
-            slots[_ITERATION_KEY] = iteration_key
-        return slots[_ITERATION_EPOCH]
+        with self._locked():
+            slots = self._slots()
+            if slots[_CLAIMS_LEFT] <= 0 or slots[_CLAIM_WORKERS] != num_workers:
+                slots[_CLAIM_EPOCH], slots[_CLAIMS_LEFT], slots[_CLAIM_WORKERS] = slots[_NEXT], num_workers, num_workers
+            slots[_CLAIMS_LEFT] -= 1
+            return slots[_CLAIM_EPOCH]
 
     def start(self, epoch: int) -> None:
         self._slots()[_STARTED] = epoch
 
     def finished(self, epoch: int) -> None:
-        """Called by every consumer that reaches the end of ``epoch``; advances the counter once.
+        """Called by every consumer that reaches the end of ``epoch``; advances the counter once."""
+        with self._locked():
+            if self.get() == epoch:
+                self._slots()[_NEXT] = epoch + 1
 
-        Every worker of the epoch writes the same value, so concurrent calls need no lock.
-        """
-        if self.get() == epoch:
-            self._slots()[_NEXT] = epoch + 1
+    def state_loaded(self) -> int:
+        """Count a loaded resume state; returns the new count (see ``loads``)."""
+        with self._locked():
+            self._slots()[_LOADS] += 1
+            return self._slots()[_LOADS]
+
+    def loads(self) -> int:
+        """How many resume states were loaded into the dataset: a worker's copy made before the
+        latest load carries an outdated resume point."""
+        return self._slots()[_LOADS]
+
+    def _locked(self) -> AbstractContextManager:
+        return self._lock if self._shared is not None else nullcontext()
 
     def __getstate__(self) -> dict:
         # Shared memory can travel only to a process being started (DataLoader workers, fork or
         # spawn); a plain pickle or deepcopy gets a private counter at the current values.
         if get_spawning_popen() is not None:
-            return {"shared": self._shared, "local": list(self._slots())}
-        return {"shared": None, "local": list(self._slots())}
+            return {"shared": self._shared, "lock": self._lock, "local": list(self._slots())}
+        return {"shared": None, "lock": None, "local": list(self._slots())}
 
     def __setstate__(self, state: dict) -> None:
-        self._shared, self._local = state["shared"], state["local"]
+        self._shared, self._lock, self._local = state["shared"], state["lock"], state["local"]

@@ -18,7 +18,7 @@ from PIL import Image
 from ._files import EpisodeVideos
 from ._metadata import DatasetMeta
 from ._rows import EpisodeRows
-from .video import DecoderCache, FrameQuery, decode_queries
+from .video import DecodedFile, DecoderCache, FrameQuery, decode_files
 
 
 def delta_indices(meta: DatasetMeta, delta_timestamps: Mapping[str, Sequence[float]] | None,
@@ -87,6 +87,23 @@ class SampleBuilder:
         # mixed-dtype division takes PyTorch's slow casting loop: converting first is ~2x faster.
         return frames_uint8 if self._return_uint8 else frames_uint8.to(torch.float32).div_(255)
 
+    @property
+    def frame_dtype(self) -> torch.dtype:
+        """The dtype of camera frames in a sample."""
+        return torch.uint8 if self._return_uint8 else torch.float32
+
+    @property
+    def writes_in_place(self) -> bool:
+        """Whether ``write_frame`` gives what ``finish`` would (no ``image_transforms`` to apply)."""
+        return self._image_transforms is None
+
+    def write_frame(self, out: torch.Tensor, frame_uint8: torch.Tensor) -> None:
+        """Write one decoded CHW frame into ``out`` (batch memory) as ``finish`` would convert it:
+        the same float32 division as ``_image``, bit for bit, with no temporary."""
+        out.copy_(frame_uint8)
+        if not self._return_uint8:
+            out.div_(255)
+
     def plan(self, rows: EpisodeRows, frame: int, videos: EpisodeVideos) -> PendingSample:
         episode = rows.episode
         item: dict[str, Any] = {}
@@ -137,12 +154,12 @@ class SampleBuilder:
         item["task"] = pending.task
         return item
 
+    def decode(self, cache: DecoderCache, pendings: Sequence[PendingSample]) -> dict[str, DecodedFile]:
+        """Decode the frames of several samples together: one decoder call per file."""
+        return decode_files(cache, [q for p in pendings for q in p.queries], fps=self._meta.fps,
+                            tolerance_s=self._tolerance_s)
+
     def build(self, cache: DecoderCache, pendings: Sequence[PendingSample]) -> list[dict[str, Any]]:
         """Decode the frames of several samples together (one call per file) and finish them."""
-        queries = [q for p in pendings for q in p.queries]
-        frames = decode_queries(cache, queries, fps=self._meta.fps, tolerance_s=self._tolerance_s)
-        out, start = [], 0
-        for pending in pendings:
-            out.append(self.finish(pending, frames[start:start + len(pending.queries)]))
-            start += len(pending.queries)
-        return out
+        decoded = self.decode(cache, pendings)
+        return [self.finish(p, [decoded[q.path].gather(q) for q in p.queries]) for p in pendings]

@@ -38,6 +38,13 @@ def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int
     return value
 
 
+def check_bool(name: str, value: Any) -> bool:
+    """Return ``value`` if it is True or False: a string such as "no" is truthy, so it is refused."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__}).")
+    return value
+
+
 def check_positive_float(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"{name} must be a positive number, got {value!r}.")

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from ._options import check_bool, check_int
 from ._sampling import ADMIT, EMIT, EpochPlan, Segment, consumer_rng, consumer_schedule
 from ._world import World
 
@@ -50,6 +52,28 @@ class Leg:
 
     def same_stream(self, other: "Leg") -> bool:
         return (self.world_size, self.workers, self.pool_size) == (other.world_size, other.workers, other.pool_size)
+
+    @classmethod
+    def from_state(cls, value: Any, where: str) -> "Leg":
+        """A leg saved by ``state_dict`` (``where`` names it in errors), every field checked."""
+        # drop_last is optional: states saved before it existed lack it.
+        if not isinstance(value, Mapping) or not _LEG_FIELDS - {"drop_last"} <= set(value) <= _LEG_FIELDS:
+            raise ValueError(f"{where} must be a dict with keys {sorted(_LEG_FIELDS)}, got {value!r:.200}.")
+        minimum = {"world_size": 1, "pool_size": 1, "batch_size": 1}
+        ints = {k: check_int(f"{where}[{k!r}]", value[k], minimum=minimum.get(k, 0))
+                for k in _LEG_FIELDS - {"drop_last"}}
+        return cls(**ints, drop_last=check_bool(f"{where}['drop_last']", value.get("drop_last", False)))
+
+
+class BeyondEpochError(ValueError):
+    """A leg says more batches were consumed than its epoch had."""
+
+    def __init__(self, leg_index: int, batches: int, available: int) -> None:
+        super().__init__(f"leg {leg_index}: {batches} batches consumed, but the epoch had {available}")
+        self.leg_index, self.batches, self.available = leg_index, batches, available
+
+
+_LEG_FIELDS = {"world_size", "num_workers", "pool_size", "batch_size", "batches", "drop_last"}
 
 
 def fingerprint_digest(values: Sequence[int]) -> str:
@@ -152,12 +176,17 @@ def plan_resume(segments: Sequence[Segment], *, seed: int, epoch: int, shuffle: 
     segments = tuple(segments)
     for index, leg in enumerate(legs):
         plan = EpochPlan(segments, seed=seed, epoch=epoch, shuffle=shuffle, world_size=leg.world_size, leg=index)
-        per_rank = {r: loader_consumption(_worker_counts(plan, r, leg.workers), batch_size=leg.batch_size,
-                                          batches=leg.batches, drop_last=leg.drop_last)
+        counts = {r: _worker_counts(plan, r, leg.workers) for r in range(leg.world_size)}
+        available = max(sum(c // leg.batch_size if leg.drop_last else -(-c // leg.batch_size) for c in rank_counts)
+                        for rank_counts in counts.values())
+        if leg.batches > available:
+            raise BeyondEpochError(index, leg.batches, available)
+        per_rank = {r: loader_consumption(counts[r], batch_size=leg.batch_size, batches=leg.batches,
+                                          drop_last=leg.drop_last)
                     for r in range(leg.world_size)}
         if index == len(legs) - 1 and leg.same_stream(new):
-            produced = {r: loader_consumption(_worker_counts(plan, r, leg.workers), batch_size=leg.batch_size,
-                                              batches=10**12, drop_last=leg.drop_last)[0] for r in per_rank}
+            produced = {r: loader_consumption(counts[r], batch_size=leg.batch_size, batches=10**12,
+                                              drop_last=leg.drop_last)[0] for r in per_rank}
             if all(per_rank[r][0] == produced[r] for r in per_rank):
                 return None
             return ResumePoint(epoch, index, segments, per_rank)

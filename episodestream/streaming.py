@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import warnings
@@ -18,8 +17,9 @@ from ._files import EpisodeVideos
 from ._frames import PendingSample
 from ._metadata import EpisodeInfo
 from ._epoch import SharedEpoch
-from ._options import check_int
-from ._resume import STATE_FORMAT, Leg, ResumePoint, fingerprint_digest, plan_resume, skip_emits
+from ._options import check_bool, check_int
+from ._pipeline import GroupPipeline
+from ._resume import STATE_FORMAT, BeyondEpochError, Leg, ResumePoint, fingerprint_digest, plan_resume, skip_emits
 from ._sampling import ADMIT, EMIT, EpochPlan, Segment, consumer_rng, consumer_schedule
 from ._world import World, current_world, resolve_rank
 from .tracing import set_process_name, trace_instant, trace_span, tracer_enabled
@@ -79,6 +79,10 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         shuffle: False emits episodes and frames in order.
         decode_group_size: samples built together so that frames from one video file share a
             decoder call (1 builds each sample alone).
+        decode_threads: threads that decode one consumer's groups (each with its own decoders);
+            the samples and their order are the same for any value. Worth more than 1 in
+            DataLoader workers only when the machine has more cores than workers;
+            ``EpisodeLoader`` has its own ``num_threads`` and ignores this.
         prefetch_episodes: for remote sources, how many admissions ahead of the pool's need an
             episode's video bytes start downloading.
         rank, world_size: this process's place among training processes (default: from
@@ -100,7 +104,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
                  image_transforms: Callable | None = None, video_backend: str | None = None,
                  decode_device: str = "cpu",
                  rank: int | None = None, world_size: int | None = None, decode_group_size: int = 8,
-                 prefetch_episodes: int = 4,
+                 decode_threads: int = 1, prefetch_episodes: int = 4,
                  cache_dir: str | os.PathLike | None = None, cache_limit: int | str | None = None,
                  storage_options: Mapping[str, Any] | None = None, token: str | None = None,
                  hub_endpoint: str | None = None,
@@ -112,6 +116,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
                           "rows, not a buffer of decoded frames).", DeprecationWarning, stacklevel=2)
         self.episode_pool_size = check_int("episode_pool_size", episode_pool_size, minimum=1)
         self.decode_group_size = check_int("decode_group_size", decode_group_size, minimum=1)
+        self.decode_threads = check_int("decode_threads", decode_threads, minimum=1)
         self.prefetch_episodes = check_int("prefetch_episodes", prefetch_episodes, minimum=0)
         self.seed = check_int("seed", seed, minimum=0)
         self.shuffle = bool(shuffle)
@@ -125,7 +130,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
                                                      hub_endpoint=hub_endpoint, download_config=download_config),
                                  episodes_in_flight=self.episode_pool_size + self.prefetch_episodes + 1)
         self._epoch = SharedEpoch()
-        self._worker_iterations: dict[int, int] = {}  # in a DataLoader worker: iterations per base seed
+        self._loads_seen = 0  # resume states loaded when this copy was made (see _iteration_epoch)
         self._decoder_cache: DecoderCache | None = None
         self._resume_request: _ResumeRequest | None = None
         self._resume_points: dict[int, ResumePoint | None] = {}  # by num_workers, computed lazily
@@ -182,15 +187,20 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         In the epoch a state was loaded for, this continues from the resume point: exact resume
         skips what was consumed without reading rows or video; elastic resume splits what is left.
         """
+        return self._consumer_stream(world, epoch)[0]
+
+    def _consumer_stream(self, world: World, epoch: int) -> tuple[Iterator[tuple[int, int, int]], int]:
+        """``schedule(world, epoch)`` and how many samples it emits."""
         request = self._resume_request
         point = self._resume_point(world.num_workers) if request and request.epoch == epoch else None
         plan = self._plan(point, epoch)
         role, skip = point.share_for(plan, world) if point else (world, 0)
         if world.consumer == 0 and (message := plan.uneven_warning(world.num_workers)):
-            warnings.warn(message, RuntimeWarning, stacklevel=3)
-        steps = consumer_schedule(plan.share(role), pool_size=self.episode_pool_size, shuffle=plan.shuffle,
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
+        share = plan.share(role)
+        steps = consumer_schedule(share, pool_size=self.episode_pool_size, shuffle=plan.shuffle,
                                   rng=consumer_rng(plan.seed, epoch, role, leg=plan.leg))
-        return skip_emits(steps, skip) if skip else steps
+        return (skip_emits(steps, skip) if skip else steps), share.num_samples - skip
 
     def close(self) -> None:
         """Release this process's hold on a remote source's cached metadata (no-op when local)."""
@@ -215,13 +225,12 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         if info is None:
             return self.epoch
-        # The DataLoader gives each iteration's workers one base seed (info.seed - info.id); a
-        # persistent worker keeps it across epochs, so count this worker's iterations too.
-        base_seed = info.seed - info.id
-        count = self._worker_iterations.get(base_seed, 0)
-        self._worker_iterations[base_seed] = count + 1
-        key = int.from_bytes(hashlib.blake2b(f"{base_seed}:{count}".encode(), digest_size=7).digest(), "big")
-        return self._epoch.claim(key)
+        if self._epoch.loads() != self._loads_seen:
+            raise RuntimeError(
+                "load_state_dict() was called after this DataLoader's worker processes were started "
+                "(persistent_workers=True keeps each worker's copy of the dataset, with the old position). "
+                "Build the DataLoader after load_state_dict(), or use EpisodeLoader, which owns its position.")
+        return self._epoch.claim(info.num_workers)
 
     def _epoch_samples(self, steps, epoch: int) -> Iterator[dict[str, Any]]:
         yield from self._samples(steps)
@@ -280,13 +289,18 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
                 raise ValueError(message + " Pass strict=False to load it anyway.")
             warnings.warn(message + " Loading anyway (strict=False).", RuntimeWarning, stacklevel=2)
         epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
+        seed = check_int("state['seed']", state.get("seed", self.seed), minimum=0)
+        shuffle = check_bool("state['shuffle']", state.get("shuffle", self.shuffle))
         batch_size = check_int("state['batch_size']", state["batch_size"], minimum=1)
         batches = check_int("state['batches_consumed']", state["batches_consumed"], minimum=0)
         current = Leg(check_int("state['world_size']", state.get("world_size"), minimum=1),
                       check_int("state['num_workers']", state["num_workers"], minimum=0),
                       check_int("state['episode_pool_size']", state.get("episode_pool_size"), minimum=1),
-                      batch_size, 0, bool(state.get("drop_last", False)))
-        earlier = [Leg(**leg) for leg in state.get("legs", [])]
+                      batch_size, 0, check_bool("state['drop_last']", state.get("drop_last", False)))
+        saved_legs = state.get("legs", [])
+        if not isinstance(saved_legs, (list, tuple)):
+            raise ValueError(f"state['legs'] must be a list of legs, got {saved_legs!r:.200}.")
+        earlier = [Leg.from_state(leg, f"state['legs'][{i}]") for i, leg in enumerate(saved_legs)]
         if earlier and earlier[-1].same_stream(current):  # the saving run continued that leg exactly
             last = earlier.pop()
             if (last.batch_size, last.drop_last) != (current.batch_size, current.drop_last):
@@ -297,14 +311,26 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         if current.batches < 0:
             raise ValueError(f"state['batches_consumed']={batches} is fewer than the {batches - current.batches} "
                              f"batches of the epoch's earlier legs: it counts from the start of the epoch.")
-        request = _ResumeRequest(epoch, int(state.get("seed", self.seed)), bool(state.get("shuffle", self.shuffle)),
-                                 tuple(earlier + [current]))
-        done = plan_resume(self._segments(), seed=request.seed, epoch=epoch, shuffle=request.shuffle,
-                           legs=request.legs, world_size=current.world_size, num_workers=current.num_workers,
-                           pool_size=current.pool_size) is None
+        request = _ResumeRequest(epoch, seed, shuffle, tuple(earlier + [current]))
+        try:
+            point = plan_resume(self._segments(), seed=seed, epoch=epoch, shuffle=shuffle, legs=request.legs,
+                                world_size=current.world_size, num_workers=current.num_workers,
+                                pool_size=current.pool_size)
+        except BeyondEpochError as beyond:
+            earlier_batches = batches - current.batches
+            message = (f"state['batches_consumed']={batches} is more than epoch {epoch} has: "
+                       f"{earlier_batches + beyond.available} batches of {batch_size} per rank"
+                       + (f" ({earlier_batches} in earlier legs)" if earlier_batches else "")
+                       + ". It counts the batches taken in the saved epoch, not a global step.")
+            if strict or beyond.leg_index != len(request.legs) - 1:
+                raise ValueError(message) from None
+            warnings.warn(message + " Treating the epoch as finished (strict=False).", RuntimeWarning, stacklevel=2)
+            point = None
+        done = point is None
         self._resume_request = None if done else request
         self._resume_points = {}
         self._epoch.set(epoch + 1 if done else epoch)
+        self._loads_seen = self._epoch.state_loaded()
 
     def planned_groups(self, steps: Iterator[tuple[int, int, int]],
                        videos: EpisodeVideos) -> Iterator[tuple[list[PendingSample], list[EpisodeInfo]]]:
@@ -348,8 +374,11 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
             yield pending, evicted
 
     def _samples(self, steps: Iterator[tuple[int, int, int]]) -> Iterator[dict[str, Any]]:
-        cache = self._decoder_cache = self._core.decoder_cache(self.episode_pool_size)
         videos = self._core.episode_videos()
+        if self.decode_threads > 1:
+            yield from self._threaded_samples(steps, videos)
+            return
+        cache = self._decoder_cache = self._core.decoder_cache(self.episode_pool_size)
         try:
             for group, evicted in self.planned_groups(steps, videos):
                 if group:
@@ -361,6 +390,51 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         finally:
             cache.close()
             videos.close()
+
+    def _threaded_samples(self, steps: Iterator[tuple[int, int, int]],
+                          videos: EpisodeVideos) -> Iterator[dict[str, Any]]:
+        """``_samples`` with decode groups built on ``decode_threads`` threads, handed out in order."""
+        caches: list[DecoderCache] = []
+
+        def open_cache() -> DecoderCache:
+            cache = self._core.decoder_cache(self.episode_pool_size)
+            caches.append(cache)  # list.append is atomic; read only for decoder_stats()
+            return cache
+
+        def build(cache: DecoderCache, first_sample: int, group: list[PendingSample]) -> list[dict[str, Any]]:
+            with trace_span("build", cat="samples", samples=len(group)):
+                return self._core.builder.build(cache, group) if group else []
+
+        # Enough groups in flight to keep every thread busy while the consumer takes samples.
+        ahead = 2 * self.decode_threads * self.decode_group_size
+        pipeline = GroupPipeline(self.planned_groups(steps, videos), work=build, open_cache=open_cache,
+                                 num_threads=self.decode_threads, allowed_samples=ahead)
+        self._decoder_cache = _CacheStats(caches)
+        try:
+            done = 0
+            while (group := pipeline.next_group()) is not None:
+                done += group.count
+                pipeline.allow(done + ahead)
+                yield from group.result
+                for episode in group.evicted:
+                    videos.evict(episode)
+        finally:
+            pipeline.close()
+            videos.close()
+
+
+class _CacheStats:
+    """``decoder_stats()`` summed over the decode threads' caches."""
+
+    def __init__(self, caches: list[DecoderCache]) -> None:
+        self._caches = caches
+
+    def stats(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for cache in list(self._caches):
+            for key, value in cache.stats().items():
+                totals[key] = totals.get(key, 0) + value
+        return totals
 
 
 def _admit_ahead(steps: Iterator[tuple[int, int, int]], videos: EpisodeVideos, episodes,

@@ -1,17 +1,19 @@
 """Video decoding: backends behind one interface, a per-consumer decoder cache, grouped queries."""
 
 from ._backends import VIDEO_BACKENDS, PyAVReader, TorchCodecReader, VideoReader, resolve_backend
-from ._cache import MAX_DECODERS, DecoderCache, FrameQuery, VideoDecodeError, decode_queries
+from ._cache import MAX_DECODERS, DecodedFile, DecoderCache, FrameQuery, VideoDecodeError, decode_files, decode_queries
 
 __all__ = [
     "MAX_DECODERS",
     "VIDEO_BACKENDS",
+    "DecodedFile",
     "DecoderCache",
     "FrameQuery",
     "PyAVReader",
     "TorchCodecReader",
     "VideoDecodeError",
     "VideoReader",
+    "decode_files",
     "decode_queries",
     "resolve_backend",
 ]

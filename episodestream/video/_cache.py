@@ -68,16 +68,32 @@ class DecoderCache:
         self._readers.clear()
 
 
-def decode_queries(cache: DecoderCache, queries: Sequence[FrameQuery], *, fps: float,
-                   tolerance_s: float) -> list[torch.Tensor]:
-    """Decode every query; all timestamps wanted from one file are decoded in one call.
+@dataclass
+class DecodedFile:
+    """All frames decoded from one file for a group of queries: (N, H, W, C) uint8, one per time."""
 
-    Returns one contiguous uint8 (T, C, H, W) tensor per query, in query order.
-    """
+    frames: torch.Tensor
+    row_of: dict[float, int]  # query time (s) -> row in ``frames``
+
+    def rows(self, query: FrameQuery) -> torch.Tensor:
+        return torch.tensor([self.row_of[t] for t in query.timestamps_s])
+
+    def gather(self, query: FrameQuery) -> torch.Tensor:
+        """The query's frames as one contiguous uint8 (T, C, H, W) tensor."""
+        # One gathering, transposing copy, on uint8, to contiguous CHW (index_select allocates a
+        # contiguous result; .contiguous() is then free): later float conversion and batch
+        # collation run on contiguous memory.
+        return self.frames.permute(0, 3, 1, 2).index_select(0, self.rows(query)).contiguous()
+
+
+def decode_files(cache: DecoderCache, queries: Sequence[FrameQuery], *, fps: float,
+                 tolerance_s: float) -> dict[str, DecodedFile]:
+    """Decode every query; all timestamps wanted from one file are decoded in one call, and every
+    frame is checked to be within ``tolerance_s`` of its query."""
     wanted: dict[str, set[float]] = {}
     for q in queries:
         wanted.setdefault(q.path, set()).update(q.timestamps_s)
-    decoded: dict[str, tuple[torch.Tensor, dict[float, int]]] = {}
+    decoded: dict[str, DecodedFile] = {}
     half_frame_s = 0.5 / fps
     for path, stamps in wanted.items():
         seconds = sorted(stamps)
@@ -98,16 +114,18 @@ def decode_queries(cache: DecoderCache, queries: Sequence[FrameQuery], *, fps: f
                 f"{path}: decoded frames are more than tolerance_s={tolerance_s} from the query for "
                 f"{'; '.join(whos)}: (query s, frame pts s) {_preview(bad)}. The video may be shorter "
                 f"than its metadata says, or encoded at another frame rate.")
-        decoded[path] = (frames, {t: i for i, t in enumerate(seconds)})
-    out = []
-    for q in queries:
-        frames, row_of = decoded[q.path]
-        rows = torch.tensor([row_of[t] for t in q.timestamps_s])
-        # One gathering, transposing copy, on uint8, to contiguous CHW (index_select allocates a
-        # contiguous result; .contiguous() is then free): later float conversion and batch
-        # collation run on contiguous memory.
-        out.append(frames.permute(0, 3, 1, 2).index_select(0, rows).contiguous())
-    return out
+        decoded[path] = DecodedFile(frames, {t: i for i, t in enumerate(seconds)})
+    return decoded
+
+
+def decode_queries(cache: DecoderCache, queries: Sequence[FrameQuery], *, fps: float,
+                   tolerance_s: float) -> list[torch.Tensor]:
+    """Decode every query (see ``decode_files``).
+
+    Returns one contiguous uint8 (T, C, H, W) tensor per query, in query order.
+    """
+    decoded = decode_files(cache, queries, fps=fps, tolerance_s=tolerance_s)
+    return [decoded[q.path].gather(q) for q in queries]
 
 
 def _preview(values: Sequence, limit: int = 6) -> str:

@@ -1,0 +1,342 @@
+"""``EpisodeLoader``: batches built in the trainer's process on decode threads, and the stream position.
+
+A DataLoader worker process collates every batch into fresh shared memory and hands it over; on a
+machine with few cores that costs more than decoding (docs/benchmarks.md). This loader keeps the
+rank's one consumer in the trainer's process: the schedule and rows are planned in order, decode
+groups run on threads (torchcodec releases the GIL), and each frame is written, converted, straight
+into its slot of the batch tensor. The batches equal ``DataLoader(dataset, batch_size,
+num_workers=0)``'s, key for key and bit for bit, whatever ``num_threads``.
+
+Because the loader hands out the batches, it knows the position: ``state_dict()`` needs nothing
+from the trainer.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import warnings
+import weakref
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+from torch.utils.data import default_collate
+
+from ._frames import PendingSample, SampleBuilder
+from ._options import check_int
+from ._pipeline import GroupPipeline
+from ._world import World
+from .streaming import EpisodeStreamingDataset
+from .video import DecoderCache
+
+_MAX_DEFAULT_THREADS = 16
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+class EpisodeLoader:
+    """Batches of an ``EpisodeStreamingDataset``, built in this process, with the stream position.
+
+    What to load:
+        dataset: the ``EpisodeStreamingDataset``; its rank and world size (explicit, or from
+            torch.distributed) say which share of each epoch this process streams.
+        batch_size: samples per batch.
+        drop_last: drop the epoch's last batch when it is smaller than ``batch_size``.
+
+    How fast, and with what memory:
+        num_threads: decode threads (default: the cores this process may use, at most 16). Each
+            keeps its own decoders; batches do not depend on it.
+        prefetch_batches: batches being built or ready ahead of the one the trainer takes (at
+            least 1). Each costs one batch of memory.
+        pin_memory: allocate batches in pinned (page-locked) memory when CUDA is available, so
+            ``.to("cuda", non_blocking=True)`` copies asynchronously; ignored with a warning
+            otherwise.
+
+    Iterating yields the epoch the dataset is at and advances it at the end, as a DataLoader over
+    the dataset does; ``set_epoch`` selects one. ``state_dict()`` / ``load_state_dict()`` save and
+    restore the position exactly (elastically when the world size changes). ``close()``, or
+    dropping the iterator, stops the threads and releases cached video.
+    """
+
+    def __init__(self, dataset: EpisodeStreamingDataset, batch_size: int, *, num_threads: int | None = None,
+                 drop_last: bool = False, pin_memory: bool = False, prefetch_batches: int = 2) -> None:
+        if not isinstance(dataset, EpisodeStreamingDataset):
+            raise TypeError(f"EpisodeLoader needs an EpisodeStreamingDataset, got {type(dataset).__name__}.")
+        self.dataset = dataset
+        self.batch_size = check_int("batch_size", batch_size, minimum=1)
+        self.num_threads = (min(_usable_cores(), _MAX_DEFAULT_THREADS) if num_threads is None
+                            else check_int("num_threads", num_threads, minimum=1))
+        for name, value in (("drop_last", drop_last), ("pin_memory", pin_memory)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, got {value!r}.")
+        self.drop_last = drop_last
+        self.prefetch_batches = check_int("prefetch_batches", prefetch_batches, minimum=1)
+        self.pin_memory = pin_memory and torch.cuda.is_available()
+        if pin_memory and not self.pin_memory:
+            warnings.warn("EpisodeLoader(pin_memory=True): CUDA is not available, so batches are not pinned.",
+                          RuntimeWarning, stacklevel=2)
+        self._resume: tuple[int, int] | None = None  # (epoch, batches consumed) a loaded state resumes
+        self._consumed = (dataset.epoch, 0)  # (epoch, batches handed out of it, counted from its start)
+        self._current: weakref.ref[_Iteration] | None = None
+
+    def __len__(self) -> int:
+        """Batches the next iteration yields (what is left of a resumed epoch, after a load)."""
+        samples = len(self.dataset)
+        return samples // self.batch_size if self.drop_last else math.ceil(samples / self.batch_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch the next iteration streams."""
+        self.dataset.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        self._close_current()
+        dataset = self.dataset
+        epoch = dataset.epoch
+        dataset._epoch.start(epoch)
+        steps, num_samples = dataset._consumer_stream(World(dataset.rank, dataset.world_size), epoch)
+        base = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
+        self._consumed = (epoch, base)
+        iteration = _Iteration(self, epoch, steps, num_samples, base)
+        self._current = weakref.ref(iteration)
+        return iteration
+
+    def close(self) -> None:
+        """Stop the current iteration: join its threads and release its cached video."""
+        self._close_current()
+
+    def __enter__(self) -> EpisodeLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _close_current(self) -> None:
+        iteration = self._current() if self._current is not None else None
+        if iteration is not None:
+            iteration.close()
+        self._current = None
+
+    # -- position ---------------------------------------------------------------------------------
+
+    def _handed(self, epoch: int, batches: int) -> None:
+        self._consumed = (epoch, batches)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The stream state at the batches handed out so far: ``load_state_dict`` on a new loader
+        (any ``num_threads``; the same or another world size) continues after them. The same
+        format as ``stream_state`` for a DataLoader, so either can resume the other."""
+        state = self.dataset.state_dict()
+        epoch = state["epoch"]
+        if self._consumed[0] == epoch:
+            batches = self._consumed[1]
+        else:
+            batches = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
+        return {**state, "batches_consumed": batches, "batch_size": self.batch_size, "num_workers": 0,
+                "drop_last": self.drop_last}
+
+    def load_state_dict(self, state: Mapping[str, Any], *, strict: bool = True) -> None:
+        """Resume from ``state`` (this loader's ``state_dict()``, or ``stream_state`` of a DataLoader).
+        The next iteration continues the saved epoch. See ``EpisodeStreamingDataset.load_state_dict``
+        for what must match (``strict``)."""
+        self._close_current()
+        self.dataset.load_state_dict(state, strict=strict)
+        epoch = self.dataset.epoch
+        if epoch == state.get("epoch"):  # the saved epoch is not finished
+            saved_batch_size = state["batch_size"]
+            if saved_batch_size != self.batch_size:
+                raise ValueError(f"The state was saved with batch_size={saved_batch_size} partway through epoch "
+                                 f"{epoch}; this loader has batch_size={self.batch_size}. Resume that epoch with "
+                                 f"batch_size={saved_batch_size} (a batch count cannot be continued in other "
+                                 f"batch sizes); later epochs may use any.")
+            self._resume = (epoch, int(state["batches_consumed"]))
+        else:
+            self._resume = None
+        self._consumed = (epoch, self._resume[1] if self._resume else 0)
+
+
+class _BatchBuffer:
+    """One batch being written by decode threads: camera frames in place, the rest per sample."""
+
+    def __init__(self, size: int) -> None:
+        self.frames: dict[str, torch.Tensor] = {}
+        self.video_keys: list[str] | None = None  # the first sample's order, as default_collate keeps
+        self.items: list[dict[str, Any] | None] = [None] * size
+        self.lock = threading.Lock()
+
+    def frame_out(self, key: str, slot: int, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
+                  *, pin_memory: bool, who: str) -> torch.Tensor:
+        with self.lock:
+            out = self.frames.get(key)
+            if out is None:
+                out = self.frames[key] = torch.empty((len(self.items), *shape), dtype=dtype, device=device,
+                                                     pin_memory=pin_memory and device.type == "cpu")
+        if tuple(out.shape[1:]) != shape:
+            raise ValueError(f"{who}: frames of shape {list(shape)} cannot join a batch whose {key!r} frames are "
+                             f"{list(out.shape[1:])} (a DataLoader could not stack them either).")
+        return out[slot]
+
+
+class _BatchWriter:
+    """What decode threads run: decode a group and write its samples into their batches.
+
+    Kept apart from ``_Iteration`` so that the threads never hold the iteration the trainer holds:
+    dropping it closes them.
+    """
+
+    def __init__(self, builder: SampleBuilder, *, batch_size: int, num_batches: int, pin_memory: bool) -> None:
+        self._builder = builder
+        self._batch_size = batch_size
+        self._num_batches = num_batches
+        self._pin_memory = pin_memory
+        self._buffers: dict[int, _BatchBuffer] = {}
+        self._lock = threading.Lock()
+
+    def buffer(self, index: int) -> _BatchBuffer:
+        with self._lock:
+            buffer = self._buffers.get(index)
+            if buffer is None:
+                buffer = self._buffers[index] = _BatchBuffer(self._batch_size)
+            return buffer
+
+    def take(self, index: int) -> _BatchBuffer:
+        with self._lock:
+            return self._buffers.pop(index)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._buffers.clear()
+
+    def write_group(self, cache: DecoderCache, first_sample: int, pendings: list[PendingSample]) -> None:
+        # Samples past the last batch (the tail drop_last drops) are neither decoded nor kept.
+        pendings = pendings[:max(0, self._num_batches * self._batch_size - first_sample)]
+        if not pendings:
+            return
+        builder = self._builder
+        decoded = builder.decode(cache, pendings)
+        for offset, pending in enumerate(pendings):
+            index, slot = divmod(first_sample + offset, self._batch_size)
+            buffer = self.buffer(index)
+            if not builder.writes_in_place:
+                buffer.items[slot] = builder.finish(pending, [decoded[q.path].gather(q) for q in pending.queries])
+                continue
+            for key, windowed, query in zip(pending.video_keys, pending.windowed, pending.queries):
+                file = decoded[query.path]
+                chw = file.frames.permute(0, 3, 1, 2)  # (N, C, H, W) view of the decoded NHWC frames
+                rows = [file.row_of[t] for t in query.timestamps_s]
+                shape = (len(rows), *chw.shape[1:]) if windowed else tuple(chw.shape[1:])
+                out = buffer.frame_out(key, slot, shape, builder.frame_dtype, chw.device,
+                                       pin_memory=self._pin_memory, who=f"{query.path} ({query.who})")
+                if windowed:
+                    for step, row in enumerate(rows):
+                        builder.write_frame(out[step], chw[row])
+                else:
+                    builder.write_frame(out, chw[rows[0]])
+            if slot == 0:
+                buffer.video_keys = list(pending.video_keys)
+            buffer.items[slot] = {**pending.item, "task": pending.task}
+
+    def collate(self, buffer: _BatchBuffer, count: int) -> dict[str, Any]:
+        """The batch as ``default_collate`` of its samples would give it (frames already in place)."""
+        items = buffer.items[:count]
+        if not self._builder.writes_in_place:
+            batch = default_collate(items)
+        else:
+            batch = {key: buffer.frames[key] if count == len(buffer.items) else buffer.frames[key][:count]
+                     for key in buffer.video_keys or ()}
+            batch.update(default_collate(items))
+        if self._pin_memory:
+            batch = {k: v.pin_memory() if isinstance(v, torch.Tensor) and not v.is_pinned() else v
+                     for k, v in batch.items()}
+        return batch
+
+
+class _Iteration(Iterator[dict[str, Any]]):
+    """One pass over an epoch's share (what ``iter(loader)`` returns)."""
+
+    def __init__(self, loader: EpisodeLoader, epoch: int, steps: Iterator[tuple[int, int, int]],
+                 num_samples: int, base_batches: int) -> None:
+        self._loader = loader
+        self._dataset = loader.dataset
+        self._epoch = epoch
+        self._base = base_batches
+        self._batch_size = loader.batch_size
+        self._num_samples = num_samples
+        self._num_batches = (num_samples // loader.batch_size if loader.drop_last
+                             else math.ceil(num_samples / loader.batch_size))
+        self._next = 0  # the next batch to hand out
+        self._done_samples = 0  # samples decoded, in order, from the start of this pass
+        self._error: BaseException | None = None
+        self._closed = False
+        core = self._dataset._core
+        self._videos = core.episode_videos()
+        self._writer = _BatchWriter(core.builder, batch_size=loader.batch_size, num_batches=self._num_batches,
+                                    pin_memory=loader.pin_memory)
+        pool_size = self._dataset.episode_pool_size
+        # Nothing the threads hold may refer to this object (see _BatchWriter).
+        self._pipeline = GroupPipeline(
+            self._dataset.planned_groups(steps, self._videos), work=self._writer.write_group,
+            open_cache=lambda: core.decoder_cache(pool_size),
+            num_threads=loader.num_threads, allowed_samples=loader.prefetch_batches * loader.batch_size)
+        if self._num_batches == 0:
+            self._finish()
+
+    def __len__(self) -> int:
+        return self._num_batches - self._next
+
+    def __next__(self) -> dict[str, Any]:
+        if self._error is not None:
+            raise RuntimeError(f"This pass over epoch {self._epoch} stopped at batch {self._base + self._next} "
+                               f"after an error (above); loader.state_dict() resumes at that batch.") from self._error
+        if self._closed:
+            raise StopIteration
+        index = self._next
+        wanted = min((index + 1) * self._batch_size, self._num_samples)
+        try:
+            while self._done_samples < wanted:
+                group = self._pipeline.next_group()
+                if group is None:
+                    raise RuntimeError(f"The stream of epoch {self._epoch} ended after {self._done_samples} of "
+                                       f"{self._num_samples} samples (a bug: please report it).")
+                self._done_samples += group.count
+                for episode in group.evicted:
+                    self._videos.evict(episode)
+            batch = self._writer.collate(self._writer.take(index), wanted - index * self._batch_size)
+        except BaseException as error:
+            # Nothing of the failed batch was handed out: the position stays before it.
+            self._error = error
+            self.close()
+            raise
+        self._next += 1
+        self._loader._handed(self._epoch, self._base + self._next)
+        self._pipeline.allow((self._next + self._loader.prefetch_batches) * self._batch_size)
+        if self._next == self._num_batches:
+            self._finish()
+        return batch
+
+    def _finish(self) -> None:
+        """The last batch is handed out: the epoch is done, as when a DataLoader's pass ends."""
+        self._dataset._epoch.finished(self._epoch)
+        self.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._pipeline.close()
+        finally:
+            self._writer.clear()
+            self._videos.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # at interpreter exit modules may be gone; nothing is left to release then
+            pass

@@ -1,0 +1,314 @@
+"""EpisodeLoader: the DataLoader's batches, bit for bit, built on threads in this process; its position."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections import defaultdict
+
+import pytest
+import torch
+import torch.utils.data
+
+from episodestream import EpisodeLoader, EpisodeStreamingDataset, VideoDecodeError, stream_state
+
+from .conftest import CAMERAS
+
+WINDOWS = {"action": [-0.1, 0.0, 0.1], CAMERAS[0]: [-2 / 30, 0.0], "observation.images.top": [0.0, 1 / 30]}
+
+
+def reference_batches(root, batch_size, *, epochs=1, drop_last=False, **kwargs):
+    dataset = EpisodeStreamingDataset(root, **kwargs)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=0, drop_last=drop_last)
+    return [list(loader) for _ in range(epochs)]
+
+
+def assert_same_batches(got, expected):
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        assert list(a) == list(b), "same keys in the same order"
+        for key in a:
+            if isinstance(b[key], torch.Tensor):
+                assert a[key].dtype == b[key].dtype and a[key].shape == b[key].shape, key
+                assert torch.equal(a[key], b[key]), key
+            else:
+                assert a[key] == b[key], key
+
+
+def indices(batches):
+    return [int(i) for batch in batches for i in batch["index"]]
+
+
+@pytest.mark.parametrize("options", [
+    {},
+    {"delta_timestamps": WINDOWS},
+    {"return_uint8": True, "delta_timestamps": WINDOWS},
+    {"image_transforms": lambda frames: frames[..., ::2, ::2] * 2},
+], ids=["float32", "windows", "uint8-windows", "transforms"])
+def test_batches_equal_the_dataloaders_bit_for_bit(dataset_root, options):
+    expected = reference_batches(dataset_root, 7, epochs=2, seed=5, **options)
+    for num_threads in (1, 3):
+        dataset = EpisodeStreamingDataset(dataset_root, seed=5, **options)
+        loader = EpisodeLoader(dataset, 7, num_threads=num_threads)
+        got = [list(loader), list(loader)]  # the epoch advances by itself, as with a DataLoader
+        assert dataset.epoch == 2
+        for epoch in range(2):
+            assert_same_batches(got[epoch], expected[epoch])
+
+
+def test_drop_last_and_batch_sizes_across_decode_groups(dataset_root):
+    for batch_size, group in ((5, 3), (64, 8), (1, 4)):
+        expected = reference_batches(dataset_root, batch_size, drop_last=True, seed=1, decode_group_size=group,
+                                     return_uint8=True)[0]
+        dataset = EpisodeStreamingDataset(dataset_root, seed=1, decode_group_size=group, return_uint8=True)
+        loader = EpisodeLoader(dataset, batch_size, num_threads=2, drop_last=True)
+        assert len(loader) == len(expected)
+        assert_same_batches(list(loader), expected)
+
+
+class _ThreadCheckingReader:
+    """Records which threads use each decoder (ids, not id(): a closed decoder's id is reused)."""
+
+    serial = itertools.count()
+
+    def __init__(self, inner, users):
+        self.inner, self.users, self.key = inner, users, next(self.serial)
+
+    def frames_played_at(self, seconds):
+        self.users[self.key].add(threading.get_ident())
+        return self.inner.frames_played_at(seconds)
+
+    def close(self):
+        self.inner.close()
+
+
+def test_many_threads_many_epochs_same_stream_and_no_shared_decoder(many_episodes_root):
+    expected = reference_batches(many_episodes_root, 6, epochs=3, seed=9, decode_group_size=1, return_uint8=True)
+    dataset = EpisodeStreamingDataset(many_episodes_root, seed=9, decode_group_size=1, return_uint8=True)
+    users = defaultdict(set)
+    open_video = dataset._core.open_video
+    dataset._core.open_video = lambda path: _ThreadCheckingReader(open_video(path), users)
+    loader = EpisodeLoader(dataset, 6, num_threads=8, prefetch_batches=3)
+    for epoch in range(3):
+        assert_same_batches(list(loader), expected[epoch])
+    threads_used = set().union(*users.values())
+    assert len(threads_used) > 1, "decoding ran on several threads"
+    assert all(len(u) == 1 for u in users.values()), "a decoder was used by more than one thread"
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_dataset_decode_threads_keep_the_stream(many_episodes_root, num_workers):
+    def stream(decode_threads):
+        dataset = EpisodeStreamingDataset(many_episodes_root, seed=2, decode_group_size=2, return_uint8=True,
+                                          decode_threads=decode_threads)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=num_workers)
+        return [list(loader) for _ in range(2)]
+
+    single, threaded = stream(1), stream(3)
+    for epoch in range(2):
+        assert_same_batches(threaded[epoch], single[epoch])
+
+
+def _new_loader(root, *, num_threads=2, batch_size=4, **kwargs):
+    kwargs.setdefault("episodes", list(range(8)))
+    dataset = EpisodeStreamingDataset(root, seed=3, episode_pool_size=3, return_uint8=True, **kwargs)
+    return EpisodeLoader(dataset, batch_size, num_threads=num_threads)
+
+
+@pytest.mark.parametrize("threads_before,threads_after", [(2, 2), (1, 4)])
+def test_state_dict_resumes_exactly_at_any_point(many_episodes_root, threads_before, threads_after):
+    uninterrupted_loader = _new_loader(many_episodes_root)
+    epoch0, epoch1 = list(uninterrupted_loader), list(uninterrupted_loader)
+    n = len(epoch0)
+    for taken in (0, 1, n // 2, n - 1, n):
+        loader = _new_loader(many_episodes_root, num_threads=threads_before)
+        iterator = iter(loader)
+        consumed = list(itertools.islice(iterator, taken))
+        state = json.loads(json.dumps(loader.state_dict()))  # what a checkpoint file holds
+        assert state["batches_consumed"] == taken and state["epoch"] == 0
+        del iterator
+        resumed_loader = _new_loader(many_episodes_root, num_threads=threads_after)
+        resumed_loader.load_state_dict(state)
+        assert len(resumed_loader) == (n - taken if taken < n else len(epoch1))
+        resumed = list(resumed_loader)
+        if taken == n:  # the epoch was finished: the resumed run starts the next one
+            assert_same_batches(resumed, epoch1)
+            continue
+        assert_same_batches(consumed + resumed, epoch0)
+        assert_same_batches(list(resumed_loader), epoch1)  # then a full next epoch
+
+
+def test_a_resumed_run_saves_and_resumes_again(many_episodes_root):
+    epoch0 = list(_new_loader(many_episodes_root))
+    first = _new_loader(many_episodes_root)
+    part1 = list(itertools.islice(iter(first), 3))
+    second = _new_loader(many_episodes_root)
+    second.load_state_dict(first.state_dict())
+    assert second.state_dict()["batches_consumed"] == 3  # before iterating, the loaded position
+    part2 = list(itertools.islice(iter(second), 4))
+    state = second.state_dict()
+    assert state["batches_consumed"] == 7
+    third = _new_loader(many_episodes_root)
+    third.load_state_dict(state)
+    assert_same_batches(part1 + part2 + list(third), epoch0)
+
+
+def test_elastic_resume_from_two_ranks_covers_the_epoch_once(many_episodes_root):
+    consumed, states = [], []
+    for rank in range(2):
+        loader = _new_loader(many_episodes_root, rank=rank, world_size=2)
+        consumed += indices(itertools.islice(iter(loader), 3))
+        states.append(loader.state_dict())
+    assert states[0] == states[1]
+    resumed_loader = _new_loader(many_episodes_root)
+    resumed_loader.load_state_dict(states[0])
+    resumed = indices(resumed_loader)
+    everything = indices(_new_loader(many_episodes_root, num_threads=1))
+    assert not set(consumed) & set(resumed), "nothing consumed is emitted again"
+    assert set(consumed) | set(resumed) == set(everything)
+    assert len(consumed) + len(resumed) - len(everything) <= 2  # fill-ins only
+
+
+def test_resumes_a_dataloader_state_and_the_dataloader_resumes_its_state(many_episodes_root):
+    everything = set(indices(_new_loader(many_episodes_root, num_threads=1)))
+    dataset = _new_loader(many_episodes_root).dataset
+    dataloader = torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=2)
+    consumed = indices(itertools.islice(iter(dataloader), 5))
+    loader = _new_loader(many_episodes_root)
+    loader.load_state_dict(stream_state(dataloader, 5))  # 2 workers -> the loader: elastic
+    part = indices(itertools.islice(iter(loader), 2))
+    state = loader.state_dict()
+    back = _new_loader(many_episodes_root).dataset
+    back.load_state_dict(state)
+    rest = [int(i) for batch in torch.utils.data.DataLoader(back, batch_size=4, num_workers=2)
+            for i in batch["index"]]
+    assert sorted(consumed + part + rest) == sorted(everything)
+
+
+def test_resuming_mid_epoch_with_another_batch_size_is_refused(many_episodes_root):
+    loader = _new_loader(many_episodes_root)
+    list(itertools.islice(iter(loader), 2))
+    other = _new_loader(many_episodes_root, batch_size=8)
+    with pytest.raises(ValueError, match="batch_size=4 partway through epoch 0"):
+        other.load_state_dict(loader.state_dict())
+
+
+def test_set_epoch_and_len(many_episodes_root):
+    loader = _new_loader(many_episodes_root)
+    frames = len(loader.dataset)
+    assert len(loader) == -(-frames // 4)
+    loader.set_epoch(5)
+    expected = reference_batches(many_episodes_root, 4, epochs=6, seed=3, episode_pool_size=3, return_uint8=True,
+                                 episodes=list(range(8)))[5]
+    assert_same_batches(list(loader), expected)
+    assert loader.dataset.epoch == 6
+    assert loader.state_dict()["epoch"] == 5 and loader.state_dict()["batches_consumed"] == len(expected)
+
+
+class _FailingReader:
+    """Fails the ``fail_at``-th decode call of the whole test (counted across threads)."""
+
+    def __init__(self, inner, counter, fail_at):
+        self.inner, self.counter, self.fail_at = inner, counter, fail_at
+
+    def frames_played_at(self, seconds):
+        with self.counter["lock"]:
+            self.counter["calls"] += 1
+            fail = self.counter["calls"] == self.fail_at
+        if fail:
+            raise RuntimeError("injected decoder failure")
+        return self.inner.frames_played_at(seconds)
+
+    def close(self):
+        self.inner.close()
+
+
+def test_a_decode_error_surfaces_in_the_trainer_and_loses_no_sample(many_episodes_root):
+    epoch0 = list(_new_loader(many_episodes_root))
+    loader = _new_loader(many_episodes_root, num_threads=3)
+    counter = {"lock": threading.Lock(), "calls": 0}
+    open_video = loader.dataset._core.open_video
+    loader.dataset._core.open_video = lambda path: _FailingReader(open_video(path), counter, fail_at=9)
+    taken = []
+    with pytest.raises(VideoDecodeError, match=r"\.mp4 at .*injected decoder failure") as caught:
+        for batch in loader:
+            taken.append(batch)
+    assert "episode" in str(caught.value)  # names the file and the episode that asked
+    assert 0 < len(taken) < len(epoch0)
+    state = loader.state_dict()
+    assert state["batches_consumed"] == len(taken)
+    resumed = _new_loader(many_episodes_root)
+    resumed.load_state_dict(state)
+    assert_same_batches(taken + list(resumed), epoch0)
+
+
+def _episodestream_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("episodestream-decode")]
+
+
+class _RecordingVideos:
+    def __init__(self, inner, closed):
+        self.inner, self.closed = inner, closed
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def close(self):
+        self.closed.append(True)
+        self.inner.close()
+
+
+def test_dropping_or_closing_mid_epoch_joins_threads_and_releases_video(many_episodes_root):
+    loader = _new_loader(many_episodes_root, num_threads=3)
+    closed = []
+    episode_videos = loader.dataset._core.episode_videos
+    loader.dataset._core.episode_videos = lambda: _RecordingVideos(episode_videos(), closed)
+    iterator = iter(loader)
+    next(iterator)
+    assert len(_episodestream_threads()) == 3
+    del iterator  # dropped mid-epoch
+    assert not _episodestream_threads() and closed == [True]
+    with loader:
+        next(iter(loader))
+    assert not _episodestream_threads() and closed == [True, True]
+    # A new iteration of a loader closes the one before it.
+    first = iter(loader)
+    next(first)
+    second = iter(loader)
+    assert len(_episodestream_threads()) == 3 and closed == [True] * 3
+    next(second)
+    loader.close()
+    assert not _episodestream_threads() and closed == [True] * 4
+
+
+def test_arguments_are_validated(many_episodes_root):
+    dataset = EpisodeStreamingDataset(many_episodes_root)
+    for kwargs, error in (({"num_threads": 0}, "num_threads must be >= 1"),
+                          ({"prefetch_batches": 0}, "prefetch_batches must be >= 1"),
+                          ({"drop_last": "no"}, "drop_last must be True or False")):
+        with pytest.raises((ValueError, TypeError), match=error):
+            EpisodeLoader(dataset, 4, **kwargs)
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        EpisodeLoader(dataset, 0)
+    with pytest.raises(TypeError, match="needs an EpisodeStreamingDataset, got list"):
+        EpisodeLoader([1, 2], 4)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the warning given without CUDA")
+def test_pin_memory_without_cuda_warns_and_is_ignored(many_episodes_root):
+    with pytest.warns(RuntimeWarning, match="CUDA is not available"):
+        loader = EpisodeLoader(EpisodeStreamingDataset(many_episodes_root), 4, pin_memory=True)
+    assert not loader.pin_memory
+
+
+@pytest.mark.needs_cuda
+def test_pin_memory_gives_pinned_batches(dataset_root):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU and a CUDA build of torch; this machine has none")
+    expected = reference_batches(dataset_root, 8, seed=0, delta_timestamps=WINDOWS)[0]
+    loader = EpisodeLoader(EpisodeStreamingDataset(dataset_root, seed=0, delta_timestamps=WINDOWS), 8,
+                           pin_memory=True)
+    got = list(loader)
+    assert all(v.is_pinned() for batch in got for v in batch.values() if isinstance(v, torch.Tensor))
+    assert_same_batches(got, expected)
