@@ -214,7 +214,12 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         # Not a generator itself: the epoch is marked started when the DataLoader asks for the
         # iterator, so a checkpoint taken before the first batch already names this epoch.
         world = current_world(self.rank, self.world_size)
-        epoch = self._iteration_epoch()
+        try:
+            epoch = self._iteration_epoch()
+        except _StaleWorkerCopy as error:
+            # Raised from the first next(): a persistent worker calls iter() where an exception
+            # kills the worker and its message is lost, but a failed fetch reaches the trainer.
+            return _raising(error)
         self._epoch.start(epoch)
         if tracer_enabled():
             set_process_name(f"episodestream rank {world.rank} worker {world.worker}")
@@ -226,7 +231,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         if info is None:
             return self.epoch
         if self._epoch.loads() != self._loads_seen:
-            raise RuntimeError(
+            raise _StaleWorkerCopy(
                 "load_state_dict() was called after this DataLoader's worker processes were started "
                 "(persistent_workers=True keeps each worker's copy of the dataset, with the old position). "
                 "Build the DataLoader after load_state_dict(), or use EpisodeLoader, which owns its position.")
@@ -435,6 +440,15 @@ class _CacheStats:
             for key, value in cache.stats().items():
                 totals[key] = totals.get(key, 0) + value
         return totals
+
+
+class _StaleWorkerCopy(RuntimeError):
+    """A DataLoader worker's copy of the dataset predates the latest load_state_dict."""
+
+
+def _raising(error: BaseException) -> Iterator[dict[str, Any]]:
+    raise error
+    yield  # a generator: the error comes from the first next()
 
 
 def _admit_ahead(steps: Iterator[tuple[int, int, int]], videos: EpisodeVideos, episodes,

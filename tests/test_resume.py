@@ -201,3 +201,52 @@ def test_state_without_trainer_fields_is_explained(many_episodes_root):
         dataset.load_state_dict(dataset.state_dict())
     with pytest.raises(ValueError, match="Not an episodestream stream state"):
         dataset.load_state_dict({"epoch": 1})
+
+
+def test_batches_consumed_beyond_the_epoch_is_refused_or_clamped(many_episodes_root):
+    """Regression: a global step saved as batches_consumed silently skipped the next epoch."""
+    state, _ = save_after(many_episodes_root, rank=0, world_size=1, num_workers=2, epoch_batches=3, into_next=False)
+    epoch_batches = len(list(loader_for(make(many_episodes_root), 2)))
+    dataset = make(many_episodes_root)
+    with pytest.raises(ValueError, match=rf"batches_consumed'\]=500 is more than epoch 0 has: {epoch_batches} "
+                                         rf"batches of {BATCH} per rank.*not a global step"):
+        dataset.load_state_dict({**state, "batches_consumed": 500})
+    assert dataset.epoch == 0 and len(dataset) == dataset._core.num_frames  # nothing changed
+    dataset.load_state_dict({**state, "batches_consumed": epoch_batches})  # exactly the epoch: fine
+    assert dataset.epoch == 1
+    with pytest.warns(RuntimeWarning, match="more than epoch 0 has.*Treating the epoch as finished"):
+        dataset.load_state_dict({**state, "batches_consumed": 500}, strict=False)
+    assert dataset.epoch == 1
+    fresh = make(many_episodes_root)
+    fresh.set_epoch(1)
+    assert ids(loader_for(dataset, 2)) == ids(loader_for(fresh, 2))  # a whole epoch 1 follows
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"legs": [{"world_size": "two"}]}, r"state\['legs'\]\[0\] must be a dict with keys"),
+    ({"legs": [{"world_size": 1, "num_workers": 0, "pool_size": 3, "batch_size": "4", "batches": 1}]},
+     r"state\['legs'\]\[0\]\['batch_size'\] must be an int, got '4'"),
+    ({"legs": "garbage"}, r"state\['legs'\] must be a list of legs"),
+    ({"drop_last": "no"}, r"state\['drop_last'\] must be True or False, got 'no'"),
+    ({"shuffle": "yes"}, r"state\['shuffle'\] must be True or False"),
+])
+def test_malformed_state_fields_are_named(many_episodes_root, change, message):
+    state, _ = save_after(many_episodes_root, rank=0, world_size=1, num_workers=0, epoch_batches=2, into_next=False)
+    with pytest.raises((TypeError, ValueError), match=message):
+        make(many_episodes_root).load_state_dict({**state, **change}, strict=False)
+
+
+def test_load_after_persistent_workers_started_is_detected(many_episodes_root):
+    """Regression: persistent workers kept their copy of the dataset and ignored a later load."""
+    dataset = make(many_episodes_root)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=2, persistent_workers=True,
+                                         collate_fn=as_list)
+    list(loader)
+    state = {**dataset.state_dict(), "epoch": 1, "batches_consumed": 2, "batch_size": BATCH, "num_workers": 2}
+    dataset.load_state_dict(state)
+    with pytest.raises(RuntimeError, match="load_state_dict\\(\\) was called after this DataLoader's worker"):
+        list(loader)
+    # A DataLoader made after the load resumes.
+    expected = len(dataset)
+    resumed = [s for batch in loader_for(dataset, 2) for s in batch]
+    assert len(resumed) == expected == dataset._core.num_frames - 2 * BATCH

@@ -187,3 +187,30 @@ def test_a_late_worker_streams_the_same_epoch(many_episodes_root):
     assert len(first) == len(set(first)) == len(dataset)
     second = [int(i) for batch in loader for i in batch["index"]]
     assert sorted(second) == sorted(first) and second != first  # epoch 1: the same frames, reshuffled
+
+
+def test_a_dataloader_built_each_epoch_with_a_fixed_generator_still_advances(many_episodes_root):
+    """Regression: the DataLoader's base seed repeats when it is rebuilt each epoch with a seeded
+    generator; the epoch must advance (and set_epoch be obeyed) all the same."""
+    dataset = EpisodeStreamingDataset(many_episodes_root, seed=4, return_uint8=True)
+
+    def one_epoch():
+        loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2,
+                                             generator=torch.Generator().manual_seed(0))
+        return [int(s["index"]) for s in loader]
+
+    epochs = [one_epoch() for _ in range(3)]
+    assert dataset.epoch == 3
+    for epoch, streamed in enumerate(epochs):
+        assert streamed == stream_indices(many_episodes_root, num_workers=2, seed=4, epoch=epoch)
+    dataset.set_epoch(7)
+    assert one_epoch() == stream_indices(many_episodes_root, num_workers=2, seed=4, epoch=7)
+
+
+def test_worker_counts_change_between_iterations(many_episodes_root):
+    dataset = EpisodeStreamingDataset(many_episodes_root, seed=4, return_uint8=True)
+    for epoch, workers in enumerate((2, 3, 0, 1, 2)):
+        loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
+        assert [int(s["index"]) for s in loader] == stream_indices(many_episodes_root, num_workers=workers,
+                                                                     seed=4, epoch=epoch)
+    assert dataset.epoch == 5
