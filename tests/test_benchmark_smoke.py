@@ -38,14 +38,21 @@ def _run(tmp_path: Path, source: str, *extra: str) -> dict:
     assert set(row["decoder_cache"]) == {"hits", "misses", "evictions"}
     assert (out / "results.csv").read_text().startswith("source,mode,decode,")
     rows, malformed, _ = _summarize_module().load_results(out)
-    assert not malformed and [r["source"] for r in rows] == [source]
+    assert not malformed and {r["source"] for r in rows} == {source}
     return row
 
 
 @pytest.mark.slow
 def test_local_source_compares_against_the_decoder_ceiling(tmp_path):
-    row = _run(tmp_path, "local")
-    assert row["cache_hit_rate"] is None and row["fraction_of_ceiling"] > 0
+    row = _run(tmp_path, "local", "--loader", "both", "--train-step-ms", "1")
+    assert row["cache_hit_rate"] is None and row["fraction_of_ceiling"] > 0 and row["loader"] == "dataloader"
+    out = tmp_path / "out-local"
+    for suffix, step in (("-episodeloader", None), ("-episodeloader-sleep", "sleep:1ms"), ("-busy", "busy:1ms")):
+        other = json.loads((out / f"local-single-cpu-float32{suffix}.json").read_text())
+        assert other["samples"] == 60 and other["fraction_of_ceiling"] > 0 and other["train_step"] == step
+        assert set(other["batch_wait_ms"]) == {"p50", "p95", "p99"} and other["first_batch_s"] > 0
+    rows, malformed, _ = _summarize_module().load_results(out)
+    assert not malformed and len(rows) == 6
 
 
 def test_hub_source_through_a_shaped_link(tmp_path):

@@ -1,9 +1,13 @@
 """Streaming throughput against the decoder's own ceiling, and remote sources against local disk.
 
 For each mode (``single``: one frame per camera; ``sarm``: each camera windowed at 8 steps spaced
-1 s) it streams one epoch through a DataLoader and reports samples/s, frames/s, per-sample latency
-percentiles (time a worker spends producing each sample), first-batch latency, decoder-cache stats
-and peak RSS.
+1 s) it streams one epoch through a DataLoader (``--loader dataloader``) and/or ``EpisodeLoader``
+(``--loader episode``: decode threads in this process, as many as ``--num-workers``) and reports
+samples/s, frames/s, per-sample latency percentiles (DataLoader: time a worker spends producing each
+sample), the wait for each batch (p50/p95/p99), first-batch latency, decoder-cache stats and peak
+RSS. ``--dtype both`` runs float32 and uint8 frames; ``--train-step-ms`` adds a simulated training
+step after each batch, once as a sleep (releases the GIL, like GPU work) and once as a pure-Python
+busy loop (holds it), to show how the trainer's own work shares the machine with the loader.
 
 ``--source local`` (the default) reads the folder in place. In the same run it times torchcodec
 alone decoding exactly the frames our pipeline decoded, in exactly its grouping (one call per file
@@ -24,9 +28,11 @@ bytes fetched per episode against the episode's own compressed video bytes and t
 rate (video entries a consumer found local / all it acquired).
 
     python benchmarks/streaming/benchmark_streaming.py --output-dir bench_out
+    python benchmarks/streaming/benchmark_streaming.py --loader both --dtype both --train-step-ms 20 --output-dir bench_out
     python benchmarks/streaming/benchmark_streaming.py --source hub --mode single --output-dir bench_out
 
-Results go to OUTPUT_DIR/<source>-<mode>-<decode>-<dtype>.json and OUTPUT_DIR/results.csv.
+Results go to OUTPUT_DIR/<source>-<mode>-<decode>-<dtype>[-episodeloader][-<step>].json and
+OUTPUT_DIR/results.csv.
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ from pathlib import Path
 import numpy as np
 import torch.utils.data
 
-from episodestream import EpisodeStreamingDataset, write_synthetic_dataset
+from episodestream import EpisodeLoader, EpisodeStreamingDataset, write_synthetic_dataset
 from episodestream._world import World
 from episodestream.remote import NodeCache
 
@@ -63,8 +69,9 @@ SARM_STEPS = 8
 # Synthetic dataset size when --episodes / --episode-length are not given: remote runs are smaller
 # so that one (both modes, each against a local pass) takes well under two minutes on 2 CPU cores.
 DEFAULT_SIZE = {"local": (24, 300, 6), "remote": (8, 150, 2)}  # episodes, frames each, episodes in sarm mode
-FIELDS = ("source", "mode", "decode", "dtype", "num_workers", "pool_size", "samples", "frames", "samples_per_s",
-          "frames_per_s", "warm_samples_per_s", "first_batch_s", "latency_ms", "decoder_cache", "cache_hit_rate",
+LOADERS = ("dataloader", "episode")
+FIELDS = ("source", "mode", "decode", "dtype", "loader", "train_step", "num_workers", "pool_size", "samples", "frames", "samples_per_s",
+          "frames_per_s", "warm_samples_per_s", "first_batch_s", "latency_ms", "batch_wait_ms", "decoder_cache", "cache_hit_rate",
           "peak_rss_mb", "worker_peak_rss_mb", "ceiling_same_grouping_frames_per_s", "fraction_of_ceiling",
           "ceiling_1_per_call_frames_per_s", "ceiling_32_sorted_frames_per_s", "local_samples_per_s",
           "local_warm_samples_per_s", "remote_over_local", "remote_over_local_warm", "local_first_batch_s",
@@ -72,7 +79,31 @@ FIELDS = ("source", "mode", "decode", "dtype", "num_workers", "pool_size", "samp
 
 
 def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's peak RSS since the last ``_reset_peak_rss`` (Linux), else since it started."""
+    try:
+        status = Path("/proc/self/status").read_text()
+        return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))) / 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _reset_peak_rss() -> None:
+    """Start this process's peak RSS afresh, so each run's peak is its own (Linux >= 4.0)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def _train_step(kind: str, seconds: float) -> None:
+    """A simulated training step: ``sleep`` releases the GIL (as GPU work waited on does);
+    ``busy`` holds it in pure Python for the same wall time (a trainer doing Python work)."""
+    if kind == "sleep":
+        time.sleep(seconds)
+    elif kind == "busy":
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
 
 
 class _CountingCache(NodeCache):
@@ -146,7 +177,9 @@ def _warm_samples_per_s(arrivals: list[tuple[float, int]], warmup_batches: int) 
 
 def stream(source, *, mode: str, num_workers: int, pool_size: int, batch_size: int, episodes: list[int] | None,
            uint8: bool, video_keys: list[str], decode_device: str = "cpu", warmup_batches: int = 1,
-           remote_options: dict | None = None, keep_dataset: bool = False) -> dict:
+           remote_options: dict | None = None, keep_dataset: bool = False, loader_kind: str = "dataloader",
+           train_step: tuple[str, float] | None = None) -> dict:
+    _reset_peak_rss()
     built_s = time.perf_counter()
     dataset = EpisodeStreamingDataset(source, episodes=episodes, episode_pool_size=pool_size, seed=0,
                                       delta_timestamps=delta_timestamps(mode, video_keys), return_uint8=uint8,
@@ -157,25 +190,45 @@ def stream(source, *, mode: str, num_workers: int, pool_size: int, batch_size: i
     if remote:  # counted in every worker (forked or unpickled with the dataset)
         files.cache = _CountingCache(files.cache)
     with tempfile.TemporaryDirectory() as stats_dir:
-        loader = torch.utils.data.DataLoader(_Timed(dataset, stats_dir), batch_size=batch_size,
-                                             num_workers=num_workers)
+        if loader_kind == "episode":
+            # The loader's decode threads stand in for the DataLoader's worker processes.
+            loader = EpisodeLoader(dataset, batch_size, num_threads=max(1, num_workers))
+        else:
+            loader = torch.utils.data.DataLoader(_Timed(dataset, stats_dir), batch_size=batch_size,
+                                                 num_workers=num_workers)
         start = time.perf_counter()
-        arrivals = []
-        for batch in loader:
+        arrivals, waits_s = [], []
+        iterator = iter(loader)
+        while True:
+            asked = time.perf_counter()
+            batch = next(iterator, None)
+            if batch is None:
+                break
             arrivals.append((time.perf_counter() - start, len(batch["index"])))
+            waits_s.append(time.perf_counter() - asked)
+            if train_step is not None:
+                _train_step(*train_step)
+            del batch
         elapsed_s = time.perf_counter() - start
         workers = [json.loads(p.read_text()) for p in Path(stats_dir).glob("worker-*.json")]
+        if loader_kind == "episode":  # everything ran in this process
+            workers = [{"latencies_s": [], "peak_rss_mb": _peak_rss_mb()}]
     samples = sum(n for _, n in arrivals)
     if samples != len(dataset):
         raise RuntimeError(f"streamed {samples} samples, expected {len(dataset)}")
     frames_per_sample = len(video_keys) * (SARM_STEPS if mode == "sarm" else 1)
-    latencies_ms = np.concatenate([w["latencies_s"] for w in workers]) * 1000
-    cache = {k: sum(w["decoder_cache"][k] for w in workers) for k in ("hits", "misses", "evictions")}
+    # EpisodeLoader has no worker to time per sample: its batch waits say what the trainer sees.
+    latencies_ms = np.concatenate([w["latencies_s"] for w in workers]) * 1000 if loader_kind != "episode" else None
+    cache = (None if loader_kind == "episode"
+             else {k: sum(w["decoder_cache"][k] for w in workers) for k in ("hits", "misses", "evictions")})
     result = {"samples": samples, "frames": samples * frames_per_sample, "elapsed_s": elapsed_s,
               "samples_per_s": samples / elapsed_s, "frames_per_s": samples * frames_per_sample / elapsed_s,
               "warm_samples_per_s": _warm_samples_per_s(arrivals, warmup_batches),
               "first_batch_s": arrivals[0][0], "construct_s": construct_s,
-              "latency_ms": {f"p{q}": float(np.percentile(latencies_ms, q)) for q in (50, 95, 99)},
+              "latency_ms": None if latencies_ms is None else {f"p{q}": float(np.percentile(latencies_ms, q))
+                                                               for q in (50, 95, 99)},
+              "batch_wait_ms": {f"p{q}": float(np.percentile(np.asarray(waits_s) * 1000, q)) for q in (50, 95, 99)},
+              "loader": loader_kind, "train_step": None if train_step is None else f"{train_step[0]}:{train_step[1] * 1000:g}ms",
               "decoder_cache": cache, "peak_rss_mb": _peak_rss_mb(),
               "worker_peak_rss_mb": max(w["peak_rss_mb"] for w in workers)}
     if remote:
@@ -294,25 +347,48 @@ def _latency_text(row: dict) -> str:
     return "/".join(f"{row['latency_ms'][p]:.2f}" for p in ("p50", "p95", "p99"))
 
 
-def run_local(args, root: Path, mode: str, episodes, video_keys, common: dict) -> dict:
-    ours = stream(root, mode=mode, video_keys=video_keys, episodes=episodes, keep_dataset=True, **common)
-    calls = decode_calls(ours.pop("dataset"), args.num_workers)
+def loader_decode_calls(dataset: EpisodeStreamingDataset, num_workers: int, loader_kind: str):
+    """The decoder calls of the run, split into ``max(1, num_workers)`` lists, one per ceiling process:
+    the DataLoader's per worker; EpisodeLoader's one consumer's calls dealt out in turn (its threads
+    share them the same way)."""
+    if loader_kind == "dataloader":
+        return decode_calls(dataset, num_workers)
+    processes = max(1, num_workers)
+    calls = decode_calls(dataset, 0)[0]
+    return [calls[i::processes] for i in range(processes)]
+
+
+def run_local(args, root: Path, mode: str, episodes, video_keys, common: dict, *, loader_kind: str = "dataloader",
+              train_step=None, ceilings: dict | None = None) -> dict:
+    ours = stream(root, mode=mode, video_keys=video_keys, episodes=episodes, keep_dataset=True,
+                  loader_kind=loader_kind, train_step=train_step, **common)
+    dataset = ours.pop("dataset")
     device = common["decode_device"]
-    same_fps, decoded = ceiling(calls, device)
+    key = (mode, loader_kind)
+    if ceilings is None or key not in ceilings:  # the same calls whatever the dtype or training step
+        calls = loader_decode_calls(dataset, args.num_workers, loader_kind)
+        same_fps, decoded = ceiling(calls, device)
+        one_fps, _ = ceiling(regroup(calls, 1), device)
+        sorted32_fps, _ = ceiling(regroup(calls, 32), device)
+        if ceilings is not None:
+            ceilings[key] = (same_fps, decoded, one_fps, sorted32_fps)
+    else:
+        same_fps, decoded, one_fps, sorted32_fps = ceilings[key]
     ours_decoded_fps = decoded / ours["elapsed_s"]  # the same decoded frames over our wall time
-    one_fps, _ = ceiling(regroup(calls, 1), device)
-    sorted32_fps, _ = ceiling(regroup(calls, 32), device)
     row = {**ours, "cache_hit_rate": None,
            "ceiling_same_grouping_frames_per_s": same_fps, "fraction_of_ceiling": ours_decoded_fps / same_fps,
            "ceiling_1_per_call_frames_per_s": one_fps, "ceiling_32_sorted_frames_per_s": sorted32_fps,
            "decoded_frames": decoded}
-    print(f"[{mode}] {row['samples']} samples in {row['elapsed_s']:.2f} s: {row['samples_per_s']:.0f} samples/s, "
-          f"{row['frames_per_s']:.0f} frames/s; first batch {row['first_batch_s']:.2f} s; latency ms "
-          f"p50/p95/p99 {_latency_text(row)}; decoder cache {row['decoder_cache']}; peak RSS main "
+    tag = f"[{mode} {common['uint8'] and 'uint8' or 'float32'} {loader_kind}" + (
+        f" step {row['train_step']}]" if train_step else "]")
+    waits = "/".join(f"{row['batch_wait_ms'][p]:.1f}" for p in ("p50", "p95", "p99"))
+    print(f"{tag} {row['samples']} samples in {row['elapsed_s']:.2f} s: {row['samples_per_s']:.0f} samples/s, "
+          f"{row['frames_per_s']:.0f} frames/s; first batch {row['first_batch_s']:.2f} s; batch wait ms "
+          f"p50/p95/p99 {waits}; decoder cache {row['decoder_cache']}; peak RSS main "
           f"{row['peak_rss_mb']:.0f} MB, worker {row['worker_peak_rss_mb']:.0f} MB")
-    print(f"[{mode}] decoded {decoded} unique frames: ours {ours_decoded_fps:.0f} frames/s vs torchcodec "
+    print(f"{tag} decoded {decoded} unique frames: ours {ours_decoded_fps:.0f} frames/s vs torchcodec "
           f"alone, same grouping {same_fps:.0f} frames/s -> {row['fraction_of_ceiling']:.2f} of ceiling; "
-          f"1 per call {one_fps:.0f} frames/s; 32 sorted per call {sorted32_fps:.0f} frames/s")
+          f"1 per call {one_fps:.0f} frames/s; 32 sorted per call {sorted32_fps:.0f} frames/s", flush=True)
     return row
 
 
@@ -420,9 +496,16 @@ def main(argv=None) -> int:
                         f"the frames; default {DEFAULT_SIZE['local'][2]}, remote sources {DEFAULT_SIZE['remote'][2]})")
     parser.add_argument("--rss-pool-sizes", default="2,32", help="pool sizes compared for worker peak RSS "
                         "(local source only; empty: skip)")
-    parser.add_argument("--dtype", choices=("float32", "uint8"), default="float32",
+    parser.add_argument("--dtype", choices=("float32", "uint8", "both"), default="float32",
                         help="camera frames as LeRobot's float32 in [0, 1], or uint8 (4x less to move "
                              "between processes; convert on the GPU)")
+    parser.add_argument("--loader", choices=LOADERS + ("both",), default="dataloader",
+                        help="dataloader: torch DataLoader with --num-workers worker processes; episode: "
+                             "EpisodeLoader with --num-workers decode threads in this process (local source)")
+    parser.add_argument("--train-step-ms", type=float, default=0.0,
+                        help="also stream single float32 with a simulated training step of this many ms after "
+                             "each batch: a sleep (releases the GIL) and a pure-Python busy loop (holds it); "
+                             "local source")
     parser.add_argument("--warmup-batches", type=int, help="batches left out of the warm throughput "
                         "(default: one per DataLoader worker)")
     link = parser.add_argument_group("remote link (hub, bucket, warmed_bucket)")
@@ -462,29 +545,43 @@ def main(argv=None) -> int:
     video_keys = EpisodeStreamingDataset(root).meta.video_keys
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    dtypes = ("float32", "uint8") if args.dtype == "both" else (args.dtype,)
+    loaders = LOADERS if args.loader == "both" else (args.loader,)
+    if args.source != "local" and loaders != ("dataloader",):
+        parser.error("--loader episode is measured on the local source only")
+    if args.train_step_ms < 0:
+        parser.error(f"invalid --train-step-ms ({args.train_step_ms}): expected 0 or more")
     common = dict(num_workers=args.num_workers, pool_size=args.pool_size, batch_size=args.batch_size,
-                  uint8=args.dtype == "uint8", decode_device=decode_device,
-                  warmup_batches=args.warmup_batches or max(1, args.num_workers))
+                  decode_device=decode_device, warmup_batches=args.warmup_batches or max(1, args.num_workers))
     rows = []
     modes = MODES if args.mode == "both" else (args.mode,)
     servers = nullcontext() if args.source == "local" else serve(
         args.source, root, latency_s=args.latency_ms / 1000, rate_bytes_per_s=args.bandwidth_mb_per_s * 1e6,
         hub_redirect=args.hub_redirect)
+    runs = [(mode, dtype, loader, None) for mode in modes for dtype in dtypes for loader in loaders]
+    if args.train_step_ms and args.source == "local":
+        runs += [("single", "float32", loader, (kind, args.train_step_ms / 1000))
+                 for kind in ("sleep", "busy") for loader in loaders]
+    ceilings: dict = {}
     with servers as remote:
-        for mode in modes:
+        for mode, dtype, loader, train_step in runs:
             episodes = list(range(args.sarm_episodes)) if mode == "sarm" else None
+            options = {**common, "uint8": dtype == "uint8"}
             if remote is None:
-                row = run_local(args, root, mode, episodes, video_keys, common)
+                row = run_local(args, root, mode, episodes, video_keys, options, loader_kind=loader,
+                                train_step=train_step, ceilings=ceilings)
             else:
-                row = run_remote(args, root, remote, mode, episodes, video_keys, common)
-            row = {"source": args.source, "mode": mode, "decode": args.decode, "dtype": args.dtype,
+                row = run_remote(args, root, remote, mode, episodes, video_keys, options)
+            row = {"source": args.source, "mode": mode, "decode": args.decode, "dtype": dtype,
                    "num_workers": args.num_workers, "pool_size": args.pool_size, **row, "status": "ok"}
-            (out_dir / f"{args.source}-{mode}-{args.decode}-{args.dtype}.json").write_text(json.dumps(row, indent=2))
+            name = f"{args.source}-{mode}-{args.decode}-{dtype}" + ("-episodeloader" if loader == "episode" else "")
+            name += f"-{train_step[0]}" if train_step else ""
+            (out_dir / f"{name}.json").write_text(json.dumps(row, indent=2))
             rows.append(row)
     rss = {}
     for pool_size in [int(p) for p in args.rss_pool_sizes.split(",") if p] if args.source == "local" else []:
         rss[pool_size] = stream(root, mode="single", video_keys=video_keys, episodes=None,
-                                **{**common, "pool_size": pool_size})["worker_peak_rss_mb"]
+                                **{**common, "uint8": dtypes[0] == "uint8", "pool_size": pool_size})["worker_peak_rss_mb"]
     if rss:
         print("worker peak RSS by episode_pool_size (single mode): "
               + ", ".join(f"{p}: {mb:.0f} MB" for p, mb in rss.items()))

@@ -65,14 +65,16 @@ def _flatten(data: dict[str, Any], file: str) -> dict[str, Any]:
     if status != "ok" and "frames_per_s" not in data:
         return row  # a run that died before measuring anything
     _check_numbers("", data, NUMBERS)
-    _check_numbers("latency_ms", data.get("latency_ms"), PERCENTILES)
-    _check_numbers("decoder_cache", data.get("decoder_cache"), CACHE_COUNTS)
+    # An EpisodeLoader row has neither per-sample worker latency nor one decoder cache: null.
+    for key, fields in (("latency_ms", PERCENTILES), ("decoder_cache", CACHE_COUNTS)):
+        if data.get(key, "<missing>") is not None:
+            _check_numbers(key, data.get(key), fields)
     hit_rate = data.get("cache_hit_rate", "<missing>")
     if not (hit_rate is None or _is_number(hit_rate)):
         raise MalformedResult(f"cache_hit_rate must be a number or null, got {hit_rate!r}")
     row.update({key: data[key] for key in NUMBERS}, cache_hit_rate=data["cache_hit_rate"])
-    row.update({f"latency_{p}_ms": data["latency_ms"][p] for p in PERCENTILES})
-    row.update({f"decoder_cache_{c}": data["decoder_cache"][c] for c in CACHE_COUNTS})
+    row.update({f"latency_{p}_ms": (data["latency_ms"] or {}).get(p) for p in PERCENTILES})
+    row.update({f"decoder_cache_{c}": (data["decoder_cache"] or {}).get(c) for c in CACHE_COUNTS})
     row.update({key: data[key] for key in OPTIONAL_NUMBERS if _is_number(data.get(key))})
     return row
 
