@@ -6,6 +6,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from ._files import EpisodeVideos
 from ._frames import SampleBuilder, delta_indices
 from ._metadata import DatasetMeta, EpisodeInfo, load_metadata
@@ -19,8 +21,16 @@ def select_episodes(meta: DatasetMeta, episodes: Sequence[int] | None) -> tuple[
     """The selected episodes in ascending order; every requested index must exist, once."""
     if episodes is None:
         return tuple(meta.episodes.values())
+    if isinstance(episodes, np.ndarray):
+        episodes = episodes.tolist()  # numpy ints become ints; a bool or float array is refused below
     if isinstance(episodes, (str, bytes)) or not isinstance(episodes, Sequence):
         raise TypeError(f"episodes must be a list of episode indices, got {episodes!r}.")
+    # bool is an int to Python (True would select episode 1), and 1.0 == 1 finds episode 1 too.
+    not_ints = [e for e in episodes if isinstance(e, (bool, np.bool_)) or not isinstance(e, (int, np.integer))]
+    if not_ints:
+        raise TypeError(f"episodes must be a list of int episode indices, got {not_ints[0]!r} "
+                        f"({type(not_ints[0]).__name__}) in {episodes!r}.")
+    episodes = [int(e) for e in episodes]
     unknown = [e for e in episodes if e not in meta.episodes]
     if unknown:
         raise ValueError(f"episodes {unknown} are not in {meta.description} (episode indices "
@@ -52,8 +62,9 @@ class DatasetCore:
         if (check_budget := getattr(self.files, "check_cache_budget", None)) is not None:
             check_budget(self.meta, episodes_in_flight=episodes_in_flight)
         self.episodes = select_episodes(self.meta, episodes)
-        self.delta_timestamps = {k: list(v) for k, v in (delta_timestamps or {}).items()}
+        # Validated before it is copied: copying a list or None-per-key would fail with a bare error.
         self.offsets = delta_indices(self.meta, delta_timestamps, self.tolerance_s)
+        self.delta_timestamps = {k: list(v) for k, v in (delta_timestamps or {}).items()}
         self.open_video = resolve_backend(video_backend, decode_device)
         self.builder = SampleBuilder(self.meta, offsets=self.offsets,
                                      tolerance_s=self.tolerance_s, return_uint8=bool(return_uint8),

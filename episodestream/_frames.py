@@ -35,7 +35,18 @@ def delta_indices(meta: DatasetMeta, delta_timestamps: Mapping[str, Sequence[flo
                              f"Valid keys are {sorted(meta.features)}.")
         if isinstance(deltas, (str, bytes)) or not isinstance(deltas, Sequence) or not deltas:
             raise ValueError(f"delta_timestamps[{key!r}] must be a non-empty list of seconds, got {deltas!r}.")
-        steps = np.asarray(deltas, dtype=np.float64) * meta.fps
+        not_numbers = [d for d in deltas if isinstance(d, (bool, np.bool_))
+                       or not isinstance(d, (int, float, np.integer, np.floating))]
+        if not_numbers:
+            raise ValueError(f"delta_timestamps[{key!r}] must be a list of numbers (seconds); {not_numbers[0]!r} "
+                             f"is not one.")
+        seconds = np.asarray(deltas, dtype=np.float64)
+        # NaN or inf would round to garbage offsets and silently come back as padded frame 0.
+        not_finite = [float(d) for d, finite in zip(deltas, np.isfinite(seconds)) if not finite]
+        if not_finite:
+            raise ValueError(f"delta_timestamps[{key!r}] has non-finite values {not_finite}; every delta must be "
+                             f"a finite number of seconds.")
+        steps = seconds * meta.fps
         # Same test as LeRobot's check_delta_timestamps: the time error of rounding to a frame.
         off = np.abs(steps - np.round(steps)) / meta.fps > tolerance_s
         if off.any():

@@ -8,9 +8,12 @@ per-camera video spans. Errors name the file, the field and the value.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -24,6 +27,9 @@ EPISODES_DIR = "meta/episodes"
 REQUIRED_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 _EPISODE_COLUMNS = ("episode_index", "length", "data/chunk_index", "data/file_index",
                     "dataset_from_index", "dataset_to_index")
+_RANGE_COLUMNS = ("episode_index", "length", "dataset_from_index", "dataset_to_index")
+# Errors about where a file is or who may read it, not about its bytes: they keep their own type.
+_NOT_FORMAT_ERRORS = (FileNotFoundError, PermissionError, ConnectionError, TimeoutError)
 
 
 class DatasetFormatError(ValueError):
@@ -66,6 +72,8 @@ class DatasetMeta:
     episodes: Mapping[int, EpisodeInfo]  # by episode_index, in ascending order
     tasks: tuple[str, ...]  # task string by task_index
     info: Mapping[str, Any]
+    # Rows each data file must hold: the sum of its episodes' lengths (checked when it is opened).
+    data_file_rows: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def video_keys(self) -> list[str]:
@@ -86,6 +94,19 @@ class DatasetMeta:
 
 def _fail(where: str, message: str) -> DatasetFormatError:
     return DatasetFormatError(f"{where}: {message}")
+
+
+@contextmanager
+def parquet_errors(where: str) -> Iterator[None]:
+    """Turn pyarrow's errors about a damaged parquet file (``ArrowInvalid``, thrift ``OSError``),
+    which name neither file nor episode, into a ``DatasetFormatError`` that says ``where``."""
+    try:
+        yield
+    except _NOT_FORMAT_ERRORS:
+        raise
+    except (pa.ArrowException, OSError) as error:
+        raise _fail(where, f"not a readable parquet file, truncated or corrupt? "
+                           f"({type(error).__name__}: {error})") from error
 
 
 def _read_info(files: DatasetFiles) -> dict[str, Any]:
@@ -110,6 +131,8 @@ def _read_info(files: DatasetFiles) -> dict[str, Any]:
     for key in ("data_path", "features"):
         if key not in info:
             raise _fail(where, f"required field {key!r} is missing")
+    if not isinstance(info["data_path"], str):
+        raise _fail(where, f"field 'data_path' must be a path template string, got {info['data_path']!r}")
     return info
 
 
@@ -137,7 +160,7 @@ def _parse_features(info: Mapping[str, Any], where: str) -> dict[str, Feature]:
 def _format_path(template: str, where: str, **values: Any) -> str:
     try:
         relpath = template.format(**values)
-    except (KeyError, IndexError, ValueError) as error:
+    except (KeyError, IndexError, ValueError, TypeError) as error:
         raise _fail(where, f"path template {template!r} cannot be formatted with {values}: {error!r}") from None
     return check_relpath(relpath, what=f"{where}: formatted path")
 
@@ -146,7 +169,8 @@ def _read_tasks(files: DatasetFiles) -> tuple[str, ...]:
     where = f"{files.description}/{TASKS_PATH}"
     if not files.exists(TASKS_PATH):
         raise FileNotFoundError(f"{where} not found (LeRobot v3.0 keeps task strings there).")
-    table = pq.read_table(files.local_path(TASKS_PATH))
+    with parquet_errors(where):
+        table = pq.read_table(files.local_path(TASKS_PATH))
     for column in ("task", "task_index"):
         if column not in table.column_names:
             raise _fail(where, f"column {column!r} is missing (columns: {table.column_names})")
@@ -164,20 +188,61 @@ def _read_episode_tables(files: DatasetFiles) -> list[tuple[str, pa.Table]]:
     tables = []
     for relpath in relpaths:
         path = files.local_path(relpath)
-        # Per-episode stats columns are many and unused here; skipping them keeps start-up fast.
-        columns = [c for c in pq.read_schema(path).names if not c.startswith("stats/")]
-        tables.append((relpath, pq.read_table(path, columns=columns)))
+        with parquet_errors(f"{files.description}/{relpath}"):
+            # Per-episode stats columns are many and unused here; skipping them keeps start-up fast.
+            columns = [c for c in pq.read_schema(path).names if not c.startswith("stats/")]
+            tables.append((relpath, pq.read_table(path, columns=columns)))
     return tables
+
+
+def _int_column(table: pa.Table, name: str, where: str) -> np.ndarray:
+    column = table.column(name)
+    if not pa.types.is_integer(column.type):
+        raise _fail(where, f"column {name!r} must hold integers, got {column.type}")
+    if column.null_count:
+        raise _fail(where, f"column {name!r} has {column.null_count} null value(s)")
+    return column.to_numpy().astype(np.int64, copy=False)
+
+
+def _check_episode_ranges(tables: list[tuple[str, pa.Table]], description: str) -> None:
+    """Check every episode's row range at once, vectorised (datasets have up to ~100k episodes).
+
+    LeRobot writes episodes' rows back to back: ``dataset_to_index - dataset_from_index == length``
+    and, in episode order, each episode starts where the previous one ends. A range that overlaps
+    or skips rows pairs one episode's rows with another's video, so refuse it here.
+    """
+    where_of = [f"{description}/{relpath}" for relpath, _ in tables]
+    file_of = np.repeat(np.arange(len(tables)), [table.num_rows for _, table in tables])
+    cols = {name: np.concatenate([_int_column(table, name, where) for (_, table), where in zip(tables, where_of)])
+            for name in _RANGE_COLUMNS}
+    episode, length = cols["episode_index"], cols["length"]
+    start, end = cols["dataset_from_index"], cols["dataset_to_index"]
+    bad = np.flatnonzero((length <= 0) | (end - start != length))
+    if bad.size:
+        k = bad[0]
+        raise _fail(f"{where_of[file_of[k]]} (episode_index {episode[k]})",
+                    f"length {length[k]} must be positive and equal dataset_to_index - dataset_from_index "
+                    f"({end[k]} - {start[k]})")
+    order = np.argsort(episode, kind="stable")
+    twice = np.flatnonzero(episode[order][1:] == episode[order][:-1])
+    if twice.size:
+        k = order[twice[0] + 1]
+        raise _fail(where_of[file_of[k]], f"episode_index {episode[k]} appears twice")
+    gaps = np.flatnonzero(start[order][1:] != end[order][:-1])
+    if gaps.size:
+        prev, k = order[gaps[0]], order[gaps[0] + 1]
+        raise _fail(f"{where_of[file_of[k]]} (episode_index {episode[k]})",
+                    f"dataset_from_index {start[k]} is not where the previous episode ({episode[prev]}, "
+                    f"{where_of[file_of[prev]]}) ends (dataset_to_index {end[prev]}); LeRobot writes episodes' "
+                    f"rows back to back, so the ranges {'overlap' if start[k] < end[prev] else 'skip rows'}")
 
 
 def _parse_episode(row: Mapping[str, Any], info: Mapping[str, Any], video_keys: list[str],
                    where: str) -> EpisodeInfo:
+    # Ranges were checked for all episodes at once (_check_episode_ranges).
     ep = row["episode_index"]
     where = f"{where} (episode_index {ep})"
     length, start, end = row["length"], row["dataset_from_index"], row["dataset_to_index"]
-    if not (isinstance(length, int) and length > 0 and end - start == length):
-        raise _fail(where, f"length {length!r} must be positive and equal dataset_to_index - dataset_from_index "
-                           f"({end!r} - {start!r})")
     data_relpath = _format_path(info["data_path"], where, chunk_index=row["data/chunk_index"],
                                 file_index=row["data/file_index"])
     videos = {}
@@ -198,18 +263,22 @@ def load_metadata(files: DatasetFiles) -> DatasetMeta:
     info = _read_info(files)
     features = _parse_features(info, f"{files.description}/{INFO_PATH}")
     video_keys = [k for k, f in features.items() if f.dtype == "video"]
-    episodes: dict[int, EpisodeInfo] = {}
-    for relpath, table in _read_episode_tables(files):
-        where = f"{files.description}/{relpath}"
+    tables = _read_episode_tables(files)
+    for relpath, table in tables:
         missing = [c for c in _EPISODE_COLUMNS if c not in table.column_names]
         if missing:
-            raise _fail(where, f"columns {missing} are missing (columns: {table.column_names})")
-        for row in table.to_pylist():
-            episode = _parse_episode(row, info, video_keys, where)
-            if episode.episode_index in episodes:
-                raise _fail(where, f"episode_index {episode.episode_index} appears twice")
-            episodes[episode.episode_index] = episode
-    if not episodes:
+            raise _fail(f"{files.description}/{relpath}", f"columns {missing} are missing "
+                                                         f"(columns: {table.column_names})")
+    if not sum(table.num_rows for _, table in tables):
         raise _fail(f"{files.description}/{EPISODES_DIR}", "no episodes")
+    _check_episode_ranges(tables, files.description)
+    episodes: dict[int, EpisodeInfo] = {}
+    data_file_rows: dict[str, int] = {}
+    for relpath, table in tables:
+        for row in table.to_pylist():
+            episode = _parse_episode(row, info, video_keys, f"{files.description}/{relpath}")
+            episodes[episode.episode_index] = episode
+            data_file_rows[episode.data_relpath] = data_file_rows.get(episode.data_relpath, 0) + episode.length
     return DatasetMeta(description=files.description, fps=int(info["fps"]), features=features,
-                       episodes=dict(sorted(episodes.items())), tasks=_read_tasks(files), info=info)
+                       episodes=dict(sorted(episodes.items())), tasks=_read_tasks(files), info=info,
+                       data_file_rows=data_file_rows)

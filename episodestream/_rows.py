@@ -1,7 +1,9 @@
-"""An episode's tabular rows, read by row group and held as numpy columns.
+"""An episode's tabular rows, read by row group, checked against the episode and held as numpy columns.
 
 v3.0 writes one row group per episode, so admitting an episode reads only its own row group(s),
 chosen from the ``index`` column statistics in the parquet footer, never the whole data file.
+Checks are cheap and catch rows that belong to another episode or frame: a data file's row count
+and column types when it is opened (footer only), and each episode's ids when it is admitted.
 """
 
 from __future__ import annotations
@@ -15,7 +17,23 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ._files import DatasetFiles
-from ._metadata import DatasetFormatError, DatasetMeta, EpisodeInfo
+from ._metadata import DatasetFormatError, DatasetMeta, EpisodeInfo, parquet_errors
+
+# What a feature's values must be stored as, by declared dtype; numeric dtypes take the default.
+_STORED_AS = {"image": ("binary or struct", lambda t: pa.types.is_struct(t) or pa.types.is_binary(t)
+                        or pa.types.is_large_binary(t)),
+              "string": ("string", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t))}
+_NUMERIC = ("numbers or bools", lambda t: pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t))
+
+
+def _is_list(arrow_type: pa.DataType) -> bool:
+    return pa.types.is_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type) or pa.types.is_large_list(arrow_type)
+
+
+def _value_type(arrow_type: pa.DataType) -> pa.DataType:
+    while _is_list(arrow_type):
+        arrow_type = arrow_type.value_type
+    return arrow_type
 
 
 @dataclass(frozen=True)
@@ -40,12 +58,10 @@ def _to_numpy(column: pa.ChunkedArray, shape: tuple[int, ...], where: str) -> np
     array = column.combine_chunks()
     if array.null_count:
         raise DatasetFormatError(f"{where}: {array.null_count} null value(s)")
-    if not pa.types.is_list(array.type) and not pa.types.is_fixed_size_list(array.type) \
-            and not pa.types.is_large_list(array.type):
+    if not _is_list(array.type):
         return array.to_numpy(zero_copy_only=False)
     rows = len(array)
-    while pa.types.is_list(array.type) or pa.types.is_fixed_size_list(array.type) \
-            or pa.types.is_large_list(array.type):
+    while _is_list(array.type):
         array = array.flatten()
     flat = array.to_numpy(zero_copy_only=False)
     if flat.size != rows * int(np.prod(shape)):
@@ -64,20 +80,48 @@ class RowReader:
         self._open: OrderedDict[str, pq.ParquetFile] = OrderedDict()
         self._columns = [k for k, f in meta.features.items() if f.dtype != "video"]
 
-    def _parquet(self, relpath: str) -> pq.ParquetFile:
+    def _parquet(self, relpath: str, where: str) -> pq.ParquetFile:
         handle = self._open.pop(relpath, None)
         if handle is None:
             if not self._files.exists(relpath):
                 raise FileNotFoundError(f"Data file {self._files.description}/{relpath} is missing.")
-            handle = pq.ParquetFile(self._files.open_input(relpath))
+            with parquet_errors(where):
+                handle = pq.ParquetFile(self._files.open_input(relpath))
+            self._check_file(relpath, handle)
             if len(self._open) >= self._max_open_files:
                 self._open.popitem(last=False)
         self._open[relpath] = handle
         return handle
 
+    def _check_file(self, relpath: str, handle: pq.ParquetFile) -> None:
+        """What the footer alone can tell: the file's row count and its feature columns' types."""
+        where = f"{self._files.description}/{relpath}"
+        expected = self._meta.data_file_rows.get(relpath)
+        if expected is not None and handle.metadata.num_rows != expected:
+            episodes = [e.episode_index for e in self._meta.episodes.values() if e.data_relpath == relpath]
+            raise DatasetFormatError(
+                f"{where}: holds {handle.metadata.num_rows} rows, but its episodes in meta/episodes "
+                f"({_preview(episodes)}) have {expected} frames in all (sum of their 'length')")
+        schema = handle.schema_arrow
+        missing = [c for c in self._columns if c not in schema.names]
+        if missing:
+            raise DatasetFormatError(f"{where}: feature columns {missing} are missing")
+        for name in self._columns:
+            dtype = self._meta.features[name].dtype
+            stored_as, ok = _STORED_AS.get(dtype, _NUMERIC)
+            found = schema.field(name).type
+            if not ok(found if dtype == "image" else _value_type(found)):
+                raise DatasetFormatError(f"{where}: column {name!r} is stored as {found}, but info.json declares "
+                                         f"dtype {dtype!r} (stored as {stored_as})")
+
     def _row_groups(self, handle: pq.ParquetFile, episode: EpisodeInfo) -> list[int]:
         """Row groups whose ``index`` range overlaps the episode's; all of them when stats are absent."""
-        index_pos = handle.schema_arrow.get_field_index("index")
+        # Statistics are per parquet leaf column, not per arrow field: a struct (an image) before
+        # ``index`` has two leaves, so the arrow field position would read another column's stats.
+        schema = handle.metadata.schema
+        index_pos = next((c for c in range(len(schema)) if schema.column(c).path == "index"), None)
+        if index_pos is None:  # ``index`` nested in a list: no usable statistics
+            return list(range(handle.metadata.num_row_groups))
         groups = []
         for g in range(handle.metadata.num_row_groups):
             stats = handle.metadata.row_group(g).column(index_pos).statistics
@@ -90,11 +134,9 @@ class RowReader:
     def read(self, episode: EpisodeInfo) -> EpisodeRows:
         relpath = episode.data_relpath
         where = f"{self._files.description}/{relpath} (episode_index {episode.episode_index})"
-        handle = self._parquet(relpath)
-        missing = [c for c in self._columns if c not in handle.schema_arrow.names]
-        if missing:
-            raise DatasetFormatError(f"{where}: feature columns {missing} are missing")
-        table = handle.read_row_groups(self._row_groups(handle, episode), columns=self._columns)
+        handle = self._parquet(relpath, where)
+        with parquet_errors(where):
+            table = handle.read_row_groups(self._row_groups(handle, episode), columns=self._columns)
         index = table.column("index")
         mask = pc.and_(pc.greater_equal(index, episode.from_index), pc.less(index, episode.to_index))
         table = table.filter(mask).sort_by("index")
@@ -114,4 +156,27 @@ class RowReader:
                 strings[name] = table.column(name).to_pylist()
             else:
                 columns[name] = _to_numpy(table.column(name), feature.shape, f"{where}, column {name!r}")
+        _check_ids(columns, episode, where)
         return EpisodeRows(episode, columns, strings)
+
+
+def _check_ids(columns: dict[str, np.ndarray], episode: EpisodeInfo, where: str) -> None:
+    """Every row must say it is this episode's next frame; a duplicated, misplaced or renumbered
+    row would otherwise pair one frame's values with another frame's video, silently."""
+    n = episode.length
+    expected = {"index": episode.from_index + np.arange(n), "episode_index": np.full(n, episode.episode_index),
+                "frame_index": np.arange(n)}
+    for name, want in expected.items():
+        got = columns[name].reshape(n)
+        bad = np.flatnonzero(got != want)
+        if bad.size:
+            k = bad[0]
+            raise DatasetFormatError(
+                f"{where}: row {k} of the episode (sorted by index) has {name} {got[k]}, expected {want[k]} "
+                f"({bad.size} of its {n} rows differ; rows must be the episode's frames 0..{n - 1} with index "
+                f"{episode.from_index}..{episode.to_index - 1}, each once)")
+
+
+def _preview(values: list, limit: int = 8) -> str:
+    shown = ", ".join(map(str, values[:limit]))
+    return shown + (f", ... ({len(values)} in all)" if len(values) > limit else "")

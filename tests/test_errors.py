@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
 
 from episodestream import DatasetFormatError, EpisodeDataset, EpisodeStreamingDataset, VideoDecodeError
@@ -40,6 +41,7 @@ def test_wrong_codebase_version(copy_root):
     ({"fps": "fast"}, r"field 'fps' must be a positive integer, got 'fast'"),
     ({"features": {"timestamp": {"dtype": "float32", "shape": [1]}}}, r"features \['frame_index'.*are missing"),
     ({"data_path": "data/{chunk}/x.parquet"}, r"path template 'data/\{chunk\}/x.parquet' cannot be formatted"),
+    ({"data_path": 5}, r"info.json: field 'data_path' must be a path template string, got 5"),
 ])
 def test_malformed_info(copy_root, change, message):
     edit_info(copy_root, **change)
@@ -91,6 +93,27 @@ def test_window_not_a_multiple_of_a_frame(dataset_root):
         EpisodeStreamingDataset(dataset_root, delta_timestamps={"action": [0.0, 0.01]})
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), np.float32("nan")])
+def test_window_not_finite(dataset_root, value):
+    with pytest.raises(ValueError, match=r"delta_timestamps\['action'\] has non-finite values \[(nan|inf|-inf)\]"):
+        EpisodeStreamingDataset(dataset_root, delta_timestamps={"action": [0.0, value]})
+
+
+@pytest.mark.parametrize("deltas,error,message", [
+    (0.5, TypeError, r"delta_timestamps must be a dict .*got 0.5"),
+    ([0.0, 0.1], TypeError, r"delta_timestamps must be a dict .*got \[0.0, 0.1\]"),
+    ({"action": None}, ValueError, r"delta_timestamps\['action'\] must be a non-empty list of seconds, got None"),
+    ({"action": 0.1}, ValueError, r"delta_timestamps\['action'\] must be a non-empty list of seconds, got 0.1"),
+    ({"action": ["0.1"]}, ValueError, r"delta_timestamps\['action'\] must be a list of numbers .*'0.1' is not one"),
+    ({"action": [[0.0]]}, ValueError, r"delta_timestamps\['action'\] must be a list of numbers .*\[0.0\] is not one"),
+    ({"action": [True]}, ValueError, r"delta_timestamps\['action'\] must be a list of numbers .*True is not one"),
+])
+def test_window_of_the_wrong_type(dataset_root, deltas, error, message):
+    for dataset in (EpisodeStreamingDataset, EpisodeDataset):
+        with pytest.raises(error, match=message):
+            dataset(dataset_root, delta_timestamps=deltas)
+
+
 def test_window_on_unknown_key(dataset_root):
     with pytest.raises(ValueError, match=r"delta_timestamps key 'actions' is not a feature.*'action'"):
         EpisodeDataset(dataset_root, delta_timestamps={"actions": [0.0]})
@@ -99,6 +122,23 @@ def test_window_on_unknown_key(dataset_root):
 def test_unknown_episodes(dataset_root):
     with pytest.raises(ValueError, match=r"episodes \[99\] are not in"):
         EpisodeStreamingDataset(dataset_root, episodes=[0, 99])
+
+
+@pytest.mark.parametrize("episodes,bad", [
+    ([True], "True"), ([0, 1.0], "1.0"), (["1"], "'1'"), (np.array([True, False]), "True"), (np.array([1.0]), "1.0"),
+])
+def test_episodes_must_be_ints(dataset_root, episodes, bad):
+    # Python takes True for 1 and 1.0 == 1: unchecked, both quietly select episode 1.
+    for dataset in (EpisodeStreamingDataset, EpisodeDataset):
+        with pytest.raises(TypeError, match=rf"episodes must be a list of int episode indices, got {bad} "):
+            dataset(dataset_root, episodes=episodes)
+
+
+@pytest.mark.parametrize("episodes", [[np.int64(3), np.int32(1)], np.array([3, 1]), (1, 3)])
+def test_episodes_may_be_numpy_ints(dataset_root, episodes):
+    dataset = EpisodeDataset(dataset_root, episodes=episodes)
+    assert [ep.episode_index for ep in dataset._core.episodes] == [1, 3]
+    assert all(type(ep.episode_index) is int for ep in dataset._core.episodes)
 
 
 def test_revision_with_local_folder(dataset_root):

@@ -1,0 +1,298 @@
+"""A valid tiny dataset, damaged one way at a time: each case ends in a clear error that names the
+damaged file, or in samples that are still exactly right; never a silent wrong sample, never a hang.
+
+"Exactly right" is judged from the ids the synthetic writer puts in every value and frame (state =
+episode*1000 + frame + j/8, frames spell (episode, frame, camera)), not from our own code, and every
+frame of every episode must come back once: a dropped or repeated frame is a wrong epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import struct
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from episodestream import (DatasetFormatError, EpisodeDataset, EpisodeStreamingDataset, VideoDecodeError,
+                           write_synthetic_dataset)
+from episodestream.synthetic import decode_frame_ids
+
+FPS = 30
+CAMERA = "observation.images.front"
+IMAGE = "observation.images.top"
+LENGTHS = (5, 8, 4, 6)  # episode 1 is longer than 5 frames, so it can lose 5 and keep some
+STARTS = np.cumsum((0,) + LENGTHS)
+CASE_TIMEOUT_S = 30  # a healthy case takes well under a second
+CLEAR_ERRORS = (DatasetFormatError, VideoDecodeError)
+
+INFO = "meta/info.json"
+TASKS = "meta/tasks.parquet"
+STATS = "meta/stats.json"
+EPISODES = "meta/episodes/chunk-000/file-000.parquet"
+DATA = ("data/chunk-000/file-000.parquet", "data/chunk-000/file-001.parquet")  # episodes 0-1, 2-3
+VIDEOS = tuple(f"videos/{CAMERA}/chunk-000/file-00{i}.mp4" for i in range(2))  # episodes 0-1, 2-3
+FILES = (INFO, TASKS, STATS, EPISODES, *DATA, *VIDEOS)
+
+
+@pytest.fixture(scope="session")
+def tiny_root(tmp_path_factory):
+    """4 episodes in 2 data files and 2 mp4 files of one camera, plus a PNG image feature."""
+    root = tmp_path_factory.mktemp("corruption") / "tiny"
+    write_synthetic_dataset(root, num_episodes=len(LENGTHS), episode_length=list(LENGTHS), cameras=(CAMERA,),
+                            image_keys=(IMAGE,), height=64, width=64, max_episodes_per_data_file=2,
+                            max_episodes_per_video_file=2, seed=0)
+    return root
+
+
+@pytest.fixture
+def damaged(tiny_root, tmp_path):
+    root = tmp_path / "damaged"
+    shutil.copytree(tiny_root, root)
+    return root
+
+
+def _read_streaming(root: Path) -> list[dict]:
+    return list(EpisodeStreamingDataset(root, seed=1, episode_pool_size=2))
+
+
+def _read_map_style(root: Path) -> list[dict]:
+    dataset = EpisodeDataset(root)
+    try:
+        return [dataset[i] for i in range(len(dataset))]
+    finally:
+        dataset.close()
+
+
+FACES = {"streaming": _read_streaming, "map-style": _read_map_style}
+
+
+def _outcome(read: Callable[[], list[dict]]) -> dict:
+    """``{"samples": ...}`` or ``{"error": ...}``; fails the test if reading takes over CASE_TIMEOUT_S.
+
+    A daemon thread rather than a subprocess: importing torch per case would cost seconds each.
+    """
+    result: dict = {}
+
+    def target() -> None:
+        try:
+            result["samples"] = read()
+        except Exception as error:  # noqa: BLE001 - judged by the caller
+            result["error"] = error
+
+    thread = threading.Thread(target=target, name="corruption-case", daemon=True)
+    thread.start()
+    thread.join(CASE_TIMEOUT_S)
+    assert not thread.is_alive(), f"reading did not finish within {CASE_TIMEOUT_S} s"
+    return result
+
+
+def check_samples(samples: list[dict]) -> None:
+    """Every value and frame says the sample's own (episode, frame), and each frame comes once."""
+    seen = []
+    for sample in samples:
+        episode, frame = int(sample["episode_index"]), int(sample["frame_index"])
+        where = f"sample (episode {episode}, frame {frame})"
+        assert 0 <= episode < len(LENGTHS) and 0 <= frame < LENGTHS[episode], where
+        assert int(sample["index"]) == STARTS[episode] + frame, where
+        assert float(sample["timestamp"]) == np.float32(frame / FPS), where
+        state = (episode * 1000 + frame + np.arange(6) / 8).astype(np.float32)
+        assert np.array_equal(sample["observation.state"].numpy(), state), where
+        assert np.array_equal(sample["action"].numpy(), state + np.float32(0.5)), where
+        assert int(sample["task_index"]) == episode % 2 and sample["task"] == f"synthetic task {episode % 2}", where
+        assert decode_frame_ids(sample[CAMERA]) == (episode, frame, 0), where
+        assert decode_frame_ids(sample[IMAGE]) == (episode, frame, 1), where
+        seen.append((episode, frame))
+    assert sorted(seen) == [(e, f) for e, n in enumerate(LENGTHS) for f in range(n)]
+
+
+def assert_clear_error_or_exact_samples(root: Path, relpath: str, *, match: str | None = None,
+                                        must_fail: bool = False) -> None:
+    """Both datasets either raise a clear error naming ``relpath`` (and matching ``match``) or yield
+    exactly the right samples (only when not ``must_fail``)."""
+    for face, read in FACES.items():
+        result = _outcome(lambda: read(root))
+        if "samples" in result:
+            assert not must_fail, f"{face}: {relpath} damaged, yet {len(result['samples'])} samples and no error"
+            check_samples(result["samples"])
+            continue
+        error = result["error"]
+        assert isinstance(error, CLEAR_ERRORS), f"{face}: {type(error).__name__}: {error}"
+        assert f"{root}/{relpath}" in str(error), f"{face}: error does not name {relpath}: {error}"
+        if match is not None:
+            assert re.search(match, str(error)), f"{face}: {error!r} does not match {match!r}"
+
+
+def assert_exact_samples(root: Path) -> None:
+    for face, read in FACES.items():
+        result = _outcome(lambda: read(root))
+        assert "samples" in result, f"{face}: {result.get('error')!r}"
+        check_samples(result["samples"])
+
+
+def test_the_fixture_has_the_files_the_cases_damage(tiny_root):
+    assert sorted(p.relative_to(tiny_root).as_posix() for p in tiny_root.rglob("*") if p.is_file()) == sorted(FILES)
+
+
+def test_undamaged_dataset_reads_exactly(tiny_root):
+    assert_exact_samples(tiny_root)
+
+
+# --- Truncation of every file kind at several points ---------------------------------------------
+
+CUTS = {"empty": lambda size: 0, "half": lambda size: size // 2, "all_but_100_bytes": lambda size: max(0, size - 100)}
+
+
+@pytest.mark.parametrize("cut", list(CUTS))
+@pytest.mark.parametrize("relpath", FILES)
+def test_truncated_file(damaged, relpath, cut):
+    path = damaged / relpath
+    data = path.read_bytes()
+    path.write_bytes(data[:CUTS[cut](len(data))])
+    # meta/stats.json is not read (LeRobot normalises with it, we do not): samples stay exact.
+    assert_clear_error_or_exact_samples(damaged, relpath, must_fail=relpath != STATS)
+
+
+# --- Damaged bytes inside a parquet file -------------------------------------------------------------
+
+def _garble_footer(path: Path) -> None:
+    """Overwrite the thrift footer but keep its length and the magic: pyarrow raises a bare OSError."""
+    data = path.read_bytes()
+    footer_len = struct.unpack("<i", data[-8:-4])[0]
+    path.write_bytes(data[:-8 - footer_len] + b"\xff" * footer_len + data[-8:])
+
+
+@pytest.mark.parametrize("relpath", [TASKS, EPISODES, DATA[1]])
+def test_garbled_parquet_footer(damaged, relpath):
+    _garble_footer(damaged / relpath)
+    assert_clear_error_or_exact_samples(damaged, relpath, match="not a readable parquet file", must_fail=True)
+
+
+# --- Rows and episode ranges that disagree (silent wrong data before they were checked) -------------
+
+def _edit_parquet(path: Path, column: str, edit: Callable[[list], list], *, type_: pa.DataType | None = None) -> None:
+    """Replace one column of a parquet file by ``edit(its values)``."""
+    table = pq.read_table(path)
+    values = edit(table.column(column).to_pylist())
+    position = table.schema.get_field_index(column)
+    table = table.set_column(position, column, pa.array(values, type_ or table.schema.field(column).type))
+    pq.write_table(table, path)
+
+
+def _setter(**changes: dict[int, object]) -> Callable[[Path], None]:
+    """Set ``column[row] = value`` for ``changes = {column: {row: value}}`` in one parquet file."""
+    def apply(path: Path) -> None:
+        for column, rows in changes.items():
+            _edit_parquet(path, column, lambda values: [rows.get(i, v) for i, v in enumerate(values)])
+    return apply
+
+
+def _shift_range(episode: int, *, start: int = 0, end: int = 0, length: int = 0) -> Callable[[Path], None]:
+    return _setter(dataset_from_index={episode: STARTS[episode] + start},
+                   dataset_to_index={episode: STARTS[episode + 1] + end},
+                   length={episode: LENGTHS[episode] + length})
+
+
+def _copy_row(source: int, target: int) -> Callable[[Path], None]:
+    """Replace row ``target`` of a data file with a copy of row ``source`` (every column)."""
+    def apply(path: Path) -> None:
+        table = pq.read_table(path)
+        rows = table.to_pylist()
+        rows[target] = dict(rows[source])
+        pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
+    return apply
+
+
+def _append_row(path: Path) -> None:
+    table = pq.read_table(path)
+    pq.write_table(pa.concat_tables([table, table.slice(len(table) - 1)]), path)
+
+
+def _as_strings(column: str) -> Callable[[Path], None]:
+    def apply(path: Path) -> None:
+        _edit_parquet(path, column, lambda values: [str(v) for v in values], type_=pa.string())
+    return apply
+
+
+def _edit_info(**changes) -> Callable[[Path], None]:
+    def apply(path: Path) -> None:
+        path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+    return apply
+
+
+# name: (file damaged, how, file the error names, what else it says). Data file-000 holds episode 0
+# (rows 0-4, index 0-4) and episode 1 (rows 5-12, index 5-12).
+INCONSISTENT = {
+    "episode_range_overlaps_previous": (
+        EPISODES, _shift_range(1, start=-2, end=-2), EPISODES,
+        r"episode_index 1\).*dataset_from_index 3 .*episode \(0,.*overlap"),
+    "middle_episode_length_shortened_by_5": (
+        EPISODES, _shift_range(1, end=-5, length=-5), EPISODES,
+        r"episode_index 2\).*dataset_from_index 13 .*skip rows"),
+    "last_episode_length_shortened_by_5": (
+        EPISODES, _shift_range(3, end=-5, length=-5), DATA[1],
+        r"holds 10 rows.*episodes in meta/episodes \(2, 3\) have 5 frames"),
+    "length_disagrees_with_range": (
+        EPISODES, _setter(length={2: 3}), EPISODES,
+        r"episode_index 2\).*length 3 must .*dataset_to_index - dataset_from_index"),
+    "episode_index_twice": (EPISODES, _setter(episode_index={3: 2}), EPISODES, r"episode_index 2 appears twice"),
+    "null_length": (EPISODES, _setter(length={1: None}), EPISODES, r"column 'length' has 1 null value"),
+    "null_data_file_index": (
+        EPISODES, _setter(**{"data/file_index": {1: None}}), EPISODES,
+        r"episode_index 1\).*path template 'data/.*' cannot be formatted with .*'file_index': None"),
+    "row_replaced_by_a_copy_of_the_previous": (
+        DATA[0], _copy_row(6, 7), DATA[0], r"episode_index 1\).*row 2 of the episode .*has index 6, expected 7"),
+    "row_of_another_episode": (
+        DATA[0], _setter(episode_index={9: 0}), DATA[0], r"episode_index 1\).*row 4 .*has episode_index 0, expected 1"),
+    "frame_index_renumbered": (
+        DATA[0], _setter(frame_index={3: 4}), DATA[0], r"episode_index 0\).*row 3 .*has frame_index 4, expected 3"),
+    "extra_row_in_data_file": (DATA[0], _append_row, DATA[0], r"holds 14 rows.*\(0, 1\) have 13 frames"),
+    "string_column_declared_float": (
+        DATA[1], _as_strings("observation.state"), DATA[1],
+        r"column 'observation.state' is stored as string.*dtype 'float32'"),
+    "string_index_column": (DATA[0], _as_strings("index"), DATA[0], r"column 'index' is stored as string.*dtype 'int64'"),
+    "data_path_not_a_string": (
+        INFO, _edit_info(data_path=5), INFO, r"field 'data_path' must be a path template string, got 5"),
+}
+
+
+@pytest.mark.parametrize("case", list(INCONSISTENT))
+def test_inconsistent_rows_and_ranges(damaged, case):
+    relpath, damage, named, match = INCONSISTENT[case]
+    damage(damaged / relpath)
+    assert_clear_error_or_exact_samples(damaged, named, match=match, must_fail=True)
+
+
+# --- Changes a valid dataset may have: samples stay exact -----------------------------------------
+
+def _image_column_first(path: Path) -> None:
+    """Put the image struct (two parquet leaf columns) before ``index`` and fill its ``path``: the
+    footer's column statistics are then not in arrow field order."""
+    table = pq.read_table(path)
+    images = [{"bytes": v["bytes"], "path": f"frame_{i:06d}.png"} for i, v in enumerate(table.column(IMAGE).to_pylist())]
+    rest = table.drop_columns([IMAGE])
+    table = pa.table({IMAGE: pa.array(images, table.schema.field(IMAGE).type),
+                      **{name: rest.column(name) for name in rest.column_names}})
+    pq.write_table(table, path, row_group_size=LENGTHS[0])
+
+
+HARMLESS = {
+    "stats_json_missing": (STATS, lambda path: path.unlink()),
+    "data_rows_shuffled_within_file": (DATA[0], lambda path: pq.write_table(
+        pq.read_table(path).take(np.random.default_rng(0).permutation(STARTS[2])), path)),
+    "image_column_before_index": (DATA[0], _image_column_first),
+}
+
+
+@pytest.mark.parametrize("case", list(HARMLESS))
+def test_harmless_changes_keep_samples_exact(damaged, case):
+    relpath, change = HARMLESS[case]
+    change(damaged / relpath)
+    assert_exact_samples(damaged)
