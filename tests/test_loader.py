@@ -312,3 +312,27 @@ def test_pin_memory_gives_pinned_batches(dataset_root):
     got = list(loader)
     assert all(v.is_pinned() for batch in got for v in batch.values() if isinstance(v, torch.Tensor))
     assert_same_batches(got, expected)
+
+
+def test_batch_memory_is_reused_only_once_nothing_refers_to_it(many_episodes_root):
+    camera = CAMERAS[0]
+    loader = _new_loader(many_episodes_root, num_threads=2)
+    loader.dataset._core.builder._return_uint8 = False  # float32 frames, the case reuse is for
+    expected = [b[camera].clone() for b in _reference_float_batches(many_episodes_root)]
+    kept = {}
+    for i, batch in enumerate(loader):
+        assert torch.equal(batch[camera], expected[i]), i
+        if i == 1:
+            kept["tensor"] = batch[camera]
+        elif i == 2:
+            kept["view"] = batch[camera][1:3]
+        elif i == 3:
+            kept["numpy"] = batch[camera].numpy()
+    assert loader._memory.reused > 0, "batches the trainer dropped are reused"
+    assert torch.equal(kept["tensor"], expected[1])
+    assert torch.equal(kept["view"], expected[2][1:3])
+    assert torch.equal(torch.from_numpy(kept["numpy"]), expected[3])
+
+
+def _reference_float_batches(root):
+    return reference_batches(root, 4, seed=3, episode_pool_size=3, episodes=list(range(8)))[0]
