@@ -17,6 +17,7 @@ from pathlib import Path
 def _demo(args: argparse.Namespace) -> int:
     import torch.utils.data
 
+    from .loader import EpisodeLoader
     from .streaming import EpisodeStreamingDataset
     from .synthetic import write_synthetic_dataset
 
@@ -27,10 +28,15 @@ def _demo(args: argparse.Namespace) -> int:
         write_synthetic_dataset(root, num_episodes=args.episodes, episode_length=args.episode_length,
                                 height=args.height, width=args.width, overwrite=True, progress=True)
         dataset = EpisodeStreamingDataset(root, episode_pool_size=args.pool_size, seed=0)
-        loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=args.num_workers)
+        if args.loader == "episode":
+            loader = EpisodeLoader(dataset, args.batch_size, num_threads=args.num_threads)
+            how = f"EpisodeLoader ({loader.num_threads} decode threads)"
+        else:
+            loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=args.num_workers)
+            how = f"a DataLoader ({args.num_workers} worker processes)"
         cameras = len(dataset.meta.video_keys)
-        print(f"streaming {len(dataset)} samples with {args.num_workers} DataLoader workers, "
-              f"batch size {args.batch_size}, episode pool {args.pool_size}", flush=True)
+        print(f"streaming {len(dataset)} samples with {how}, batch size {args.batch_size}, "
+              f"episode pool {args.pool_size}", flush=True)
         start = time.perf_counter()
         first_batch_s = None
         samples = 0
@@ -221,13 +227,18 @@ def _bench(bench_args: list[str]) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="episodestream", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="write a small synthetic dataset and stream it through a DataLoader")
+    demo = commands.add_parser("demo", help="write a small synthetic dataset and stream it (EpisodeLoader)")
     demo.add_argument("--out", help="where to write the dataset (default: a temporary folder, removed after)")
     demo.add_argument("--episodes", type=int, default=24)
     demo.add_argument("--episode-length", type=int, default=100)
     demo.add_argument("--height", type=int, default=96)
     demo.add_argument("--width", type=int, default=128)
-    demo.add_argument("--num-workers", type=int, default=2)
+    demo.add_argument("--loader", choices=("episode", "dataloader"), default="episode",
+                      help="episode: EpisodeLoader, decode threads in this process (default); dataloader: "
+                           "torch DataLoader worker processes")
+    demo.add_argument("--num-threads", type=int, default=None,
+                      help="EpisodeLoader decode threads (default: the cores this process may use)")
+    demo.add_argument("--num-workers", type=int, default=2, help="DataLoader worker processes")
     demo.add_argument("--batch-size", type=int, default=32)
     demo.add_argument("--pool-size", type=int, default=8)
     demo.set_defaults(run=_demo)
