@@ -150,20 +150,16 @@ class EpisodeLoader:
         """Resume from ``state`` (this loader's ``state_dict()``, or ``stream_state`` of a DataLoader).
         The next iteration continues the saved epoch. See ``EpisodeStreamingDataset.load_state_dict``
         for what must match (``strict``)."""
+        request, done = self.dataset._parse_state(state, strict=strict)
+        if not done and state["batch_size"] != self.batch_size:
+            raise ValueError(f"The state was saved with batch_size={state['batch_size']} partway through epoch "
+                             f"{request.epoch}; this loader has batch_size={self.batch_size}. Resume that epoch "
+                             f"with batch_size={state['batch_size']} (a batch count cannot be continued in other "
+                             f"batch sizes); later epochs may use any.")
         self._close_current()
-        self.dataset.load_state_dict(state, strict=strict)
-        epoch = self.dataset.epoch
-        if epoch == state.get("epoch"):  # the saved epoch is not finished
-            saved_batch_size = state["batch_size"]
-            if saved_batch_size != self.batch_size:
-                raise ValueError(f"The state was saved with batch_size={saved_batch_size} partway through epoch "
-                                 f"{epoch}; this loader has batch_size={self.batch_size}. Resume that epoch with "
-                                 f"batch_size={saved_batch_size} (a batch count cannot be continued in other "
-                                 f"batch sizes); later epochs may use any.")
-            self._resume = (epoch, int(state["batches_consumed"]))
-        else:
-            self._resume = None
-        self._consumed = (epoch, self._resume[1] if self._resume else 0)
+        self.dataset._apply_state(request, done)
+        self._resume = None if done else (request.epoch, state["batches_consumed"])
+        self._consumed = (self.dataset.epoch, 0 if done else state["batches_consumed"])
 
 
 class _BatchBuffer:

@@ -192,6 +192,11 @@ def test_resuming_mid_epoch_with_another_batch_size_is_refused(many_episodes_roo
     other = _new_loader(many_episodes_root, batch_size=8)
     with pytest.raises(ValueError, match="batch_size=4 partway through epoch 0"):
         other.load_state_dict(loader.state_dict())
+    assert len(list(other)) == len(other.dataset) // 8 + 1 == 10  # nothing was loaded: a whole epoch 0
+    finished = _new_loader(many_episodes_root)
+    list(finished)
+    other.load_state_dict(finished.state_dict())  # a finished epoch: the next may use any batch size
+    assert other.dataset.epoch == 1
 
 
 def test_set_epoch_and_len(many_episodes_root):
