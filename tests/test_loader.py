@@ -341,3 +341,15 @@ def test_batch_memory_is_reused_only_once_nothing_refers_to_it(many_episodes_roo
 
 def _reference_float_batches(root):
     return reference_batches(root, 4, seed=3, episode_pool_size=3, episodes=list(range(8)))[0]
+
+
+def test_a_thread_that_cannot_start_its_decoders_fails_the_pass_not_hangs(many_episodes_root):
+    loader = _new_loader(many_episodes_root, num_threads=2)
+
+    def broken_cache(working_set):
+        raise OSError("no decoders today")
+
+    loader.dataset._core.decoder_cache = broken_cache
+    with pytest.raises(OSError, match="no decoders today"):
+        list(loader)
+    assert not _episodestream_threads() and loader.state_dict()["batches_consumed"] == 0
