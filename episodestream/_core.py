@@ -8,6 +8,7 @@ from typing import Any
 
 from ._files import EpisodeVideos
 from ._frames import SampleBuilder, delta_indices
+from ._lerobot_meta import LeRobotMeta
 from ._metadata import DatasetMeta, EpisodeInfo, load_metadata
 from ._options import check_positive_float
 from ._rows import RowReader
@@ -47,6 +48,7 @@ class DatasetCore:
             raise TypeError(f"image_transforms must be callable, got {image_transforms!r}.")
         self.files = open_source(source, revision=revision, **(remote_options or {}))
         self.meta = load_metadata(self.files)
+        self.lerobot_meta = LeRobotMeta(typed=self.meta, files=self.files, source=source, revision=revision)
         # A remote cache must hold what one consumer keeps in flight; refuse a smaller budget now
         # rather than stall mid-epoch.
         if (check_budget := getattr(self.files, "check_cache_budget", None)) is not None:

@@ -28,7 +28,7 @@ def _demo(args: argparse.Namespace) -> int:
                                 height=args.height, width=args.width, overwrite=True, progress=True)
         dataset = EpisodeStreamingDataset(root, episode_pool_size=args.pool_size, seed=0)
         loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=args.num_workers)
-        cameras = len(dataset.meta.video_keys)
+        cameras = len(dataset.typed_meta.video_keys)
         print(f"streaming {len(dataset)} samples with {args.num_workers} DataLoader workers, "
               f"batch size {args.batch_size}, episode pool {args.pool_size}", flush=True)
         start = time.perf_counter()
