@@ -54,12 +54,15 @@ def _human_bytes(size_bytes: float) -> str:
 
 
 def dataset_info(source: str, *, revision: str | None = None) -> dict:
-    """What ``episodestream info`` prints, as data: counts, cameras, codecs, files and sizes."""
+    """What ``episodestream info`` prints, as data: counts, cameras, codecs, files and sizes, and a
+    summary of ``meta/stats.json`` (None without the file)."""
     from ._metadata import load_metadata
     from ._sources import open_source
+    from ._stats import load_stats, summarize_stats
 
     files = open_source(source, revision=revision)
     meta = load_metadata(files)
+    stats = summarize_stats(load_stats(files))
     episodes = list(meta.episodes.values())
     data_files = sorted({ep.data_relpath for ep in episodes})
     cameras = {}
@@ -75,7 +78,7 @@ def dataset_info(source: str, *, revision: str | None = None) -> dict:
             "frames": meta.total_frames, "tasks": len(meta.tasks),
             "features": {k: {"dtype": f.dtype, "shape": list(f.shape)} for k, f in meta.features.items()},
             "image_keys": meta.image_keys, "cameras": cameras, "data_files": len(data_files),
-            "data_size_bytes": sum(files.size_bytes(f) for f in data_files)}
+            "data_size_bytes": sum(files.size_bytes(f) for f in data_files), "stats": stats}
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -93,6 +96,12 @@ def _info(args: argparse.Namespace) -> int:
     for key in info["image_keys"]:
         print(f"image {key}: PNG in the data parquet")
     print("features: " + ", ".join(f"{k} {v['dtype']}{v['shape']}" for k, v in info["features"].items()))
+    if info["stats"] is None:
+        print("stats: none (the dataset has no meta/stats.json; LeRobot's normalizers need it)")
+    for key, entry in (info["stats"] or {}).items():
+        more = " ..." if entry.get("size", 0) > len(entry.get("mean", [])) else ""
+        print(f"stats {key}: mean {entry.get('mean')}{more} std {entry.get('std')}{more} "
+              f"min {entry.get('min')} max {entry.get('max')}")
     return 0
 
 
