@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -263,3 +265,12 @@ def test_info_prints_a_stats_summary(dataset_root, tmp_path, capsys, monkeypatch
     assert json.loads(capsys.readouterr().out)["stats"] is None
     assert main(["info", str(root)]) == 0
     assert "stats: none (the dataset has no meta/stats.json" in capsys.readouterr().out
+
+
+def test_readme_lerobot_block_compiles():
+    """The README's LeRobot calls are not run here (no LeRobot), but must stay valid Python."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    blocks = re.findall(r"```python no-run\n(.*?)```", readme, flags=re.S)
+    assert blocks and any("make_pre_post_processors" in b and "dataset.meta.stats" in b for b in blocks)
+    for block in blocks:
+        compile(block, "README.md", "exec")
