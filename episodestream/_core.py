@@ -48,11 +48,11 @@ class DatasetCore:
             raise TypeError(f"image_transforms must be callable, got {image_transforms!r}.")
         self.files = open_source(source, revision=revision, **(remote_options or {}))
         self.meta = load_metadata(self.files)
-        self.lerobot_meta = LeRobotMeta(typed=self.meta, files=self.files, source=source, revision=revision)
         # A remote cache must hold what one consumer keeps in flight; refuse a smaller budget now
         # rather than stall mid-epoch.
         if (check_budget := getattr(self.files, "check_cache_budget", None)) is not None:
             check_budget(self.meta, episodes_in_flight=episodes_in_flight)
+        self.lerobot_meta = LeRobotMeta(typed=self.meta, files=self.files, source=source, revision=revision)
         self.episodes = select_episodes(self.meta, episodes)
         self.delta_timestamps = {k: list(v) for k, v in (delta_timestamps or {}).items()}
         self.offsets = delta_indices(self.meta, delta_timestamps, self.tolerance_s)
