@@ -49,7 +49,12 @@ class InfoDict(dict):
             raise AttributeError(f"info.json has no field {name!r} (fields: {sorted(self)})") from None
 
     def to_dict(self) -> dict[str, Any]:
-        return copy.deepcopy(dict(self))
+        """The JSON form, shapes back to lists (as ``DatasetInfo.to_dict``)."""
+        data = copy.deepcopy(dict(self))
+        for spec in data.get("features", {}).values():
+            if isinstance(spec.get("shape"), tuple):
+                spec["shape"] = list(spec["shape"])
+        return data
 
 
 class EpisodeTable:

@@ -109,6 +109,7 @@ def test_features_info_and_keys_are_lerobots(dataset_root, cls):
     assert meta.features == _lerobot_features(info)
     assert all(type(spec["shape"]) is tuple for spec in meta.features.values())
     assert meta.info == {**info, "features": _lerobot_features(info)}
+    assert meta.info.to_dict() == info
     assert meta.info.fps == meta.info["fps"] == meta.fps == info["fps"] and type(meta.fps) is int
     assert (meta.robot_type, meta.total_episodes, meta.total_frames, meta.total_tasks) == (
         info["robot_type"], info["total_episodes"], info["total_frames"], info["total_tasks"])
