@@ -34,7 +34,7 @@ def _demo(args: argparse.Namespace) -> int:
         else:
             loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=args.num_workers)
             how = f"a DataLoader ({args.num_workers} worker processes)"
-        cameras = len(dataset.meta.video_keys)
+        cameras = len(dataset.typed_meta.video_keys)
         print(f"streaming {len(dataset)} samples with {how}, batch size {args.batch_size}, "
               f"episode pool {args.pool_size}", flush=True)
         start = time.perf_counter()
@@ -60,12 +60,17 @@ def _human_bytes(size_bytes: float) -> str:
 
 
 def dataset_info(source: str, *, revision: str | None = None) -> dict:
-    """What ``episodestream info`` prints, as data: counts, cameras, codecs, files and sizes."""
+    """What ``episodestream info`` prints, as data: counts, cameras, codecs, files and sizes, and a
+    summary of ``meta/stats.json`` (None without the file)."""
     from ._metadata import load_metadata
     from ._sources import open_source
+    from ._stats import load_stats, summarize_stats
 
     files = open_source(source, revision=revision)
     meta = load_metadata(files)
+    stats = summarize_stats(load_stats(files))
+    # RemoteFiles spells the protocol's size_bytes() as size() until issue 14 checks the seam.
+    size_bytes = getattr(files, "size_bytes", None) or files.size
     episodes = list(meta.episodes.values())
     data_files = sorted({ep.data_relpath for ep in episodes})
     cameras = {}
@@ -75,13 +80,13 @@ def dataset_info(source: str, *, revision: str | None = None) -> dict:
         cameras[key] = {"shape": list(spec.shape), "codec": spec.info.get("video.codec"),
                         "pix_fmt": spec.info.get("video.pix_fmt"), "gop": spec.info.get("video.g"),
                         "files": len(video_files),
-                        "size_bytes": sum(files.size_bytes(f) for f in video_files)}
+                        "size_bytes": sum(size_bytes(f) for f in video_files)}
     return {"source": files.description, "codebase_version": meta.info.get("codebase_version"),
             "robot_type": meta.info.get("robot_type"), "fps": meta.fps, "episodes": len(episodes),
             "frames": meta.total_frames, "tasks": len(meta.tasks),
             "features": {k: {"dtype": f.dtype, "shape": list(f.shape)} for k, f in meta.features.items()},
             "image_keys": meta.image_keys, "cameras": cameras, "data_files": len(data_files),
-            "data_size_bytes": sum(files.size_bytes(f) for f in data_files)}
+            "data_size_bytes": sum(size_bytes(f) for f in data_files), "stats": stats}
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -99,6 +104,12 @@ def _info(args: argparse.Namespace) -> int:
     for key in info["image_keys"]:
         print(f"image {key}: PNG in the data parquet")
     print("features: " + ", ".join(f"{k} {v['dtype']}{v['shape']}" for k, v in info["features"].items()))
+    if info["stats"] is None:
+        print("stats: none (the dataset has no meta/stats.json; LeRobot's normalizers need it)")
+    for key, entry in (info["stats"] or {}).items():
+        more = " ..." if entry.get("size", 0) > len(entry.get("mean", [])) else ""
+        print(f"stats {key}: mean {entry.get('mean')}{more} std {entry.get('std')}{more} "
+              f"min {entry.get('min')} max {entry.get('max')}")
     return 0
 
 

@@ -13,6 +13,8 @@ import torch.utils.data
 
 from ._core import DatasetCore
 from ._files import EpisodeVideos
+from ._lerobot_meta import LeRobotMeta
+from ._metadata import DatasetMeta
 from ._rows import EpisodeRows, RowReader
 from .video import DecoderCache
 
@@ -50,7 +52,13 @@ class EpisodeDataset(torch.utils.data.Dataset):
         self._process: tuple[int, RowReader, DecoderCache, EpisodeVideos, OrderedDict[int, EpisodeRows]] | None = None
 
     @property
-    def meta(self):
+    def meta(self) -> LeRobotMeta:
+        """The metadata as LeRobot's ``LeRobotDatasetMetadata`` gives it (see ``EpisodeStreamingDataset.meta``)."""
+        return self._core.lerobot_meta
+
+    @property
+    def typed_meta(self) -> DatasetMeta:
+        """This library's typed view (``Feature`` objects, ``EpisodeInfo`` by index)."""
         return self._core.meta
 
     def __len__(self) -> int:

@@ -137,7 +137,13 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
 
     @property
     def meta(self):
-        """The dataset's validated metadata (fps, features, episodes, tasks)."""
+        """``LeRobotMeta``: the metadata as LeRobot's ``LeRobotDatasetMetadata`` gives it (plain
+        feature dicts, numpy ``stats``, ...), for ``make_policy(cfg, ds_meta=dataset.meta)`` and the like."""
+        return self._core.lerobot_meta
+
+    @property
+    def typed_meta(self):
+        """``DatasetMeta``: this library's typed view (``Feature`` objects, ``EpisodeInfo`` by index)."""
         return self._core.meta
 
     @property

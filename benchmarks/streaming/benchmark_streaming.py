@@ -266,7 +266,7 @@ def own_video_bytes(root: Path, episodes) -> int:
 def decode_calls(dataset: EpisodeStreamingDataset, num_workers: int) -> list[list[tuple[str, list[float]]]]:
     """Per worker, the decoder calls our pipeline makes: (file, sorted unique times) per file per group."""
     per_worker = []
-    half_frame_s = 0.5 / dataset.meta.fps
+    half_frame_s = 0.5 / dataset.typed_meta.fps
     for worker in range(max(1, num_workers)):
         world = World(rank=0, world_size=1, worker=worker, num_workers=max(1, num_workers))
         calls = []
@@ -542,7 +542,7 @@ def main(argv=None) -> int:
             parser.error(f"invalid {name} ({value}): expected a positive number")
 
     root = ensure_dataset(args)
-    video_keys = EpisodeStreamingDataset(root).meta.video_keys
+    video_keys = EpisodeStreamingDataset(root).typed_meta.video_keys
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     dtypes = ("float32", "uint8") if args.dtype == "both" else (args.dtype,)

@@ -43,7 +43,7 @@ logger = logging.getLogger("episodestream.remote")
 
 SPAN_PAD_MAX_BYTES = 64 * 1024
 HEADER_BLOCK_BYTES = 4096
-_METADATA_FILES = ("meta/info.json", "meta/tasks.parquet")  # downloaded whole, with meta/episodes/
+_METADATA_FILES = ("meta/info.json", "meta/tasks.parquet", "meta/stats.json")  # downloaded whole, with meta/episodes/
 _EPISODES_METADATA = "meta/episodes/"
 _SPAN_PAD_FRACTION = 64  # pad each side by 1/64 of the span, at most SPAN_PAD_MAX_BYTES
 _DISK_SLACK_BYTES = 2 * 4096  # a sparse file's two written regions round up to filesystem blocks

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from .._metadata import EpisodeInfo
     from ._files import RemoteFiles
 
-_METADATA = ("meta/info.json", "meta/tasks.parquet")
+_METADATA = ("meta/info.json", "meta/tasks.parquet", "meta/stats.json")
 _EPISODES_METADATA = "meta/episodes"
 _CLEAR_LOCK_TIMEOUT_S = 5.0  # an entry whose lock is held longer is being downloaded: skipped
 

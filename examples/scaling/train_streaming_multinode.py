@@ -84,9 +84,9 @@ def main(argv=None) -> None:
         loader = EpisodeLoader(dataset, args.batch_size, num_threads=args.num_threads)
     else:
         loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=args.num_workers)
-    camera = dataset.meta.video_keys[0]
-    state_dim = dataset.meta.features["observation.state"].shape[0]
-    action_dim = dataset.meta.features["action"].shape[0]
+    camera = dataset.typed_meta.video_keys[0]
+    state_dim = dataset.typed_meta.features["observation.state"].shape[0]
+    action_dim = dataset.typed_meta.features["action"].shape[0]
     model = TinyPolicy(state_dim, action_dim)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model, optimizer = accelerator.prepare(model, optimizer)  # never the loader: the dataset shards itself
@@ -112,7 +112,7 @@ def main(argv=None) -> None:
         accelerator.wait_for_everyone()
 
     indices: list[int] = []
-    frames_per_sample = len(dataset.meta.video_keys)
+    frames_per_sample = len(dataset.typed_meta.video_keys)
     start_epoch = dataset.epoch
     for epoch in range(start_epoch, args.epochs):
         start, samples = time.perf_counter(), 0

@@ -134,7 +134,7 @@ def test_process_killed_mid_download_leaves_a_usable_cache(hub_root, spans_root,
         files = open_remote_source(SPANS_REPO, cache_dir=cache_dir, hub_endpoint=hub.url, token=False)
         with remote_dataset(EpisodeStreamingDataset, SPANS_REPO, cache_dir=cache_dir, hub_endpoint=hub.url,
                             token=False) as probe:
-            meta = probe.meta
+            meta = probe.typed_meta
         first, second = meta.episodes[0], meta.episodes[1]
         key = next(iter(first.videos))
         assert first.videos[key].relpath == second.videos[key].relpath
