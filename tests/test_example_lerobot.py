@@ -56,7 +56,7 @@ def test_two_training_steps_then_resume(example, dataset_root, tmp_path, capsys)
     if importlib.util.find_spec("lerobot") is None:
         pytest.skip("LeRobot is not installed (pip install lerobot; it needs Python >= 3.12)")
     common = ["--dataset", str(dataset_root), "--output-dir", str(tmp_path), "--batch-size", "2",
-              "--num-workers", "0", "--pool-size", "2", "--log-every", "1", *SMALL_ACT]
+              "--num-threads", "1", "--pool-size", "2", "--log-every", "1", *SMALL_ACT]
     assert example.main(["--steps", "2", *common]) == 0
     assert "step 2: loss" in capsys.readouterr().out
     state = json.loads((tmp_path / "checkpoint" / "stream_state.json").read_text())
@@ -140,7 +140,7 @@ def test_loop_checkpoints_and_resumes_on_the_stream(example, dataset_root, tmp_p
         monkeypatch.setitem(sys.modules, name, module)
     # 290 frames in batches of 64: 5 batches an epoch, so the runs stop mid-epoch (3) and at an
     # epoch's last batch (5), and the last leg crosses into the next epoch.
-    common = ["--dataset", str(dataset_root), "--batch-size", "64", "--num-workers", "0", "--pool-size", "2",
+    common = ["--dataset", str(dataset_root), "--batch-size", "64", "--num-threads", "1", "--pool-size", "2",
               "--log-every", "1", "--checkpoint-every", "2", "--policy-option", "chunk_size=5"]
     assert example.main(["--steps", "7", "--output-dir", str(tmp_path / "straight"), *common]) == 0
     straight = list(seen)

@@ -24,46 +24,22 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.utils.data
 
-from episodestream import EpisodeStreamingDataset, stream_state, write_synthetic_dataset
+from episodestream import EpisodeLoader, EpisodeStreamingDataset, write_synthetic_dataset
 
 INSTALL_HINT = "This example needs LeRobot: pip install lerobot (LeRobot needs Python >= 3.12)."
 
 
-class StreamLoader:
-    """A torch DataLoader that knows its position: ``state_dict()`` / ``load_state_dict()`` as
-    ``episodestream.EpisodeLoader`` will have them, from ``stream_state`` and the batches handed out.
-    Once ``EpisodeLoader`` is released, ``make_loader`` returns one of those instead."""
-
-    def __init__(self, dataset: EpisodeStreamingDataset, batch_size: int, *, num_workers: int = 0,
-                 pin_memory: bool = False) -> None:
-        self.dataset = dataset
-        self._loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=num_workers,
-                                                   pin_memory=pin_memory)
-        self._batches = 0  # handed out in the current epoch, counted from its start
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        for batch in self._loader:
-            self._batches += 1
-            yield batch
-        self._batches = 0  # the epoch is over; the dataset moves on to the next one
-
-    def state_dict(self) -> dict[str, Any]:
-        return stream_state(self._loader, self._batches)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.dataset.load_state_dict(state)
-        self._batches = state["batches_consumed"]
-
-
-def make_loader(dataset: EpisodeStreamingDataset, args: argparse.Namespace) -> StreamLoader:
-    return StreamLoader(dataset, args.batch_size, num_workers=args.num_workers, pin_memory=args.device == "cuda")
+def make_loader(dataset: EpisodeStreamingDataset, args: argparse.Namespace) -> EpisodeLoader:
+    """Batches built on decode threads in this process; the loader knows its position
+    (``state_dict()`` / ``load_state_dict()``), so the checkpoint needs no batch count."""
+    return EpisodeLoader(dataset, args.batch_size, num_threads=args.num_threads,
+                         pin_memory=args.device == "cuda" and torch.cuda.is_available())
 
 
 def _policy_option(text: str) -> tuple[str, Any]:
@@ -88,7 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=1000, help="optimizer steps in all (a resumed run counts on)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--lr", type=float, default=None, help="learning rate (default: the policy's own)")
-    parser.add_argument("--num-workers", type=int, default=2)
+    parser.add_argument("--num-threads", type=int, default=None,
+                        help="EpisodeLoader decode threads (default: the cores this process may use)")
     parser.add_argument("--pool-size", type=int, default=16, help="episodes each consumer holds")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or mps")
     parser.add_argument("--output-dir", default="outputs/lerobot_train_policy")
@@ -120,7 +97,7 @@ def _import_lerobot():
     return resolve_delta_timestamps, make_policy, make_policy_config, make_pre_post_processors
 
 
-def _save(checkpoint: Path, *, policy, optimizer, loader: StreamLoader, step: int) -> None:
+def _save(checkpoint: Path, *, policy, optimizer, loader: EpisodeLoader, step: int) -> None:
     # Written beside the final folder and renamed, so a kill mid-save leaves the previous checkpoint.
     partial = checkpoint.with_name(checkpoint.name + ".partial")
     partial.mkdir(parents=True, exist_ok=True)
