@@ -1,5 +1,6 @@
 """Stream LeRobot v3.0 episode datasets (parquet rows + mp4 video) into PyTorch training."""
 
+from ._errors import CacheFullError
 from ._metadata import DatasetFormatError
 from .mapstyle import EpisodeDataset
 from .streaming import EpisodeStreamingDataset, stream_state
@@ -8,6 +9,7 @@ from .tracing import disable_tracer, enable_tracer, load_trace, set_process_name
 from .video import VideoDecodeError
 
 __all__ = [
+    "CacheFullError",
     "DatasetFormatError",
     "EpisodeDataset",
     "EpisodeStreamingDataset",

@@ -28,7 +28,7 @@ def open_source(source: str | os.PathLike, *, revision: str | None, cache_dir: s
                 download_config: Any = None) -> DatasetFiles:
     remote_options = dict(cache_dir=cache_dir, cache_limit=cache_limit, storage_options=storage_options,
                           token=token, hub_endpoint=hub_endpoint, download_config=download_config)
-    folder = _local_folder(source)
+    folder = local_folder(source)
     if folder is not None:
         if revision is not None:
             raise ValueError(f"revision={revision!r} applies to Hub datasets; {os.fspath(source)!r} is a local "
@@ -50,7 +50,7 @@ def open_source(source: str | os.PathLike, *, revision: str | None, cache_dir: s
     return open_remote_source(source, revision=revision, **remote_options)
 
 
-def _local_folder(source: Any) -> str | None:
+def local_folder(source: Any) -> str | None:
     """The local path ``source`` names (a path, or a ``file://`` URL), or None for anything else.
 
     A ``file://`` URL is a local folder like any other: reading it through the node cache would

@@ -1,6 +1,7 @@
-"""`episodestream cache ls|clear` and `episodestream prewarm` against a fake Hub on 127.0.0.1: prewarm
-fetches each episode's video once and pins it, a later run reads it from the cache (the server's
-counters show no video or metadata bytes), and clear never removes what a live process uses."""
+"""`episodestream cache ls|unpin|clear` and `episodestream prewarm` against a fake Hub on 127.0.0.1:
+prewarm fetches each episode's video once and pins it, a later run reads it from the cache (the
+server's counters show no video or metadata bytes), clear never removes what a live process uses,
+and a cache full of pins is said at once (with how to unpin) instead of stalling."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import time
 
 # huggingface_hub reads these when it is imported.
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -15,7 +17,7 @@ os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
 
 import pytest  # noqa: E402
 
-from episodestream import EpisodeStreamingDataset  # noqa: E402
+from episodestream import CacheFullError, EpisodeStreamingDataset  # noqa: E402
 from episodestream.cli import main  # noqa: E402
 from episodestream.remote import EntryState, NodeCache  # noqa: E402
 from episodestream.testing import FakeHub  # noqa: E402
@@ -127,3 +129,70 @@ def test_prewarm_arguments_and_local_folders(dataset_root, capsys):
             main(["prewarm", "s3://bucket/prefix", *bad])
         assert stop.value.code == 2
     assert "expected a JSON object of fsspec options" in capsys.readouterr().err
+
+
+def _prewarm_need(source: str, cache_dir, hub_url: str) -> tuple[int, int]:
+    """(metadata bytes, metadata + every episode's estimated video) as prewarm's own check counts them."""
+    from episodestream._metadata import load_metadata
+    from episodestream.remote import open_remote_source
+    from episodestream.remote._prewarm import _estimate_bytes
+
+    files = open_remote_source(source, cache_dir=cache_dir, hub_endpoint=hub_url, token=False)
+    try:
+        meta = load_metadata(files)
+        return files.metadata_bytes(), files.metadata_bytes() + _estimate_bytes(files, list(meta.episodes.values()))
+    finally:
+        files.close()
+
+
+def test_prewarm_beyond_cache_limit_ends_with_a_clear_error(hub_root, tmp_path, capsys):
+    cache_dir = tmp_path / "cache"
+    with FakeHub(hub_root) as hub:
+        metadata, need = _prewarm_need(REPO, tmp_path / "scratch", hub.url)
+        base = ["prewarm", REPO, "--cache-dir", str(cache_dir), "--hub-endpoint", hub.url, "--no-progress"]
+        # Far too small (the "300KB over a larger source" case): refused before any video is fetched.
+        hub.reset_stats()
+        assert main([*base, "--cache-limit", str(metadata + 10_000)]) == 1
+        err = capsys.readouterr().err
+        assert re.search(r"CacheFullError: Prewarming 6 episodes of hf://datasets/lerobot/main@[0-9a-f]{40} pins "
+                         r"about \d+ bytes .* Prewarm fewer episodes \(--episodes\), raise --cache-limit", err), err
+        assert _bytes_by_kind(hub.stats())["video"] == 0
+        # Just enough by the estimate, not in fact (headers, padding): ends, with the cache wait bounded.
+        start_s = time.monotonic()
+        assert main([*base, "--cache-limit", str(need), "--cache-wait-s", "1"]) == 1
+        assert time.monotonic() - start_s < 60
+        assert "CacheFullError: cache_limit=" in capsys.readouterr().err
+
+
+def test_pinned_cache_fails_fast_at_construction_until_unpinned(hub_root, dataset_root, tmp_path, capsys):
+    cache_dir = tmp_path / "cache"
+    other = tmp_path / "hub"
+    shutil.copytree(hub_root, other)
+    shutil.copytree(dataset_root, other / "datasets" / "lerobot" / "other")
+    with FakeHub(other) as hub:
+        build = dict(cache_dir=cache_dir, hub_endpoint=hub.url, token=False, **STREAM)
+        assert main(["prewarm", REPO, "--cache-dir", str(cache_dir), "--hub-endpoint", hub.url, "--no-progress"]) == 0
+        capsys.readouterr()
+        pinned = NodeCache(cache_dir).usage_bytes()
+        unlimited = EpisodeStreamingDataset(REPO, **build)
+        need = unlimited._core.files.minimum_cache_bytes(unlimited._core.meta, episodes_in_flight=6)  # 3 + 2 + 1
+        unlimited.close()
+        limit = need + pinned // 2  # enough for either source alone, not for "other" beside the pins
+        # The prewarmed source itself reads its pins: they do not count twice.
+        dataset = EpisodeStreamingDataset(REPO, cache_limit=limit, **build)
+        assert len(list(dataset)) == len(dataset)
+        dataset.close()
+        # Another source: refused now, not stalled mid-epoch.
+        start_s = time.monotonic()
+        with pytest.raises(CacheFullError) as caught:
+            EpisodeStreamingDataset("lerobot/other", cache_limit=limit, **build)
+        assert time.monotonic() - start_s < 30
+        message = str(caught.value)
+        assert re.search(rf"is full of pinned \(prewarmed\) entries: {pinned} bytes pinned \(\d+ entries "
+                         rf"\([\d.]+ MB\) of hub_lerobot_main_[0-9a-f]{{12}}-[0-9a-f]{{12}}\)", message), message
+        assert f"`episodestream cache unpin --cache-dir {cache_dir}`" in message
+        assert main(["cache", "unpin", "--cache-dir", str(cache_dir)]) == 0
+        assert re.search(r"unpinned \d+ entries .*; deleted \d+ no live process uses", capsys.readouterr().out)
+        assert cache_files(cache_dir) == []
+        dataset = EpisodeStreamingDataset("lerobot/other", cache_limit=limit, **build)
+        dataset.close()

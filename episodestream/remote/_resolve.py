@@ -36,6 +36,7 @@ from ._retry import redact_url
 DEFAULT_HUB_ENDPOINT = "https://huggingface.co"
 CACHE_DIR_ENV = "EPISODESTREAM_CACHE_DIR"
 CACHE_LIMIT_ENV = "EPISODESTREAM_CACHE_LIMIT"
+CACHE_WAIT_ENV = "EPISODESTREAM_CACHE_WAIT_S"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 _SECRET_KEYS = ("token", "secret", "key", "password", "credential", "session")
 _HTTP = ("http", "https")

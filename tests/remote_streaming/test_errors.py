@@ -139,10 +139,12 @@ def test_cache_limit_too_small_says_the_minimum(hub_root, tmp_path):
 def test_environment_variables_are_read_when_needed(hub_root, tmp_path, monkeypatch):
     monkeypatch.setenv("EPISODESTREAM_CACHE_DIR", str(tmp_path / "from-env"))
     monkeypatch.setenv("EPISODESTREAM_CACHE_LIMIT", "3GB")
+    monkeypatch.setenv("EPISODESTREAM_CACHE_WAIT_S", "7.5")
     with FakeHub(hub_root) as hub:
         files = open_remote_source(REPO, hub_endpoint=hub.url, token=False)
         try:
             assert files.cache.root == tmp_path / "from-env" and files.cache.limit_bytes == 3 * 10**9
+            assert files.cache.wait_s == 7.5
             files.local_path("meta/info.json")
             assert cache_files(tmp_path / "from-env")
         finally:
@@ -150,6 +152,15 @@ def test_environment_variables_are_read_when_needed(hub_root, tmp_path, monkeypa
         monkeypatch.setenv("EPISODESTREAM_CACHE_LIMIT", "huge")
         with pytest.raises(ValueError, match="EPISODESTREAM_CACHE_LIMIT='huge'"):
             open_remote_source(REPO, hub_endpoint=hub.url, token=False)
+        monkeypatch.delenv("EPISODESTREAM_CACHE_LIMIT")
+        for bad in ("soon", "-1", "nan"):
+            monkeypatch.setenv("EPISODESTREAM_CACHE_WAIT_S", bad)
+            with pytest.raises(ValueError, match=f"EPISODESTREAM_CACHE_WAIT_S='{bad}' \\(for cache_wait_s\\)"):
+                open_remote_source(REPO, hub_endpoint=hub.url, token=False)
+        files = open_remote_source(REPO, hub_endpoint=hub.url, token=False, cache_wait_s=2)  # the argument wins
+        assert files.cache.wait_s == 2
+        files.close()
+        monkeypatch.delenv("EPISODESTREAM_CACHE_WAIT_S")
         monkeypatch.setenv("HF_ENDPOINT", hub.url)  # read at call time, not when huggingface_hub was imported
         files = open_remote_source(REPO, token=False, cache_limit="1GB")
         files.close()
