@@ -9,15 +9,16 @@ the fsspec filesystem of their scheme (``s3://`` s3fs, ``gs://`` gcsfs, ``file:/
 Plain ``http(s)://`` servers list folders as HTML pages of links, without sizes: the listing then
 asks each file's size (HEAD, else a ranged GET), in parallel.
 
-Secrets (the Hub token, keys inside ``storage_options``, the ``user:password@`` of a URL) are never
-put into a description, an error message, a repr or a cache folder name (a hash stands for them);
-errors from the clients are re-raised with them redacted and their chain cut, so no traceback shows
+Secrets (the Hub token, keys inside ``storage_options``, the ``user:password@`` of an http URL,
+which becomes an ``Authorization`` header) are never put into a description, an error message, a
+repr or a cache folder name; errors from the clients are re-raised with them redacted and their chain cut, so no traceback shows
 a header either.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import logging
 import os
@@ -38,7 +39,7 @@ CACHE_DIR_ENV = "EPISODESTREAM_CACHE_DIR"
 CACHE_LIMIT_ENV = "EPISODESTREAM_CACHE_LIMIT"
 CACHE_WAIT_ENV = "EPISODESTREAM_CACHE_WAIT_S"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
-_SECRET_KEYS = ("token", "secret", "key", "password", "credential", "session")
+_SECRET_KEYS = ("token", "secret", "key", "password", "credential", "session", "authorization")
 _HTTP = ("http", "https")
 _SIZE_REQUESTS_IN_FLIGHT = 16  # concurrent HEADs while sizing an HTTP listing
 SUPPORTED_SOURCES = ("a local folder (or file:// URL), a Hub repo id 'owner/name', hf://datasets/owner/name, "
@@ -79,7 +80,7 @@ class ResolvedSource:
         return fsspec.filesystem(self.protocol, skip_instance_cache=True, **dict(self.storage_options))
 
     def secrets(self) -> list[str]:
-        return _secrets(self.token, self.storage_options) + (_userinfo(self.root) if self.protocol in _HTTP else [])
+        return _secrets(self.token, self.storage_options)
 
     def path(self, relpath: str) -> str:
         return f"{self.root}/{relpath}" if relpath else self.root
@@ -108,6 +109,18 @@ def _userinfo(url: str) -> list[str]:
     password = userinfo.partition(":")[2]
     found = {userinfo, unquote(userinfo)} | ({password, unquote(password)} if len(password) >= 3 else set())
     return sorted(found, key=len, reverse=True)  # the longest first, so no part is left half-redacted
+
+
+def _with_basic_auth(parsed: Any, options: dict) -> dict:
+    """``storage_options`` with the URL's ``user:password`` as a Basic ``Authorization`` header on
+    every request (fsspec's HTTP filesystem sends ``headers`` with each); the caller's own
+    ``Authorization`` header wins."""
+    if parsed.username is None:
+        return options
+    pair = f"{unquote(parsed.username)}:{unquote(parsed.password or '')}"
+    headers = dict(options.get("headers") or {})
+    headers.setdefault("Authorization", "Basic " + base64.b64encode(pair.encode()).decode())
+    return {**options, "headers": headers}
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
@@ -178,8 +191,11 @@ def resolve_source(source: str, *, revision: str | None, storage_options: Mappin
                           + (f": pip install {hint}" if hint else "") + f" ({redact(str(error), _userinfo(source))}). "
                           f"Sources are {SUPPORTED_SOURCES}.") from None
     if protocol in _HTTP:
-        root = source.rstrip("/")  # fsspec's HTTP paths are whole URLs
-        description = redact_url(root)
+        # fsspec's HTTP paths are whole URLs. Credentials move from the URL to the client session
+        # (Basic auth on every request), so no path, log line or message of ours or fsspec's has them.
+        options = _with_basic_auth(parsed, options)
+        root = redact_url(source).rstrip("/") if parsed.username is not None else source.rstrip("/")
+        description = root
     else:
         root = fs_class._strip_protocol(source).rstrip("/")
         description = f"{protocol}://{root.lstrip('/')}" if protocol != "file" else f"file://{root}"

@@ -38,6 +38,7 @@ def served(dataset_root, tmp_path_factory):
 def test_http_samples_equal_local_with_credentials_nowhere(ranges, served, dataset_root, tmp_path, caplog):
     expected = list(EpisodeStreamingDataset(dataset_root, **STREAM))
     caplog.set_level(logging.DEBUG, logger="episodestream")
+    caplog.set_level(logging.DEBUG, logger="fsspec")  # it logs each URL it requests
     with HttpServer(served, ranges=ranges, credentials=(USER, PASSWORD)) as server:
         source = server.url_for("main", user=USER, password=PASSWORD)
         with remote_dataset(EpisodeStreamingDataset, source, cache_dir=tmp_path / "cache", **STREAM) as dataset:
@@ -49,10 +50,10 @@ def test_http_samples_equal_local_with_credentials_nowhere(ranges, served, datas
             assert names and not any(PASSWORD in name or USER in name for name in names), names
             shown = repr(files) + repr(files._resolved) + repr(vars(files._resolved)["description"])
             assert PASSWORD not in shown
-        stats = server.stats()
+        stats, url = server.stats(), server.url
     assert (stats.ranged > 0) == ranges
     assert stats.requests.get("HEAD", 0) > 0  # sizes: the folder listings have none
-    assert PASSWORD not in caplog.text
+    assert PASSWORD not in caplog.text and f"{url}/main" in caplog.text
     if not ranges:
         assert "ignores HTTP Range requests" in caplog.text
 
