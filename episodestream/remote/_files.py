@@ -32,8 +32,8 @@ from ._download import default_fetch
 from ._mp4 import Mp4Header, Mp4LayoutError, VideoTrack, read_header
 from ._process import process_state
 from ._reader import LARGE_READ_BYTES, ChunkedReader, FetchFn, RangedFile, ReadStats, fetch_range
-from ._resolve import (CACHE_LIMIT_ENV, CACHE_WAIT_ENV, FileEntry, ResolvedSource, default_cache_dir, error_line, list_source,
-                       response_status, resolve_source)
+from ._resolve import (CACHE_LIMIT_ENV, CACHE_WAIT_ENV, FileEntry, ResolvedSource, default_cache_dir, error_line,
+                       list_source, response_status, resolve_source)
 from ._retry import DownloadError
 
 if TYPE_CHECKING:
@@ -656,7 +656,7 @@ def open_remote_source(source: str, *, revision: str | None = None, cache_dir: s
     check_int("fetch_threads", fetch_threads, minimum=1)
     timeout_s = check_positive_float("fetch_timeout_s", fetch_timeout_s)
     wait_s = env_override("cache_wait_s", cache_wait_s, CACHE_WAIT_ENV,
-                          lambda raw: check_positive_float("cache_wait_s", _float(raw)))
+                          lambda raw: check_positive_float("cache_wait_s", float(raw)))
     wait_s = DEFAULT_WAIT_S if wait_s is None else check_positive_float("cache_wait_s", wait_s)
     if storage_options is not None and not isinstance(storage_options, Mapping):
         raise TypeError(f"storage_options must be a dict of fsspec options, got {type(storage_options).__name__}.")
@@ -670,10 +670,3 @@ def open_remote_source(source: str, *, revision: str | None = None, cache_dir: s
     files = RemoteFiles(resolved, listing, cache=cache, fetch_threads=fetch_threads, fetch=fetch)
     files.check_cache_budget()  # before downloading metadata that would not fit
     return files
-
-
-def _float(raw: str) -> float:
-    try:
-        return float(raw)
-    except ValueError:
-        raise ValueError(f"expected a number of seconds, got {raw!r}") from None

@@ -11,8 +11,8 @@ asks each file's size (HEAD, else a ranged GET), in parallel.
 
 Secrets (the Hub token, keys inside ``storage_options``, the ``user:password@`` of an http URL,
 which becomes an ``Authorization`` header) are never put into a description, an error message, a
-repr or a cache folder name; errors from the clients are re-raised with them redacted and their chain cut, so no traceback shows
-a header either.
+repr or a cache folder name; errors from the clients are re-raised with them redacted and their
+chain cut, so no traceback shows a header either.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class ResolvedSource:
     """Where a remote dataset is, as plain picklable data; ``filesystem()`` makes a client."""
 
     protocol: str  # fsspec protocol: "hf", "s3", "gs", "file", ...
-    root: str = field(repr=False)  # the dataset root inside the filesystem (http: the URL, credentials too)
+    root: str  # the dataset root inside the filesystem, without protocol (http: the URL, without credentials)
     description: str  # for messages, e.g. "hf://datasets/lerobot/pusht@<sha>" (never a secret)
     cache_key: str  # the cache folder of this source (and revision)
     revision_sha: str | None = None  # Hub only: the commit every process reads
@@ -191,8 +191,8 @@ def resolve_source(source: str, *, revision: str | None, storage_options: Mappin
                           + (f": pip install {hint}" if hint else "") + f" ({redact(str(error), _userinfo(source))}). "
                           f"Sources are {SUPPORTED_SOURCES}.") from None
     if protocol in _HTTP:
-        # fsspec's HTTP paths are whole URLs. Credentials move from the URL to the client session
-        # (Basic auth on every request), so no path, log line or message of ours or fsspec's has them.
+        # fsspec's HTTP paths are whole URLs. Credentials move from the URL to a header sent with
+        # every request, so no path, log line or message of ours or fsspec's holds them.
         options = _with_basic_auth(parsed, options)
         root = redact_url(source).rstrip("/") if parsed.username is not None else source.rstrip("/")
         description = root
@@ -201,8 +201,7 @@ def resolve_source(source: str, *, revision: str | None, storage_options: Mappin
         description = f"{protocol}://{root.lstrip('/')}" if protocol != "file" else f"file://{root}"
     identity = (protocol, root, repr(sorted((k, repr(v)) for k, v in options.items()
                                               if k in ("endpoint_url", "client_kwargs"))))
-    # The folder name shows the source without credentials; the hash (over them too) keeps two
-    # users' caches of one URL apart.
+    # The folder is named after the description, which never holds credentials.
     resolved = ResolvedSource(protocol, root, description,
                               _cache_key(*identity, readable=f"{protocol}_{description.split('://', 1)[-1]}"),
                               storage_options=options)
