@@ -15,10 +15,10 @@ import pytest
 
 from episodestream import EpisodeStreamingDataset
 from episodestream.remote import CacheFullError, EntryState, NodeCache, open_remote_source
-from episodestream.remote._prewarm import pin
+from episodestream.remote._prewarm import pin, unpin_all
 from episodestream.testing import FakeHub, ShapingProxy
 
-from .conftest import SPANS_REPO, assert_same_samples, cache_files, remote_dataset
+from .conftest import REPO, SPANS_REPO, assert_same_samples, cache_files, remote_dataset
 
 FORK = multiprocessing.get_context("fork")
 
@@ -162,6 +162,32 @@ def test_pinned_entries_fail_fast_and_waits_are_bounded_and_logged(tmp_path, cap
     cache.release("src-c/spans/held.mp4", "other")
     patient.acquire("src-c/spans/next.mp4", "reader", _payload(32_000), size_bytes=32_000)
     patient.release("src-c/spans/next.mp4", "reader")
+
+
+def test_pins_that_fill_the_cache_mid_epoch_end_it_at_once(hub_root, tmp_path, monkeypatch):
+    """Pins made after the dataset was built (a prewarm running beside it) leave no room: the
+    epoch ends with the cache's CacheFullError, not a TimeoutError after a long wait."""
+    monkeypatch.setenv("EPISODESTREAM_CACHE_WAIT_S", "600")
+    limit = 2_000_000
+    with FakeHub(hub_root) as hub, remote_dataset(EpisodeStreamingDataset, REPO, cache_dir=tmp_path / "cache",
+                                                  hub_endpoint=hub.url, token=False, cache_limit=limit,
+                                                  episode_pool_size=2) as dataset:
+        files = dataset._core.files
+        cache = files.cache
+        for name in cache.entries():  # the metadata the dataset holds
+            pin(cache, name)
+        room = (limit - cache.usage_bytes() - 4096) // 4096 * 4096  # less than any mp4 header is left
+        cache.acquire("other-source/files/blob.bin", "prewarm", _payload(room), size_bytes=room)
+        pin(cache, "other-source/files/blob.bin")
+        cache.release("other-source/files/blob.bin", "prewarm")
+        start_s = time.monotonic()
+        with pytest.raises(CacheFullError) as caught:
+            list(dataset)
+        assert time.monotonic() - start_s < 30
+        message = str(caught.value)
+        assert "waiting cannot help" in message and "other-source" in message and "cache unpin" in message
+        unpin_all(cache)
+    assert cache_files(tmp_path / "cache") == []
 
 
 def _fetch_span_in_child(files, episode) -> None:
