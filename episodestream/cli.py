@@ -208,7 +208,7 @@ def _prewarm(args: argparse.Namespace) -> int:
         try:
             meta = load_metadata(files)
             episodes = select_episodes(meta, args.episodes)
-            report = prewarm(files, episodes, progress=not args.no_progress)
+            report = prewarm(files, episodes, progress=not args.no_progress, meta=meta)
         finally:
             files.close()
     except (OSError, ValueError, CacheFullError) as error:  # not found, refused, unreachable, bad options

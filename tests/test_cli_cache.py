@@ -19,7 +19,7 @@ import pytest  # noqa: E402
 
 from episodestream import CacheFullError, EpisodeStreamingDataset  # noqa: E402
 from episodestream.cli import main  # noqa: E402
-from episodestream.remote import EntryState, NodeCache  # noqa: E402
+from episodestream.remote import EntryState, NodeCache, open_remote_source  # noqa: E402
 from episodestream.testing import FakeHub  # noqa: E402
 
 from .remote_streaming.conftest import assert_same_samples, cache_files  # noqa: E402
@@ -131,37 +131,56 @@ def test_prewarm_arguments_and_local_folders(dataset_root, capsys):
     assert "expected a JSON object of fsspec options" in capsys.readouterr().err
 
 
-def _prewarm_need(source: str, cache_dir, hub_url: str) -> tuple[int, int]:
-    """(metadata bytes, metadata + every episode's estimated video) as prewarm's own check counts them."""
+def _prewarm_needs(source: str, cache_dir, hub_url: str) -> tuple[int, int, int]:
+    """Metadata bytes; metadata + every episode's video as estimated from above (what `prewarm`
+    checks) and from the episodes' share of their files only (what `prewarm()` without meta checks)."""
     from episodestream._metadata import load_metadata
-    from episodestream.remote import open_remote_source
     from episodestream.remote._prewarm import _estimate_bytes
 
     files = open_remote_source(source, cache_dir=cache_dir, hub_endpoint=hub_url, token=False)
     try:
         meta = load_metadata(files)
-        return files.metadata_bytes(), files.metadata_bytes() + _estimate_bytes(files, list(meta.episodes.values()))
+        metadata = files.metadata_bytes()
+        return (metadata, metadata + sum(files.episode_cache_bytes(meta).values()),
+                metadata + _estimate_bytes(files, list(meta.episodes.values())))
     finally:
         files.close()
 
 
 def test_prewarm_beyond_cache_limit_ends_with_a_clear_error(hub_root, tmp_path, capsys):
+    from episodestream._metadata import load_metadata
+    from episodestream.remote._prewarm import prewarm
+
     cache_dir = tmp_path / "cache"
     with FakeHub(hub_root) as hub:
-        metadata, need = _prewarm_need(REPO, tmp_path / "scratch", hub.url)
+        metadata, upper, shares = _prewarm_needs(REPO, tmp_path / "scratch", hub.url)
         base = ["prewarm", REPO, "--cache-dir", str(cache_dir), "--hub-endpoint", hub.url, "--no-progress"]
-        # Far too small (the "300KB over a larger source" case): refused before any video is fetched.
+        # Too small (the "300KB over a larger source" case): refused before any video is fetched.
         hub.reset_stats()
-        assert main([*base, "--cache-limit", str(metadata + 10_000)]) == 1
-        err = capsys.readouterr().err
-        assert re.search(r"CacheFullError: Prewarming 6 episodes of hf://datasets/lerobot/main@[0-9a-f]{40} pins "
-                         r"about \d+ bytes .* Prewarm fewer episodes \(--episodes\), raise --cache-limit", err), err
+        for limit in (metadata + 10_000, upper - 1):
+            assert main([*base, "--cache-limit", str(limit)]) == 1
+            err = capsys.readouterr().err
+            assert re.search(r"CacheFullError: Prewarming 6 episodes of hf://datasets/lerobot/main@[0-9a-f]{40} pins "
+                             r"about \d+ bytes .* Prewarm fewer episodes \(--episodes\), raise --cache-limit", err), err
         assert _bytes_by_kind(hub.stats())["video"] == 0
-        # Just enough by the estimate, not in fact (headers, padding): ends, with the cache wait bounded.
-        start_s = time.monotonic()
-        assert main([*base, "--cache-limit", str(need), "--cache-wait-s", "1"]) == 1
-        assert time.monotonic() - start_s < 60
-        assert "CacheFullError: cache_limit=" in capsys.readouterr().err
+        # The estimate is from above: a limit of it is enough.
+        assert main([*base, "--cache-limit", str(upper)]) == 0
+        assert NodeCache(cache_dir).usage_bytes() <= upper
+        assert main(["cache", "unpin", "--cache-dir", str(cache_dir)]) == 0
+        assert cache_files(cache_dir) == []
+        # Checked only by the episodes' share (no meta given), the real spans overflow: the budget
+        # ends it, within the cache wait, instead of a prewarm that never ends.
+        files = open_remote_source(REPO, cache_dir=cache_dir, hub_endpoint=hub.url, token=False, cache_limit=shares,
+                                   cache_wait_s=1)
+        try:
+            episodes = list(load_metadata(files).episodes.values())
+            start_s = time.monotonic()
+            with pytest.raises(CacheFullError, match=r"^cache_limit=\d+ bytes .* is full"):
+                prewarm(files, episodes, progress=False)
+            assert time.monotonic() - start_s < 60
+        finally:
+            files.close()
+        capsys.readouterr()
 
 
 def test_pinned_cache_fails_fast_at_construction_until_unpinned(hub_root, dataset_root, tmp_path, capsys):

@@ -231,15 +231,15 @@ class RemoteFiles:
         return sum(entry.size + _DISK_SLACK_BYTES for relpath, entry in self._listing.items()
                    if relpath in _METADATA_FILES or relpath.startswith(_EPISODES_METADATA))
 
-    def minimum_cache_bytes(self, meta: DatasetMeta, episodes_in_flight: int) -> int:
-        """An estimate of the cache one consumer needs: the metadata, and the ``episodes_in_flight``
-        largest episodes' spans (1.25x their share of their files' bytes) with their files' headers
-        (twice: the header entry and its copy in the sparse file), for every camera."""
+    def episode_cache_bytes(self, meta: DatasetMeta) -> dict[int, int]:
+        """An upper estimate of the cache each episode's video takes, by episode index: its spans
+        (1.25x its share of its files' bytes) with their files' headers (twice: the header entry and
+        its copy in the sparse file), for every camera."""
         durations: dict[str, float] = {}
         for episode in meta.episodes.values():
             for span in episode.videos.values():
                 durations[span.relpath] = max(durations.get(span.relpath, 0.0), span.to_timestamp_s)
-        per_episode = []
+        per_episode = {}
         for episode in meta.episodes.values():
             total = 0
             for span in episode.videos.values():
@@ -249,8 +249,14 @@ class RemoteFiles:
                 share = (span.to_timestamp_s - span.from_timestamp_s) / max(durations[span.relpath], 1e-9)
                 header = min(entry.size, 16 * 1024 + 16 * int(durations[span.relpath] * meta.fps))
                 total += int(1.25 * share * entry.size) + 2 * header + 2 * _DISK_SLACK_BYTES
-            per_episode.append(total)
-        return self.metadata_bytes() + sum(sorted(per_episode, reverse=True)[:episodes_in_flight])
+            per_episode[episode.episode_index] = total
+        return per_episode
+
+    def minimum_cache_bytes(self, meta: DatasetMeta, episodes_in_flight: int) -> int:
+        """An estimate of the cache one consumer needs: the metadata, and the ``episodes_in_flight``
+        largest episodes' video (``episode_cache_bytes``)."""
+        largest = sorted(self.episode_cache_bytes(meta).values(), reverse=True)
+        return self.metadata_bytes() + sum(largest[:episodes_in_flight])
 
     def check_cache_budget(self, meta: DatasetMeta | None = None, *, episodes_in_flight: int = 0) -> None:
         """Refuse a ``cache_limit`` below ``minimum_cache_bytes`` (the metadata alone without ``meta``)

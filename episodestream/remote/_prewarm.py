@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from ._cache import PIN_MARKER, CacheFullError, EntryState, NodeCache, describe_pins, unpin_hint
 
 if TYPE_CHECKING:
-    from .._metadata import EpisodeInfo
+    from .._metadata import DatasetMeta, EpisodeInfo
     from ._files import RemoteFiles
 
 _METADATA = ("meta/info.json", "meta/tasks.parquet")
@@ -98,13 +98,23 @@ def _estimate_bytes(files: RemoteFiles, episodes: Sequence[EpisodeInfo]) -> int:
     return total
 
 
-def _check_room(files: RemoteFiles, episodes: Sequence[EpisodeInfo]) -> None:
+def _check_room(files: RemoteFiles, episodes: Sequence[EpisodeInfo], meta: DatasetMeta | None) -> None:
     """Refuse, before fetching, a prewarm whose pins cannot fit in ``cache_limit`` beside the other
-    sources' pins: everything prewarm fetches stays, so it would fill the cache and then stall."""
+    sources' pins: everything prewarm fetches stays, so it would fill the cache and then stall.
+
+    With ``meta``, the episodes' video is estimated from above (``RemoteFiles.episode_cache_bytes``,
+    as the datasets' own budget check does), so a prewarm let through fits; without it, from their
+    share of their files only.
+    """
     cache = files.cache
     if cache.limit_bytes is None:
         return
-    need = files.metadata_bytes() + _estimate_bytes(files, episodes)
+    if meta is None:
+        video = _estimate_bytes(files, episodes)
+    else:
+        per_episode = files.episode_cache_bytes(meta)
+        video = sum(per_episode[episode.episode_index] for episode in episodes)
+    need = files.metadata_bytes() + video
     pins, own, others = files.pinned_bytes()
     if others + max(own, need) <= cache.limit_bytes:
         return
@@ -116,16 +126,18 @@ def _check_room(files: RemoteFiles, episodes: Sequence[EpisodeInfo]) -> None:
         + (f", or unpin the others. {unpin_hint(cache.root)}." if others else "."))
 
 
-def prewarm(files: RemoteFiles, episodes: Sequence[EpisodeInfo], *, progress: bool = True) -> PrewarmReport:
+def prewarm(files: RemoteFiles, episodes: Sequence[EpisodeInfo], *, progress: bool = True,
+            meta: DatasetMeta | None = None) -> PrewarmReport:
     """Fetch and pin the metadata and the video bytes (headers, spans) of ``episodes``.
 
     Episodes are admitted ``files.fetch_threads`` ahead, so as many downloads run at once as in a
     streaming consumer. Entries already pinned cost nothing. ``progress`` shows a tqdm bar in bytes
     (the total is an estimate from the episodes' share of their files). Close ``files`` afterwards:
-    its own references go, the pins stay.
+    its own references go, the pins stay. Under a ``cache_limit``, what would be pinned is checked
+    first (``CacheFullError`` if it cannot fit; pass the dataset's ``meta`` for an upper estimate).
     """
     cache = files.cache
-    _check_room(files, episodes)
+    _check_room(files, episodes, meta)
     start_s, fetched_before = time.perf_counter(), files.stats().bytes_fetched
     pinned: set[str] = set()
 
