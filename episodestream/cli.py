@@ -1,7 +1,7 @@
 """The ``episodestream`` command line. ``demo`` is the main job: write, stream, report throughput.
 
-``info`` describes a dataset, ``bench`` runs the streaming benchmark, ``cache ls|clear`` inspects and
-empties the node cache of remote sources and ``prewarm`` fills it (pinned) ahead of training.
+``info`` describes a dataset, ``bench`` runs the streaming benchmark, ``cache ls|unpin|clear`` inspects,
+unpins and empties the node cache of remote sources and ``prewarm`` fills it (pinned) ahead of training.
 """
 
 from __future__ import annotations
@@ -163,6 +163,18 @@ def _cache_clear(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache_unpin(args: argparse.Namespace) -> int:
+    from .remote import NodeCache
+    from .remote._prewarm import unpin_all
+
+    root = _cache_root(args)
+    report = unpin_all(NodeCache(root), source=args.source)
+    print(f"unpinned {report.unpinned} entries ({_human_bytes(report.unpinned_bytes)}) in {root}"
+          + (f" (sources matching {args.source!r})" if args.source else "")
+          + f"; deleted {report.deleted} no live process uses, the rest go when their users release them")
+    return 0
+
+
 def _episode_list(text: str) -> list[int]:
     """'0,3,5-9' -> [0, 3, 5, 6, 7, 8, 9]."""
     episodes = []
@@ -189,7 +201,6 @@ def _json_object(text: str) -> dict:
 
 
 def _prewarm(args: argparse.Namespace) -> int:
-    import os
     import sys
 
     from ._core import select_episodes
@@ -197,17 +208,24 @@ def _prewarm(args: argparse.Namespace) -> int:
     from .remote import CacheFullError, open_remote_source
     from .remote._prewarm import prewarm
 
-    if os.path.exists(args.source):
+    from ._sources import local_folder
+
+    try:
+        local = local_folder(args.source)
+    except FileNotFoundError as error:  # a file:// URL naming nothing
+        print(f"episodestream prewarm: {error}", file=sys.stderr)
+        return 1
+    if local is not None:
         print(f"{args.source} is a local folder, read in place and never cached: nothing to prewarm.")
         return 0
     try:
         files = open_remote_source(args.source, revision=args.revision, cache_dir=args.cache_dir,
                                    cache_limit=args.cache_limit, storage_options=args.storage_options,
-                                   hub_endpoint=args.hub_endpoint)
+                                   hub_endpoint=args.hub_endpoint, cache_wait_s=args.cache_wait_s)
         try:
             meta = load_metadata(files)
             episodes = select_episodes(meta, args.episodes)
-            report = prewarm(files, episodes, progress=not args.no_progress)
+            report = prewarm(files, episodes, progress=not args.no_progress, meta=meta)
         finally:
             files.close()
     except (OSError, ValueError, CacheFullError) as error:  # not found, refused, unreachable, bad options
@@ -217,7 +235,7 @@ def _prewarm(args: argparse.Namespace) -> int:
           f"{_human_bytes(report.bytes_fetched)} in {report.seconds:.1f} s; {report.entries_pinned} entries "
           f"({_human_bytes(report.bytes_pinned)}) pinned in {report.cache_dir}")
     print("runs with this cache_dir now read these episodes' metadata and video locally (rows are still read "
-          "from the source); `episodestream cache clear` unpins and removes them.")
+          "from the source); `episodestream cache unpin` (or `cache clear`) unpins them.")
     return 0
 
 
@@ -268,13 +286,18 @@ def build_parser() -> argparse.ArgumentParser:
     cache_dir_help = "the node cache (default: $EPISODESTREAM_CACHE_DIR, else ~/.cache/episodestream)"
     source_help = ("only sources matching: a cache key as `cache ls` prints it, a glob over keys, or text the key "
                    "contains ('lerobot/pusht', 's3://bucket/prefix')")
-    cache = commands.add_parser("cache", help="list or clear the node cache of remote sources")
+    cache = commands.add_parser("cache", help="list, unpin or clear the node cache of remote sources")
     cache_commands = cache.add_subparsers(dest="cache_command", required=True)
     ls = cache_commands.add_parser("ls", help="entries (source, file, state, size, users, pinned) and totals")
     ls.add_argument("--cache-dir", help=cache_dir_help)
     ls.add_argument("--source", help=source_help)
     ls.add_argument("--json", action="store_true", help="print JSON instead of text")
     ls.set_defaults(run=_cache_ls)
+    unpin = cache_commands.add_parser("unpin", help="remove the pins of prewarmed entries, in use or not: unused ones "
+                                                    "are deleted now, the others when their users release them")
+    unpin.add_argument("--cache-dir", help=cache_dir_help)
+    unpin.add_argument("--source", help=source_help)
+    unpin.set_defaults(run=_cache_unpin)
     clear = cache_commands.add_parser("clear", help="unpin and remove entries no live process uses")
     clear.add_argument("--cache-dir", help=cache_dir_help)
     clear.add_argument("--source", help=source_help)
@@ -287,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     prewarm.add_argument("--cache-dir", help=cache_dir_help)
     prewarm.add_argument("--cache-limit", help="disk budget for the whole cache dir, e.g. 20GB "
                                                "(default: $EPISODESTREAM_CACHE_LIMIT, else none)")
+    prewarm.add_argument("--cache-wait-s", type=float,
+                         help="how long a download waits for other processes to release cache space before failing "
+                              "(default: $EPISODESTREAM_CACHE_WAIT_S, else 300); no wait when pins fill the cache")
     prewarm.add_argument("--episodes", type=_episode_list, help="episode indices, e.g. 0,3,5-9 (default: all)")
     prewarm.add_argument("--revision", help="Hub branch, tag or commit (default: main)")
     prewarm.add_argument("--hub-endpoint", help="Hub endpoint (default: $HF_ENDPOINT, else huggingface.co)")

@@ -112,7 +112,7 @@ class _CountingCache(NodeCache):
     byte range, a header's size, a whole file's size (from the entry's name and file)."""
 
     def __init__(self, cache: NodeCache) -> None:
-        super().__init__(cache.root, limit_bytes=cache.limit_bytes, timeout_s=cache.timeout_s)
+        super().__init__(cache.root, limit_bytes=cache.limit_bytes, timeout_s=cache.timeout_s, wait_s=cache.wait_s)
         self.counts: Counter[str] = Counter()
         self._count_lock = threading.Lock()
 
@@ -122,10 +122,10 @@ class _CountingCache(NodeCache):
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state, _count_lock=threading.Lock())
 
-    def acquire(self, name, holder, fetch, *, size_bytes, what=None):
+    def acquire(self, name, holder, fetch, *, size_bytes, what=None, stop=None):
         fetched = []
         path = super().acquire(name, holder, lambda tmp: (fetch(tmp), fetched.append(True)),
-                               size_bytes=size_bytes, what=what)
+                               size_bytes=size_bytes, what=what, stop=stop)
         if fetched:
             span = name.rsplit("/", 1)[1].removesuffix(".mp4").split("-") if "/spans/" in name else None
             miss_bytes = int(span[1]) - int(span[0]) if span else path.stat().st_size
