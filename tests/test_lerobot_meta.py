@@ -235,18 +235,23 @@ def test_lerobot_policy_and_processor_calls_run_on_meta(dataset_root):
 
 
 def test_remote_source_reads_stats_with_the_metadata(dataset_root, tmp_path):
-    source_root = tmp_path / "served"
-    shutil.copytree(dataset_root, source_root)
+    from episodestream.testing import HttpServer
+
+    served = tmp_path / "served"
+    shutil.copytree(dataset_root, served / "main")
     local = EpisodeDataset(dataset_root).meta
-    dataset = EpisodeStreamingDataset(f"file://{source_root}", cache_dir=tmp_path / "cache")
-    try:
-        (source_root / "meta/stats.json").unlink()  # read once, at construction: nothing reads it again
-        remote = pickle.loads(pickle.dumps(dataset)).meta
-        assert remote.root == f"file://{source_root}" and remote.features == local.features
-        assert remote.episodes["dataset_from_index"] == local.episodes["dataset_from_index"]
-        np.testing.assert_array_equal(remote.stats["action"]["q99"], local.stats["action"]["q99"])
-    finally:
-        dataset.close()
+    # A plain HTTP server is a remote source (a file:// URL to a folder is read in place).
+    with HttpServer(served) as server:
+        url = server.url_for("main")
+        dataset = EpisodeStreamingDataset(url, cache_dir=tmp_path / "cache")
+        try:
+            (served / "main/meta/stats.json").unlink()  # read once, at construction: nothing reads it again
+            remote = pickle.loads(pickle.dumps(dataset)).meta
+            assert remote.root == url and remote.features == local.features
+            assert remote.episodes["dataset_from_index"] == local.episodes["dataset_from_index"]
+            np.testing.assert_array_equal(remote.stats["action"]["q99"], local.stats["action"]["q99"])
+        finally:
+            dataset.close()
 
 
 def test_info_prints_a_stats_summary(dataset_root, tmp_path, capsys, monkeypatch):
