@@ -103,6 +103,16 @@ def loader_consumption(counts: Sequence[int], *, batch_size: int, batches: int,
     left = [c // batch_size if drop_last else -(-c // batch_size) for c in counts]
     taken = [0] * len(counts)
     turn = 0
+    # Whole rounds (one batch from every worker not yet exhausted) arithmetically, all but the last
+    # one or two rounds, which are walked below: an epoch has ~10^5 batches, a round only a few.
+    rounds = _full_rounds(left, batches)
+    if rounds > 1:
+        skipped = rounds - 1
+        taken = [min(n, skipped) for n in left]
+        batches -= sum(taken)
+        # After a whole round, the turn passes the last worker that still had a batch in it.
+        turn = (max(w for w, n in enumerate(left) if n >= skipped) + 1) % len(counts)
+        left = [n - t for n, t in zip(left, taken)]
     for _ in range(batches):
         if not any(left):
             break
@@ -113,6 +123,19 @@ def loader_consumption(counts: Sequence[int], *, batch_size: int, batches: int,
         turn = (turn + 1) % len(counts)
     consumed = [min(c, t * batch_size) for c, t in zip(counts, taken)]
     return consumed, turn
+
+
+def _full_rounds(batches_per_worker: Sequence[int], batches: int) -> int:
+    """The most whole rounds of the round robin that fit in ``batches`` (batches in r rounds:
+    ``sum(min(n, r))``), by bisection."""
+    lo, hi = 0, max(batches_per_worker, default=0)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if sum(min(n, mid) for n in batches_per_worker) <= batches:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def skip_emits(steps: Iterator[tuple[int, int, int]], count: int) -> Iterator[tuple[int, int, int]]:

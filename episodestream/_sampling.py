@@ -42,15 +42,31 @@ def consumer_rng(seed: int, epoch: int, world: World, *, leg: int = 0) -> np.ran
     return make_rng(seed, epoch, _CONSUMER, world.rank, world.worker, leg=leg)
 
 
-@dataclass(frozen=True)
 class Segment:
-    """Frames of one episode owned by one consumer: offsets within the episode (a range, or an array)."""
+    """Frames of one episode owned by one consumer: offsets within the episode (a range, or an array).
 
-    episode_index: int
-    frames: range | np.ndarray
+    A plain slotted class rather than a frozen dataclass: an epoch builds one per episode (92,000 for
+    DROID) several times per plan, and a frozen dataclass's ``__init__`` costs ~4x as much.
+    """
+
+    __slots__ = ("episode_index", "frames", "length")
+
+    def __init__(self, episode_index: int, frames: range | np.ndarray) -> None:
+        self.episode_index, self.frames, self.length = episode_index, frames, len(frames)
 
     def __len__(self) -> int:
-        return len(self.frames)
+        return self.length
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Segment) and self.episode_index == other.episode_index
+                and np.array_equal(np.asarray(self.frames), np.asarray(other.frames)))
+
+    def __repr__(self) -> str:
+        return f"Segment({self.episode_index}, {self.frames!r})"
+
+
+def _frames_of(segments: Sequence[Segment]) -> np.ndarray:
+    return np.fromiter((s.length for s in segments), np.int64, len(segments))
 
 
 @dataclass(frozen=True)
@@ -58,28 +74,37 @@ class ConsumerShare:
     segments: tuple[Segment, ...]
     fill_ins: int  # extra samples repeated at the end so every rank emits the same count
     fill_pool: tuple[Segment, ...]  # where fill-ins are drawn from
+    frames: int = -1  # frames of ``segments``, when the maker knows it
 
     @property
     def num_samples(self) -> int:
-        return sum(len(s) for s in self.segments) + self.fill_ins
+        frames = self.frames if self.frames >= 0 else sum(s.length for s in self.segments)
+        return frames + self.fill_ins
 
 
-def _cut(segments: Sequence[Segment], parts: int) -> list[list[Segment]]:
-    """Cut the concatenated frames of ``segments`` into ``parts`` contiguous, equal-sized parts."""
-    total = sum(len(s) for s in segments)
+def _cut(segments: Sequence[Segment], parts: int) -> tuple[list[list[Segment]], list[int]]:
+    """Cut the concatenated frames of ``segments`` into ``parts`` contiguous, equal-sized parts;
+    also return each part's frame count. Whole segments inside a part are shared, not copied."""
+    lengths = _frames_of(segments)
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    total = int(starts[-1])
     bounds = [p * total // parts for p in range(parts + 1)]
-    starts = np.cumsum([0] + [len(s) for s in segments])
-    out: list[list[Segment]] = [[] for _ in range(parts)]
+    out: list[list[Segment]] = []
     for p in range(parts):
         lo, hi = bounds[p], bounds[p + 1]
-        i = bisect.bisect_right(starts, lo) - 1
-        while lo < hi:
-            seg, seg_start = segments[i], int(starts[i])
-            take_hi = min(hi, seg_start + len(seg))
-            out[p].append(Segment(seg.episode_index, seg.frames[lo - seg_start:take_hi - seg_start]))
-            lo = take_hi
-            i += 1
-    return out
+        if lo == hi:
+            out.append([])
+            continue
+        first = int(np.searchsorted(starts, lo, side="right")) - 1  # segment holding frame lo
+        last = int(np.searchsorted(starts, hi, side="left")) - 1  # segment holding frame hi - 1
+        part = list(segments[first:last + 1])
+        for k in ((0, last - first) if last > first else (0,)):
+            seg, seg_start = part[k], int(starts[first + k])
+            take_lo, take_hi = max(lo, seg_start) - seg_start, min(hi, seg_start + seg.length) - seg_start
+            if (take_lo, take_hi) != (0, seg.length):
+                part[k] = Segment(seg.episode_index, seg.frames[take_lo:take_hi])
+        out.append(part)
+    return out, [bounds[p + 1] - bounds[p] for p in range(parts)]
 
 
 class EpochPlan:
@@ -97,8 +122,9 @@ class EpochPlan:
             segments = [segments[i] for i in order]
         self.segments = tuple(segments)
         self.seed, self.epoch, self.shuffle, self.world_size, self.leg = seed, epoch, shuffle, world_size, leg
-        self.total_frames = sum(len(s) for s in segments)
-        self.rank_parts = _cut(self.segments, world_size)
+        self.rank_parts, self._rank_frames = _cut(self.segments, world_size)
+        self.total_frames = sum(self._rank_frames)
+        self._worker_parts: dict[tuple[int, int], tuple[list[list[Segment]], list[int]]] = {}  # (rank, workers)
 
     @property
     def samples_per_rank(self) -> int:
@@ -106,15 +132,17 @@ class EpochPlan:
 
     def share(self, world: World) -> ConsumerShare:
         rank_part = self.rank_parts[world.rank]
-        rank_frames = sum(len(s) for s in rank_part)
-        parts = _cut(rank_part, world.num_workers)
-        counts = [sum(len(s) for s in part) for part in parts]
+        rank_frames = self._rank_frames[world.rank]
+        key = (world.rank, world.num_workers)
+        if key not in self._worker_parts:  # resume asks for every worker of every rank
+            self._worker_parts[key] = _cut(rank_part, world.num_workers)
+        parts, counts = self._worker_parts[key]
         # The shortfall (0 or 1 by construction) goes to the last of the least-loaded workers.
         filler = max(range(world.num_workers), key=lambda w: (-counts[w], w))
         fill_ins = self.samples_per_rank - rank_frames if world.worker == filler else 0
         # A rank with no frames at all (fewer frames than ranks) repeats frames of the whole epoch.
         fill_pool = tuple(rank_part) if rank_frames else self.segments
-        return ConsumerShare(tuple(parts[world.worker]), fill_ins, fill_pool)
+        return ConsumerShare(tuple(parts[world.worker]), fill_ins, fill_pool, counts[world.worker])
 
     def uneven_warning(self, num_workers: int) -> str | None:
         """A one-line explanation when some consumer gets nothing to emit, else None."""
@@ -149,7 +177,7 @@ class ConsumerSchedule:
         self.share, self.shuffle = share, shuffle
         self._segments = share.segments
         n = len(self._segments)
-        self._lengths = np.array([len(s) for s in self._segments], np.int64)
+        self._lengths = _frames_of(self._segments)
         self._before = np.concatenate([[0], np.cumsum(self._lengths)])  # frames of segments < i
         self.pool_frames = int(self._before[-1])
         # Both drawn first, so that neither depends on how far the consumer walks.
@@ -285,7 +313,7 @@ class ConsumerSchedule:
         if not share.fill_ins:
             return
         fill_rng = make_rng(self._fill_seed % 2**32, 0, _FILL)
-        starts = np.cumsum([0] + [len(s) for s in share.fill_pool])
+        starts = np.concatenate([[0], np.cumsum(_frames_of(share.fill_pool))])
         picks = fill_rng.choice(int(starts[-1]), size=share.fill_ins, replace=starts[-1] < share.fill_ins)
         for i in picks:
             k = bisect.bisect_right(starts, i) - 1

@@ -131,3 +131,28 @@ def test_pool_of_one_and_no_shuffle_keep_episodes_whole():
                                      rng=consumer_rng(0, 0, World(0, 1, 0, 1))))
     runs = [e for i, (e, _) in enumerate(emits) if i == 0 or emits[i - 1][0] != e]
     assert len(runs) == 3 and sorted(runs) == [0, 1, 2]
+
+
+def _walked_consumption(counts, *, batch_size, batches, drop_last):
+    """The DataLoader's in-order round robin, one batch at a time (the reference)."""
+    left = [c // batch_size if drop_last else -(-c // batch_size) for c in counts]
+    taken, turn = [0] * len(counts), 0
+    for _ in range(batches):
+        if not any(left):
+            break
+        while not left[turn]:
+            turn = (turn + 1) % len(counts)
+        taken[turn] += 1
+        left[turn] -= 1
+        turn = (turn + 1) % len(counts)
+    return [min(c, t * batch_size) for c, t in zip(counts, taken)], turn
+
+
+@pytest.mark.parametrize("config", range(200))
+def test_loader_consumption_by_rounds_equals_walking(config):
+    rng = np.random.default_rng(5000 + config)
+    counts = rng.integers(0, 80, size=int(rng.integers(1, 7))).tolist()
+    batch_size, drop_last = int(rng.integers(1, 9)), bool(rng.random() < 0.4)
+    for batches in range(sum(-(-c // batch_size) for c in counts) + 3):
+        assert loader_consumption(counts, batch_size=batch_size, batches=batches, drop_last=drop_last) == \
+            _walked_consumption(counts, batch_size=batch_size, batches=batches, drop_last=drop_last)
