@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch.utils.data
 
+from ._columns import ColumnStore, default_columns_dir
 from ._core import DatasetCore
 from ._files import EpisodeVideos
+from ._options import check_bool
 from ._rows import EpisodeRows, RowReader
 from .video import DecoderCache
 
@@ -27,6 +29,12 @@ class EpisodeDataset(torch.utils.data.Dataset):
 
     Arguments mean what they mean for ``EpisodeStreamingDataset``. Readers and decoders are opened
     lazily in each process that indexes the dataset (DataLoader workers included).
+
+    column_cache: read rows from a memory-mapped Arrow copy of each data file's tabular columns,
+        built the first time one of its episodes is needed and kept under ``cache_dir/columns``
+        (default ``EPISODESTREAM_CACHE_DIR``, else the user's cache folder), for local sources too.
+        Random access is then ~30x faster at DROID scale and the pages are shared by all processes
+        of the node (see ``_columns``). False reads each episode's parquet row group instead.
     """
 
     def __init__(self, source: str | os.PathLike, *, revision: str | None = None,
@@ -37,7 +45,8 @@ class EpisodeDataset(torch.utils.data.Dataset):
                  cache_dir: str | os.PathLike | None = None, cache_limit: int | str | None = None,
                  storage_options: Mapping[str, Any] | None = None, token: str | None = None,
                  hub_endpoint: str | None = None,
-                 download_config: ControllerConfig | Mapping[str, Any] | None = None) -> None:
+                 download_config: ControllerConfig | Mapping[str, Any] | None = None,
+                 column_cache: bool = True) -> None:
         self._core = DatasetCore(source, revision=revision, episodes=episodes,
                                  delta_timestamps=delta_timestamps, tolerance_s=tolerance_s,
                                  return_uint8=return_uint8, image_transforms=image_transforms,
@@ -47,7 +56,8 @@ class EpisodeDataset(torch.utils.data.Dataset):
                                                      hub_endpoint=hub_endpoint, download_config=download_config),
                                  episodes_in_flight=_ROWS_CACHED + 1)
         self._starts = np.cumsum([0] + [ep.length for ep in self._core.episodes])
-        self._process: tuple[int, RowReader, DecoderCache, EpisodeVideos, OrderedDict[int, EpisodeRows]] | None = None
+        self._columns_dir = default_columns_dir(cache_dir) if check_bool("column_cache", column_cache) else None
+        self._process: tuple[int, RowReader | ColumnStore, DecoderCache, EpisodeVideos, OrderedDict[int, EpisodeRows]] | None = None
 
     @property
     def meta(self):
@@ -69,7 +79,9 @@ class EpisodeDataset(torch.utils.data.Dataset):
     def _per_process(self):
         # Decoders and parquet handles must not cross a fork: rebuild them in each new process.
         if self._process is None or self._process[0] != os.getpid():
-            self._process = (os.getpid(), self._core.row_reader(), self._core.decoder_cache(_ROWS_CACHED),
+            reader = (self._core.row_reader() if self._columns_dir is None
+                      else ColumnStore(self._core.files, self._core.meta, self._columns_dir))
+            self._process = (os.getpid(), reader, self._core.decoder_cache(_ROWS_CACHED),
                              self._core.episode_videos(), OrderedDict())
         return self._process
 
