@@ -8,19 +8,21 @@ from typing import Any
 
 import numpy as np
 
+from ._episodes import EpisodeSelection
 from ._files import EpisodeVideos
 from ._frames import SampleBuilder, delta_indices
-from ._metadata import DatasetMeta, EpisodeInfo, load_metadata
+from ._metadata import DatasetMeta, load_metadata
 from ._options import check_positive_float
 from ._rows import RowReader
 from ._sources import open_source
 from .video import MAX_DECODERS, DecoderCache, resolve_backend
 
 
-def select_episodes(meta: DatasetMeta, episodes: Sequence[int] | None) -> tuple[EpisodeInfo, ...]:
+def select_episodes(meta: DatasetMeta, episodes: Sequence[int] | None) -> EpisodeSelection:
     """The selected episodes in ascending order; every requested index must exist, once."""
+    table = meta.episodes
     if episodes is None:
-        return tuple(meta.episodes.values())
+        return EpisodeSelection(table, np.arange(len(table)))
     if isinstance(episodes, np.ndarray):
         episodes = episodes.tolist()  # numpy ints become ints; a bool or float array is refused below
     if isinstance(episodes, (str, bytes)) or not isinstance(episodes, Sequence):
@@ -31,15 +33,15 @@ def select_episodes(meta: DatasetMeta, episodes: Sequence[int] | None) -> tuple[
         raise TypeError(f"episodes must be a list of int episode indices, got {not_ints[0]!r} "
                         f"({type(not_ints[0]).__name__}) in {episodes!r}.")
     episodes = [int(e) for e in episodes]
-    unknown = [e for e in episodes if e not in meta.episodes]
+    unknown = [e for e in episodes if e not in table]
     if unknown:
         raise ValueError(f"episodes {unknown} are not in {meta.description} (episode indices "
-                         f"{min(meta.episodes)}..{max(meta.episodes)}, {len(meta.episodes)} episodes).")
+                         f"{table.episode_index[0]}..{table.episode_index[-1]}, {len(table)} episodes).")
     if len(set(episodes)) != len(episodes):
         raise ValueError(f"episodes lists some indices more than once: {sorted(episodes)}.")
     if not episodes:
         raise ValueError("episodes is empty; pass None to use every episode.")
-    return tuple(meta.episodes[e] for e in sorted(episodes))
+    return EpisodeSelection(table, np.array([table.position(e) for e in sorted(episodes)], np.int64))
 
 
 class DatasetCore:
@@ -65,14 +67,14 @@ class DatasetCore:
         # Validated before it is copied: copying a list or None-per-key would fail with a bare error.
         self.offsets = delta_indices(self.meta, delta_timestamps, self.tolerance_s)
         self.delta_timestamps = {k: list(v) for k, v in (delta_timestamps or {}).items()}
-        self.open_video = resolve_backend(video_backend, decode_device)
+        self.open_video = resolve_backend(video_backend, decode_device, has_video=bool(self.meta.video_keys))
         self.builder = SampleBuilder(self.meta, offsets=self.offsets,
                                      tolerance_s=self.tolerance_s, return_uint8=bool(return_uint8),
                                      image_transforms=image_transforms)
 
     @property
     def num_frames(self) -> int:
-        return sum(ep.length for ep in self.episodes)
+        return int(self.episodes.lengths.sum())
 
     def row_reader(self) -> RowReader:
         return RowReader(self.files, self.meta)

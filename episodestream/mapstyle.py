@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -55,7 +54,7 @@ class EpisodeDataset(torch.utils.data.Dataset):
                                                      storage_options=storage_options, token=token,
                                                      hub_endpoint=hub_endpoint, download_config=download_config),
                                  episodes_in_flight=_ROWS_CACHED + 1)
-        self._starts = np.cumsum([0] + [ep.length for ep in self._core.episodes])
+        self._starts = np.concatenate([[0], np.cumsum(self._core.episodes.lengths)])
         self._columns_dir = default_columns_dir(cache_dir) if check_bool("column_cache", column_cache) else None
         self._process: tuple[int, RowReader | ColumnStore, DecoderCache, EpisodeVideos, OrderedDict[int, EpisodeRows]] | None = None
 
@@ -73,8 +72,8 @@ class EpisodeDataset(torch.utils.data.Dataset):
         if not -len(self) <= i < len(self):
             raise IndexError(f"index {i} is out of range for {len(self)} frames.")
         i = int(i) % len(self)
-        k = bisect.bisect_right(self._starts, i) - 1
-        return self._core.episodes[k].episode_index, i - int(self._starts[k])
+        k = int(np.searchsorted(self._starts, i, side="right")) - 1
+        return int(self._core.episodes.episode_indices[k]), i - int(self._starts[k])
 
     def _per_process(self):
         # Decoders and parquet handles must not cross a fork: rebuild them in each new process.

@@ -14,7 +14,15 @@ import numpy as np
 import pytest
 
 from episodestream._resume import _walk_skip, loader_consumption, remaining_segments
-from episodestream._sampling import ADMIT, EMIT, EVICT, EpochPlan, Segment, consumer_rng, consumer_schedule
+from episodestream._sampling import (
+    ADMIT,
+    EMIT,
+    EVICT,
+    EpochPlan,
+    Segment,
+    consumer_rng,
+    consumer_schedule,
+)
 from episodestream._world import World
 
 
@@ -71,9 +79,9 @@ def test_skipping_equals_walking(config):
         save_points = {tuple(loader_consumption(counts, batch_size=batch_size, batches=b, drop_last=drop_last)[0])
                        for b in range(batches_per_epoch + 2)}
         for worker, share in enumerate(shares):
-            def schedule():
+            def schedule(share=share, world=World(rank, world_size, worker, workers)):
                 return consumer_schedule(share, pool_size=pool_size, shuffle=shuffle,
-                                         rng=consumer_rng(plan.seed, plan.epoch, World(rank, world_size, worker, workers)))
+                                         rng=consumer_rng(plan.seed, plan.epoch, world))
             walked = list(schedule())
             _check_pool(walked, pool_size)
             emits = _emits(walked)

@@ -7,11 +7,14 @@ action window:
 
 - construction time (imports excluded) and RSS above an interpreter with torch and episodestream
   imported; ``len``; time from construction to the first streamed sample;
-- resume at 50% and 90% of the rank's epoch, to the first sample (construction included), exact
-  (same layout) and elastic (saved by ``--world-size`` ranks, resumed by one rank fewer);
-- map-style random access rate (``EpisodeDataset[i]`` at uniformly random ``i``);
-- RSS and PSS (the page cache shared between processes counted once) of each of 2 DataLoader
-  workers after ``--worker-batches`` batches.
+- resume at 50% and 90% of the rank's epoch: time from construction to the first sample
+  (``load_state_dict`` included), exact (same layout) and elastic (saved by ``--world-size`` ranks,
+  resumed by one rank fewer);
+- map-style: the first touch of every data file (opens it and, cold, builds its column cache),
+  then the random access rate (``EpisodeDataset[i]`` at uniformly random ``i``);
+- RSS and PSS (pages shared with other processes, such as the page cache of memory-mapped files,
+  counted in shares) of the larger of 2 DataLoader workers after ``--worker-batches`` batches,
+  streaming and map-style (shuffled).
 
 Prints a markdown table, writes ``results.json`` and ``scale.png`` to ``--output-dir``.
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -77,8 +81,8 @@ def measure(kind: str, root: str, args) -> dict:
     if kind.startswith("resume"):
         _, mode, percent = kind.split("-")
         state = _state(root, args, int(percent) / 100)
-        start = time.perf_counter()
         dataset = _streaming(root, args, world_size=args.world_size - (mode == "elastic"))
+        start = time.perf_counter()  # from construction, as first_sample_s
         dataset.load_state_dict(state)
         next(iter(dataset))
         return {f"resume_{mode}_{percent}_s": time.perf_counter() - start}
@@ -87,14 +91,34 @@ def measure(kind: str, root: str, args) -> dict:
         from episodestream import EpisodeDataset
         dataset = EpisodeDataset(root, delta_timestamps=_window())
         rng = np.random.default_rng(0)
-        for i in rng.integers(len(dataset), size=20):  # first access opens files, builds caches
+        # One episode of every data file first: opens them and (when cold) builds the column cache.
+        firsts = {}
+        for episode in dataset.meta.episodes.values():
+            firsts.setdefault(episode.data_relpath, episode.from_index)
+        start = time.perf_counter()
+        for i in firsts.values():
             dataset[int(i)]
+        first_pass_s = time.perf_counter() - start
         indices = rng.integers(len(dataset), size=args.random_samples).tolist()
         start = time.perf_counter()
         for i in indices:
             dataset[i]
         elapsed = time.perf_counter() - start
-        return {"random_samples_per_s": len(indices) / elapsed, "random_rss_mb": _rss_mb() - base_mb}
+        return {"random_samples_per_s": len(indices) / elapsed, "random_rss_mb": _rss_mb() - base_mb,
+                "random_first_pass_s": first_pass_s}
+    if kind == "map-workers":
+        import torch.utils.data
+        from episodestream import EpisodeDataset
+        dataset = EpisodeDataset(root, delta_timestamps=_window())
+        loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=2, shuffle=True,
+                                             generator=torch.Generator().manual_seed(0))
+        iterator = iter(loader)
+        for _ in range(args.worker_batches):
+            next(iterator)
+        pids = [w.pid for w in iterator._workers]
+        rss, pss = [_rss_mb(pid) for pid in pids], [_pss_mb(pid) for pid in pids]
+        del iterator
+        return {"map_worker_rss_mb": max(rss), "map_worker_pss_mb": max(pss)}
     if kind == "workers":
         import torch.utils.data
         dataset = _streaming(root, args)
@@ -111,15 +135,18 @@ def measure(kind: str, root: str, args) -> dict:
 
 
 KINDS = ["construct", "resume-exact-50", "resume-exact-90", "resume-elastic-50", "resume-elastic-90", "random",
-         "workers"]
+         "workers", "map-workers"]
 COLUMNS = [("episodes", "episodes", "{:,}"), ("len", "len (rank 0)", "{:,}"),
            ("construct_s", "construct s", "{:.2f}"), ("construct_rss_mb", "construct RSS MB", "{:.0f}"),
            ("first_sample_s", "first sample s", "{:.2f}"),
            ("resume_exact_50_s", "resume exact 50% s", "{:.2f}"), ("resume_exact_90_s", "resume exact 90% s", "{:.2f}"),
            ("resume_elastic_50_s", "resume elastic 50% s", "{:.2f}"),
            ("resume_elastic_90_s", "resume elastic 90% s", "{:.2f}"),
+           ("random_first_pass_s", "map-style first touch of every file s", "{:.1f}"),
            ("random_samples_per_s", "map-style samples/s", "{:,.0f}"), ("random_rss_mb", "map-style RSS MB", "{:.0f}"),
-           ("worker_rss_mb", "worker RSS MB", "{:.0f}"), ("worker_pss_mb", "worker PSS MB", "{:.0f}")]
+           ("worker_rss_mb", "stream worker RSS MB", "{:.0f}"), ("worker_pss_mb", "stream worker PSS MB", "{:.0f}"),
+           ("map_worker_rss_mb", "map-style worker RSS MB", "{:.0f}"),
+           ("map_worker_pss_mb", "map-style worker PSS MB", "{:.0f}")]
 
 
 def ensure_dataset(data_dir: Path, episodes: int, length: tuple[int, int]) -> Path:
@@ -145,7 +172,8 @@ def plot(rows: list[dict], path: Path) -> None:
     axes[1].plot(x, [r.get("random_samples_per_s") for r in rows], marker="o", label="episodestream")
     axes[1].set(xscale="log", xlabel="episodes", ylabel="samples/s", title="map-style random access")
     for key, label in [("construct_rss_mb", "construction RSS"), ("random_rss_mb", "map-style RSS"),
-                       ("worker_rss_mb", "worker RSS"), ("worker_pss_mb", "worker PSS")]:
+                       ("worker_rss_mb", "stream worker RSS"), ("worker_pss_mb", "stream worker PSS"),
+                       ("map_worker_rss_mb", "map-style worker RSS"), ("map_worker_pss_mb", "map-style worker PSS")]:
         axes[2].plot(x, [r.get(key) for r in rows], marker="o", label=label)
     axes[2].set(xscale="log", xlabel="episodes", ylabel="MB above torch + episodestream", title="memory")
     for ax in axes:
@@ -166,6 +194,8 @@ def main(argv=None) -> int:
     parser.add_argument("--worker-batches", type=int, default=20)
     parser.add_argument("--kinds", nargs="+", default=KINDS, choices=KINDS)
     parser.add_argument("--output-dir", default="bench_out/scale")
+    parser.add_argument("--cache-dir", help="EPISODESTREAM_CACHE_DIR for the runs (default: a fresh folder in "
+                                            "--output-dir, so the map-style column cache is built cold)")
     parser.add_argument("--measure", nargs=2, metavar=("KIND", "ROOT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure:
@@ -173,6 +203,10 @@ def main(argv=None) -> int:
         return 0
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    cache_dir = Path(args.cache_dir) if args.cache_dir else out / "cache"
+    if not args.cache_dir:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+    env = {**os.environ, "EPISODESTREAM_CACHE_DIR": str(cache_dir)}
     rows = []
     for episodes in args.sizes:
         root = ensure_dataset(Path(args.data_dir), episodes, tuple(args.episode_length))
@@ -181,7 +215,7 @@ def main(argv=None) -> int:
             command = [sys.executable, __file__, "--measure", kind, str(root), "--world-size", str(args.world_size),
                        "--batch-size", str(args.batch_size), "--random-samples", str(args.random_samples),
                        "--worker-batches", str(args.worker_batches)]
-            result = subprocess.run(command, capture_output=True, text=True, env=os.environ)
+            result = subprocess.run(command, capture_output=True, text=True, env=env)
             if result.returncode:
                 print(f"{kind} at {episodes} episodes failed:\n{result.stderr[-2000:]}", file=sys.stderr)
                 continue
