@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -75,6 +75,7 @@ class ConsumerShare:
     fill_ins: int  # extra samples repeated at the end so every rank emits the same count
     fill_pool: tuple[Segment, ...]  # where fill-ins are drawn from
     frames: int = -1  # frames of ``segments``, when the maker knows it
+    lengths: np.ndarray | None = field(default=None, compare=False)  # each segment's frames, if known
 
     @property
     def num_samples(self) -> int:
@@ -82,29 +83,35 @@ class ConsumerShare:
         return frames + self.fill_ins
 
 
-def _cut(segments: Sequence[Segment], parts: int) -> tuple[list[list[Segment]], list[int]]:
-    """Cut the concatenated frames of ``segments`` into ``parts`` contiguous, equal-sized parts;
-    also return each part's frame count. Whole segments inside a part are shared, not copied."""
-    lengths = _frames_of(segments)
+def _cut(segments: Sequence[Segment], parts: int,
+         lengths: np.ndarray) -> tuple[list[list[Segment]], list[np.ndarray], list[int]]:
+    """Cut the concatenated frames of ``segments`` (of ``lengths`` frames) into ``parts``
+    contiguous, equal-sized parts: each part's segments, their lengths and the part's frame count.
+    Whole segments inside a part are shared, not copied; only the two ends are cut."""
     starts = np.concatenate([[0], np.cumsum(lengths)])
     total = int(starts[-1])
     bounds = [p * total // parts for p in range(parts + 1)]
     out: list[list[Segment]] = []
+    out_lengths: list[np.ndarray] = []
     for p in range(parts):
         lo, hi = bounds[p], bounds[p + 1]
         if lo == hi:
             out.append([])
+            out_lengths.append(np.zeros(0, np.int64))
             continue
         first = int(np.searchsorted(starts, lo, side="right")) - 1  # segment holding frame lo
         last = int(np.searchsorted(starts, hi, side="left")) - 1  # segment holding frame hi - 1
         part = list(segments[first:last + 1])
+        part_lengths = lengths[first:last + 1].copy()
         for k in ((0, last - first) if last > first else (0,)):
             seg, seg_start = part[k], int(starts[first + k])
             take_lo, take_hi = max(lo, seg_start) - seg_start, min(hi, seg_start + seg.length) - seg_start
             if (take_lo, take_hi) != (0, seg.length):
                 part[k] = Segment(seg.episode_index, seg.frames[take_lo:take_hi])
+                part_lengths[k] = take_hi - take_lo
         out.append(part)
-    return out, [bounds[p + 1] - bounds[p] for p in range(parts)]
+        out_lengths.append(part_lengths)
+    return out, out_lengths, [bounds[p + 1] - bounds[p] for p in range(parts)]
 
 
 class EpochPlan:
@@ -116,15 +123,20 @@ class EpochPlan:
 
     def __init__(self, segments: Sequence[Segment], *, seed: int, epoch: int, shuffle: bool,
                  world_size: int, leg: int = 0) -> None:
-        segments = [s for s in segments if len(s)]
+        lengths = _frames_of(segments)
+        if not lengths.all():
+            segments = [s for s in segments if s.length]
+            lengths = lengths[lengths > 0]
         if shuffle:
             order = make_rng(seed, epoch, _PERMUTE, leg=leg).permutation(len(segments))
-            segments = [segments[i] for i in order]
+            segments = [segments[i] for i in order.tolist()]
+            lengths = lengths[order]
         self.segments = tuple(segments)
         self.seed, self.epoch, self.shuffle, self.world_size, self.leg = seed, epoch, shuffle, world_size, leg
-        self.rank_parts, self._rank_frames = _cut(self.segments, world_size)
+        self.rank_parts, self._rank_lengths, self._rank_frames = _cut(self.segments, world_size, lengths)
         self.total_frames = sum(self._rank_frames)
-        self._worker_parts: dict[tuple[int, int], tuple[list[list[Segment]], list[int]]] = {}  # (rank, workers)
+        # Each rank's cut into workers, by (rank, workers): resume asks for every worker of every rank.
+        self._worker_parts: dict[tuple[int, int], tuple[list[list[Segment]], list[np.ndarray], list[int]]] = {}
 
     @property
     def samples_per_rank(self) -> int:
@@ -134,15 +146,16 @@ class EpochPlan:
         rank_part = self.rank_parts[world.rank]
         rank_frames = self._rank_frames[world.rank]
         key = (world.rank, world.num_workers)
-        if key not in self._worker_parts:  # resume asks for every worker of every rank
-            self._worker_parts[key] = _cut(rank_part, world.num_workers)
-        parts, counts = self._worker_parts[key]
+        if key not in self._worker_parts:
+            self._worker_parts[key] = _cut(rank_part, world.num_workers, self._rank_lengths[world.rank])
+        parts, part_lengths, counts = self._worker_parts[key]
         # The shortfall (0 or 1 by construction) goes to the last of the least-loaded workers.
         filler = max(range(world.num_workers), key=lambda w: (-counts[w], w))
         fill_ins = self.samples_per_rank - rank_frames if world.worker == filler else 0
         # A rank with no frames at all (fewer frames than ranks) repeats frames of the whole epoch.
         fill_pool = tuple(rank_part) if rank_frames else self.segments
-        return ConsumerShare(tuple(parts[world.worker]), fill_ins, fill_pool, counts[world.worker])
+        return ConsumerShare(tuple(parts[world.worker]), fill_ins, fill_pool, counts[world.worker],
+                             part_lengths[world.worker])
 
     def uneven_warning(self, num_workers: int) -> str | None:
         """A one-line explanation when some consumer gets nothing to emit, else None."""
@@ -177,7 +190,7 @@ class ConsumerSchedule:
         self.share, self.shuffle = share, shuffle
         self._segments = share.segments
         n = len(self._segments)
-        self._lengths = _frames_of(self._segments)
+        self._lengths = share.lengths if share.lengths is not None else _frames_of(self._segments)
         self._before = np.concatenate([[0], np.cumsum(self._lengths)])  # frames of segments < i
         self.pool_frames = int(self._before[-1])
         # Both drawn first, so that neither depends on how far the consumer walks.

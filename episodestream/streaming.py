@@ -162,8 +162,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         return plan.samples_per_rank - sum(consumed)
 
     def _segments(self) -> list[Segment]:
-        selection = self._core.episodes  # columns: no per-episode object is built
-        return [Segment(e, range(n)) for e, n in zip(selection.episode_indices.tolist(), selection.lengths.tolist())]
+        return self._core.whole_episodes()
 
     def _plan(self, point: ResumePoint | None, epoch: int | None = None) -> EpochPlan:
         if point is None:

@@ -12,9 +12,11 @@ action window:
   resumed by one rank fewer);
 - map-style: the first touch of every data file (opens it and, cold, builds its column cache),
   then the random access rate (``EpisodeDataset[i]`` at uniformly random ``i``);
-- RSS and PSS (pages shared with other processes, such as the page cache of memory-mapped files,
-  counted in shares) of the larger of 2 DataLoader workers after ``--worker-batches`` batches,
-  streaming and map-style (shuffled).
+- RSS, PSS (pages shared with other processes, such as the page cache of memory-mapped files,
+  counted in shares) and private memory (``RssAnon``: what is not file pages) of the larger of 2
+  DataLoader workers after ``--worker-batches`` batches, streaming and map-style (shuffled).
+  The map-style column cache is memory-mapped: the kernel maps its readahead around every page a
+  sample touches, so RSS grows with the samples read while private memory stays flat.
 
 Prints a markdown table, writes ``results.json`` and ``scale.png`` to ``--output-dir``.
 
@@ -35,9 +37,10 @@ from pathlib import Path
 ACTION_STEPS = 16
 
 
-def _rss_mb(pid: int | str = "self") -> float:
+def _rss_mb(pid: int | str = "self", field: str = "VmRSS") -> float:
+    """RSS (``VmRSS``), or its private part (``RssAnon``: not file pages shared with the page cache)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -69,7 +72,7 @@ def measure(kind: str, root: str, args) -> dict:
     """One measurement, in this (fresh) process."""
     import torch  # noqa: F401  (the baseline RSS includes torch, as in any trainer)
     import episodestream  # noqa: F401
-    base_mb = _rss_mb()
+    base_mb, base_anon_mb = _rss_mb(), _rss_mb(field="RssAnon")
     if kind == "construct":
         start = time.perf_counter()
         dataset = _streaming(root, args)
@@ -105,7 +108,7 @@ def measure(kind: str, root: str, args) -> dict:
             dataset[i]
         elapsed = time.perf_counter() - start
         return {"random_samples_per_s": len(indices) / elapsed, "random_rss_mb": _rss_mb() - base_mb,
-                "random_first_pass_s": first_pass_s}
+                "random_anon_mb": _rss_mb(field="RssAnon") - base_anon_mb, "random_first_pass_s": first_pass_s}
     if kind == "map-workers":
         import torch.utils.data
         from episodestream import EpisodeDataset
@@ -117,8 +120,9 @@ def measure(kind: str, root: str, args) -> dict:
             next(iterator)
         pids = [w.pid for w in iterator._workers]
         rss, pss = [_rss_mb(pid) for pid in pids], [_pss_mb(pid) for pid in pids]
+        anon = [_rss_mb(pid, "RssAnon") for pid in pids]
         del iterator
-        return {"map_worker_rss_mb": max(rss), "map_worker_pss_mb": max(pss)}
+        return {"map_worker_rss_mb": max(rss), "map_worker_pss_mb": max(pss), "map_worker_anon_mb": max(anon)}
     if kind == "workers":
         import torch.utils.data
         dataset = _streaming(root, args)
@@ -127,10 +131,10 @@ def measure(kind: str, root: str, args) -> dict:
         for _ in range(args.worker_batches):
             next(iterator)
         pids = [w.pid for w in iterator._workers]
-        rss = [_rss_mb(pid) for pid in pids]
-        pss = [_pss_mb(pid) for pid in pids]
+        rss, pss = [_rss_mb(pid) for pid in pids], [_pss_mb(pid) for pid in pids]
+        anon = [_rss_mb(pid, "RssAnon") for pid in pids]
         del iterator
-        return {"worker_rss_mb": max(rss), "worker_pss_mb": max(pss)}
+        return {"worker_rss_mb": max(rss), "worker_pss_mb": max(pss), "worker_anon_mb": max(anon)}
     raise ValueError(f"unknown measurement {kind!r}")
 
 
@@ -144,9 +148,12 @@ COLUMNS = [("episodes", "episodes", "{:,}"), ("len", "len (rank 0)", "{:,}"),
            ("resume_elastic_90_s", "resume elastic 90% s", "{:.2f}"),
            ("random_first_pass_s", "map-style first touch of every file s", "{:.1f}"),
            ("random_samples_per_s", "map-style samples/s", "{:,.0f}"), ("random_rss_mb", "map-style RSS MB", "{:.0f}"),
+           ("random_anon_mb", "map-style private MB", "{:.0f}"),
            ("worker_rss_mb", "stream worker RSS MB", "{:.0f}"), ("worker_pss_mb", "stream worker PSS MB", "{:.0f}"),
+           ("worker_anon_mb", "stream worker private MB", "{:.0f}"),
            ("map_worker_rss_mb", "map-style worker RSS MB", "{:.0f}"),
-           ("map_worker_pss_mb", "map-style worker PSS MB", "{:.0f}")]
+           ("map_worker_pss_mb", "map-style worker PSS MB", "{:.0f}"),
+           ("map_worker_anon_mb", "map-style worker private MB", "{:.0f}")]
 
 
 def ensure_dataset(data_dir: Path, episodes: int, length: tuple[int, int]) -> Path:
@@ -173,7 +180,8 @@ def plot(rows: list[dict], path: Path) -> None:
     axes[1].set(xscale="log", xlabel="episodes", ylabel="samples/s", title="map-style random access")
     for key, label in [("construct_rss_mb", "construction RSS"), ("random_rss_mb", "map-style RSS"),
                        ("worker_rss_mb", "stream worker RSS"), ("worker_pss_mb", "stream worker PSS"),
-                       ("map_worker_rss_mb", "map-style worker RSS"), ("map_worker_pss_mb", "map-style worker PSS")]:
+                       ("map_worker_rss_mb", "map-style worker RSS"), ("map_worker_pss_mb", "map-style worker PSS"),
+                       ("random_anon_mb", "map-style private"), ("map_worker_anon_mb", "map-style worker private")]:
         axes[2].plot(x, [r.get(key) for r in rows], marker="o", label=label)
     axes[2].set(xscale="log", xlabel="episodes", ylabel="MB above torch + episodestream", title="memory")
     for ax in axes:
