@@ -1,13 +1,16 @@
-"""A memory-mapped columnar copy of the tabular columns, for map-style random access.
+"""A columnar copy of the tabular columns (Arrow IPC), for map-style random access.
 
 Why: a random ``EpisodeDataset[i]`` almost never hits the few episodes a process keeps, and reading
 an episode's parquet row group (footer lookup, decompression, decoding, filtering) costs ~10 ms,
 which capped random access at ~65 samples/s at 92,000 episodes. LeRobot gets ~1,200 samples/s
-from the ``datasets`` library's memory-mapped Arrow copy of the parquet files. We do the same
-with plain pyarrow instead of depending on ``datasets`` for it: one uncompressed Arrow IPC file
-per data parquet, sorted by ``index``, read through ``pa.memory_map`` so an episode's rows are
-zero-copy slices. The pages live in the OS page cache, shared by every process and DataLoader
-worker of the node; a process's own memory does not grow with the dataset.
+from the ``datasets`` library's memory-mapped Arrow copy of the parquet files. We keep the idea (a
+once-built uncompressed Arrow copy) with plain pyarrow rather than depend on ``datasets`` for it,
+but read it with ``pread`` instead of a memory map: one record batch per episode, so an episode is
+one read of its own rows (~20 KB). A memory map is as fast, but every page a sample touches maps
+the kernel's fault-around window too (~1 MB a sample here), so each process's RSS climbs toward
+the size of the whole copy (1.8 GB at 92,000 episodes) even though those pages are shared. With
+reads, the bytes are shared by every process and DataLoader worker of the node in the OS page
+cache, and a process holds only the episodes it is using.
 
 Lifetime: built lazily, per data file, the first time a process needs one of its episodes; kept
 under ``<cache_dir>/columns/``; reused by later runs while the source file is unchanged. The file
@@ -25,6 +28,7 @@ import json
 import os
 import re
 import tempfile
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +38,9 @@ from ._files import DatasetFiles, LocalFiles
 from ._metadata import DatasetFormatError, DatasetMeta, EpisodeInfo, parquet_errors
 from ._rows import EpisodeRows, RowReader, _check_ids, _to_numpy
 
-COLUMNS_FORMAT = 1  # bump when the layout of the cached files changes
+COLUMNS_FORMAT = 2  # bump when the layout of the cached files changes
+_STARTS_KEY = b"episodestream.batch_first_index"  # schema metadata: each record batch's first index
+_OPEN_FILES = 64  # open readers per process (a file descriptor and a parsed footer each)
 
 
 def default_columns_dir(cache_dir: str | os.PathLike | None) -> Path:
@@ -47,7 +53,7 @@ def default_columns_dir(cache_dir: str | os.PathLike | None) -> Path:
 
 
 class ColumnStore:
-    """Reads episodes' rows from memory-mapped Arrow copies of the data files (``RowReader``'s
+    """Reads episodes' rows from Arrow copies of the data files (``RowReader``'s
     interface and checks: the same ``EpisodeRows`` and the same errors for damaged files)."""
 
     def __init__(self, files: DatasetFiles, meta: DatasetMeta, columns_dir: Path) -> None:
@@ -55,12 +61,16 @@ class ColumnStore:
         self._columns = [k for k, f in meta.features.items() if f.dtype != "video"]
         self._dir = columns_dir / _slug(files.description)
         self._reader = RowReader(files, meta, max_open_files=1)  # opens and checks a parquet to build
-        self._batches: dict[str, tuple[pa.RecordBatch, np.ndarray]] = {}  # relpath -> (batch, its index)
+        # relpath -> (open reader, first ``index`` of each of its record batches), least recent first
+        self._open: OrderedDict[str, tuple[pa.ipc.RecordBatchFileReader, np.ndarray]] = OrderedDict()
 
     def read(self, episode: EpisodeInfo) -> EpisodeRows:
         relpath = episode.data_relpath
         where = f"{self._files.description}/{relpath} (episode_index {episode.episode_index})"
-        batch, index = self._batch(relpath, where)
+        reader, batch_starts = self._reader_of(relpath, where)
+        k = max(0, int(np.searchsorted(batch_starts, episode.from_index, side="right")) - 1)
+        batch = reader.get_batch(k)  # one pread of this episode's rows: a small private copy
+        index = batch.column(self._columns.index("index")).to_numpy()
         lo, hi = np.searchsorted(index, [episode.from_index, episode.to_index])
         if hi - lo != episode.length:
             found = index[lo:hi]
@@ -80,18 +90,20 @@ class ColumnStore:
         _check_ids(columns, episode, where)
         return EpisodeRows(episode, columns, strings)
 
-    def _batch(self, relpath: str, where: str) -> tuple[pa.RecordBatch, np.ndarray]:
-        held = self._batches.get(relpath)
+    def _reader_of(self, relpath: str, where: str) -> tuple[pa.ipc.RecordBatchFileReader, np.ndarray]:
+        held = self._open.pop(relpath, None)
         if held is None:
             path = self._dir / f"{_slug(relpath)}.{self._signature(relpath)}.arrow"
             if not path.exists():
                 self._build(relpath, path, where)
             try:
-                batch = _open(path)
-            except (pa.ArrowException, OSError):  # damaged by something outside us: build it again
+                held = _open(path)
+            except (pa.ArrowException, OSError, ValueError, KeyError):  # damaged outside us: build it again
                 self._build(relpath, path, where)
-                batch = _open(path)
-            held = self._batches[relpath] = (batch, batch.column(self._columns.index("index")).to_numpy())
+                held = _open(path)
+            if len(self._open) >= _OPEN_FILES:
+                self._open.popitem(last=False)
+        self._open[relpath] = held
         return held
 
     def _signature(self, relpath: str) -> str:
@@ -111,15 +123,22 @@ class ColumnStore:
         index = table.column("index").to_numpy()
         if len(index) > 1 and not (index[1:] >= index[:-1]).all():
             table = table.sort_by("index")
-        # One record batch, so that every episode is a slice of one contiguous buffer per column.
-        batch = table.combine_chunks().to_batches(max_chunksize=max(1, table.num_rows))
+            index = table.column("index").to_numpy()
+        # One record batch per episode (cut where the file's episodes start), so that reading an
+        # episode is one pread of its own rows.
+        episodes = self._meta.episodes
+        file_id = episodes.data_relpaths.index(relpath) if relpath in episodes.data_relpaths else -1
+        starts = np.sort(episodes.from_index[episodes.data_file_id == file_id])
+        cuts = np.unique(np.concatenate([[0], np.searchsorted(index, starts), [len(index)]]))
+        schema = table.schema.with_metadata({_STARTS_KEY: json.dumps(index[cuts[:-1]].tolist()).encode()})
+        table = table.replace_schema_metadata(schema.metadata)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
         os.close(fd)
         try:
-            with pa.OSFile(temporary, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-                for b in batch:
-                    writer.write_batch(b)
+            with pa.OSFile(temporary, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+                for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+                    writer.write_batch(table.slice(lo, hi - lo).combine_chunks().to_batches()[0])
             os.replace(temporary, path)
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
@@ -130,16 +149,15 @@ class ColumnStore:
                 stale.unlink(missing_ok=True)
 
     def close(self) -> None:
-        self._batches.clear()
+        self._open.clear()
 
 
-def _open(path: Path) -> pa.RecordBatch:
-    reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
-    if reader.num_record_batches == 1:
-        return reader.get_batch(0)
-    if reader.num_record_batches == 0:  # a file with no rows
-        return pa.RecordBatch.from_pylist([], schema=reader.schema)
-    return reader.read_all().combine_chunks().to_batches()[0]
+def _open(path: Path) -> tuple[pa.ipc.RecordBatchFileReader, np.ndarray]:
+    reader = pa.ipc.open_file(pa.OSFile(str(path), "r"))
+    starts = np.asarray(json.loads(reader.schema.metadata[_STARTS_KEY]), np.int64)
+    if len(starts) != reader.num_record_batches:
+        raise ValueError(f"{path}: {reader.num_record_batches} record batches for {len(starts)} starts")
+    return reader, starts
 
 
 def _slug(text: str) -> str:
