@@ -40,7 +40,7 @@ from ._rows import EpisodeRows, RowReader, _check_ids, _to_numpy
 
 COLUMNS_FORMAT = 2  # bump when the layout of the cached files changes
 _STARTS_KEY = b"episodestream.batch_first_index"  # schema metadata: each record batch's first index
-_OPEN_FILES = 64  # open readers per process (a file descriptor and a parsed footer each)
+_OPEN_FILES = 256  # open readers per process (a file descriptor and a parsed footer each; DROID has 92 files)
 
 
 def default_columns_dir(cache_dir: str | os.PathLike | None) -> Path:

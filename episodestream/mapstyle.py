@@ -55,6 +55,7 @@ class EpisodeDataset(torch.utils.data.Dataset):
                                                      hub_endpoint=hub_endpoint, download_config=download_config),
                                  episodes_in_flight=_ROWS_CACHED + 1)
         self._starts = np.concatenate([[0], np.cumsum(self._core.episodes.lengths)])
+        self._episode_indices = self._core.episodes.episode_indices  # by selection position
         self._columns_dir = default_columns_dir(cache_dir) if check_bool("column_cache", column_cache) else None
         self._process: tuple[int, RowReader | ColumnStore, DecoderCache, EpisodeVideos, OrderedDict[int, EpisodeRows]] | None = None
 
@@ -73,7 +74,7 @@ class EpisodeDataset(torch.utils.data.Dataset):
             raise IndexError(f"index {i} is out of range for {len(self)} frames.")
         i = int(i) % len(self)
         k = int(np.searchsorted(self._starts, i, side="right")) - 1
-        return int(self._core.episodes.episode_indices[k]), i - int(self._starts[k])
+        return int(self._episode_indices[k]), i - int(self._starts[k])
 
     def _per_process(self):
         # Decoders and parquet handles must not cross a fork: rebuild them in each new process.
