@@ -12,6 +12,9 @@ the size of the whole copy (1.8 GB at 92,000 episodes) even though those pages a
 reads, the bytes are shared by every process and DataLoader worker of the node in the OS page
 cache, and a process holds only the episodes it is using.
 
+Used for local sources only for now: for a remote source the copy would sit beside the node cache
+(``remote/_cache``) without its budget, refcounts or ``cache clear``; joining it is future work.
+
 Lifetime: built lazily, per data file, the first time a process needs one of its episodes; kept
 under ``<cache_dir>/columns/``; reused by later runs while the source file is unchanged. The file
 name carries a digest of (format version, dataset location, file, its size and, for local files,
@@ -112,7 +115,9 @@ class ColumnStore:
             stat = os.stat(self._files.local_path(relpath))
             version = [stat.st_size, stat.st_mtime_ns]
         else:  # remote: the description pins the revision where the source has one (the Hub's commit)
-            version = [self._files.size_bytes(relpath)]
+            # The protocol says size_bytes; RemoteFiles calls it size (the protocol gap the style notes name).
+            size = getattr(self._files, "size_bytes", None) or getattr(self._files, "size")
+            version = [size(relpath)]
         what = [COLUMNS_FORMAT, self._files.description, relpath, version, self._columns]
         return hashlib.sha1(json.dumps(what).encode()).hexdigest()[:16]
 

@@ -12,7 +12,7 @@ import torch.utils.data
 
 from ._columns import ColumnStore, default_columns_dir
 from ._core import DatasetCore
-from ._files import EpisodeVideos
+from ._files import EpisodeVideos, LocalFiles
 from ._options import check_bool
 from ._rows import EpisodeRows, RowReader
 from .video import DecoderCache
@@ -29,11 +29,12 @@ class EpisodeDataset(torch.utils.data.Dataset):
     Arguments mean what they mean for ``EpisodeStreamingDataset``. Readers and decoders are opened
     lazily in each process that indexes the dataset (DataLoader workers included).
 
-    column_cache: read rows from a memory-mapped Arrow copy of each data file's tabular columns,
-        built the first time one of its episodes is needed and kept under ``cache_dir/columns``
-        (default ``EPISODESTREAM_CACHE_DIR``, else the user's cache folder), for local sources too.
-        Random access is then ~30x faster at DROID scale and the pages are shared by all processes
-        of the node (see ``_columns``). False reads each episode's parquet row group instead.
+    column_cache: for local sources, read rows from an Arrow copy of each data file's tabular
+        columns, built the first time one of its episodes is needed and kept under
+        ``cache_dir/columns`` (default ``EPISODESTREAM_CACHE_DIR``, else the user's cache folder).
+        Random access is then ~60x faster at DROID scale, and the bytes are shared by all processes
+        of the node through the page cache (see ``_columns``). False, and remote sources (for now),
+        read each episode's parquet row group instead.
     """
 
     def __init__(self, source: str | os.PathLike, *, revision: str | None = None,
@@ -56,7 +57,10 @@ class EpisodeDataset(torch.utils.data.Dataset):
                                  episodes_in_flight=_ROWS_CACHED + 1)
         self._starts = np.concatenate([[0], np.cumsum(self._core.episodes.lengths)])
         self._episode_indices = self._core.episodes.episode_indices  # by selection position
-        self._columns_dir = default_columns_dir(cache_dir) if check_bool("column_cache", column_cache) else None
+        # Local sources only, for now: for a remote source the copy would sit beside the node cache
+        # without its budget, refcounts or `cache clear` (see docs/benchmarks.md, issue 13).
+        use_columns = check_bool("column_cache", column_cache) and isinstance(self._core.files, LocalFiles)
+        self._columns_dir = default_columns_dir(cache_dir) if use_columns else None
         self._process: tuple[int, RowReader | ColumnStore, DecoderCache, EpisodeVideos, OrderedDict[int, EpisodeRows]] | None = None
 
     @property

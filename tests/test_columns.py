@@ -64,9 +64,10 @@ def test_built_once_reused_and_rebuilt_when_the_source_changes(tabular_root, tmp
     pq.write_table(changed, path, row_group_size=10**6)
     os.utime(path, ns=(1, 1))  # a different modification time, whatever the clock's resolution
     fresh = EpisodeDataset(tabular_root, delta_timestamps=WINDOW, cache_dir=cache)
-    episode = fresh.meta.episodes[20]
-    item = fresh[episode.from_index]
-    assert item["observation.state"][-1][0].item() == expected[episode.from_index]["observation.state"][-1][0].item() + 1
+    episodes = pq.read_table(tabular_root / "meta/episodes/chunk-000/file-000.parquet").to_pydict()
+    first = episodes["dataset_from_index"][episodes["episode_index"].index(20)]  # episode 20 is in file-001
+    item = fresh[first]
+    assert item["observation.state"][-1][0].item() == expected[first]["observation.state"][-1][0].item() + 1
     assert len(_copies(cache)) == 3 and _copies(cache) != copies
 
 
