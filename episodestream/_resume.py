@@ -144,7 +144,7 @@ def skip_emits(steps: Iterator[tuple[int, int, int]], count: int) -> Iterator[tu
     A fresh ``ConsumerSchedule`` is skipped arithmetically (``ConsumerSchedule.skip``); any other
     step iterator is walked. Either way no episode rows are read and nothing is decoded.
     """
-    if isinstance(steps, ConsumerSchedule):
+    if isinstance(steps, ConsumerSchedule) and not steps.started:
         return steps.skip(count)
     return _walk_skip(steps, count)
 

@@ -240,6 +240,11 @@ class ConsumerSchedule:
 
     # -- the steps ----------------------------------------------------------------------------
 
+    @property
+    def started(self) -> bool:
+        """Whether iterating has begun (``skip`` always starts from the beginning of the schedule)."""
+        return self._steps is not None
+
     def __iter__(self) -> Iterator[tuple[int, int, int]]:
         return self
 

@@ -164,3 +164,21 @@ def test_loader_consumption_by_rounds_equals_walking(config):
     for batches in range(sum(-(-c // batch_size) for c in counts) + 3):
         assert loader_consumption(counts, batch_size=batch_size, batches=batches, drop_last=drop_last) == \
             _walked_consumption(counts, batch_size=batch_size, batches=batches, drop_last=drop_last)
+
+
+def test_skip_emits_walks_a_schedule_already_started():
+    from episodestream._resume import skip_emits
+
+    segments = [Segment(e, range(n)) for e, n in enumerate([6, 4, 9, 3])]
+    plan = EpochPlan(segments, seed=1, epoch=0, shuffle=True, world_size=1)
+    world = World(0, 1, 0, 1)
+
+    def schedule():
+        return consumer_schedule(plan.share(world), pool_size=2, shuffle=True, rng=consumer_rng(1, 0, world))
+    emits = _emits(schedule())
+    started = schedule()
+    first = next(started)
+    assert first[0] == ADMIT
+    # The first step is gone: skipping 5 more emits continues from where the iterator is.
+    assert _emits(skip_emits(started, 5)) == emits[5:]
+    assert _emits(skip_emits(schedule(), 5)) == emits[5:]
