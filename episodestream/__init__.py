@@ -1,5 +1,6 @@
 """Stream LeRobot v3.0 episode datasets (parquet rows + mp4 video) into PyTorch training."""
 
+from ._errors import CacheFullError
 from ._metadata import DatasetFormatError
 from .loader import EpisodeLoader
 from .mapstyle import EpisodeDataset
@@ -9,6 +10,7 @@ from .tracing import disable_tracer, enable_tracer, load_trace, set_process_name
 from .video import VideoDecodeError
 
 __all__ = [
+    "CacheFullError",
     "DatasetFormatError",
     "EpisodeDataset",
     "EpisodeLoader",

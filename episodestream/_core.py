@@ -11,6 +11,7 @@ import numpy as np
 from ._episodes import EpisodeSelection
 from ._files import EpisodeVideos
 from ._frames import SampleBuilder, delta_indices
+from ._lerobot_meta import LeRobotMeta
 from ._metadata import DatasetMeta, load_metadata
 from ._options import check_positive_float
 from ._rows import RowReader
@@ -64,6 +65,7 @@ class DatasetCore:
         # rather than stall mid-epoch.
         if (check_budget := getattr(self.files, "check_cache_budget", None)) is not None:
             check_budget(self.meta, episodes_in_flight=episodes_in_flight)
+        self.lerobot_meta = LeRobotMeta(typed=self.meta, files=self.files, source=source, revision=revision)
         self.episodes = select_episodes(self.meta, episodes)
         # Validated before it is copied: copying a list or None-per-key would fail with a bare error.
         self.offsets = delta_indices(self.meta, delta_timestamps, self.tolerance_s)

@@ -110,10 +110,20 @@ class SampleBuilder:
 
     def write_frame(self, out: torch.Tensor, frame_uint8: torch.Tensor) -> None:
         """Write one decoded CHW frame into ``out`` (batch memory) as ``finish`` would convert it:
-        the same float32 division as ``_image``, bit for bit, with no temporary."""
-        out.copy_(frame_uint8)
-        if not self._return_uint8:
-            out.div_(255)
+        the same float32 division as ``_image``, bit for bit (tested over all 256 values), in one
+        pass with no temporary."""
+        if out.device.type != "cpu":
+            out.copy_(frame_uint8)
+            if not self._return_uint8:
+                out.div_(255)
+            return
+        # numpy on CPU: one single-threaded pass that releases the GIL. PyTorch would start an
+        # OpenMP team per decode thread for a frame this size and oversubscribe the cores the
+        # decoders need; its thread count cannot be set per thread without changing the trainer's.
+        if self._return_uint8:
+            np.copyto(out.numpy(), frame_uint8.numpy())
+        else:
+            np.divide(frame_uint8.numpy(), np.float32(255), out=out.numpy())
 
     def plan(self, rows: EpisodeRows, frame: int, videos: EpisodeVideos) -> PendingSample:
         episode = rows.episode

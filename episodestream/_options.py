@@ -6,6 +6,7 @@ what is valid, so a user never has to read our source to fix a call.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Iterable
@@ -62,7 +63,10 @@ def parse_size_bytes(name: str, value: int | str) -> int:
     if match is None or unit not in _SIZE_UNITS:
         units = ", ".join(u for u in _SIZE_UNITS if u)
         raise ValueError(f"{name} must be a positive size like '20GB' (units: {units}), got {value!r}.")
-    size_bytes = int(float(match.group(1)) * _SIZE_UNITS[unit])
+    number = float(match.group(1)) * _SIZE_UNITS[unit]
+    if not math.isfinite(number):  # "9" * 400 parses as inf, which int() refuses with OverflowError
+        raise ValueError(f"{name} must be a finite size like '20GB', got {value!r}: too large.")
+    size_bytes = int(number)
     if size_bytes <= 0:
         raise ValueError(f"{name} must be a positive size, got {value!r}.")
     return size_bytes

@@ -111,7 +111,14 @@ class GroupPipeline:
     # -- decode threads ---------------------------------------------------------------------------
 
     def _run(self) -> None:
-        cache = self._open_cache()
+        try:
+            cache = self._open_cache()
+        except BaseException as error:  # the consumer must hear of it, not wait for this thread
+            with self._cond:
+                self._queue.append(DecodedGroup(self._planned_samples, [], [], error=error, done=True))
+                self._exhausted = True
+                self._cond.notify_all()
+            return
         try:
             while (group := self._plan_next()) is not None:
                 try:

@@ -1,7 +1,7 @@
 """The ``episodestream`` command line. ``demo`` is the main job: write, stream, report throughput.
 
-``info`` describes a dataset, ``bench`` runs the streaming benchmark, ``cache ls|clear`` inspects and
-empties the node cache of remote sources and ``prewarm`` fills it (pinned) ahead of training.
+``info`` describes a dataset, ``bench`` runs the streaming benchmark, ``cache ls|unpin|clear`` inspects,
+unpins and empties the node cache of remote sources and ``prewarm`` fills it (pinned) ahead of training.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 def _demo(args: argparse.Namespace) -> int:
     import torch.utils.data
 
+    from .loader import EpisodeLoader
     from .streaming import EpisodeStreamingDataset
     from .synthetic import write_synthetic_dataset
 
@@ -27,10 +28,15 @@ def _demo(args: argparse.Namespace) -> int:
         write_synthetic_dataset(root, num_episodes=args.episodes, episode_length=args.episode_length,
                                 height=args.height, width=args.width, overwrite=True, progress=True)
         dataset = EpisodeStreamingDataset(root, episode_pool_size=args.pool_size, seed=0)
-        loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=args.num_workers)
-        cameras = len(dataset.meta.video_keys)
-        print(f"streaming {len(dataset)} samples with {args.num_workers} DataLoader workers, "
-              f"batch size {args.batch_size}, episode pool {args.pool_size}", flush=True)
+        if args.loader == "episode":
+            loader = EpisodeLoader(dataset, args.batch_size, num_threads=args.num_threads)
+            how = f"EpisodeLoader ({loader.num_threads} decode threads)"
+        else:
+            loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=args.num_workers)
+            how = f"a DataLoader ({args.num_workers} worker processes)"
+        cameras = len(dataset.typed_meta.video_keys)
+        print(f"streaming {len(dataset)} samples with {how}, batch size {args.batch_size}, "
+              f"episode pool {args.pool_size}", flush=True)
         start = time.perf_counter()
         first_batch_s = None
         samples = 0
@@ -54,12 +60,17 @@ def _human_bytes(size_bytes: float) -> str:
 
 
 def dataset_info(source: str, *, revision: str | None = None) -> dict:
-    """What ``episodestream info`` prints, as data: counts, cameras, codecs, files and sizes."""
+    """What ``episodestream info`` prints, as data: counts, cameras, codecs, files and sizes, and a
+    summary of ``meta/stats.json`` (None without the file)."""
     from ._metadata import load_metadata
     from ._sources import open_source
+    from ._stats import load_stats, summarize_stats
 
     files = open_source(source, revision=revision)
     meta = load_metadata(files)
+    stats = summarize_stats(load_stats(files))
+    # RemoteFiles spells the protocol's size_bytes() as size() until issue 14 checks the seam.
+    size_bytes = getattr(files, "size_bytes", None) or files.size
     episodes = list(meta.episodes.values())
     data_files = sorted({ep.data_relpath for ep in episodes})
     cameras = {}
@@ -69,13 +80,13 @@ def dataset_info(source: str, *, revision: str | None = None) -> dict:
         cameras[key] = {"shape": list(spec.shape), "codec": spec.info.get("video.codec"),
                         "pix_fmt": spec.info.get("video.pix_fmt"), "gop": spec.info.get("video.g"),
                         "files": len(video_files),
-                        "size_bytes": sum(files.size_bytes(f) for f in video_files)}
+                        "size_bytes": sum(size_bytes(f) for f in video_files)}
     return {"source": files.description, "codebase_version": meta.info.get("codebase_version"),
             "robot_type": meta.info.get("robot_type"), "fps": meta.fps, "episodes": len(episodes),
             "frames": meta.total_frames, "tasks": len(meta.tasks),
             "features": {k: {"dtype": f.dtype, "shape": list(f.shape)} for k, f in meta.features.items()},
             "image_keys": meta.image_keys, "cameras": cameras, "data_files": len(data_files),
-            "data_size_bytes": sum(files.size_bytes(f) for f in data_files)}
+            "data_size_bytes": sum(size_bytes(f) for f in data_files), "stats": stats}
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -93,6 +104,12 @@ def _info(args: argparse.Namespace) -> int:
     for key in info["image_keys"]:
         print(f"image {key}: PNG in the data parquet")
     print("features: " + ", ".join(f"{k} {v['dtype']}{v['shape']}" for k, v in info["features"].items()))
+    if info["stats"] is None:
+        print("stats: none (the dataset has no meta/stats.json; LeRobot's normalizers need it)")
+    for key, entry in (info["stats"] or {}).items():
+        more = " ..." if entry.get("size", 0) > len(entry.get("mean", [])) else ""
+        print(f"stats {key}: mean {entry.get('mean')}{more} std {entry.get('std')}{more} "
+              f"min {entry.get('min')} max {entry.get('max')}")
     return 0
 
 
@@ -146,6 +163,18 @@ def _cache_clear(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache_unpin(args: argparse.Namespace) -> int:
+    from .remote import NodeCache
+    from .remote._prewarm import unpin_all
+
+    root = _cache_root(args)
+    report = unpin_all(NodeCache(root), source=args.source)
+    print(f"unpinned {report.unpinned} entries ({_human_bytes(report.unpinned_bytes)}) in {root}"
+          + (f" (sources matching {args.source!r})" if args.source else "")
+          + f"; deleted {report.deleted} no live process uses, the rest go when their users release them")
+    return 0
+
+
 def _episode_list(text: str) -> list[int]:
     """'0,3,5-9' -> [0, 3, 5, 6, 7, 8, 9]."""
     episodes = []
@@ -172,7 +201,6 @@ def _json_object(text: str) -> dict:
 
 
 def _prewarm(args: argparse.Namespace) -> int:
-    import os
     import sys
 
     from ._core import select_episodes
@@ -180,17 +208,24 @@ def _prewarm(args: argparse.Namespace) -> int:
     from .remote import CacheFullError, open_remote_source
     from .remote._prewarm import prewarm
 
-    if os.path.exists(args.source):
+    from ._sources import local_folder
+
+    try:
+        local = local_folder(args.source)
+    except FileNotFoundError as error:  # a file:// URL naming nothing
+        print(f"episodestream prewarm: {error}", file=sys.stderr)
+        return 1
+    if local is not None:
         print(f"{args.source} is a local folder, read in place and never cached: nothing to prewarm.")
         return 0
     try:
         files = open_remote_source(args.source, revision=args.revision, cache_dir=args.cache_dir,
                                    cache_limit=args.cache_limit, storage_options=args.storage_options,
-                                   hub_endpoint=args.hub_endpoint)
+                                   hub_endpoint=args.hub_endpoint, cache_wait_s=args.cache_wait_s)
         try:
             meta = load_metadata(files)
             episodes = select_episodes(meta, args.episodes)
-            report = prewarm(files, episodes, progress=not args.no_progress)
+            report = prewarm(files, episodes, progress=not args.no_progress, meta=meta)
         finally:
             files.close()
     except (OSError, ValueError, CacheFullError) as error:  # not found, refused, unreachable, bad options
@@ -200,7 +235,7 @@ def _prewarm(args: argparse.Namespace) -> int:
           f"{_human_bytes(report.bytes_fetched)} in {report.seconds:.1f} s; {report.entries_pinned} entries "
           f"({_human_bytes(report.bytes_pinned)}) pinned in {report.cache_dir}")
     print("runs with this cache_dir now read these episodes' metadata and video locally (rows are still read "
-          "from the source); `episodestream cache clear` unpins and removes them.")
+          "from the source); `episodestream cache unpin` (or `cache clear`) unpins them.")
     return 0
 
 
@@ -221,13 +256,18 @@ def _bench(bench_args: list[str]) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="episodestream", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="write a small synthetic dataset and stream it through a DataLoader")
+    demo = commands.add_parser("demo", help="write a small synthetic dataset and stream it (EpisodeLoader)")
     demo.add_argument("--out", help="where to write the dataset (default: a temporary folder, removed after)")
     demo.add_argument("--episodes", type=int, default=24)
     demo.add_argument("--episode-length", type=int, default=100)
     demo.add_argument("--height", type=int, default=96)
     demo.add_argument("--width", type=int, default=128)
-    demo.add_argument("--num-workers", type=int, default=2)
+    demo.add_argument("--loader", choices=("episode", "dataloader"), default="episode",
+                      help="episode: EpisodeLoader, decode threads in this process (default); dataloader: "
+                           "torch DataLoader worker processes")
+    demo.add_argument("--num-threads", type=int, default=None,
+                      help="EpisodeLoader decode threads (default: the cores this process may use)")
+    demo.add_argument("--num-workers", type=int, default=2, help="DataLoader worker processes")
     demo.add_argument("--batch-size", type=int, default=32)
     demo.add_argument("--pool-size", type=int, default=8)
     demo.set_defaults(run=_demo)
@@ -246,13 +286,18 @@ def build_parser() -> argparse.ArgumentParser:
     cache_dir_help = "the node cache (default: $EPISODESTREAM_CACHE_DIR, else ~/.cache/episodestream)"
     source_help = ("only sources matching: a cache key as `cache ls` prints it, a glob over keys, or text the key "
                    "contains ('lerobot/pusht', 's3://bucket/prefix')")
-    cache = commands.add_parser("cache", help="list or clear the node cache of remote sources")
+    cache = commands.add_parser("cache", help="list, unpin or clear the node cache of remote sources")
     cache_commands = cache.add_subparsers(dest="cache_command", required=True)
     ls = cache_commands.add_parser("ls", help="entries (source, file, state, size, users, pinned) and totals")
     ls.add_argument("--cache-dir", help=cache_dir_help)
     ls.add_argument("--source", help=source_help)
     ls.add_argument("--json", action="store_true", help="print JSON instead of text")
     ls.set_defaults(run=_cache_ls)
+    unpin = cache_commands.add_parser("unpin", help="remove the pins of prewarmed entries, in use or not: unused ones "
+                                                    "are deleted now, the others when their users release them")
+    unpin.add_argument("--cache-dir", help=cache_dir_help)
+    unpin.add_argument("--source", help=source_help)
+    unpin.set_defaults(run=_cache_unpin)
     clear = cache_commands.add_parser("clear", help="unpin and remove entries no live process uses")
     clear.add_argument("--cache-dir", help=cache_dir_help)
     clear.add_argument("--source", help=source_help)
@@ -265,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     prewarm.add_argument("--cache-dir", help=cache_dir_help)
     prewarm.add_argument("--cache-limit", help="disk budget for the whole cache dir, e.g. 20GB "
                                                "(default: $EPISODESTREAM_CACHE_LIMIT, else none)")
+    prewarm.add_argument("--cache-wait-s", type=float,
+                         help="how long a download waits for other processes to release cache space before failing "
+                              "(default: $EPISODESTREAM_CACHE_WAIT_S, else 300); no wait when pins fill the cache")
     prewarm.add_argument("--episodes", type=_episode_list, help="episode indices, e.g. 0,3,5-9 (default: all)")
     prewarm.add_argument("--revision", help="Hub branch, tag or commit (default: main)")
     prewarm.add_argument("--hub-endpoint", help="Hub endpoint (default: $HF_ENDPOINT, else huggingface.co)")

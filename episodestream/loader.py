@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
+from ._batch_memory import BatchMemory
 from ._frames import PendingSample, SampleBuilder
 from ._options import check_int
 from ._pipeline import GroupPipeline
@@ -85,6 +86,10 @@ class EpisodeLoader:
         self._resume: tuple[int, int] | None = None  # (epoch, batches consumed) a loaded state resumes
         self._consumed = (dataset.epoch, 0)  # (epoch, batches handed out of it, counted from its start)
         self._current: weakref.ref[_Iteration] | None = None
+        # Batches being built or ready, the one the trainer holds and the one it just let go of,
+        # per camera: enough to reuse memory in a steady loop without holding more.
+        cameras = max(1, len(dataset._core.meta.video_keys))
+        self._memory = BatchMemory(capacity=(self.prefetch_batches + 2) * cameras)
 
     def __len__(self) -> int:
         """Batches the next iteration yields (what is left of a resumed epoch, after a load)."""
@@ -145,20 +150,16 @@ class EpisodeLoader:
         """Resume from ``state`` (this loader's ``state_dict()``, or ``stream_state`` of a DataLoader).
         The next iteration continues the saved epoch. See ``EpisodeStreamingDataset.load_state_dict``
         for what must match (``strict``)."""
+        request, done = self.dataset._parse_state(state, strict=strict)
+        if not done and state["batch_size"] != self.batch_size:
+            raise ValueError(f"The state was saved with batch_size={state['batch_size']} partway through epoch "
+                             f"{request.epoch}; this loader has batch_size={self.batch_size}. Resume that epoch "
+                             f"with batch_size={state['batch_size']} (a batch count cannot be continued in other "
+                             f"batch sizes); later epochs may use any.")
         self._close_current()
-        self.dataset.load_state_dict(state, strict=strict)
-        epoch = self.dataset.epoch
-        if epoch == state.get("epoch"):  # the saved epoch is not finished
-            saved_batch_size = state["batch_size"]
-            if saved_batch_size != self.batch_size:
-                raise ValueError(f"The state was saved with batch_size={saved_batch_size} partway through epoch "
-                                 f"{epoch}; this loader has batch_size={self.batch_size}. Resume that epoch with "
-                                 f"batch_size={saved_batch_size} (a batch count cannot be continued in other "
-                                 f"batch sizes); later epochs may use any.")
-            self._resume = (epoch, int(state["batches_consumed"]))
-        else:
-            self._resume = None
-        self._consumed = (epoch, self._resume[1] if self._resume else 0)
+        self.dataset._apply_state(request, done)
+        self._resume = None if done else (request.epoch, state["batches_consumed"])
+        self._consumed = (self.dataset.epoch, 0 if done else state["batches_consumed"])
 
 
 class _BatchBuffer:
@@ -171,12 +172,12 @@ class _BatchBuffer:
         self.lock = threading.Lock()
 
     def frame_out(self, key: str, slot: int, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
-                  *, pin_memory: bool, who: str) -> torch.Tensor:
+                  *, memory: BatchMemory, pin_memory: bool, who: str) -> torch.Tensor:
         with self.lock:
             out = self.frames.get(key)
             if out is None:
-                out = self.frames[key] = torch.empty((len(self.items), *shape), dtype=dtype, device=device,
-                                                     pin_memory=pin_memory and device.type == "cpu")
+                out = self.frames[key] = memory.empty((len(self.items), *shape), dtype=dtype, device=device,
+                                                      pin_memory=pin_memory)
         if tuple(out.shape[1:]) != shape:
             raise ValueError(f"{who}: frames of shape {list(shape)} cannot join a batch whose {key!r} frames are "
                              f"{list(out.shape[1:])} (a DataLoader could not stack them either).")
@@ -190,8 +191,10 @@ class _BatchWriter:
     dropping it closes them.
     """
 
-    def __init__(self, builder: SampleBuilder, *, batch_size: int, num_batches: int, pin_memory: bool) -> None:
+    def __init__(self, builder: SampleBuilder, *, batch_size: int, num_batches: int, pin_memory: bool,
+                 memory: BatchMemory) -> None:
         self._builder = builder
+        self._memory = memory
         self._batch_size = batch_size
         self._num_batches = num_batches
         self._pin_memory = pin_memory
@@ -231,7 +234,7 @@ class _BatchWriter:
                 chw = file.frames.permute(0, 3, 1, 2)  # (N, C, H, W) view of the decoded NHWC frames
                 rows = [file.row_of[t] for t in query.timestamps_s]
                 shape = (len(rows), *chw.shape[1:]) if windowed else tuple(chw.shape[1:])
-                out = buffer.frame_out(key, slot, shape, builder.frame_dtype, chw.device,
+                out = buffer.frame_out(key, slot, shape, builder.frame_dtype, chw.device, memory=self._memory,
                                        pin_memory=self._pin_memory, who=f"{query.path} ({query.who})")
                 if windowed:
                     for step, row in enumerate(rows):
@@ -248,8 +251,7 @@ class _BatchWriter:
         if not self._builder.writes_in_place:
             batch = default_collate(items)
         else:
-            batch = {key: buffer.frames[key] if count == len(buffer.items) else buffer.frames[key][:count]
-                     for key in buffer.video_keys or ()}
+            batch = {key: self._memory.lend(buffer.frames[key], count) for key in buffer.video_keys or ()}
             batch.update(default_collate(items))
         if self._pin_memory:
             batch = {k: v.pin_memory() if isinstance(v, torch.Tensor) and not v.is_pinned() else v
@@ -277,7 +279,7 @@ class _Iteration(Iterator[dict[str, Any]]):
         core = self._dataset._core
         self._videos = core.episode_videos()
         self._writer = _BatchWriter(core.builder, batch_size=loader.batch_size, num_batches=self._num_batches,
-                                    pin_memory=loader.pin_memory)
+                                    pin_memory=loader.pin_memory, memory=loader._memory)
         pool_size = self._dataset.episode_pool_size
         # Nothing the threads hold may refer to this object (see _BatchWriter).
         self._pipeline = GroupPipeline(

@@ -13,6 +13,8 @@ import torch.utils.data
 from ._columns import ColumnStore, default_columns_dir
 from ._core import DatasetCore
 from ._files import EpisodeVideos, LocalFiles
+from ._lerobot_meta import LeRobotMeta
+from ._metadata import DatasetMeta
 from ._options import check_bool
 from ._rows import EpisodeRows, RowReader
 from .video import DecoderCache
@@ -64,7 +66,13 @@ class EpisodeDataset(torch.utils.data.Dataset):
         self._process: tuple[int, RowReader | ColumnStore, DecoderCache, EpisodeVideos, OrderedDict[int, EpisodeRows]] | None = None
 
     @property
-    def meta(self):
+    def meta(self) -> LeRobotMeta:
+        """The metadata as LeRobot's ``LeRobotDatasetMetadata`` gives it (see ``EpisodeStreamingDataset.meta``)."""
+        return self._core.lerobot_meta
+
+    @property
+    def typed_meta(self) -> DatasetMeta:
+        """This library's typed view (``Feature`` objects, ``EpisodeInfo`` by index)."""
         return self._core.meta
 
     def __len__(self) -> int:

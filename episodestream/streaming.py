@@ -137,7 +137,13 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
 
     @property
     def meta(self):
-        """The dataset's validated metadata (fps, features, episodes, tasks)."""
+        """``LeRobotMeta``: the metadata as LeRobot's ``LeRobotDatasetMetadata`` gives it (plain
+        feature dicts, numpy ``stats``, ...), for ``make_policy(cfg, ds_meta=dataset.meta)`` and the like."""
+        return self._core.lerobot_meta
+
+    @property
+    def typed_meta(self):
+        """``DatasetMeta``: this library's typed view (``Feature`` objects, ``EpisodeInfo`` by index)."""
         return self._core.meta
 
     @property
@@ -276,6 +282,12 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         A state whose seed, shuffle or fingerprint (source, revision, episode selection, windows,
         dataset size) differ from this dataset's is refused unless ``strict=False``.
         """
+        request, done = self._parse_state(state, strict=strict)
+        self._apply_state(request, done)
+
+    def _parse_state(self, state: Mapping[str, Any], *, strict: bool) -> tuple[_ResumeRequest, bool]:
+        """Check ``state`` and work out where it resumes, changing nothing: (the request, whether
+        the saved epoch is finished)."""
         if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
             raise ValueError(f"Not an episodestream stream state (expected format {STATE_FORMAT!r}): {state!r:.200}")
         for key in ("batches_consumed", "batch_size", "num_workers"):
@@ -331,10 +343,12 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
                 raise ValueError(message) from None
             warnings.warn(message + " Treating the epoch as finished (strict=False).", RuntimeWarning, stacklevel=2)
             point = None
-        done = point is None
+        return request, point is None
+
+    def _apply_state(self, request: _ResumeRequest, done: bool) -> None:
         self._resume_request = None if done else request
         self._resume_points = {}
-        self._epoch.set(epoch + 1 if done else epoch)
+        self._epoch.set(request.epoch + 1 if done else request.epoch)
         self._loads_seen = self._epoch.state_loaded()
 
     def planned_groups(self, steps: Iterator[tuple[int, int, int]],

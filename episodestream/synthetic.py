@@ -40,6 +40,7 @@ _MIN_SIDE = 64  # SVT-AV1 and flat block centres both want at least 64 pixels a 
 _DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 _VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 _EPISODES_PATH = "meta/episodes/chunk-000/file-000.parquet"
+_QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}  # the quantiles LeRobot writes
 
 
 def _checksum(frame_index: int, episode_index: int, camera_index: int) -> int:
@@ -242,7 +243,8 @@ def _png(image: np.ndarray) -> bytes:
 
 
 def _stats(values: np.ndarray, *, image: bool = False) -> dict[str, list]:
-    """One episode's stats; images reduce over frames and pixels to LeRobot's (3, 1, 1) in [0, 1]."""
+    """One episode's stats as LeRobot writes them: min, max, mean, std, count and the quantiles
+    q01..q99; images reduce over frames and pixels to LeRobot's (3, 1, 1) in [0, 1]."""
     if image:
         # From per-channel histograms: exact, and ~10x faster than float reductions over every pixel.
         hist = np.stack([np.bincount(values[..., c].ravel(), minlength=256) for c in range(3)])
@@ -250,22 +252,28 @@ def _stats(values: np.ndarray, *, image: bool = False) -> dict[str, list]:
         mean = hist @ levels / hist.sum(1)
         std = np.sqrt((hist * (levels - mean[:, None]) ** 2).sum(1) / hist.sum(1))
         low, high = levels[used.argmax(1)], levels[255 - used[:, ::-1].argmax(1)]
-        summary, shape = {"min": low, "max": high, "mean": mean, "std": std}, (3, 1, 1)
+        cdf = np.cumsum(hist, 1) / hist.sum(1, keepdims=True)
+        quantiles = {name: levels[(cdf < q).sum(1)] for name, q in _QUANTILES.items()}  # lowest level reaching q
+        summary, shape = {"min": low, "max": high, "mean": mean, "std": std, **quantiles}, (3, 1, 1)
     else:
         flat = values.reshape(len(values), -1).astype(np.float64)
-        summary, shape = {"min": flat.min(0), "max": flat.max(0), "mean": flat.mean(0), "std": flat.std(0)}, (-1,)
+        quantiles = {name: np.quantile(flat, q, axis=0) for name, q in _QUANTILES.items()}
+        summary = {"min": flat.min(0), "max": flat.max(0), "mean": flat.mean(0), "std": flat.std(0), **quantiles}
+        shape = (-1,)
     return {**{name: stat.reshape(shape).tolist() for name, stat in summary.items()}, "count": [len(values)]}
 
 
 def _pool(parts: list[dict[str, list]]) -> dict[str, list]:
-    """Dataset stats from episode stats, exactly: pooled mean and (population) variance."""
+    """Dataset stats from episode stats: pooled mean and (population) variance, exactly; quantiles
+    as LeRobot aggregates them, the count-weighted mean of the episodes' quantiles."""
     counts = np.array([p["count"][0] for p in parts], np.float64)
     means, stds = np.array([p["mean"] for p in parts]), np.array([p["std"] for p in parts])
     weights = (counts / counts.sum()).reshape((-1,) + (1,) * (means.ndim - 1))
     mean = (weights * means).sum(0)
     variance = (weights * (stds**2 + (means - mean) ** 2)).sum(0)
+    quantiles = {name: (weights * np.array([p[name] for p in parts])).sum(0).tolist() for name in _QUANTILES}
     return {"min": np.min([p["min"] for p in parts], 0).tolist(), "max": np.max([p["max"] for p in parts], 0).tolist(),
-            "mean": mean.tolist(), "std": np.sqrt(variance).tolist(), "count": [int(counts.sum())]}
+            "mean": mean.tolist(), "std": np.sqrt(variance).tolist(), "count": [int(counts.sum())], **quantiles}
 
 
 def _features(*, state_dim, cameras, image_keys, height, width, codec, fps, gop, crf) -> dict:

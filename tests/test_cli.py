@@ -8,16 +8,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from episodestream.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_demo_streams_and_reports_throughput(tmp_path):
+@pytest.mark.parametrize("loader,how", [("episode", "EpisodeLoader"), ("dataloader", "a DataLoader")])
+def test_demo_streams_and_reports_throughput(tmp_path, loader, how):
     result = subprocess.run([sys.executable, "-m", "episodestream", "demo", "--episodes", "3", "--episode-length",
-                             "20", "--height", "64", "--width", "96", "--out", str(tmp_path / "demo")],
-                            capture_output=True, text=True, timeout=180, cwd=REPO)
+                             "20", "--height", "64", "--width", "96", "--out", str(tmp_path / "demo"),
+                             "--loader", loader], capture_output=True, text=True, timeout=180, cwd=REPO)
     assert result.returncode == 0, result.stderr
+    assert f"streaming 60 samples with {how}" in result.stdout
     assert "samples: 60 " in result.stdout
     assert re.search(r"throughput: [0-9.]+ samples/s, [0-9.]+ frames/s", result.stdout)
 

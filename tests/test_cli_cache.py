@@ -1,6 +1,7 @@
-"""`episodestream cache ls|clear` and `episodestream prewarm` against a fake Hub on 127.0.0.1: prewarm
-fetches each episode's video once and pins it, a later run reads it from the cache (the server's
-counters show no video or metadata bytes), and clear never removes what a live process uses."""
+"""`episodestream cache ls|unpin|clear` and `episodestream prewarm` against a fake Hub on 127.0.0.1:
+prewarm fetches each episode's video once and pins it, a later run reads it from the cache (the
+server's counters show no video or metadata bytes), clear never removes what a live process uses,
+and a cache full of pins is said at once (with how to unpin) instead of stalling."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import time
 
 # huggingface_hub reads these when it is imported.
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -15,9 +17,9 @@ os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
 
 import pytest  # noqa: E402
 
-from episodestream import EpisodeStreamingDataset  # noqa: E402
+from episodestream import CacheFullError, EpisodeStreamingDataset  # noqa: E402
 from episodestream.cli import main  # noqa: E402
-from episodestream.remote import EntryState, NodeCache  # noqa: E402
+from episodestream.remote import EntryState, NodeCache, open_remote_source  # noqa: E402
 from episodestream.testing import FakeHub  # noqa: E402
 
 from .remote_streaming.conftest import assert_same_samples, cache_files  # noqa: E402
@@ -127,3 +129,89 @@ def test_prewarm_arguments_and_local_folders(dataset_root, capsys):
             main(["prewarm", "s3://bucket/prefix", *bad])
         assert stop.value.code == 2
     assert "expected a JSON object of fsspec options" in capsys.readouterr().err
+
+
+def _prewarm_needs(source: str, cache_dir, hub_url: str) -> tuple[int, int, int]:
+    """Metadata bytes; metadata + every episode's video as estimated from above (what `prewarm`
+    checks) and from the episodes' share of their files only (what `prewarm()` without meta checks)."""
+    from episodestream._metadata import load_metadata
+    from episodestream.remote._prewarm import _estimate_bytes
+
+    files = open_remote_source(source, cache_dir=cache_dir, hub_endpoint=hub_url, token=False)
+    try:
+        meta = load_metadata(files)
+        metadata = files.metadata_bytes()
+        return (metadata, metadata + sum(files.episode_cache_bytes(meta).values()),
+                metadata + _estimate_bytes(files, list(meta.episodes.values())))
+    finally:
+        files.close()
+
+
+def test_prewarm_beyond_cache_limit_ends_with_a_clear_error(hub_root, tmp_path, capsys):
+    from episodestream._metadata import load_metadata
+    from episodestream.remote._prewarm import prewarm
+
+    cache_dir = tmp_path / "cache"
+    with FakeHub(hub_root) as hub:
+        metadata, upper, shares = _prewarm_needs(REPO, tmp_path / "scratch", hub.url)
+        base = ["prewarm", REPO, "--cache-dir", str(cache_dir), "--hub-endpoint", hub.url, "--no-progress"]
+        # Too small (the "300KB over a larger source" case): refused before any video is fetched.
+        hub.reset_stats()
+        for limit in (metadata + 10_000, upper - 1):
+            assert main([*base, "--cache-limit", str(limit)]) == 1
+            err = capsys.readouterr().err
+            assert re.search(r"CacheFullError: Prewarming 6 episodes of hf://datasets/lerobot/main@[0-9a-f]{40} pins "
+                             r"about \d+ bytes .* Prewarm fewer episodes \(--episodes\), raise --cache-limit", err), err
+        assert _bytes_by_kind(hub.stats())["video"] == 0
+        # The estimate is from above: a limit of it is enough.
+        assert main([*base, "--cache-limit", str(upper)]) == 0
+        assert NodeCache(cache_dir).usage_bytes() <= upper
+        assert main(["cache", "unpin", "--cache-dir", str(cache_dir)]) == 0
+        assert cache_files(cache_dir) == []
+        # Checked only by the episodes' share (no meta given), the real spans overflow: the budget
+        # ends it, within the cache wait, instead of a prewarm that never ends.
+        files = open_remote_source(REPO, cache_dir=cache_dir, hub_endpoint=hub.url, token=False, cache_limit=shares,
+                                   cache_wait_s=1)
+        try:
+            episodes = list(load_metadata(files).episodes.values())
+            start_s = time.monotonic()
+            with pytest.raises(CacheFullError, match=r"^cache_limit=\d+ bytes .* is full"):
+                prewarm(files, episodes, progress=False)
+            assert time.monotonic() - start_s < 60
+        finally:
+            files.close()
+        capsys.readouterr()
+
+
+def test_pinned_cache_fails_fast_at_construction_until_unpinned(hub_root, dataset_root, tmp_path, capsys):
+    cache_dir = tmp_path / "cache"
+    other = tmp_path / "hub"
+    shutil.copytree(hub_root, other)
+    shutil.copytree(dataset_root, other / "datasets" / "lerobot" / "other")
+    with FakeHub(other) as hub:
+        build = dict(cache_dir=cache_dir, hub_endpoint=hub.url, token=False, **STREAM)
+        assert main(["prewarm", REPO, "--cache-dir", str(cache_dir), "--hub-endpoint", hub.url, "--no-progress"]) == 0
+        capsys.readouterr()
+        pinned = NodeCache(cache_dir).usage_bytes()
+        unlimited = EpisodeStreamingDataset(REPO, **build)
+        need = unlimited._core.files.minimum_cache_bytes(unlimited._core.meta, episodes_in_flight=6)  # 3 + 2 + 1
+        unlimited.close()
+        limit = need + pinned // 2  # enough for either source alone, not for "other" beside the pins
+        # The prewarmed source itself reads its pins: they do not count twice.
+        dataset = EpisodeStreamingDataset(REPO, cache_limit=limit, **build)
+        assert len(list(dataset)) == len(dataset)
+        dataset.close()
+        # Another source: refused now, not stalled mid-epoch.
+        start_s = time.monotonic()
+        with pytest.raises(CacheFullError) as caught:
+            EpisodeStreamingDataset("lerobot/other", cache_limit=limit, **build)
+        assert time.monotonic() - start_s < 30
+        message = str(caught.value)
+        assert re.search(rf"is full of pinned \(prewarmed\) entries: {pinned} bytes pinned \(\d+ entries "
+                         rf"\([\d.]+ MB\) of hub_lerobot_main_[0-9a-f]{{12}}-[0-9a-f]{{12}}\)", message), message
+        assert f"`episodestream cache unpin --cache-dir {cache_dir}`" in message
+        assert main(["cache", "unpin", "--cache-dir", str(cache_dir)]) == 0
+        assert re.search(r"unpinned \d+ entries .*; deleted \d+ no live process uses", capsys.readouterr().out)
+        assert cache_files(cache_dir) == []
+        dataset = EpisodeStreamingDataset("lerobot/other", cache_limit=limit, **build)
+        dataset.close()

@@ -192,6 +192,11 @@ def test_resuming_mid_epoch_with_another_batch_size_is_refused(many_episodes_roo
     other = _new_loader(many_episodes_root, batch_size=8)
     with pytest.raises(ValueError, match="batch_size=4 partway through epoch 0"):
         other.load_state_dict(loader.state_dict())
+    assert len(list(other)) == len(other.dataset) // 8 + 1 == 10  # nothing was loaded: a whole epoch 0
+    finished = _new_loader(many_episodes_root)
+    list(finished)
+    other.load_state_dict(finished.state_dict())  # a finished epoch: the next may use any batch size
+    assert other.dataset.epoch == 1
 
 
 def test_set_epoch_and_len(many_episodes_root):
@@ -312,3 +317,39 @@ def test_pin_memory_gives_pinned_batches(dataset_root):
     got = list(loader)
     assert all(v.is_pinned() for batch in got for v in batch.values() if isinstance(v, torch.Tensor))
     assert_same_batches(got, expected)
+
+
+def test_batch_memory_is_reused_only_once_nothing_refers_to_it(many_episodes_root):
+    camera = CAMERAS[0]
+    loader = _new_loader(many_episodes_root, num_threads=2)
+    loader.dataset._core.builder._return_uint8 = False  # float32 frames, the case reuse is for
+    expected = [b[camera].clone() for b in _reference_float_batches(many_episodes_root)]
+    kept = {}
+    for i, batch in enumerate(loader):
+        assert torch.equal(batch[camera], expected[i]), i
+        if i == 1:
+            kept["tensor"] = batch[camera]
+        elif i == 2:
+            kept["view"] = batch[camera][1:3]
+        elif i == 3:
+            kept["numpy"] = batch[camera].numpy()
+    assert loader._memory.reused > 0, "batches the trainer dropped are reused"
+    assert torch.equal(kept["tensor"], expected[1])
+    assert torch.equal(kept["view"], expected[2][1:3])
+    assert torch.equal(torch.from_numpy(kept["numpy"]), expected[3])
+
+
+def _reference_float_batches(root):
+    return reference_batches(root, 4, seed=3, episode_pool_size=3, episodes=list(range(8)))[0]
+
+
+def test_a_thread_that_cannot_start_its_decoders_fails_the_pass_not_hangs(many_episodes_root):
+    loader = _new_loader(many_episodes_root, num_threads=2)
+
+    def broken_cache(working_set):
+        raise OSError("no decoders today")
+
+    loader.dataset._core.decoder_cache = broken_cache
+    with pytest.raises(OSError, match="no decoders today"):
+        list(loader)
+    assert not _episodestream_threads() and loader.state_dict()["batches_consumed"] == 0

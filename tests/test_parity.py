@@ -95,14 +95,14 @@ def test_streamed_equals_map_style_and_lerobot_rules(dataset_root, windows):
 
 def test_sample_keys_match_lerobot(dataset_root):
     mapped = EpisodeDataset(dataset_root, delta_timestamps=DELTAS)
-    features = set(mapped.meta.features)
+    features = set(mapped.typed_meta.features)
     expected = features | {f"{k}_is_pad" for k in DELTAS} | {"task"}
     assert set(mapped[0]) == expected
 
 
 def test_dataset_really_rolls_over(dataset_root):
     """The parity test covers frames after a video-file rollover only if the dataset has them."""
-    meta = EpisodeDataset(dataset_root).meta
+    meta = EpisodeDataset(dataset_root).typed_meta
     for camera in CAMERAS:
         files = {ep.videos[camera].relpath for ep in meta.episodes.values()}
         assert len(files) >= 2, camera

@@ -105,7 +105,7 @@ def test_decoder_cache_is_sized_to_the_pool_and_reports(dataset_root):
     assert dataset.decoder_stats() is None
     count = sum(1 for _ in dataset)
     stats = dataset.decoder_stats()
-    assert stats["capacity"] == 2 * len(dataset.meta.video_keys)
+    assert stats["capacity"] == 2 * len(dataset.typed_meta.video_keys)
     assert stats["hits"] + stats["misses"] == 2 * count  # one lookup per camera per sample
     assert stats["misses"] >= 5 and stats["hits"] > stats["misses"]
 
@@ -166,7 +166,7 @@ def test_cuda_decoding_gives_the_cpu_frames(dataset_root):
 
     gpu = EpisodeStreamingDataset(dataset_root, decode_device="cuda", seed=0, return_uint8=True)
     for sample in gpu:
-        camera = gpu.meta.video_keys[0]
+        camera = gpu.typed_meta.video_keys[0]
         assert sample[camera].device.type == "cuda"
         assert decode_frame_ids(sample[camera].cpu())[:2] == (int(sample["episode_index"]), int(sample["frame_index"]))
 

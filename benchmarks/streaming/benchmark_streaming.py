@@ -112,7 +112,7 @@ class _CountingCache(NodeCache):
     byte range, a header's size, a whole file's size (from the entry's name and file)."""
 
     def __init__(self, cache: NodeCache) -> None:
-        super().__init__(cache.root, limit_bytes=cache.limit_bytes, timeout_s=cache.timeout_s)
+        super().__init__(cache.root, limit_bytes=cache.limit_bytes, timeout_s=cache.timeout_s, wait_s=cache.wait_s)
         self.counts: Counter[str] = Counter()
         self._count_lock = threading.Lock()
 
@@ -122,10 +122,10 @@ class _CountingCache(NodeCache):
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state, _count_lock=threading.Lock())
 
-    def acquire(self, name, holder, fetch, *, size_bytes, what=None):
+    def acquire(self, name, holder, fetch, *, size_bytes, what=None, stop=None):
         fetched = []
         path = super().acquire(name, holder, lambda tmp: (fetch(tmp), fetched.append(True)),
-                               size_bytes=size_bytes, what=what)
+                               size_bytes=size_bytes, what=what, stop=stop)
         if fetched:
             span = name.rsplit("/", 1)[1].removesuffix(".mp4").split("-") if "/spans/" in name else None
             miss_bytes = int(span[1]) - int(span[0]) if span else path.stat().st_size
@@ -266,7 +266,7 @@ def own_video_bytes(root: Path, episodes) -> int:
 def decode_calls(dataset: EpisodeStreamingDataset, num_workers: int) -> list[list[tuple[str, list[float]]]]:
     """Per worker, the decoder calls our pipeline makes: (file, sorted unique times) per file per group."""
     per_worker = []
-    half_frame_s = 0.5 / dataset.meta.fps
+    half_frame_s = 0.5 / dataset.typed_meta.fps
     for worker in range(max(1, num_workers)):
         world = World(rank=0, world_size=1, worker=worker, num_workers=max(1, num_workers))
         calls = []
@@ -542,7 +542,7 @@ def main(argv=None) -> int:
             parser.error(f"invalid {name} ({value}): expected a positive number")
 
     root = ensure_dataset(args)
-    video_keys = EpisodeStreamingDataset(root).meta.video_keys
+    video_keys = EpisodeStreamingDataset(root).typed_meta.video_keys
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     dtypes = ("float32", "uint8") if args.dtype == "both" else (args.dtype,)

@@ -90,7 +90,7 @@ def main(argv=None) -> int:
         parser.error(f"invalid --num-workers ({args.num_workers}): the transfer exists only with workers (>= 1)")
 
     root = ensure_dataset(args)
-    video_keys = EpisodeStreamingDataset(root).meta.video_keys
+    video_keys = EpisodeStreamingDataset(root).typed_meta.video_keys
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     report = {}

@@ -13,6 +13,10 @@ one episode's span); its name is a relative path. Next to entry ``NAME`` live:
                          the disk budget is the sum of these files
     NAME.refs/<marker>   one empty file per user: <host>-<pid>-<process start>-<holder>
 
+Budget: a download that does not fit waits (at most ``wait_s``, logging while it waits) for other
+users to release entries, except when pinned entries alone leave no room: pins stay until a user
+removes them, so that fails at once with a ``CacheFullError`` naming what is pinned.
+
 Every change happens under ``NAME.lock``. flock locks die with their process, so a process killed
 mid-download never leaves a lock held; what it leaves (a ``.tmp-`` file, a ``.bytes`` reservation,
 its marker) is recognised as stale and removed by the next process that takes the lock. A marker
@@ -24,6 +28,7 @@ from __future__ import annotations
 import enum
 import errno
 import fcntl
+import logging
 import os
 import secrets
 import socket
@@ -32,6 +37,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .._errors import CacheFullError  # defined outside remote/ so `episodestream` exports it cheaply
+
+logger = logging.getLogger("episodestream.remote")
+
+DEFAULT_WAIT_S = 300.0  # how long a download waits for cache space (EPISODESTREAM_CACHE_WAIT_S)
+_WAIT_LOG_AFTER_S = 5.0  # a wait this long is logged (short ones are a tight budget working), ...
+_WAIT_LOG_EVERY_S = 30.0  # ... and again this often
+_PINS_SHOWN = 5  # sources named in a message, the largest first
 _POLL_S = (0.005, 0.2)  # lock polling: first and longest sleep (doubling in between)
 _BUDGET_LOCK = ".budget.lock"
 _BLOCK_BYTES = 4096  # reservations round up to filesystem blocks
@@ -60,10 +73,6 @@ class EntryState(enum.Enum):
     REMOTE = "remote"
     FETCHING = "fetching"
     LOCAL = "local"
-
-
-class CacheFullError(RuntimeError):
-    """The disk budget cannot hold an entry, even after waiting for other users to release theirs."""
 
 
 def _process_start(pid: int) -> str:
@@ -96,14 +105,17 @@ def _process_alive(pid: int, start: str) -> bool:
 class NodeCache:
     """The cache under ``root`` with an optional disk budget (``limit_bytes``) for all of it.
 
-    Stateless apart from its settings, so it pickles into DataLoader workers as it is.
+    ``timeout_s`` bounds waits for an entry's lock (another process downloading it), ``wait_s``
+    waits for disk space. Stateless apart from its settings, so it pickles into DataLoader workers
+    as it is.
     """
 
     def __init__(self, root: str | os.PathLike, *, limit_bytes: int | None = None,
-                 timeout_s: float = 600.0) -> None:
+                 timeout_s: float = 600.0, wait_s: float = DEFAULT_WAIT_S) -> None:
         self.root = Path(root)
         self.limit_bytes = limit_bytes
         self.timeout_s = timeout_s
+        self.wait_s = wait_s
         self._host = socket.gethostname().replace("-", "_")
         self._me = (-1, "0")  # (pid, process start) of the process that made the last marker
 
@@ -190,12 +202,13 @@ class NodeCache:
     # -- acquire / release -----------------------------------------------------------------------
 
     def acquire(self, name: str, holder: str, fetch: Callable[[Path], None], *, size_bytes: int,
-                what: str | None = None) -> Path:
+                what: str | None = None, stop: Callable[[], bool] | None = None) -> Path:
         """Register ``holder`` as a user of ``name`` and return its local path, downloading it first
         (``fetch(temporary_path)`` writes the complete file) when no process on the node has it.
 
         ``size_bytes`` is what the entry will occupy on disk (reserved against the budget before
-        the download). Concurrent acquirers of one entry wait for the one download.
+        the download). Concurrent acquirers of one entry wait for the one download. ``stop()``
+        true ends a wait for space early (the caller no longer wants the entry).
         """
         what = what or name
         deadline = time.monotonic() + self.timeout_s
@@ -209,7 +222,7 @@ class NodeCache:
                 return path
             try:
                 self._remove_partial(name)  # FETCHING left by a dead process
-                self._reserve(name, size_bytes, deadline, what)
+                self._reserve(name, size_bytes, deadline, what, stop)
                 tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
                 try:
                     fetch(tmp)
@@ -297,25 +310,55 @@ class NodeCache:
         return [name for name, _ in list(self._reservations())
                 if not any(self._live(m) for m in self._users(name)) and self._try_delete_unused(name)]
 
-    def _reserve(self, name: str, size_bytes: int, deadline: float, what: str) -> None:
+    def pinned(self) -> dict[str, tuple[int, int]]:
+        """Pinned entries by source (the cache folder their names start with): (entries, bytes)."""
+        found: dict[str, tuple[int, int]] = {}
+        for name, size in self._reservations():
+            if (self._path(name + ".refs") / PIN_MARKER).exists():
+                source = name.replace(os.sep, "/").split("/", 1)[0]
+                entries, total = found.get(source, (0, 0))
+                found[source] = (entries + 1, total + size)
+        return found
+
+    def _reserve(self, name: str, size_bytes: int, deadline: float, what: str,
+                 stop: Callable[[], bool] | None = None) -> None:
         reservation = self._path(name + ".bytes")
         size_bytes = -(-size_bytes // _BLOCK_BYTES) * _BLOCK_BYTES  # files take whole blocks
-        if self.limit_bytes is not None and size_bytes > self.limit_bytes:
+        limit = self.limit_bytes
+        if limit is not None and size_bytes > limit:
             raise CacheFullError(f"{what} needs {size_bytes} bytes of cache, more than cache_limit="
-                                 f"{self.limit_bytes} bytes allows in all.")
+                                 f"{limit} bytes allows in all.")
+        start_s = time.monotonic()
+        wait_until = start_s + self.wait_s
+        log_at = start_s + min(_WAIT_LOG_AFTER_S, self.wait_s / 2)
         sleep_s = _POLL_S[0]
         while True:
-            with self._locked(self.root / _BUDGET_LOCK, deadline, "the cache budget"):
-                if self.limit_bytes is None or self._fits(size_bytes):
+            with self._locked(self.root / _BUDGET_LOCK, max(deadline, wait_until), "the cache budget"):
+                if limit is None or self._fits(size_bytes):
                     reservation.write_text(str(size_bytes))
                     return
-                used = self.usage_bytes()
-            if time.monotonic() > deadline:
+                used, pins = self.usage_bytes(), self.pinned()
+            pinned_bytes = sum(total for _, total in pins.values())
+            full = (f"cache_limit={limit} bytes ({limit / 1e6:.1f} MB) of the cache {self.root} is full "
+                    f"({used} bytes in use, {pinned_bytes} of them pinned{describe_pins(pins, ': ')}) and {what} "
+                    f"needs {size_bytes} more")
+            if pinned_bytes + size_bytes > limit:
+                # Pins never go by themselves: waiting for releases cannot make room.
+                raise CacheFullError(f"{full}; pinned entries stay until unpinned, so waiting cannot help. "
+                                     f"{unpin_hint(self.root)}, or raise cache_limit.")
+            now = time.monotonic()
+            if now > wait_until:
                 raise CacheFullError(
-                    f"cache_limit={self.limit_bytes} bytes is full ({used} bytes held by entries in use) and "
-                    f"{what} needs {size_bytes} more; waited {self.timeout_s:.0f} s for users to release "
-                    f"theirs. Raise cache_limit, or lower episode_pool_size, prefetch_episodes or the number "
-                    f"of DataLoader workers on this node.")
+                    f"{full}; waited {self.wait_s:g} s (EPISODESTREAM_CACHE_WAIT_S) for other users to release "
+                    f"theirs. Raise cache_limit, or lower episode_pool_size, prefetch_episodes or the number of "
+                    f"DataLoader workers on this node" + (f"; or unpin: {unpin_hint(self.root)}" if pins else "")
+                    + ".")
+            if stop is not None and stop():
+                raise CacheFullError(f"{full}; stopped waiting: {what} is no longer wanted.")
+            if now >= log_at:
+                logger.warning("%s; waiting for other users to release theirs (%.0f s so far, at most %g s: "
+                               "EPISODESTREAM_CACHE_WAIT_S).", full, now - start_s, self.wait_s)
+                log_at = now + _WAIT_LOG_EVERY_S
             time.sleep(sleep_s)
             sleep_s = min(_POLL_S[1], sleep_s * 2)
 
@@ -364,3 +407,19 @@ class NodeCache:
             return True
         finally:
             os.close(fd)
+
+
+def describe_pins(pins: dict[str, tuple[int, int]], prefix: str = "") -> str:
+    """'12 entries (1.2 MB) of <source key>, ...' for ``NodeCache.pinned()``; '' when nothing is pinned."""
+    if not pins:
+        return ""
+    largest = sorted(pins.items(), key=lambda item: (-item[1][1], item[0]))
+    shown = ", ".join(f"{entries} entries ({total / 1e6:.2f} MB) of {source}"
+                      for source, (entries, total) in largest[:_PINS_SHOWN])
+    more = len(largest) - _PINS_SHOWN
+    return prefix + shown + (f" and {more} more sources" if more > 0 else "")
+
+
+def unpin_hint(root: Path) -> str:
+    return (f"Unpin with `episodestream cache unpin --cache-dir {root}` (--source KEY for one source; "
+            f"`episodestream cache ls` lists them)")

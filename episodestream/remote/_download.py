@@ -57,7 +57,7 @@ from ._config import ControllerConfig
 from ._controller import DownloadController
 from ._process import process_state
 from ._reader import fetch_range
-from ._retry import DownloadError, RetryPolicy, parse_retry_after
+from ._retry import DownloadError, RetryPolicy, parse_retry_after, redact_url
 
 logger = logging.getLogger("episodestream.download")
 
@@ -245,8 +245,9 @@ class DownloadFetch:
         if _protocol(fs) == "s3":
             with state.lock:
                 _quiet_s3(fs, self.config)
-        return (lambda start, end, timeout_s: _checked(fetch_range(fs, path, start, end), start, end),
-                f"{_protocol(fs)}://{path.lstrip('/')}")
+        # http(s) paths are whole URLs, possibly with user:password@, which no error may show.
+        url = redact_url(path) if "://" in path else f"{_protocol(fs)}://{path.lstrip('/')}"
+        return (lambda start, end, timeout_s: _checked(fetch_range(fs, path, start, end), start, end)), url
 
 
 def default_fetch(config: ControllerConfig | Mapping[str, Any] | None = None) -> DownloadFetch:

@@ -26,14 +26,14 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from .._files import check_relpath
-from ._cache import NodeCache
+from ._cache import DEFAULT_WAIT_S, CacheFullError, NodeCache, describe_pins, unpin_hint
 from ._config import ControllerConfig
 from ._download import default_fetch
 from ._mp4 import Mp4Header, Mp4LayoutError, VideoTrack, read_header
 from ._process import process_state
 from ._reader import LARGE_READ_BYTES, ChunkedReader, FetchFn, RangedFile, ReadStats, fetch_range
-from ._resolve import (CACHE_LIMIT_ENV, FileEntry, ResolvedSource, default_cache_dir, error_line, list_source,
-                       response_status, resolve_source)
+from ._resolve import (CACHE_LIMIT_ENV, CACHE_WAIT_ENV, FileEntry, ResolvedSource, default_cache_dir, error_line,
+                       list_source, response_status, resolve_source)
 from ._retry import DownloadError
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ logger = logging.getLogger("episodestream.remote")
 
 SPAN_PAD_MAX_BYTES = 64 * 1024
 HEADER_BLOCK_BYTES = 4096
-_METADATA_FILES = ("meta/info.json", "meta/tasks.parquet")  # downloaded whole, with meta/episodes/
+_METADATA_FILES = ("meta/info.json", "meta/tasks.parquet", "meta/stats.json")  # downloaded whole, with meta/episodes/
 _EPISODES_METADATA = "meta/episodes/"
 _SPAN_PAD_FRACTION = 64  # pad each side by 1/64 of the span, at most SPAN_PAD_MAX_BYTES
 _DISK_SLACK_BYTES = 2 * 4096  # a sparse file's two written regions round up to filesystem blocks
@@ -152,6 +152,13 @@ class RemoteFiles:
     def secrets(self) -> list[str]:
         return self._resolved.secrets()
 
+    def pinned_bytes(self) -> tuple[dict[str, tuple[int, int]], int, int]:
+        """The cache's pins by source (``NodeCache.pinned``), and the bytes pinned for this source
+        and for all others."""
+        pins = self.cache.pinned()
+        own = pins.get(self._resolved.cache_key, (0, 0))[1]
+        return pins, own, sum(total for _, total in pins.values()) - own
+
     # -- DatasetFiles ----------------------------------------------------------------------------
 
     def exists(self, relpath: str) -> bool:
@@ -180,7 +187,7 @@ class RemoteFiles:
             state.held.add(name)
         return str(path)
 
-    def fetch_whole(self, relpath: str, *, holder: str) -> Path:
+    def fetch_whole(self, relpath: str, *, holder: str, stop: Callable[[], bool] | None = None) -> Path:
         """Acquire the whole-file cache entry of ``relpath`` for ``holder`` (downloading it if absent)."""
         relpath, entry = self._entry(relpath)
         name = self.cache_name("files", relpath)
@@ -193,7 +200,7 @@ class RemoteFiles:
                     out.write(self._guarded(lambda s=start, e=end: reader.read(remote, s, e, exact=True), relpath))
 
         return self.cache.acquire(name, holder, download, size_bytes=entry.size + _DISK_SLACK_BYTES,
-                                  what=f"{self.description}/{relpath}")
+                                  what=f"{self.description}/{relpath}", stop=stop)
 
     def open_input(self, relpath: str) -> RangedFile:
         relpath, _ = self._entry(relpath)
@@ -224,15 +231,15 @@ class RemoteFiles:
         return sum(entry.size + _DISK_SLACK_BYTES for relpath, entry in self._listing.items()
                    if relpath in _METADATA_FILES or relpath.startswith(_EPISODES_METADATA))
 
-    def minimum_cache_bytes(self, meta: DatasetMeta, episodes_in_flight: int) -> int:
-        """An estimate of the cache one consumer needs: the metadata, and the ``episodes_in_flight``
-        largest episodes' spans (1.25x their share of their files' bytes) with their files' headers
-        (twice: the header entry and its copy in the sparse file), for every camera."""
+    def episode_cache_bytes(self, meta: DatasetMeta) -> dict[int, int]:
+        """An upper estimate of the cache each episode's video takes, by episode index: its spans
+        (1.25x its share of its files' bytes) with their files' headers (twice: the header entry and
+        its copy in the sparse file), for every camera."""
         durations: dict[str, float] = {}
         for episode in meta.episodes.values():
             for span in episode.videos.values():
                 durations[span.relpath] = max(durations.get(span.relpath, 0.0), span.to_timestamp_s)
-        per_episode = []
+        per_episode = {}
         for episode in meta.episodes.values():
             total = 0
             for span in episode.videos.values():
@@ -242,11 +249,19 @@ class RemoteFiles:
                 share = (span.to_timestamp_s - span.from_timestamp_s) / max(durations[span.relpath], 1e-9)
                 header = min(entry.size, 16 * 1024 + 16 * int(durations[span.relpath] * meta.fps))
                 total += int(1.25 * share * entry.size) + 2 * header + 2 * _DISK_SLACK_BYTES
-            per_episode.append(total)
-        return self.metadata_bytes() + sum(sorted(per_episode, reverse=True)[:episodes_in_flight])
+            per_episode[episode.episode_index] = total
+        return per_episode
+
+    def minimum_cache_bytes(self, meta: DatasetMeta, episodes_in_flight: int) -> int:
+        """An estimate of the cache one consumer needs: the metadata, and the ``episodes_in_flight``
+        largest episodes' video (``episode_cache_bytes``)."""
+        largest = sorted(self.episode_cache_bytes(meta).values(), reverse=True)
+        return self.metadata_bytes() + sum(largest[:episodes_in_flight])
 
     def check_cache_budget(self, meta: DatasetMeta | None = None, *, episodes_in_flight: int = 0) -> None:
-        """Refuse a ``cache_limit`` below ``minimum_cache_bytes`` (the metadata alone without ``meta``)."""
+        """Refuse a ``cache_limit`` below ``minimum_cache_bytes`` (the metadata alone without ``meta``)
+        (``ValueError``), or one that pinned entries already in the cache leave too little of
+        (``CacheFullError``)."""
         limit = self.cache.limit_bytes
         if limit is None:
             return
@@ -257,10 +272,37 @@ class RemoteFiles:
             holds = (f"one consumer holds the metadata and up to {episodes_in_flight} episodes' video bytes "
                      f"(episode_pool_size + prefetch_episodes + 1), about")
         if limit < need:
+            self.close()  # the dataset will not be built: let go of the metadata it downloaded
             raise ValueError(
                 f"cache_limit={limit} bytes ({limit / 1e6:.1f} MB) is too small for {self.description}: {holds} "
                 f"{need} bytes ({need / 1e6:.1f} MB). Pass cache_limit of at least {need} bytes (plus the same "
                 f"video share again for each further DataLoader worker on a node), or lower episode_pool_size.")
+        try:
+            check_pinned_room(self, need, f"{holds} {need} bytes ({need / 1e6:.1f} MB)")
+        except CacheFullError:
+            self.close()
+            raise
+
+
+def check_pinned_room(files: RemoteFiles, need: int, needs: str) -> None:
+    """Raise ``CacheFullError`` when pinned entries leave ``files.cache`` less than ``need`` bytes.
+
+    Pins never go by themselves, so this is certain to stall and better said now. Other sources'
+    pins take their bytes; this source's pins are entries the run reads (its metadata, prewarmed
+    episodes), so they count only beyond what it needs.
+    """
+    cache = files.cache
+    if cache.limit_bytes is None:
+        return
+    pins, own, others = files.pinned_bytes()
+    if others + max(own, need) <= cache.limit_bytes:
+        return
+    free = max(0, cache.limit_bytes - others - own)
+    raise CacheFullError(
+        f"cache_limit={cache.limit_bytes} bytes ({cache.limit_bytes / 1e6:.1f} MB) of the cache {cache.root} is "
+        f"full of pinned (prewarmed) entries: {others + own} bytes pinned ({describe_pins(pins)}), {free} bytes "
+        f"free, and {files.description} needs more: {needs}. "
+        f"{unpin_hint(cache.root)}, or raise cache_limit.")
 
 
 class _Task:
@@ -342,7 +384,9 @@ class RemoteVideos:
         self._header_entries: set[str] = set()
         self._pool = _DaemonPool(threads)
         self._stats = {"spans": 0, "whole_files": 0, "waits": 0, "wait_s": 0.0}
-        self._timeout_s = self._cache.timeout_s
+        # A task waits for a lock (timeout_s) and twice for space (the header, the span): path()
+        # waits longer, so the task's own error (a CacheFullError naming the pins) is what surfaces.
+        self._timeout_s = self._cache.timeout_s + 2 * self._cache.wait_s
         # A consumer dropped without close() (a map-style dataset's, at exit) still lets go.
         weakref.finalize(self, _release_all, self._cache, self._holder, self._counts)
 
@@ -445,7 +489,7 @@ class RemoteVideos:
             return
         entry = path = error = None
         try:
-            entry, path = self._fetch(task.episode, task.key)
+            entry, path = self._fetch(task.episode, task.key, stop=lambda: task.cancelled)
         except BaseException as caught:  # handed to path(); this thread must keep serving
             error = caught
         with self._lock:
@@ -482,7 +526,7 @@ class RemoteVideos:
                 self._counts.pop(name, None)
             self._cache.release(name, self._holder)
 
-    def _header(self, relpath: str) -> tuple[Mp4Header, VideoTrack] | None:
+    def _header(self, relpath: str, stop: Callable[[], bool]) -> tuple[Mp4Header, VideoTrack] | None:
         """The mp4's header and sample tables (None: a layout we do not map; fetch it whole)."""
         with self._lock:
             lock = self._header_locks.setdefault(relpath, threading.Lock())
@@ -490,12 +534,12 @@ class RemoteVideos:
             with self._lock:
                 if relpath in self._headers:
                     return self._headers[relpath]
-            parsed = self._load_header(relpath)
+            parsed = self._load_header(relpath, stop)
             with self._lock:
                 self._headers[relpath] = parsed
             return parsed
 
-    def _load_header(self, relpath: str) -> tuple[Mp4Header, VideoTrack] | None:
+    def _load_header(self, relpath: str, stop: Callable[[], bool]) -> tuple[Mp4Header, VideoTrack] | None:
         files = self._files
         name = files.cache_name("headers", relpath, ".hdr")
         remote, size = files._remote_path(relpath), files.size(relpath)
@@ -512,7 +556,7 @@ class RemoteVideos:
             # Reserved before the header is known; moov is well under 1% of a LeRobot mp4.
             path = self._hold(name, lambda: self._cache.acquire(
                 name, self._holder, download, size_bytes=min(size, 1024 * 1024),
-                what=f"the header of {files.description}/{relpath}"))
+                what=f"the header of {files.description}/{relpath}", stop=stop))
         except Mp4LayoutError as error:
             logger.warning("%s/%s: %s; fetching the whole file for its episodes instead of their spans.",
                            files.description, relpath, error)
@@ -529,14 +573,14 @@ class RemoteVideos:
             self._header_entries.add(name)
         return parsed
 
-    def _fetch(self, episode: EpisodeInfo, key: str) -> tuple[str, str]:
+    def _fetch(self, episode: EpisodeInfo, key: str, stop: Callable[[], bool]) -> tuple[str, str]:
         files = self._files
         video = episode.videos[key]
         relpath = video.relpath
         if not files.exists(relpath):
             raise FileNotFoundError(f"Video file {files.description}/{relpath} (episode {episode.episode_index}, "
                                     f"{key}) is missing.")
-        parsed = self._header(relpath)
+        parsed = self._header(relpath, stop)
         span = None
         if parsed is not None:
             header, track = parsed
@@ -547,7 +591,7 @@ class RemoteVideos:
                                episode.episode_index, error)
         if span is None:
             name = files.cache_name("files", relpath)
-            path = self._hold(name, lambda: files.fetch_whole(relpath, holder=self._holder))
+            path = self._hold(name, lambda: files.fetch_whole(relpath, holder=self._holder, stop=stop))
             with self._lock:
                 self._stats["whole_files"] += 1
             return name, str(path)
@@ -572,7 +616,8 @@ class RemoteVideos:
 
         path = self._hold(name, lambda: self._cache.acquire(
             name, self._holder, build, size_bytes=header.size_bytes + (end - start) + _DISK_SLACK_BYTES,
-            what=f"{files.description}/{relpath} bytes {start}..{end} (episode {episode.episode_index})"))
+            what=f"{files.description}/{relpath} bytes {start}..{end} (episode {episode.episode_index})",
+            stop=stop))
         with self._lock:
             self._stats["spans"] += 1
         return name, str(path)
@@ -581,7 +626,7 @@ class RemoteVideos:
 def open_remote_source(source: str, *, revision: str | None = None, cache_dir: str | os.PathLike | None = None,
                        cache_limit: int | str | None = None, storage_options: Mapping[str, Any] | None = None,
                        hub_endpoint: str | None = None, token: Any = None, fetch_threads: int = 4,
-                       fetch_timeout_s: float = 600.0,
+                       fetch_timeout_s: float = 600.0, cache_wait_s: float | None = None,
                        download_config: ControllerConfig | Mapping[str, Any] | None = None) -> RemoteFiles:
     """Open a remote dataset: resolve ``source`` (Hub revisions to a commit), list its files once,
     and return a ``RemoteFiles`` reading through the node cache.
@@ -600,7 +645,10 @@ def open_remote_source(source: str, *, revision: str | None = None, cache_dir: s
         cache_limit: disk budget for the whole ``cache_dir``, e.g. "20GB" (default
             ``$EPISODESTREAM_CACHE_LIMIT``, else unlimited; entries are deleted when released anyway).
         fetch_threads: background downloads per consumer. fetch_timeout_s: how long a consumer waits
-            for an episode's bytes, a lock or cache space before raising.
+            for a lock on an entry another process downloads.
+        cache_wait_s: how long a download waits for other users to release cache space before a
+            ``CacheFullError`` (default ``$EPISODESTREAM_CACHE_WAIT_S``, else 300); no wait when
+            pinned entries alone leave no room.
     Downloading:
         download_config: the download controller's knobs (node-wide permits, retries, timeouts): a
             ``ControllerConfig``, a dict of its knobs (the rest from ``EPISODESTREAM_DOWNLOAD_*``) or
@@ -613,6 +661,9 @@ def open_remote_source(source: str, *, revision: str | None = None, cache_dir: s
     limit_bytes = None if cache_limit is None else parse_size_bytes("cache_limit", cache_limit)
     check_int("fetch_threads", fetch_threads, minimum=1)
     timeout_s = check_positive_float("fetch_timeout_s", fetch_timeout_s)
+    wait_s = env_override("cache_wait_s", cache_wait_s, CACHE_WAIT_ENV,
+                          lambda raw: check_positive_float("cache_wait_s", float(raw)))
+    wait_s = DEFAULT_WAIT_S if wait_s is None else check_positive_float("cache_wait_s", wait_s)
     if storage_options is not None and not isinstance(storage_options, Mapping):
         raise TypeError(f"storage_options must be a dict of fsspec options, got {type(storage_options).__name__}.")
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
@@ -620,7 +671,7 @@ def open_remote_source(source: str, *, revision: str | None = None, cache_dir: s
     resolved = resolve_source(source, revision=revision, storage_options=storage_options,
                               hub_endpoint=hub_endpoint, token=token)
     listing = list_source(resolved)
-    cache = NodeCache(root, limit_bytes=limit_bytes, timeout_s=timeout_s)
+    cache = NodeCache(root, limit_bytes=limit_bytes, timeout_s=timeout_s, wait_s=wait_s)
     cache.prune()  # leftovers of processes killed in earlier runs
     files = RemoteFiles(resolved, listing, cache=cache, fetch_threads=fetch_threads, fetch=fetch)
     files.check_cache_budget()  # before downloading metadata that would not fit

@@ -5,8 +5,9 @@ itself every epoch and every run fetches again. A *pin* is one more user of an e
 dies: the marker ``PIN_MARKER`` in ``NAME.refs/``, which ``NodeCache`` always counts as a live user,
 so a pinned entry survives releases, ``prune()`` and the disk budget (which never deletes an entry
 with a live user)
-until ``unpin`` (``episodestream cache clear``) removes the marker. Pinned entries count against
-``cache_limit`` like any other.
+until ``unpin`` (``episodestream cache unpin`` or ``cache clear``) removes the marker. Pinned entries
+count against ``cache_limit`` like any other, so ``prewarm`` first checks that what it would pin fits
+beside the pins already there.
 
 ``prewarm`` acquires exactly the entries a streaming run acquires (metadata files, each mp4's header,
 each episode's sparse span), through the same ``RemoteFiles``/``RemoteVideos`` code, and pins them; a
@@ -26,13 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._cache import PIN_MARKER, EntryState, NodeCache
+from ._cache import PIN_MARKER, CacheFullError, EntryState, NodeCache, describe_pins, unpin_hint
 
 if TYPE_CHECKING:
-    from .._metadata import EpisodeInfo
+    from .._metadata import DatasetMeta, EpisodeInfo
     from ._files import RemoteFiles
 
-_METADATA = ("meta/info.json", "meta/tasks.parquet")
+_METADATA = ("meta/info.json", "meta/tasks.parquet", "meta/stats.json")
 _EPISODES_METADATA = "meta/episodes"
 _CLEAR_LOCK_TIMEOUT_S = 5.0  # an entry whose lock is held longer is being downloaded: skipped
 
@@ -97,15 +98,46 @@ def _estimate_bytes(files: RemoteFiles, episodes: Sequence[EpisodeInfo]) -> int:
     return total
 
 
-def prewarm(files: RemoteFiles, episodes: Sequence[EpisodeInfo], *, progress: bool = True) -> PrewarmReport:
+def _check_room(files: RemoteFiles, episodes: Sequence[EpisodeInfo], meta: DatasetMeta | None) -> None:
+    """Refuse, before fetching, a prewarm whose pins cannot fit in ``cache_limit`` beside the other
+    sources' pins: everything prewarm fetches stays, so it would fill the cache and then stall.
+
+    With ``meta``, the episodes' video is estimated from above (``RemoteFiles.episode_cache_bytes``,
+    as the datasets' own budget check does), so a prewarm let through fits; without it, from their
+    share of their files only.
+    """
+    cache = files.cache
+    if cache.limit_bytes is None:
+        return
+    if meta is None:
+        video = _estimate_bytes(files, episodes)
+    else:
+        per_episode = files.episode_cache_bytes(meta)
+        video = sum(per_episode[episode.episode_index] for episode in episodes)
+    need = files.metadata_bytes() + video
+    pins, own, others = files.pinned_bytes()
+    if others + max(own, need) <= cache.limit_bytes:
+        return
+    raise CacheFullError(
+        f"Prewarming {len(episodes)} episodes of {files.description} pins about {need} bytes ({need / 1e6:.1f} MB: "
+        f"the metadata and their video), more than cache_limit={cache.limit_bytes} bytes of {cache.root} holds"
+        + (f" beside the {others} bytes other sources have pinned ({describe_pins(pins)})" if others else "")
+        + ". Prewarm fewer episodes (--episodes), raise --cache-limit"
+        + (f", or unpin the others. {unpin_hint(cache.root)}." if others else "."))
+
+
+def prewarm(files: RemoteFiles, episodes: Sequence[EpisodeInfo], *, progress: bool = True,
+            meta: DatasetMeta | None = None) -> PrewarmReport:
     """Fetch and pin the metadata and the video bytes (headers, spans) of ``episodes``.
 
     Episodes are admitted ``files.fetch_threads`` ahead, so as many downloads run at once as in a
     streaming consumer. Entries already pinned cost nothing. ``progress`` shows a tqdm bar in bytes
     (the total is an estimate from the episodes' share of their files). Close ``files`` afterwards:
-    its own references go, the pins stay.
+    its own references go, the pins stay. Under a ``cache_limit``, what would be pinned is checked
+    first (``CacheFullError`` if it cannot fit; pass the dataset's ``meta`` for an upper estimate).
     """
     cache = files.cache
+    _check_room(files, episodes, meta)
     start_s, fetched_before = time.perf_counter(), files.stats().bytes_fetched
     pinned: set[str] = set()
 
@@ -218,6 +250,36 @@ class ClearReport:
     removed_bytes: int
     skipped_in_use: int
     skipped_names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class UnpinReport:
+    """What ``unpin_all`` did: pins removed (and their bytes), and how many of those entries were
+    deleted at once (no live user) rather than left to their users' release."""
+
+    unpinned: int
+    unpinned_bytes: int
+    deleted: int
+
+
+def unpin_all(cache: NodeCache, *, source: str | None = None) -> UnpinReport:
+    """Remove the pin of every pinned entry (of the sources ``source`` selects), in use or not.
+
+    An entry no live process uses is deleted now; one in use goes when its last user releases it,
+    as if it had never been pinned. Unlike ``clear``, entries in use lose their pin too.
+    """
+    quick = NodeCache(cache.root, limit_bytes=cache.limit_bytes, timeout_s=_CLEAR_LOCK_TIMEOUT_S)
+    unpinned = unpinned_bytes = deleted = 0
+    for entry in list_entries(quick):
+        if not entry.pinned or not source_matches(entry.source, source):
+            continue
+        if unpin(quick, entry.name):
+            unpinned, unpinned_bytes = unpinned + 1, unpinned_bytes + entry.size_bytes
+        try:
+            deleted += quick.release(entry.name, "unpin")  # deletes when no live user is left
+        except TimeoutError:
+            pass  # being downloaded again right now: its users release it
+    return UnpinReport(unpinned, unpinned_bytes, deleted)
 
 
 def clear(cache: NodeCache, *, source: str | None = None) -> ClearReport:

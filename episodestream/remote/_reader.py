@@ -38,7 +38,10 @@ def fetch_range(fs: fsspec.AbstractFileSystem, path: str, start: int, end: int) 
     if end <= start:
         return b""
     if isinstance(fs, AsyncFileSystem):
-        return fs.cat_file(path, start=start, end=end)
+        data = fs.cat_file(path, start=start, end=end)
+        if len(data) > end - start and len(data) >= end:
+            data = data[start:end]  # a plain HTTP server that ignores Range sends the whole file
+        return data
     # ``size=end`` spares the filesystem a request for the real size: nothing past ``end`` is read.
     with fs.open(path, "rb", cache_type="none", size=end) as file:
         file.seek(start)

@@ -6,29 +6,47 @@ process that unpickles the result reads the same bytes even if the branch moves.
 the fsspec filesystem of their scheme (``s3://`` s3fs, ``gs://`` gcsfs, ``file://``, ...), with
 ``storage_options`` and the clients' usual credential lookup (AWS/GCP environment and config).
 
-Secrets (the Hub token, keys inside ``storage_options``) are never put into a description, an
-error message or a repr; errors from the clients are re-raised with them redacted and their chain
-cut, so no traceback shows a header either.
+Plain ``http(s)://`` servers list folders as HTML pages of links, without sizes: the listing then
+asks each file's size (HEAD, else a ranged GET), in parallel.
+
+Secrets (the Hub token, keys inside ``storage_options``, the ``user:password@`` of an http URL,
+which becomes an ``Authorization`` header) are never put into a description, an error message, a
+repr or a cache folder name; errors from the clients are re-raised with them redacted and their
+chain cut, so no traceback shows a header either.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import hashlib
+import logging
 import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote, urlparse, urlsplit
 
 import fsspec
+from fsspec.asyn import AsyncFileSystem
+
+from ._retry import redact_url
 
 DEFAULT_HUB_ENDPOINT = "https://huggingface.co"
 CACHE_DIR_ENV = "EPISODESTREAM_CACHE_DIR"
 CACHE_LIMIT_ENV = "EPISODESTREAM_CACHE_LIMIT"
+CACHE_WAIT_ENV = "EPISODESTREAM_CACHE_WAIT_S"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
-_SECRET_KEYS = ("token", "secret", "key", "password", "credential", "session")
+_SECRET_KEYS = ("token", "secret", "key", "password", "credential", "session", "authorization")
+_HTTP = ("http", "https")
+_SIZE_REQUESTS_IN_FLIGHT = 16  # concurrent HEADs while sizing an HTTP listing
+SUPPORTED_SOURCES = ("a local folder (or file:// URL), a Hub repo id 'owner/name', hf://datasets/owner/name, "
+                     "s3://bucket/prefix, gs://bucket/prefix, http(s)://server/folder (a server that lists "
+                     "folders), or another fsspec URL whose filesystem needs only the path and storage_options")
+
+logger = logging.getLogger("episodestream.remote")
 
 
 @dataclass(frozen=True)
@@ -44,7 +62,7 @@ class ResolvedSource:
     """Where a remote dataset is, as plain picklable data; ``filesystem()`` makes a client."""
 
     protocol: str  # fsspec protocol: "hf", "s3", "gs", "file", ...
-    root: str  # the dataset root inside the filesystem, without protocol
+    root: str  # the dataset root inside the filesystem, without protocol (http: the URL, without credentials)
     description: str  # for messages, e.g. "hf://datasets/lerobot/pusht@<sha>" (never a secret)
     cache_key: str  # the cache folder of this source (and revision)
     revision_sha: str | None = None  # Hub only: the commit every process reads
@@ -82,6 +100,29 @@ def _secrets(token: Any, options: Mapping[str, Any]) -> list[str]:
     return found
 
 
+def _userinfo(url: str) -> list[str]:
+    """The ``user:password`` of a URL (and its parts, decoded too) as secrets to redact."""
+    netloc = urlsplit(url).netloc
+    if "@" not in netloc:
+        return []
+    userinfo = netloc.rsplit("@", 1)[0]
+    password = userinfo.partition(":")[2]
+    found = {userinfo, unquote(userinfo)} | ({password, unquote(password)} if len(password) >= 3 else set())
+    return sorted(found, key=len, reverse=True)  # the longest first, so no part is left half-redacted
+
+
+def _with_basic_auth(parsed: Any, options: dict) -> dict:
+    """``storage_options`` with the URL's ``user:password`` as a Basic ``Authorization`` header on
+    every request (fsspec's HTTP filesystem sends ``headers`` with each); the caller's own
+    ``Authorization`` header wins."""
+    if parsed.username is None:
+        return options
+    pair = f"{unquote(parsed.username)}:{unquote(parsed.password or '')}"
+    headers = dict(options.get("headers") or {})
+    headers.setdefault("Authorization", "Basic " + base64.b64encode(pair.encode()).decode())
+    return {**options, "headers": headers}
+
+
 def redact(text: str, secrets: Iterable[str]) -> str:
     for secret in secrets:
         if secret:
@@ -90,8 +131,12 @@ def redact(text: str, secrets: Iterable[str]) -> str:
 
 
 def response_status(error: BaseException) -> int | None:
-    """The HTTP status on a client error's ``response`` (huggingface_hub, requests, httpx), if any."""
-    return getattr(getattr(error, "response", None), "status_code", None)
+    """The HTTP status on a client error's ``response`` (huggingface_hub, requests, httpx) or on
+    the error itself (aiohttp, under fsspec's HTTP filesystem), if any."""
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    if status is None and isinstance(getattr(error, "status", None), int):
+        status = error.status
+    return status
 
 
 def error_line(error: BaseException, secrets: Iterable[str], *, default: str | None = None) -> str:
@@ -137,18 +182,36 @@ def resolve_source(source: str, *, revision: str | None, storage_options: Mappin
         raise ValueError(f"token= is for Hub datasets; pass credentials for {parsed.scheme}:// in "
                          f"storage_options (or the client's usual environment and config).")
     protocol = parsed.scheme
+    shown = redact_url(source)
     try:
         fs_class = fsspec.get_filesystem_class(protocol)
     except (ImportError, ValueError) as error:
         hint = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs"}.get(protocol)
-        raise ImportError(f"source {source!r} needs the fsspec filesystem for {protocol}://"
-                          + (f": pip install {hint}" if hint else "") + f" ({error})") from None
-    root = fs_class._strip_protocol(source).rstrip("/")
-    description = f"{protocol}://{root.lstrip('/')}" if protocol != "file" else f"file://{root}"
+        raise ImportError(f"source {shown!r} needs the fsspec filesystem for {protocol}://"
+                          + (f": pip install {hint}" if hint else "") + f" ({redact(str(error), _userinfo(source))}). "
+                          f"Sources are {SUPPORTED_SOURCES}.") from None
+    if protocol in _HTTP:
+        # fsspec's HTTP paths are whole URLs. Credentials move from the URL to a header sent with
+        # every request, so no path, log line or message of ours or fsspec's holds them.
+        options = _with_basic_auth(parsed, options)
+        root = redact_url(source).rstrip("/") if parsed.username is not None else source.rstrip("/")
+        description = root
+    else:
+        root = fs_class._strip_protocol(source).rstrip("/")
+        description = f"{protocol}://{root.lstrip('/')}" if protocol != "file" else f"file://{root}"
     identity = (protocol, root, repr(sorted((k, repr(v)) for k, v in options.items()
                                               if k in ("endpoint_url", "client_kwargs"))))
-    return ResolvedSource(protocol, root, description, _cache_key(*identity, readable=f"{protocol}_{root}"),
-                          storage_options=options)
+    # The folder is named after the description, which never holds credentials.
+    resolved = ResolvedSource(protocol, root, description,
+                              _cache_key(*identity, readable=f"{protocol}_{description.split('://', 1)[-1]}"),
+                              storage_options=options)
+    try:
+        resolved.filesystem()  # made again, per process, when read; this is the check that it can be
+    except Exception as error:  # a filesystem that needs more than the path (ftp: host=, ...), a bad option
+        raise ValueError(f"source {shown!r}: the fsspec filesystem for {protocol}:// cannot be made from this URL "
+                         f"and storage_options ({type(error).__name__}: {error_line(error, resolved.secrets())}). "
+                         f"Sources are {SUPPORTED_SOURCES}.") from None
+    return resolved
 
 
 def _parse_hf_url(source: str) -> tuple[str, str, str | None]:
@@ -237,15 +300,91 @@ def list_source(resolved: ResolvedSource) -> dict[str, FileEntry]:
             raise FileNotFoundError(f"{resolved.description} not found: {message}") from None
         raise ConnectionError(f"Listing {resolved.description} failed: {type(error).__name__}: {message}") from None
     root = resolved.root.rstrip("/")
-    listing = {}
+    infos = {}
     for path, info in found.items():
         path = fs._strip_protocol(path) if "://" in path else path
-        if not path.startswith(root + "/") or info.get("type", "file") != "file":
-            continue
-        version = next((str(info[k]) for k in ("blob_id", "ETag", "etag", "md5Hash", "generation", "mtime", "oid")
-                        if info.get(k)), "")
-        listing[path[len(root) + 1:]] = FileEntry(int(info.get("size") or 0), version)
-    if not listing:
+        if path.startswith(root + "/") and info.get("type", "file") == "file":
+            infos[path[len(root) + 1:]] = info
+    if not infos:
         raise FileNotFoundError(f"{resolved.description} holds no files: check the path (a LeRobot v3.0 dataset "
                                 f"has meta/info.json below its root).")
+    unsized = sorted(relpath for relpath, info in infos.items() if info.get("size") is None)
+    if unsized:  # an HTML folder listing (plain HTTP servers) has links, not sizes
+        infos.update(_sized(fs, resolved, unsized))
+    listing = {}
+    for relpath, info in infos.items():
+        version = next((str(info[k]) for k in ("blob_id", "ETag", "etag", "md5Hash", "generation", "mtime", "oid",
+                                                "Last-Modified") if info.get(k)), "")
+        listing[relpath] = FileEntry(int(info["size"]), version)
     return listing
+
+
+def _sized(fs: fsspec.AbstractFileSystem, resolved: ResolvedSource, relpaths: list[str]) -> dict[str, dict]:
+    """``info`` (with a size) of each file: HEAD, else a GET's headers (fsspec's ``info``), else a
+    ranged GET's ``Content-Range``; requests in parallel on async filesystems."""
+    urls = [resolved.path(relpath) for relpath in relpaths]
+    if isinstance(fs, AsyncFileSystem):
+        async def all_infos() -> list:
+            gate = asyncio.Semaphore(_SIZE_REQUESTS_IN_FLIGHT)
+
+            async def one(url: str) -> Any:
+                async with gate:
+                    try:
+                        info = await fs._info(url)
+                        if info.get("size") is None and resolved.protocol in _HTTP:
+                            info["size"] = await _ranged_size(fs, url)
+                        return info
+                    except Exception as error:  # returned, so one failure does not leave others running
+                        return error
+
+            return await asyncio.gather(*(one(url) for url in urls))
+
+        results = fsspec.asyn.sync(fs.loop, all_infos)
+    else:
+        results = []
+        for url in urls:
+            try:
+                results.append(fs.info(url))
+            except Exception as error:
+                results.append(error)
+    infos = {}
+    for relpath, result in zip(relpaths, results):
+        where = f"{resolved.description}/{relpath}"
+        if isinstance(result, BaseException):
+            raise ConnectionError(f"Asking the size of {where} failed: {type(result).__name__}: "
+                                  f"{error_line(result, resolved.secrets())}") from None
+        if result.get("size") is None:
+            raise OSError(f"{where}: the server gives no size for it (no Content-Length on HEAD or GET, no "
+                          f"Content-Range on a ranged GET); episodestream needs file sizes to read byte ranges.")
+        infos[relpath] = result
+    if resolved.protocol in _HTTP and isinstance(fs, AsyncFileSystem):
+        _warn_without_ranges(fs, resolved, relpaths)
+    return infos
+
+
+async def _first_byte(fs: Any, url: str) -> tuple[int, Any]:
+    """Status and headers of a GET of ``url``'s first byte (the body is not read)."""
+    options = dict(fs.kwargs)
+    headers = {**options.pop("headers", {}), "Range": "bytes=0-0"}
+    session = await fs.set_session()
+    async with session.get(fs.encode_url(url), headers=headers, **options) as response:
+        return response.status, response.headers
+
+
+async def _ranged_size(fs: Any, url: str) -> int | None:
+    _, headers = await _first_byte(fs, url)
+    total = headers.get("Content-Range", "").rpartition("/")[2]
+    return int(total) if total.isdigit() else None
+
+
+def _warn_without_ranges(fs: Any, resolved: ResolvedSource, relpaths: list[str]) -> None:
+    """One ranged GET: a server that ignores ``Range`` works (reads are cut from whole bodies) but
+    sends the whole file for every read, which a user should know."""
+    try:
+        status, _ = fsspec.asyn.sync(fs.loop, _first_byte, fs, resolved.path(relpaths[0]))
+    except Exception:  # the reads will say what is wrong, naming the file
+        return
+    if status == 200:
+        logger.warning("%s ignores HTTP Range requests (it answered a ranged GET of %s with the whole file): "
+                       "every read downloads whole files. Serve it with a server that supports Range.",
+                       resolved.description, relpaths[0])

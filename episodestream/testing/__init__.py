@@ -1,17 +1,21 @@
 """Loopback servers that stand in for remote storage in tests and benchmarks.
 
-``FakeHub`` serves dataset folders as Hugging Face Hub repos, ``S3Server`` is an S3 endpoint (moto)
-and ``ShapingProxy`` sits in front of either to throttle, delay and break the link. Each binds to
+``FakeHub`` serves dataset folders as Hugging Face Hub repos, ``S3Server`` is an S3 endpoint (moto),
+``HttpServer`` a plain HTTP file server (the standard library's, with Range requests and Basic auth)
+and ``ShapingProxy`` sits in front of any of them to throttle, delay and break the link. Each binds to
 127.0.0.1 on a free port when started and stops its threads when stopped; importing this package
 starts nothing and imports neither moto nor huggingface_hub.
 """
 
 from ._fake_hub import FakeHub, HubStats, PathStats
+from ._http import HttpServer, HttpStats
 from ._s3 import S3Server
 from ._shaping_proxy import LinkSettings, ProxyStats, ShapingProxy
 
 __all__ = [
     "FakeHub",
+    "HttpServer",
+    "HttpStats",
     "HubStats",
     "LinkSettings",
     "PathStats",

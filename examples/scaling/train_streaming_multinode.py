@@ -5,10 +5,12 @@
 
 No DistributedSampler and no ``accelerator.prepare(dataloader)``: every rank builds its own
 ``EpisodeStreamingDataset``, which reads its rank and world size from torch.distributed (set up by
-Accelerate) and streams a disjoint, equal-sized share of each epoch. The stream state is saved next
-to Accelerate's checkpoint (``stream_state.json``) and restored on restart, so a preempted job
-continues with exactly the samples it would have seen. ``--dummy`` only loads data and logs
-throughput (samples/s and frames/s per node).
+Accelerate) and streams a disjoint, equal-sized share of each epoch. By default batches come from
+``EpisodeLoader`` (decode threads in the trainer's process; ``--loader dataloader`` uses DataLoader
+worker processes instead). The loader's state is saved next to Accelerate's checkpoint
+(``stream_state.json``) and restored on restart, so a preempted job continues with exactly the
+samples it would have seen. ``--dummy`` only loads data and logs throughput (samples/s and frames/s
+per node).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch.nn as nn
 import torch.utils.data
 from accelerate import Accelerator
 
-from episodestream import EpisodeStreamingDataset, stream_state, write_synthetic_dataset
+from episodestream import EpisodeLoader, EpisodeStreamingDataset, stream_state, write_synthetic_dataset
 
 
 class TinyPolicy(nn.Module):
@@ -44,7 +46,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--output-dir", default="outputs/train_streaming_multinode")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--num-workers", type=int, default=2)
+    parser.add_argument("--loader", choices=("episode", "dataloader"), default="episode",
+                        help="episode: EpisodeLoader (decode threads in this process); dataloader: torch "
+                             "DataLoader with --num-workers worker processes")
+    parser.add_argument("--num-threads", type=int, default=None, help="EpisodeLoader decode threads "
+                        "(default: the cores this process may use)")
+    parser.add_argument("--num-workers", type=int, default=2, help="DataLoader worker processes")
     parser.add_argument("--pool-size", type=int, default=16)
     parser.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (all epochs)")
     parser.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints")
@@ -73,10 +80,13 @@ def main(argv=None) -> None:
 
     dataset = EpisodeStreamingDataset(root, episode_pool_size=args.pool_size, seed=0,
                                       delta_timestamps=None)  # add your policy's windows here
-    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=args.num_workers)
-    camera = dataset.meta.video_keys[0]
-    state_dim = dataset.meta.features["observation.state"].shape[0]
-    action_dim = dataset.meta.features["action"].shape[0]
+    if args.loader == "episode":
+        loader = EpisodeLoader(dataset, args.batch_size, num_threads=args.num_threads)
+    else:
+        loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=args.num_workers)
+    camera = dataset.typed_meta.video_keys[0]
+    state_dim = dataset.typed_meta.features["observation.state"].shape[0]
+    action_dim = dataset.typed_meta.features["action"].shape[0]
     model = TinyPolicy(state_dim, action_dim)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model, optimizer = accelerator.prepare(model, optimizer)  # never the loader: the dataset shards itself
@@ -86,7 +96,8 @@ def main(argv=None) -> None:
     if (checkpoint / "stream_state.json").exists():
         accelerator.load_state(str(checkpoint))
         saved = json.loads((checkpoint / "stream_state.json").read_text())
-        dataset.load_state_dict(saved["stream"])
+        # Either loader resumes either's state (elastically when ranks or workers changed).
+        (loader if args.loader == "episode" else dataset).load_state_dict(saved["stream"])
         step, batches_done = saved["step"], saved["stream"]["batches_consumed"]
         accelerator.print(f"resumed at step {step}: epoch {saved['stream']['epoch']}, "
                           f"batch {batches_done} of that epoch")
@@ -94,12 +105,14 @@ def main(argv=None) -> None:
     def save() -> None:
         accelerator.save_state(str(checkpoint))
         if accelerator.is_main_process:  # every rank's stream state is the same file
-            state = {"step": step, "stream": stream_state(loader, batches_done)}
+            # EpisodeLoader knows its position; a DataLoader needs the trainer's batch count.
+            stream = loader.state_dict() if args.loader == "episode" else stream_state(loader, batches_done)
+            state = {"step": step, "stream": stream}
             (checkpoint / "stream_state.json").write_text(json.dumps(state))
         accelerator.wait_for_everyone()
 
     indices: list[int] = []
-    frames_per_sample = len(dataset.meta.video_keys)
+    frames_per_sample = len(dataset.typed_meta.video_keys)
     start_epoch = dataset.epoch
     for epoch in range(start_epoch, args.epochs):
         start, samples = time.perf_counter(), 0

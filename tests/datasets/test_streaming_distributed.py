@@ -35,7 +35,7 @@ def _launch(out: Path, dataset: Path, *extra: str) -> None:
     command = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
                str(EXAMPLE), "--dataset", str(dataset), "--output-dir", str(out), "--record-indices",
-               "--num-workers", "1", "--batch-size", "8", "--epochs", "1", *extra]
+               "--num-workers", "1", "--num-threads", "1", "--batch-size", "8", "--epochs", "1", *extra]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, cwd=REPO)
     assert result.returncode == 0, f"accelerate launch failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
 
@@ -60,13 +60,15 @@ def test_ranks_get_disjoint_equal_shares(many_episodes_root, tmp_path):
     assert total >= frames - 1
 
 
-def test_resume_after_checkpoint_continues_exactly(many_episodes_root, tmp_path):
-    _launch(tmp_path / "full", many_episodes_root, "--checkpoint-every", "0")
-    _launch(tmp_path / "resumed", many_episodes_root, "--checkpoint-every", "3", "--max-steps", "3")
+@pytest.mark.parametrize("loader", ["episode", "dataloader"])
+def test_resume_after_checkpoint_continues_exactly(many_episodes_root, tmp_path, loader):
+    _launch(tmp_path / "full", many_episodes_root, "--checkpoint-every", "0", "--loader", loader)
+    _launch(tmp_path / "resumed", many_episodes_root, "--checkpoint-every", "3", "--max-steps", "3",
+            "--loader", loader)
     before = _indices(tmp_path / "resumed")
     for path in (tmp_path / "resumed").glob("indices-rank*.json"):
         path.unlink()
-    _launch(tmp_path / "resumed", many_episodes_root, "--checkpoint-every", "0")
+    _launch(tmp_path / "resumed", many_episodes_root, "--checkpoint-every", "0", "--loader", loader)
     after = _indices(tmp_path / "resumed")
     state = json.loads((tmp_path / "resumed" / "checkpoint" / "stream_state.json").read_text())
     assert state["stream"]["batches_consumed"] == 3 and state["step"] == 3

@@ -70,7 +70,7 @@ def test_each_span_fetched_once_per_node_and_bytes_per_episode(hub_root, spans_r
         hub.reset_stats()
         got = list(torch.utils.data.DataLoader(dataset, **loader_options))
         stats, gets = hub.stats(), list(hub.gets)
-        meta = dataset.meta
+        meta = dataset.typed_meta
     assert_same_samples(got, local)
     assert cache_files(tmp_path / "cache") == []
 

@@ -3,6 +3,7 @@ by live processes only, atomic entries, the disk budget, and a process killed mi
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import signal
@@ -14,9 +15,10 @@ import pytest
 
 from episodestream import EpisodeStreamingDataset
 from episodestream.remote import CacheFullError, EntryState, NodeCache, open_remote_source
+from episodestream.remote._prewarm import pin, unpin_all
 from episodestream.testing import FakeHub, ShapingProxy
 
-from .conftest import SPANS_REPO, assert_same_samples, cache_files, remote_dataset
+from .conftest import REPO, SPANS_REPO, assert_same_samples, cache_files, remote_dataset
 
 FORK = multiprocessing.get_context("fork")
 
@@ -95,10 +97,10 @@ def test_users_that_died_do_not_count(tmp_path):
 
 def test_budget_waits_for_space_and_evicts_what_nobody_uses(tmp_path):
     root = tmp_path / "cache"
-    cache = NodeCache(root, limit_bytes=20_000, timeout_s=0.5)
+    cache = NodeCache(root, limit_bytes=20_000, timeout_s=0.5, wait_s=0.5)
     cache.acquire("x.bin", "a", lambda tmp: tmp.write_bytes(b"x" * 12_000), size_bytes=12_000)
     assert cache.usage_bytes() == 12_288  # whole 4 KiB blocks
-    with pytest.raises(CacheFullError, match=r"cache_limit=20000 bytes is full .* y\.bin needs 12288 more"):
+    with pytest.raises(CacheFullError, match=r"cache_limit=20000 bytes .* is full .* y\.bin needs 12288 more; waited"):
         cache.acquire("y.bin", "b", lambda tmp: tmp.write_bytes(b"y" * 12_000), size_bytes=12_000)
     assert cache.state("y.bin") is EntryState.REMOTE
     with pytest.raises(CacheFullError, match="more than cache_limit=20000 bytes allows in all"):
@@ -120,6 +122,74 @@ def test_budget_waits_for_space_and_evicts_what_nobody_uses(tmp_path):
     assert cache_files(root) == []
 
 
+def _payload(size: int):
+    return lambda tmp: tmp.write_bytes(b"p" * size)
+
+
+def test_pinned_entries_fail_fast_and_waits_are_bounded_and_logged(tmp_path, caplog):
+    root = tmp_path / "cache"
+    # wait_s is long: only the pins can make this fail at once.
+    cache = NodeCache(root, limit_bytes=100_000, timeout_s=5, wait_s=600)
+    for name in ("src-a/spans/one.mp4", "src-a/spans/two.mp4", "src-b/files/meta.json"):
+        cache.acquire(name, "prewarm", _payload(20_000), size_bytes=20_000)
+        pin(cache, name)
+        cache.release(name, "prewarm")  # the pin keeps it
+    assert cache.pinned() == {"src-a": (2, 40_960), "src-b": (1, 20_480)}
+    start_s = time.monotonic()
+    with pytest.raises(CacheFullError) as caught:
+        cache.acquire("src-c/spans/new.mp4", "reader", _payload(40_000), size_bytes=40_000)
+    assert time.monotonic() - start_s < 5
+    message = str(caught.value)
+    for said in ("61440 of them pinned", "2 entries (0.04 MB) of src-a", "1 entries (0.02 MB) of src-b",
+                 "src-c/spans/new.mp4 needs 40960 more", "waiting cannot help",
+                 f"episodestream cache unpin --cache-dir {root}"):
+        assert said in message, (said, message)
+    assert cache.state("src-c/spans/new.mp4") is EntryState.REMOTE
+
+    # Room beside the pins, held by a live user: a bounded wait, logged while it lasts.
+    cache.acquire("src-c/spans/held.mp4", "other", _payload(30_000), size_bytes=30_000)
+    waiting = NodeCache(root, limit_bytes=100_000, timeout_s=5, wait_s=0.6)
+    caplog.set_level(logging.WARNING, logger="episodestream.remote")
+    start_s = time.monotonic()
+    with pytest.raises(CacheFullError, match=r"needs 32768 more; waited 0.6 s \(EPISODESTREAM_CACHE_WAIT_S\)"):
+        waiting.acquire("src-c/spans/next.mp4", "reader", _payload(32_000), size_bytes=32_000)
+    assert 0.6 <= time.monotonic() - start_s < 5
+    assert "waiting for other users to release theirs" in caplog.text
+    # A caller that no longer wants the entry stops waiting at once.
+    patient = NodeCache(root, limit_bytes=100_000, timeout_s=5, wait_s=600)
+    with pytest.raises(CacheFullError, match="stopped waiting"):
+        patient.acquire("src-c/spans/next.mp4", "reader", _payload(32_000), size_bytes=32_000, stop=lambda: True)
+    cache.release("src-c/spans/held.mp4", "other")
+    patient.acquire("src-c/spans/next.mp4", "reader", _payload(32_000), size_bytes=32_000)
+    patient.release("src-c/spans/next.mp4", "reader")
+
+
+def test_pins_that_fill_the_cache_mid_epoch_end_it_at_once(hub_root, tmp_path, monkeypatch):
+    """Pins made after the dataset was built (a prewarm running beside it) leave no room: the
+    epoch ends with the cache's CacheFullError, not a TimeoutError after a long wait."""
+    monkeypatch.setenv("EPISODESTREAM_CACHE_WAIT_S", "600")
+    limit = 2_000_000
+    with FakeHub(hub_root) as hub, remote_dataset(EpisodeStreamingDataset, REPO, cache_dir=tmp_path / "cache",
+                                                  hub_endpoint=hub.url, token=False, cache_limit=limit,
+                                                  episode_pool_size=2) as dataset:
+        files = dataset._core.files
+        cache = files.cache
+        for name in cache.entries():  # the metadata the dataset holds
+            pin(cache, name)
+        room = (limit - cache.usage_bytes() - 4096) // 4096 * 4096  # less than any mp4 header is left
+        cache.acquire("other-source/files/blob.bin", "prewarm", _payload(room), size_bytes=room)
+        pin(cache, "other-source/files/blob.bin")
+        cache.release("other-source/files/blob.bin", "prewarm")
+        start_s = time.monotonic()
+        with pytest.raises(CacheFullError) as caught:
+            list(dataset)
+        assert time.monotonic() - start_s < 30
+        message = str(caught.value)
+        assert "waiting cannot help" in message and "other-source" in message and "cache unpin" in message
+        unpin_all(cache)
+    assert cache_files(tmp_path / "cache") == []
+
+
 def _fetch_span_in_child(files, episode) -> None:
     videos = files.episode_videos()
     videos.path(episode, next(iter(episode.videos)))  # killed while this downloads
@@ -134,7 +204,7 @@ def test_process_killed_mid_download_leaves_a_usable_cache(hub_root, spans_root,
         files = open_remote_source(SPANS_REPO, cache_dir=cache_dir, hub_endpoint=hub.url, token=False)
         with remote_dataset(EpisodeStreamingDataset, SPANS_REPO, cache_dir=cache_dir, hub_endpoint=hub.url,
                             token=False) as probe:
-            meta = probe.meta
+            meta = probe.typed_meta
         first, second = meta.episodes[0], meta.episodes[1]
         key = next(iter(first.videos))
         assert first.videos[key].relpath == second.videos[key].relpath

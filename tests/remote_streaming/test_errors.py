@@ -139,10 +139,12 @@ def test_cache_limit_too_small_says_the_minimum(hub_root, tmp_path):
 def test_environment_variables_are_read_when_needed(hub_root, tmp_path, monkeypatch):
     monkeypatch.setenv("EPISODESTREAM_CACHE_DIR", str(tmp_path / "from-env"))
     monkeypatch.setenv("EPISODESTREAM_CACHE_LIMIT", "3GB")
+    monkeypatch.setenv("EPISODESTREAM_CACHE_WAIT_S", "7.5")
     with FakeHub(hub_root) as hub:
         files = open_remote_source(REPO, hub_endpoint=hub.url, token=False)
         try:
             assert files.cache.root == tmp_path / "from-env" and files.cache.limit_bytes == 3 * 10**9
+            assert files.cache.wait_s == 7.5
             files.local_path("meta/info.json")
             assert cache_files(tmp_path / "from-env")
         finally:
@@ -150,6 +152,50 @@ def test_environment_variables_are_read_when_needed(hub_root, tmp_path, monkeypa
         monkeypatch.setenv("EPISODESTREAM_CACHE_LIMIT", "huge")
         with pytest.raises(ValueError, match="EPISODESTREAM_CACHE_LIMIT='huge'"):
             open_remote_source(REPO, hub_endpoint=hub.url, token=False)
+        monkeypatch.delenv("EPISODESTREAM_CACHE_LIMIT")
+        for bad in ("soon", "-1", "nan"):
+            monkeypatch.setenv("EPISODESTREAM_CACHE_WAIT_S", bad)
+            with pytest.raises(ValueError, match=f"EPISODESTREAM_CACHE_WAIT_S='{bad}' \\(for cache_wait_s\\)"):
+                open_remote_source(REPO, hub_endpoint=hub.url, token=False)
+        files = open_remote_source(REPO, hub_endpoint=hub.url, token=False, cache_wait_s=2)  # the argument wins
+        assert files.cache.wait_s == 2
+        files.close()
+        monkeypatch.delenv("EPISODESTREAM_CACHE_WAIT_S")
         monkeypatch.setenv("HF_ENDPOINT", hub.url)  # read at call time, not when huggingface_hub was imported
         files = open_remote_source(REPO, token=False, cache_limit="1GB")
         files.close()
+
+
+def test_unsupported_protocol_names_the_source_and_the_kinds(tmp_path):
+    # ftp's filesystem needs a host= that the URL alone does not give it: a TypeError inside fsspec.
+    with pytest.raises(ValueError, match=r"source 'ftp://127\.0\.0\.1:1/x': the fsspec filesystem for ftp:// "
+                                         r"cannot be made .* Sources are a local folder .*s3://.*http\(s\)://"):
+        EpisodeStreamingDataset("ftp://127.0.0.1:1/x", cache_dir=tmp_path)
+    with pytest.raises(ImportError, match=r"source 'nosuchproto://x/y' needs the fsspec filesystem .* Sources are"):
+        EpisodeStreamingDataset("nosuchproto://x/y", cache_dir=tmp_path)
+
+
+def test_a_huge_cache_limit_is_a_value_error_naming_it(tmp_path):
+    huge = "9" * 400  # parses as float inf: int() of it raised OverflowError
+    with pytest.raises(ValueError, match=f"cache_limit must be a finite size like '20GB', got '{huge}'"):
+        open_remote_source(REPO, cache_dir=tmp_path, cache_limit=huge)
+    with pytest.raises(ValueError, match=f"cache_limit must be a finite size .*got '{huge}GB'"):
+        EpisodeStreamingDataset("ftp://x/y", cache_dir=tmp_path, cache_limit=huge + "GB")
+
+
+def test_remote_options_for_a_local_folder_warn_once(dataset_root, tmp_path):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        EpisodeStreamingDataset(dataset_root)
+        assert caught == []
+        EpisodeStreamingDataset(dataset_root, cache_dir=tmp_path / "cache", cache_limit="1GB",
+                                storage_options={"anon": True}, token=False, hub_endpoint="http://127.0.0.1:9",
+                                download_config={"max_attempts": 2})
+    assert len(caught) == 1 and caught[0].category is UserWarning
+    message = str(caught[0].message)
+    assert message.startswith("cache_dir, cache_limit, storage_options, token, hub_endpoint, download_config only "
+                              f"apply to remote sources; {str(dataset_root)!r} is a local folder")
+    assert caught[0].filename == __file__  # points at the caller's line
+    assert not (tmp_path / "cache").exists()

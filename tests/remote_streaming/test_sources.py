@@ -1,5 +1,6 @@
 """Streamed and indexed samples from every kind of remote equal the local ones exactly, and the
-cache is empty once the epoch is over and the dataset's files are closed."""
+cache is empty once the epoch is over and the dataset's files are closed. A ``file://`` URL to a
+local folder is read in place, like the folder's path."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 import torch.utils.data
 
 from episodestream import EpisodeDataset, EpisodeStreamingDataset
-from episodestream.testing import FakeHub, S3Server
+from episodestream._files import LocalFiles
+from episodestream.testing import FakeHub, HttpServer, S3Server
 
 from ..conftest import CAMERAS
 from .conftest import REPO, assert_same_samples, cache_files, remote_dataset
@@ -28,7 +30,7 @@ class Remote:
     pins: str | None = None  # the commit the description must name
 
 
-@pytest.fixture(params=["hub", "hub-redirect", "hub-url-tag", "s3", "file-as-remote"])
+@pytest.fixture(params=["hub", "hub-redirect", "hub-url-tag", "s3", "http"])
 def remote(request, hub_root, dataset_root):
     kind = request.param
     if kind.startswith("hub"):
@@ -43,8 +45,9 @@ def remote(request, hub_root, dataset_root):
         with S3Server() as s3:
             s3.upload_folder(dataset_root, "robot-data", "lerobot/main")
             yield Remote("s3://robot-data/lerobot/main", {"storage_options": s3.storage_options()})
-    else:
-        yield Remote(f"file://{dataset_root}")
+    else:  # a plain file server, credentials in the URL
+        with HttpServer(dataset_root.parent, credentials=("robot", "pw-0123")) as server:
+            yield Remote(server.url_for(dataset_root.name, user="robot", password="pw-0123"))
 
 
 def test_streamed_samples_equal_local_and_cache_empties(remote, dataset_root, tmp_path):
@@ -61,6 +64,20 @@ def test_streamed_samples_equal_local_and_cache_empties(remote, dataset_root, tm
         assert left and all("/files/meta/" in name for name in left), left
         assert dataset._core.files.stats().requests > 0
     assert cache_files(cache_dir) == []
+
+
+@pytest.mark.parametrize("form", ["file://{}", "file://localhost{}", "{}"])
+def test_file_url_reads_a_local_folder_in_place(form, dataset_root, tmp_path):
+    expected = list(EpisodeStreamingDataset(dataset_root, **STREAM))
+    source = form.format(dataset_root) if form != "{}" else dataset_root.as_uri()
+    dataset = EpisodeStreamingDataset(source, **STREAM)
+    assert isinstance(dataset._core.files, LocalFiles)
+    assert_same_samples(list(dataset), expected)
+    with pytest.warns(UserWarning, match=r"cache_dir, cache_limit only apply to remote sources; .* ignored"):
+        EpisodeStreamingDataset(source, cache_dir=tmp_path / "cache", cache_limit="1GB", **STREAM)
+    assert not (tmp_path / "cache").exists()
+    with pytest.raises(FileNotFoundError, match=r"source 'file:///no/such/dataset' names the local path"):
+        EpisodeStreamingDataset("file:///no/such/dataset")
 
 
 def test_indexed_samples_equal_local(hub_root, dataset_root, tmp_path):

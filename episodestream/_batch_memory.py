@@ -1,0 +1,74 @@
+"""Batch memory reused once the trainer has let go of it, so frames are written into warm pages.
+
+Large tensors are allocated with mmap and handed back to the kernel when freed, so every fresh
+float32 batch pays a page fault per 4 KB it writes: converting a 240x320 frame into fresh memory
+took 0.46 ms here against 0.17 ms into memory written before, next to ~1 ms to decode it
+(docs/benchmarks.md). Reusing a batch's memory is only safe once nothing can read it any more.
+
+How that is guaranteed: the trainer never gets the tensor this module keeps, only a view of it
+(``lend``). Every tensor that shares the memory, whatever made it (views, slices, ``.numpy()``,
+DLPack, autograd's saved tensors), holds a reference on the storage, so the storage's use count
+is back to what this module's own references account for only when every one of them is gone.
+Memory is reused only then, and never when it is pinned (PyTorch's pinned-memory allocator
+already caches it and knows when asynchronous copies from it are done) or has been moved into
+shared memory (another process may hold it). Where PyTorch does not expose the use count, nothing
+is reused.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import torch
+
+# PyTorch has no public accessor for a storage's use count; without this one, memory is not reused.
+_use_count = getattr(torch._C, "_storage_Use_Count", None)
+
+
+@dataclass
+class _Lent:
+    tensor: torch.Tensor  # the tensor this module allocated (never handed out)
+    storage: torch.UntypedStorage  # held so the storage's Python object, and the count, stay put
+    free_at: int  # the storage's use count once every tensor handed out is gone
+
+
+class BatchMemory:
+    """Up to ``capacity`` lent batch tensors, reused by ``empty`` once free (see the module doc)."""
+
+    def __init__(self, *, capacity: int) -> None:
+        self._capacity = capacity
+        self._lent: list[_Lent] = []
+        self._lock = threading.Lock()
+        self.reused = 0  # tensors handed out again (for tests and benchmarks)
+
+    def empty(self, shape: tuple[int, ...], *, dtype: torch.dtype, device: torch.device,
+              pin_memory: bool) -> torch.Tensor:
+        """An uninitialised tensor: lent memory nothing refers to any more, else a new one."""
+        with self._lock:
+            for i, lent in enumerate(self._lent):
+                if (tuple(lent.tensor.shape) == shape and lent.tensor.dtype == dtype
+                        and lent.tensor.device == device and _is_free(lent)):
+                    del self._lent[i]
+                    self.reused += 1
+                    return lent.tensor
+        return torch.empty(shape, dtype=dtype, device=device, pin_memory=pin_memory and device.type == "cpu")
+
+    def lend(self, tensor: torch.Tensor, rows: int) -> torch.Tensor:
+        """A view of ``tensor``'s first ``rows`` rows for the trainer; ``tensor`` is remembered for
+        reuse once that view and everything made from it are gone."""
+        view = tensor[:rows] if rows < tensor.shape[0] else tensor.view(tensor.shape)
+        if _use_count is None or tensor.device.type != "cpu" or tensor.is_pinned():
+            return view
+        storage = tensor.untyped_storage()
+        with self._lock:
+            # Now held by: ``tensor``, ``storage``'s Python object and ``view``. Free once ``view``
+            # (and whatever the trainer makes of it) is gone.
+            self._lent.append(_Lent(tensor, storage, _use_count(storage._cdata) - 1))
+            if len(self._lent) > self._capacity:
+                del self._lent[0]  # forgotten, not reused: freed whenever the trainer drops it
+        return view
+
+
+def _is_free(lent: _Lent) -> bool:
+    return not lent.storage.is_shared() and _use_count(lent.storage._cdata) <= lent.free_at

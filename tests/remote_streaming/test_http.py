@@ -1,0 +1,86 @@
+"""Plain HTTP servers (``python -m http.server`` and alike) as sources: sizes come from HEAD (an
+HTML folder listing has none), reads are ranged (or cut from whole bodies when the server ignores
+Range), and a ``user:password@`` in the URL appears in no message, log line, repr or cache folder."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import traceback
+
+import pytest
+
+from episodestream import EpisodeStreamingDataset
+from episodestream.remote import open_remote_source
+from episodestream.testing import HttpServer
+
+from .conftest import assert_same_samples, cache_files, remote_dataset
+
+USER, PASSWORD = "robot", "pw-s3cret-9f2e"
+WRONG = "wrong-password-1"  # tracebacks show source lines: the tests name it, never spell it
+STREAM = dict(episode_pool_size=2, prefetch_episodes=1, seed=3, decode_group_size=4)
+
+
+def _everything_said(error: BaseException) -> str:
+    return str(error) + repr(error) + "".join(traceback.format_exception(error))
+
+
+@pytest.fixture(scope="module")
+def served(dataset_root, tmp_path_factory):
+    """A folder holding the session dataset as ``main``, as an HTTP server's document root."""
+    root = tmp_path_factory.mktemp("http")
+    shutil.copytree(dataset_root, root / "main")
+    return root
+
+
+@pytest.mark.parametrize("ranges", [True, False], ids=["range-server", "plain-http.server"])
+def test_http_samples_equal_local_with_credentials_nowhere(ranges, served, dataset_root, tmp_path, caplog):
+    expected = list(EpisodeStreamingDataset(dataset_root, **STREAM))
+    caplog.set_level(logging.DEBUG, logger="episodestream")
+    caplog.set_level(logging.DEBUG, logger="fsspec")  # it logs each URL it requests
+    with HttpServer(served, ranges=ranges, credentials=(USER, PASSWORD)) as server:
+        source = server.url_for("main", user=USER, password=PASSWORD)
+        with remote_dataset(EpisodeStreamingDataset, source, cache_dir=tmp_path / "cache", **STREAM) as dataset:
+            files = dataset._core.files
+            assert files.description == f"{server.url}/main"  # no credentials, no doubled scheme
+            assert files.size("meta/info.json") == (dataset_root / "meta/info.json").stat().st_size
+            assert_same_samples(list(dataset), expected)
+            names = cache_files(tmp_path / "cache")
+            assert names and not any(PASSWORD in name or USER in name for name in names), names
+            shown = repr(files) + repr(files._resolved) + repr(vars(files._resolved)["description"])
+            assert PASSWORD not in shown
+        stats, url = server.stats(), server.url
+    assert (stats.ranged > 0) == ranges
+    assert stats.requests.get("HEAD", 0) > 0  # sizes: the folder listings have none
+    assert PASSWORD not in caplog.text and f"{url}/main" in caplog.text
+    if not ranges:
+        assert "ignores HTTP Range requests" in caplog.text
+
+
+def test_http_errors_name_the_file_and_never_the_password(served, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger="episodestream")
+    root = tmp_path / "served"
+    shutil.copytree(served / "main", root / "main")
+    missing = "videos/observation.images.wrist/chunk-000/file-001.mp4"
+    with HttpServer(root, credentials=(USER, PASSWORD)) as server:
+        source = server.url_for("main", user=USER, password=PASSWORD)
+        files = open_remote_source(source, cache_dir=tmp_path / "cache")
+        try:
+            os.remove(root / "main" / missing)  # listed, then gone: the read fails
+            with pytest.raises(FileNotFoundError) as caught:
+                files.fetch_whole(missing, holder="test")
+        finally:
+            files.close()
+        said = _everything_said(caught.value)
+        assert f"{server.url}/main/{missing}" in said and PASSWORD not in said and "http://http" not in said
+        with pytest.raises(PermissionError) as refused:
+            open_remote_source(server.url_for("main", user=USER, password=WRONG),
+                               cache_dir=tmp_path / "cache")
+        said = _everything_said(refused.value)
+        assert f"{server.url}/main" in said and WRONG not in said and "401" in said
+        with pytest.raises(FileNotFoundError, match="holds no files|not found") as nothing:
+            open_remote_source(server.url_for("nothing", user=USER, password=PASSWORD), cache_dir=tmp_path / "cache")
+        assert PASSWORD not in _everything_said(nothing.value)
+    assert PASSWORD not in caplog.text and WRONG not in caplog.text
+    assert not any(PASSWORD in name for name in cache_files(tmp_path / "cache"))

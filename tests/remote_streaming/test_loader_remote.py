@@ -1,0 +1,47 @@
+"""EpisodeLoader over a remote source: its decode threads share one consumer's prefetching video
+cache and the download controller; batches equal the local ones, each byte range is fetched once,
+and every cache reference is released, also when a pass is dropped midway."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import torch.utils.data
+
+from episodestream import EpisodeLoader, EpisodeStreamingDataset
+
+from .conftest import SPANS_REPO, assert_same_samples, cache_files, remote_dataset
+from .test_bytes import RangeLoggingHub
+
+OPTIONS = dict(episode_pool_size=3, prefetch_episodes=2, seed=3, decode_group_size=2, return_uint8=True)
+
+
+def _unbatch(batches):
+    return [{key: value[i] for key, value in batch.items()} for batch in batches for i in range(len(batch["index"]))]
+
+
+def test_threads_share_the_remote_cache_and_fetch_each_range_once(hub_root, spans_root, tmp_path):
+    local = list(torch.utils.data.DataLoader(EpisodeStreamingDataset(spans_root, **OPTIONS), batch_size=5))
+    with RangeLoggingHub(hub_root) as hub, \
+            remote_dataset(EpisodeStreamingDataset, SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url,
+                           token=False, **OPTIONS) as dataset:
+        hub.reset_stats()
+        got = list(EpisodeLoader(dataset, 5, num_threads=4))
+        gets = list(hub.gets)
+    assert_same_samples(_unbatch(got), _unbatch(local))
+    videos = Counter(g for g in gets if g[0].endswith(".mp4"))
+    assert videos and max(videos.values()) == 1, [g for g, n in videos.items() if n > 1]
+    assert cache_files(tmp_path / "cache") == [], "every reference released at the end of the pass"
+
+
+def test_a_pass_dropped_midway_releases_its_cache_references(hub_root, tmp_path):
+    with RangeLoggingHub(hub_root) as hub, \
+            remote_dataset(EpisodeStreamingDataset, SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url,
+                           token=False, **OPTIONS) as dataset:
+        loader = EpisodeLoader(dataset, 5, num_threads=3)
+        iterator = iter(loader)
+        list(itertools.islice(iterator, 3))
+        assert any(name.endswith(".mp4") for name in cache_files(tmp_path / "cache")), "spans are cached"
+        del iterator
+    assert cache_files(tmp_path / "cache") == []
