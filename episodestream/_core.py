@@ -8,20 +8,23 @@ from typing import Any
 
 import numpy as np
 
+from ._episodes import EpisodeSelection
 from ._files import EpisodeVideos
 from ._frames import SampleBuilder, delta_indices
 from ._lerobot_meta import LeRobotMeta
-from ._metadata import DatasetMeta, EpisodeInfo, load_metadata
+from ._metadata import DatasetMeta, load_metadata
 from ._options import check_positive_float
 from ._rows import RowReader
+from ._sampling import Segment
 from ._sources import open_source
 from .video import MAX_DECODERS, DecoderCache, resolve_backend
 
 
-def select_episodes(meta: DatasetMeta, episodes: Sequence[int] | None) -> tuple[EpisodeInfo, ...]:
+def select_episodes(meta: DatasetMeta, episodes: Sequence[int] | None) -> EpisodeSelection:
     """The selected episodes in ascending order; every requested index must exist, once."""
+    table = meta.episodes
     if episodes is None:
-        return tuple(meta.episodes.values())
+        return EpisodeSelection(table, np.arange(len(table)))
     if isinstance(episodes, np.ndarray):
         episodes = episodes.tolist()  # numpy ints become ints; a bool or float array is refused below
     if isinstance(episodes, (str, bytes)) or not isinstance(episodes, Sequence):
@@ -32,15 +35,15 @@ def select_episodes(meta: DatasetMeta, episodes: Sequence[int] | None) -> tuple[
         raise TypeError(f"episodes must be a list of int episode indices, got {not_ints[0]!r} "
                         f"({type(not_ints[0]).__name__}) in {episodes!r}.")
     episodes = [int(e) for e in episodes]
-    unknown = [e for e in episodes if e not in meta.episodes]
+    unknown = [e for e in episodes if e not in table]
     if unknown:
         raise ValueError(f"episodes {unknown} are not in {meta.description} (episode indices "
-                         f"{min(meta.episodes)}..{max(meta.episodes)}, {len(meta.episodes)} episodes).")
+                         f"{table.episode_index[0]}..{table.episode_index[-1]}, {len(table)} episodes).")
     if len(set(episodes)) != len(episodes):
         raise ValueError(f"episodes lists some indices more than once: {sorted(episodes)}.")
     if not episodes:
         raise ValueError("episodes is empty; pass None to use every episode.")
-    return tuple(meta.episodes[e] for e in sorted(episodes))
+    return EpisodeSelection(table, np.array([table.position(e) for e in sorted(episodes)], np.int64))
 
 
 class DatasetCore:
@@ -67,14 +70,28 @@ class DatasetCore:
         # Validated before it is copied: copying a list or None-per-key would fail with a bare error.
         self.offsets = delta_indices(self.meta, delta_timestamps, self.tolerance_s)
         self.delta_timestamps = {k: list(v) for k, v in (delta_timestamps or {}).items()}
-        self.open_video = resolve_backend(video_backend, decode_device)
+        self.open_video = resolve_backend(video_backend, decode_device, has_video=bool(self.meta.video_keys))
+        self._whole_episodes: list[Segment] | None = None
         self.builder = SampleBuilder(self.meta, offsets=self.offsets,
                                      tolerance_s=self.tolerance_s, return_uint8=bool(return_uint8),
                                      image_transforms=image_transforms)
 
+    def whole_episodes(self) -> list[Segment]:
+        """One whole-episode ``Segment`` per selected episode, in selection order; made once, as
+        building 92,000 of them costs ~0.2 s (mostly the garbage collector noticing them)."""
+        if self._whole_episodes is None:
+            selection = self.episodes
+            self._whole_episodes = [Segment(e, range(n)) for e, n in
+                                    zip(selection.episode_indices.tolist(), selection.lengths.tolist())]
+        return self._whole_episodes
+
+    def __getstate__(self) -> dict:
+        # DataLoader workers rebuild the list if they need it, rather than unpickle 92,000 objects.
+        return {**self.__dict__, "_whole_episodes": None}
+
     @property
     def num_frames(self) -> int:
-        return sum(ep.length for ep in self.episodes)
+        return int(self.episodes.lengths.sum())
 
     def row_reader(self) -> RowReader:
         return RowReader(self.files, self.meta)

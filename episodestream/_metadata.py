@@ -8,15 +8,16 @@ per-camera video spans. Errors name the file, the field and the value.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ._episodes import EpisodeInfo, EpisodeTable, VideoColumns, VideoSpan  # noqa: F401  (re-exported)
 from ._files import DatasetFiles, check_relpath
 
 SUPPORTED_CODEBASE_VERSION = "v3.0"
@@ -45,31 +46,11 @@ class Feature:
 
 
 @dataclass(frozen=True)
-class VideoSpan:
-    """Where one episode's frames of one camera live: a file and the episode's start time in it."""
-
-    relpath: str
-    from_timestamp_s: float
-    to_timestamp_s: float
-
-
-@dataclass(frozen=True)
-class EpisodeInfo:
-    episode_index: int
-    length: int
-    from_index: int  # global ``index`` of the episode's first frame
-    to_index: int  # end exclusive
-    data_relpath: str
-    tasks: tuple[str, ...]
-    videos: Mapping[str, VideoSpan]
-
-
-@dataclass(frozen=True)
 class DatasetMeta:
     description: str
     fps: int
     features: Mapping[str, Feature]
-    episodes: Mapping[int, EpisodeInfo]  # by episode_index, in ascending order
+    episodes: EpisodeTable  # a Mapping[int, EpisodeInfo] by episode_index, ascending, held as columns
     tasks: tuple[str, ...]  # task string by task_index
     info: Mapping[str, Any]
     # Rows each data file must hold: the sum of its episodes' lengths (checked when it is opened).
@@ -89,7 +70,7 @@ class DatasetMeta:
 
     @property
     def total_frames(self) -> int:
-        return sum(ep.length for ep in self.episodes.values())
+        return self.episodes.total_frames
 
 
 def _fail(where: str, message: str) -> DatasetFormatError:
@@ -204,7 +185,7 @@ def _int_column(table: pa.Table, name: str, where: str) -> np.ndarray:
     return column.to_numpy().astype(np.int64, copy=False)
 
 
-def _check_episode_ranges(tables: list[tuple[str, pa.Table]], description: str) -> None:
+def _check_episode_ranges(tables: list[tuple[str, pa.Table]], description: str) -> dict[str, np.ndarray]:
     """Check every episode's row range at once, vectorised (datasets have up to ~100k episodes).
 
     LeRobot writes episodes' rows back to back: ``dataset_to_index - dataset_from_index == length``
@@ -235,27 +216,78 @@ def _check_episode_ranges(tables: list[tuple[str, pa.Table]], description: str) 
                     f"dataset_from_index {start[k]} is not where the previous episode ({episode[prev]}, "
                     f"{where_of[file_of[prev]]}) ends (dataset_to_index {end[prev]}); LeRobot writes episodes' "
                     f"rows back to back, so the ranges {'overlap' if start[k] < end[prev] else 'skip rows'}")
+    return cols
 
 
-def _parse_episode(row: Mapping[str, Any], info: Mapping[str, Any], video_keys: list[str],
-                   where: str) -> EpisodeInfo:
-    # Ranges were checked for all episodes at once (_check_episode_ranges).
-    ep = row["episode_index"]
-    where = f"{where} (episode_index {ep})"
-    length, start, end = row["length"], row["dataset_from_index"], row["dataset_to_index"]
-    data_relpath = _format_path(info["data_path"], where, chunk_index=row["data/chunk_index"],
-                                file_index=row["data/file_index"])
+def _row_where(tables: list[tuple[str, pa.Table]], description: str, row: int, episode: int) -> str:
+    """``file (episode_index e)`` for row ``row`` of the concatenated episodes tables."""
+    for relpath, table in tables:
+        if row < table.num_rows:
+            return f"{description}/{relpath} (episode_index {episode})"
+        row -= table.num_rows
+    return f"{description}/{EPISODES_DIR} (episode_index {episode})"
+
+
+def _column(tables: list[tuple[str, pa.Table]], name: str) -> pa.ChunkedArray | None:
+    if not all(name in table.column_names for _, table in tables):
+        return None
+    return pa.chunked_array([chunk for _, table in tables for chunk in table.column(name).chunks],
+                            type=tables[0][1].schema.field(name).type)
+
+
+def _file_ids(tables, template: str, description: str, episodes: np.ndarray, names: dict[str, str],
+              **fixed: Any) -> tuple[np.ndarray, list[str]]:
+    """Each episode's file as an id into the distinct formatted paths: the template is formatted
+    once per distinct (chunk, file), not once per episode. ``names`` maps template fields to columns."""
+    columns = {field: _column(tables, column) for field, column in names.items()}
+    nulls = [field for field, column in columns.items() if column is None or column.null_count]
+    if nulls:  # format the first such row as it is, so that the error names what is wrong
+        row = min(int(np.flatnonzero(columns[f].is_null().to_numpy(zero_copy_only=False))[0])
+                  if columns[f] is not None else 0 for f in nulls)
+        values = {f: (c[row].as_py() if c is not None else None) for f, c in columns.items()}
+        _format_path(template, _row_where(tables, description, row, int(episodes[row])), **fixed, **values)
+    ints = {field: column.to_numpy() for field, column in columns.items()}
+    keys = np.stack([ints[f] for f in names], axis=1) if len(episodes) else np.zeros((0, len(names)), np.int64)
+    distinct, first, ids = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    relpaths = [_format_path(template, _row_where(tables, description, int(row), int(episodes[row])), **fixed,
+                             **{f: v.item() for f, v in zip(names, key)})
+                for key, row in zip(distinct, first)]
+    return ids.reshape(-1), relpaths
+
+
+def _episode_table(tables: list[tuple[str, pa.Table]], info: Mapping[str, Any], video_keys: list[str],
+                   description: str, ranges: dict[str, np.ndarray]) -> EpisodeTable:
+    episodes = ranges["episode_index"]
+    data_ids, data_relpaths = _file_ids(tables, info["data_path"], description, episodes,
+                                        {"chunk_index": "data/chunk_index", "file_index": "data/file_index"})
     videos = {}
     for key in video_keys:
         prefix = f"videos/{key}/"
         needed = [prefix + c for c in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
-        absent = [c for c in needed if row.get(c) is None]
-        if absent:
-            raise _fail(where, f"columns {absent} are missing or null for video key {key!r}")
-        relpath = _format_path(info["video_path"], where, video_key=key, chunk_index=row[needed[0]],
-                               file_index=row[needed[1]])
-        videos[key] = VideoSpan(relpath, float(row[needed[2]]), float(row[needed[3]]))
-    return EpisodeInfo(ep, length, start, end, data_relpath, tuple(row.get("tasks") or ()), videos)
+        columns = {c: _column(tables, c) for c in needed}
+        absent = [c for c in needed if columns[c] is None]
+        null_rows = [int(np.flatnonzero(columns[c].is_null().to_numpy(zero_copy_only=False))[0])
+                     for c in needed if columns[c] is not None and columns[c].null_count]
+        if absent or null_rows:
+            row = min(null_rows, default=0)
+            nulls = absent + [c for c in needed if columns[c] is not None and not columns[c][row].is_valid]
+            raise _fail(_row_where(tables, description, row, int(episodes[row])),
+                        f"columns {nulls} are missing or null for video key {key!r}")
+        ids, relpaths = _file_ids(tables, info["video_path"], description, episodes,
+                                  {"chunk_index": needed[0], "file_index": needed[1]}, video_key=key)
+        videos[key] = VideoColumns(ids, tuple(relpaths), columns[needed[2]].to_numpy().astype(np.float64),
+                                   columns[needed[3]].to_numpy().astype(np.float64))
+    tasks_column = _column(tables, "tasks")
+    distinct_tasks: dict[tuple[str, ...], int] = {}
+    if tasks_column is None:
+        task_id = np.zeros(len(episodes), np.int64)
+        distinct_tasks[()] = 0
+    else:
+        task_id = np.fromiter((distinct_tasks.setdefault(tuple(t or ()), len(distinct_tasks))
+                               for t in tasks_column.to_pylist()), np.int64, len(episodes))
+    return EpisodeTable(episode_index=episodes, length=ranges["length"], from_index=ranges["dataset_from_index"],
+                        to_index=ranges["dataset_to_index"], data_file_id=data_ids, data_relpaths=data_relpaths,
+                        tasks=list(distinct_tasks), task_id=task_id, videos=videos)
 
 
 def load_metadata(files: DatasetFiles) -> DatasetMeta:
@@ -271,14 +303,9 @@ def load_metadata(files: DatasetFiles) -> DatasetMeta:
                                                          f"(columns: {table.column_names})")
     if not sum(table.num_rows for _, table in tables):
         raise _fail(f"{files.description}/{EPISODES_DIR}", "no episodes")
-    _check_episode_ranges(tables, files.description)
-    episodes: dict[int, EpisodeInfo] = {}
-    data_file_rows: dict[str, int] = {}
-    for relpath, table in tables:
-        for row in table.to_pylist():
-            episode = _parse_episode(row, info, video_keys, f"{files.description}/{relpath}")
-            episodes[episode.episode_index] = episode
-            data_file_rows[episode.data_relpath] = data_file_rows.get(episode.data_relpath, 0) + episode.length
+    ranges = _check_episode_ranges(tables, files.description)
+    episodes = _episode_table(tables, info, video_keys, files.description, ranges)
+    rows = np.bincount(episodes.data_file_id, weights=episodes.length, minlength=len(episodes.data_relpaths))
+    data_file_rows = {relpath: int(n) for relpath, n in zip(episodes.data_relpaths, rows)}
     return DatasetMeta(description=files.description, fps=int(info["fps"]), features=features,
-                       episodes=dict(sorted(episodes.items())), tasks=_read_tasks(files), info=info,
-                       data_file_rows=data_file_rows)
+                       episodes=episodes, tasks=_read_tasks(files), info=info, data_file_rows=data_file_rows)

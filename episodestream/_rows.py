@@ -54,8 +54,9 @@ class EpisodeRows:
             len(v) for values in self.strings.values() for v in values if isinstance(v, (bytes, str)))
 
 
-def _to_numpy(column: pa.ChunkedArray, shape: tuple[int, ...], where: str) -> np.ndarray:
-    array = column.combine_chunks()
+def _to_numpy(column: pa.ChunkedArray | pa.Array, shape: tuple[int, ...], where: str) -> np.ndarray:
+    # A plain Array (a slice of a memory-mapped batch) converts without a copy for numbers.
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if array.null_count:
         raise DatasetFormatError(f"{where}: {array.null_count} null value(s)")
     if not _is_list(array.type):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -11,10 +10,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch.utils.data
 
+from ._columns import ColumnStore, default_columns_dir
 from ._core import DatasetCore
-from ._files import EpisodeVideos
+from ._files import EpisodeVideos, LocalFiles
 from ._lerobot_meta import LeRobotMeta
 from ._metadata import DatasetMeta
+from ._options import check_bool
 from ._rows import EpisodeRows, RowReader
 from .video import DecoderCache
 
@@ -29,6 +30,13 @@ class EpisodeDataset(torch.utils.data.Dataset):
 
     Arguments mean what they mean for ``EpisodeStreamingDataset``. Readers and decoders are opened
     lazily in each process that indexes the dataset (DataLoader workers included).
+
+    column_cache: for local sources, read rows from an Arrow copy of each data file's tabular
+        columns, built the first time one of its episodes is needed and kept under
+        ``cache_dir/columns`` (default ``EPISODESTREAM_CACHE_DIR``, else the user's cache folder).
+        Random access is then ~60x faster at DROID scale, and the bytes are shared by all processes
+        of the node through the page cache (see ``_columns``). False, and remote sources (for now),
+        read each episode's parquet row group instead.
     """
 
     def __init__(self, source: str | os.PathLike, *, revision: str | None = None,
@@ -39,7 +47,8 @@ class EpisodeDataset(torch.utils.data.Dataset):
                  cache_dir: str | os.PathLike | None = None, cache_limit: int | str | None = None,
                  storage_options: Mapping[str, Any] | None = None, token: str | None = None,
                  hub_endpoint: str | None = None,
-                 download_config: ControllerConfig | Mapping[str, Any] | None = None) -> None:
+                 download_config: ControllerConfig | Mapping[str, Any] | None = None,
+                 column_cache: bool = True) -> None:
         self._core = DatasetCore(source, revision=revision, episodes=episodes,
                                  delta_timestamps=delta_timestamps, tolerance_s=tolerance_s,
                                  return_uint8=return_uint8, image_transforms=image_transforms,
@@ -48,8 +57,13 @@ class EpisodeDataset(torch.utils.data.Dataset):
                                                      storage_options=storage_options, token=token,
                                                      hub_endpoint=hub_endpoint, download_config=download_config),
                                  episodes_in_flight=_ROWS_CACHED + 1)
-        self._starts = np.cumsum([0] + [ep.length for ep in self._core.episodes])
-        self._process: tuple[int, RowReader, DecoderCache, EpisodeVideos, OrderedDict[int, EpisodeRows]] | None = None
+        self._starts = np.concatenate([[0], np.cumsum(self._core.episodes.lengths)])
+        self._episode_indices = self._core.episodes.episode_indices  # by selection position
+        # Local sources only, for now: for a remote source the copy would sit beside the node cache
+        # without its budget, refcounts or `cache clear` (see docs/benchmarks.md, issue 13).
+        use_columns = check_bool("column_cache", column_cache) and isinstance(self._core.files, LocalFiles)
+        self._columns_dir = default_columns_dir(cache_dir) if use_columns else None
+        self._process: tuple[int, RowReader | ColumnStore, DecoderCache, EpisodeVideos, OrderedDict[int, EpisodeRows]] | None = None
 
     @property
     def meta(self) -> LeRobotMeta:
@@ -71,13 +85,15 @@ class EpisodeDataset(torch.utils.data.Dataset):
         if not -len(self) <= i < len(self):
             raise IndexError(f"index {i} is out of range for {len(self)} frames.")
         i = int(i) % len(self)
-        k = bisect.bisect_right(self._starts, i) - 1
-        return self._core.episodes[k].episode_index, i - int(self._starts[k])
+        k = int(np.searchsorted(self._starts, i, side="right")) - 1
+        return int(self._episode_indices[k]), i - int(self._starts[k])
 
     def _per_process(self):
         # Decoders and parquet handles must not cross a fork: rebuild them in each new process.
         if self._process is None or self._process[0] != os.getpid():
-            self._process = (os.getpid(), self._core.row_reader(), self._core.decoder_cache(_ROWS_CACHED),
+            reader = (self._core.row_reader() if self._columns_dir is None
+                      else ColumnStore(self._core.files, self._core.meta, self._columns_dir))
+            self._process = (os.getpid(), reader, self._core.decoder_cache(_ROWS_CACHED),
                              self._core.episode_videos(), OrderedDict())
         return self._process
 

@@ -168,7 +168,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         return plan.samples_per_rank - sum(consumed)
 
     def _segments(self) -> list[Segment]:
-        return [Segment(ep.episode_index, range(ep.length)) for ep in self._core.episodes]
+        return self._core.whole_episodes()
 
     def _plan(self, point: ResumePoint | None, epoch: int | None = None) -> EpochPlan:
         if point is None:
@@ -251,7 +251,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
 
     def _fingerprint(self) -> dict[str, Any]:
         meta = self._core.meta
-        selection = [ep.episode_index for ep in self._core.episodes]
+        selection = self._core.episodes.episode_indices.tolist()
         return {"source": self._core.files.description, "revision": self._core.revision,
                 "episodes": {"count": len(selection), "digest": fingerprint_digest(selection)},
                 "delta_timestamps": self._core.delta_timestamps,

@@ -49,6 +49,19 @@ def private_download_permits(tmp_path_factory):
         os.environ["EPISODESTREAM_DOWNLOAD_PERMITS_DIR"] = previous
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_cache_dir(tmp_path_factory):
+    """The map-style column cache (and remote sources without cache_dir) default to
+    EPISODESTREAM_CACHE_DIR: keep the tests' copies out of the user's cache."""
+    previous = os.environ.get("EPISODESTREAM_CACHE_DIR")
+    os.environ["EPISODESTREAM_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if previous is None:
+        del os.environ["EPISODESTREAM_CACHE_DIR"]
+    else:
+        os.environ["EPISODESTREAM_CACHE_DIR"] = previous
+
+
 @pytest.fixture(autouse=True)
 def thread_police():
     """Fail a test that leaves non-daemon threads running (leaked servers, readers, pools), or any

@@ -256,3 +256,28 @@ def test_texture_makes_realistic_files_and_keeps_ids(tmp_path):
     assert [decode_frame_ids(frame) for frame in frames.data] == [(0, f, 0) for f in range(12)]
     plain = VideoDecoder(str(flat / video)).get_frames_played_at(seconds=[(f + 0.5) / 30 for f in range(12)])
     assert (frames.data.float() - plain.data.float()).abs().mean() > 8  # the texture is really there
+
+
+def test_tabular_writer_past_2048_episodes(tmp_path):
+    """The bulk writer: thousands of episodes, one row group each, readable by both datasets."""
+    from episodestream import EpisodeDataset, EpisodeStreamingDataset
+    from episodestream.synthetic import write_tabular_dataset
+
+    root = write_tabular_dataset(tmp_path / "ds", num_episodes=3000, episode_length=(1, 4), episodes_per_data_file=700)
+    info = _info(root)
+    episodes = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet")
+    lengths = episodes.column("length").to_numpy()
+    assert info["total_episodes"] == 3000 and info["total_frames"] == lengths.sum() and info["video_path"] is None
+    data = pq.ParquetFile(root / "data/chunk-000/file-001.parquet")
+    assert data.metadata.num_row_groups == 700
+    assert [data.metadata.row_group(g).num_rows for g in range(700)] == lengths[700:1400].tolist()
+    dataset = EpisodeDataset(root)
+    assert len(dataset) == lengths.sum()
+    last = dataset[len(dataset) - 1]
+    frame = int(lengths[-1]) - 1
+    assert int(last["episode_index"]) == 2999 and int(last["frame_index"]) == frame
+    assert last["observation.state"][0].item() == np.float32(2999 * 1000 + frame)
+    assert last["task"] == f"synthetic task {2999 % 2}"
+    assert sum(1 for _ in EpisodeStreamingDataset(root, rank=0, world_size=7)) == -(-lengths.sum() // 7)
+    with pytest.raises(ValueError, match=r"Invalid num_episodes \(0\)"):
+        write_tabular_dataset(tmp_path / "bad", num_episodes=0)

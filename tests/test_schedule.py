@@ -1,0 +1,184 @@
+"""The consumer schedule, tabular-free: skipping arithmetically equals walking, in hundreds of layouts.
+
+Resume reaches a consumer's position with ``ConsumerSchedule.skip`` and, for elastic resume, what
+it consumed with ``ConsumerSchedule.consumed``, without walking the consumed frames. Here both are
+checked against walking every step, at save points that the DataLoader's round robin produces for
+many world sizes, worker counts, pool sizes, batch sizes and drop_last.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from episodestream._resume import _walk_skip, loader_consumption, remaining_segments
+from episodestream._sampling import (
+    ADMIT,
+    EMIT,
+    EVICT,
+    EpochPlan,
+    Segment,
+    consumer_rng,
+    consumer_schedule,
+)
+from episodestream._world import World
+
+
+def _segments(rng: np.random.Generator) -> list[Segment]:
+    """Whole episodes, or (as after an elastic resume) sorted subsets of their frames."""
+    out = []
+    for episode in range(int(rng.integers(1, 25))):
+        length = int(rng.integers(1, 30))
+        if rng.random() < 0.3:
+            frames = np.flatnonzero(rng.random(length) < 0.6)
+            out.append(Segment(episode, frames if len(frames) else range(length)))
+        else:
+            out.append(Segment(episode, range(length)))
+    return out
+
+
+def _emits(steps) -> list[tuple[int, int]]:
+    return [(episode, frame) for kind, episode, frame in steps if kind == EMIT]
+
+
+def _check_pool(steps, pool_size: int) -> None:
+    """Every EMIT's episode is admitted; the pool (before fill-ins) never holds more than pool_size."""
+    held: Counter = Counter()
+    for kind, episode, _ in steps:
+        if kind == ADMIT:
+            held[episode] += 1
+            assert sum(held.values()) <= pool_size + 1  # + 1: a fill-in's own admission
+        elif kind == EVICT:
+            held[episode] -= 1
+            assert held[episode] >= 0
+            if not held[episode]:
+                del held[episode]
+        else:
+            assert held[episode] > 0, f"episode {episode} emitted while not admitted"
+    assert not held, f"left admitted: {dict(held)}"
+
+
+CONFIGS = list(range(300))
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_skipping_equals_walking(config):
+    rng = np.random.default_rng(config)
+    segments = _segments(rng)
+    world_size, workers = int(rng.integers(1, 5)), int(rng.integers(1, 4))
+    pool_size, shuffle = int(rng.integers(1, 7)), bool(rng.random() < 0.85)
+    batch_size, drop_last = int(rng.integers(1, 9)), bool(rng.random() < 0.3)
+    plan = EpochPlan(segments, seed=config, epoch=int(rng.integers(3)), shuffle=shuffle, world_size=world_size)
+    for rank in range(world_size):
+        shares = [plan.share(World(rank, world_size, w, workers)) for w in range(workers)]
+        counts = [share.num_samples for share in shares]
+        # Save points the DataLoader's round robin produces, plus a few arbitrary ones.
+        batches_per_epoch = sum(-(-c // batch_size) for c in counts)
+        save_points = {tuple(loader_consumption(counts, batch_size=batch_size, batches=b, drop_last=drop_last)[0])
+                       for b in range(batches_per_epoch + 2)}
+        for worker, share in enumerate(shares):
+            def schedule(share=share, world=World(rank, world_size, worker, workers)):
+                return consumer_schedule(share, pool_size=pool_size, shuffle=shuffle,
+                                         rng=consumer_rng(plan.seed, plan.epoch, world))
+            walked = list(schedule())
+            _check_pool(walked, pool_size)
+            emits = _emits(walked)
+            assert len(emits) == share.num_samples
+            loader_points = sorted({p[worker] for p in save_points})
+            picked = rng.choice(loader_points, size=min(4, len(loader_points)), replace=False).tolist()
+            points = set(picked) | {0, 1, len(emits) - 1, len(emits)}
+            for count in sorted(c for c in points if 0 <= c <= len(emits)):
+                skipped = list(schedule().skip(count))
+                assert _emits(skipped) == emits[count:], (config, rank, worker, count)
+                assert _emits(skipped) == _emits(_walk_skip(iter(walked), count))
+                _check_pool(skipped, pool_size)
+                pieces, fills = schedule().consumed(count)
+                got = Counter((e, int(f)) for e, frames in pieces + fills for f in np.asarray(frames))
+                assert got == Counter(emits[:count]), (config, rank, worker, count)
+
+
+@pytest.mark.parametrize("config", range(60))
+def test_every_frame_once_and_remaining_segments(config):
+    """Across all consumers each frame comes once (fill-ins aside); what is left after removing
+    each consumer's consumed pieces is exactly the frames not yet emitted."""
+    rng = np.random.default_rng(1000 + config)
+    segments = _segments(rng)
+    world_size, workers, pool_size = int(rng.integers(1, 5)), int(rng.integers(1, 4)), int(rng.integers(1, 7))
+    plan = EpochPlan(segments, seed=config, epoch=0, shuffle=True, world_size=world_size)
+    everything = Counter((s.episode_index, int(f)) for s in segments for f in s.frames)
+    pieces, fills, emitted = [], [], Counter()
+    for rank in range(world_size):
+        for worker in range(workers):
+            world = World(rank, world_size, worker, workers)
+            share = plan.share(world)
+            schedule = consumer_schedule(share, pool_size=pool_size, shuffle=True,
+                                         rng=consumer_rng(plan.seed, 0, world))
+            emits = _emits(schedule)
+            assert Counter(emits[:len(emits) - share.fill_ins]) == Counter(
+                (s.episode_index, int(f)) for s in share.segments for f in s.frames)
+            count = int(rng.integers(len(emits) + 1))
+            emitted.update(emits[:count])
+            more, more_fills = consumer_schedule(share, pool_size=pool_size, shuffle=True,
+                                                 rng=consumer_rng(plan.seed, 0, world)).consumed(count)
+            pieces += more
+            fills += more_fills
+    left = Counter((s.episode_index, int(f)) for s in remaining_segments(segments, pieces, fills) for f in s.frames)
+    assert left == Counter({k: 1 for k in everything if k not in emitted})
+
+
+def test_pool_of_one_and_no_shuffle_keep_episodes_whole():
+    segments = [Segment(e, range(n)) for e, n in enumerate([5, 3, 7])]
+    plan = EpochPlan(segments, seed=0, epoch=0, shuffle=False, world_size=1)
+    share = plan.share(World(0, 1, 0, 1))
+    ordered = _emits(consumer_schedule(share, pool_size=4, shuffle=False, rng=consumer_rng(0, 0, World(0, 1, 0, 1))))
+    assert ordered == [(e, f) for e, n in enumerate([5, 3, 7]) for f in range(n)]
+    plan = EpochPlan(segments, seed=0, epoch=0, shuffle=True, world_size=1)
+    emits = _emits(consumer_schedule(plan.share(World(0, 1, 0, 1)), pool_size=1, shuffle=True,
+                                     rng=consumer_rng(0, 0, World(0, 1, 0, 1))))
+    runs = [e for i, (e, _) in enumerate(emits) if i == 0 or emits[i - 1][0] != e]
+    assert len(runs) == 3 and sorted(runs) == [0, 1, 2]
+
+
+def _walked_consumption(counts, *, batch_size, batches, drop_last):
+    """The DataLoader's in-order round robin, one batch at a time (the reference)."""
+    left = [c // batch_size if drop_last else -(-c // batch_size) for c in counts]
+    taken, turn = [0] * len(counts), 0
+    for _ in range(batches):
+        if not any(left):
+            break
+        while not left[turn]:
+            turn = (turn + 1) % len(counts)
+        taken[turn] += 1
+        left[turn] -= 1
+        turn = (turn + 1) % len(counts)
+    return [min(c, t * batch_size) for c, t in zip(counts, taken)], turn
+
+
+@pytest.mark.parametrize("config", range(200))
+def test_loader_consumption_by_rounds_equals_walking(config):
+    rng = np.random.default_rng(5000 + config)
+    counts = rng.integers(0, 80, size=int(rng.integers(1, 7))).tolist()
+    batch_size, drop_last = int(rng.integers(1, 9)), bool(rng.random() < 0.4)
+    for batches in range(sum(-(-c // batch_size) for c in counts) + 3):
+        assert loader_consumption(counts, batch_size=batch_size, batches=batches, drop_last=drop_last) == \
+            _walked_consumption(counts, batch_size=batch_size, batches=batches, drop_last=drop_last)
+
+
+def test_skip_emits_walks_a_schedule_already_started():
+    from episodestream._resume import skip_emits
+
+    segments = [Segment(e, range(n)) for e, n in enumerate([6, 4, 9, 3])]
+    plan = EpochPlan(segments, seed=1, epoch=0, shuffle=True, world_size=1)
+    world = World(0, 1, 0, 1)
+
+    def schedule():
+        return consumer_schedule(plan.share(world), pool_size=2, shuffle=True, rng=consumer_rng(1, 0, world))
+    emits = _emits(schedule())
+    started = schedule()
+    first = next(started)
+    assert first[0] == ADMIT
+    # The first step is gone: skipping 5 more emits continues from where the iterator is.
+    assert _emits(skip_emits(started, 5)) == emits[5:]
+    assert _emits(skip_emits(schedule(), 5)) == emits[5:]
