@@ -41,6 +41,11 @@ class BatchMemory:
         self._lent: list[_Lent] = []
         self._lock = threading.Lock()
         self.reused = 0  # tensors handed out again (for tests and benchmarks)
+        # The use count of a storage held by one tensor and the storage's Python object alone,
+        # measured here rather than assumed (it differs between PyTorch versions).
+        if _use_count is not None:
+            probe = torch.empty(1)
+            self._own_count = _use_count(probe.untyped_storage()._cdata)
 
     def empty(self, shape: tuple[int, ...], *, dtype: torch.dtype, device: torch.device,
               pin_memory: bool) -> torch.Tensor:
@@ -56,17 +61,22 @@ class BatchMemory:
 
     def lend(self, tensor: torch.Tensor, rows: int) -> torch.Tensor:
         """A view of ``tensor``'s first ``rows`` rows for the trainer; ``tensor`` is remembered for
-        reuse once that view and everything made from it are gone."""
-        view = tensor[:rows] if rows < tensor.shape[0] else tensor.view(tensor.shape)
+        reuse once that view and everything made from it are gone.
+
+        Call it when nothing but ``tensor`` refers to its memory: the count measured then is the
+        one that means "free". Anything else holding it then (a numpy view left alive, say) makes
+        the count differ from a lone tensor's, and the memory is simply not reused.
+        """
         if _use_count is None or tensor.device.type != "cpu" or tensor.is_pinned():
-            return view
+            return tensor[:rows] if rows < tensor.shape[0] else tensor.view(tensor.shape)
         storage = tensor.untyped_storage()
-        with self._lock:
-            # Now held by: ``tensor``, ``storage``'s Python object and ``view``. Free once ``view``
-            # (and whatever the trainer makes of it) is gone.
-            self._lent.append(_Lent(tensor, storage, _use_count(storage._cdata) - 1))
-            if len(self._lent) > self._capacity:
-                del self._lent[0]  # forgotten, not reused: freed whenever the trainer drops it
+        alone = _use_count(storage._cdata) == self._own_count
+        view = tensor[:rows] if rows < tensor.shape[0] else tensor.view(tensor.shape)
+        if alone:
+            with self._lock:
+                self._lent.append(_Lent(tensor, storage, self._own_count))
+                if len(self._lent) > self._capacity:
+                    del self._lent[0]  # forgotten, not reused: freed whenever the trainer drops it
         return view
 
 

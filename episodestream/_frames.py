@@ -57,6 +57,9 @@ def delta_indices(meta: DatasetMeta, delta_timestamps: Mapping[str, Sequence[flo
     return offsets
 
 
+_UINT8_MAX = np.float32(255)  # a float32 divisor keeps numpy's division in float32, as torch's
+
+
 @dataclass
 class PendingSample:
     """A sample whose tabular part is built and whose video frames are still to decode."""
@@ -108,22 +111,21 @@ class SampleBuilder:
         """Whether ``write_frame`` gives what ``finish`` would (no ``image_transforms`` to apply)."""
         return self._image_transforms is None
 
-    def write_frame(self, out: torch.Tensor, frame_uint8: torch.Tensor) -> None:
+    def write_frame(self, out: np.ndarray | torch.Tensor, frame_uint8: np.ndarray | torch.Tensor) -> None:
         """Write one decoded CHW frame into ``out`` (batch memory) as ``finish`` would convert it:
         the same float32 division as ``_image``, bit for bit (tested over all 256 values), in one
-        pass with no temporary."""
-        if out.device.type != "cpu":
+        pass with no temporary. CPU memory comes as numpy arrays, accelerator memory as tensors."""
+        if isinstance(out, torch.Tensor):
             out.copy_(frame_uint8)
             if not self._return_uint8:
                 out.div_(255)
-            return
         # numpy on CPU: one single-threaded pass that releases the GIL. PyTorch would start an
         # OpenMP team per decode thread for a frame this size and oversubscribe the cores the
         # decoders need; its thread count cannot be set per thread without changing the trainer's.
-        if self._return_uint8:
-            np.copyto(out.numpy(), frame_uint8.numpy())
+        elif self._return_uint8:
+            np.copyto(out, frame_uint8)
         else:
-            np.divide(frame_uint8.numpy(), np.float32(255), out=out.numpy())
+            np.divide(frame_uint8, _UINT8_MAX, out=out)
 
     def plan(self, rows: EpisodeRows, frame: int, videos: EpisodeVideos) -> PendingSample:
         episode = rows.episode

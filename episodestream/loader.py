@@ -21,6 +21,7 @@ import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import default_collate
 
@@ -30,7 +31,7 @@ from ._options import check_int
 from ._pipeline import GroupPipeline
 from ._world import World
 from .streaming import EpisodeStreamingDataset
-from .video import DecoderCache
+from .video import DecoderCache, FrameQuery
 
 _MAX_DEFAULT_THREADS = 16
 
@@ -167,21 +168,33 @@ class _BatchBuffer:
 
     def __init__(self, size: int) -> None:
         self.frames: dict[str, torch.Tensor] = {}
+        self.arrays: dict[str, np.ndarray | torch.Tensor] = {}  # the same memory, as written to
         self.video_keys: list[str] | None = None  # the first sample's order, as default_collate keeps
         self.items: list[dict[str, Any] | None] = [None] * size
         self.lock = threading.Lock()
 
-    def frame_out(self, key: str, slot: int, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
-                  *, memory: BatchMemory, pin_memory: bool, who: str) -> torch.Tensor:
+    def frame_out(self, key: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, *,
+                  memory: BatchMemory, pin_memory: bool, query: FrameQuery) -> np.ndarray | torch.Tensor:
+        """The batch's frames of ``key``, allocated by the first sample written: a numpy view of the
+        tensor on CPU (numpy indexing costs a fraction of torch's per frame), else the tensor."""
         with self.lock:
             out = self.frames.get(key)
             if out is None:
                 out = self.frames[key] = memory.empty((len(self.items), *shape), dtype=dtype, device=device,
                                                       pin_memory=pin_memory)
+                self.arrays[key] = out.numpy() if out.device.type == "cpu" else out
         if tuple(out.shape[1:]) != shape:
-            raise ValueError(f"{who}: frames of shape {list(shape)} cannot join a batch whose {key!r} frames are "
-                             f"{list(out.shape[1:])} (a DataLoader could not stack them either).")
-        return out[slot]
+            raise ValueError(f"{query.path} ({query.who}): frames of shape {list(shape)} cannot join a batch "
+                             f"whose {key!r} frames are {list(out.shape[1:])} (a DataLoader could not stack "
+                             f"them either).")
+        return self.arrays[key]
+
+
+def _chw_frames(frames_nhwc: torch.Tensor) -> np.ndarray | torch.Tensor:
+    """(N, C, H, W) views of decoded (N, H, W, C) frames: numpy on CPU, the tensor elsewhere."""
+    if frames_nhwc.device.type == "cpu":
+        return frames_nhwc.numpy().transpose(0, 3, 1, 2)
+    return frames_nhwc.permute(0, 3, 1, 2)
 
 
 class _BatchWriter:
@@ -223,6 +236,7 @@ class _BatchWriter:
             return
         builder = self._builder
         decoded = builder.decode(cache, pendings)
+        sources: dict[str, np.ndarray | torch.Tensor] = {}  # per file: its frames as (N, C, H, W)
         for offset, pending in enumerate(pendings):
             index, slot = divmod(first_sample + offset, self._batch_size)
             buffer = self.buffer(index)
@@ -230,17 +244,19 @@ class _BatchWriter:
                 buffer.items[slot] = builder.finish(pending, [decoded[q.path].gather(q) for q in pending.queries])
                 continue
             for key, windowed, query in zip(pending.video_keys, pending.windowed, pending.queries):
-                file = decoded[query.path]
-                chw = file.frames.permute(0, 3, 1, 2)  # (N, C, H, W) view of the decoded NHWC frames
-                rows = [file.row_of[t] for t in query.timestamps_s]
-                shape = (len(rows), *chw.shape[1:]) if windowed else tuple(chw.shape[1:])
-                out = buffer.frame_out(key, slot, shape, builder.frame_dtype, chw.device, memory=self._memory,
-                                       pin_memory=self._pin_memory, who=f"{query.path} ({query.who})")
+                source = sources.get(query.path)
+                if source is None:
+                    source = sources[query.path] = _chw_frames(decoded[query.path].frames)
+                row_of = decoded[query.path].row_of
+                rows = [row_of[t] for t in query.timestamps_s]
+                shape = (len(rows), *source.shape[1:]) if windowed else tuple(source.shape[1:])
+                out = buffer.frame_out(key, shape, builder.frame_dtype, decoded[query.path].frames.device,
+                                       memory=self._memory, pin_memory=self._pin_memory, query=query)[slot]
                 if windowed:
                     for step, row in enumerate(rows):
-                        builder.write_frame(out[step], chw[row])
+                        builder.write_frame(out[step], source[row])
                 else:
-                    builder.write_frame(out, chw[rows[0]])
+                    builder.write_frame(out, source[rows[0]])
             if slot == 0:
                 buffer.video_keys = list(pending.video_keys)
             buffer.items[slot] = {**pending.item, "task": pending.task}
@@ -248,6 +264,7 @@ class _BatchWriter:
     def collate(self, buffer: _BatchBuffer, count: int) -> dict[str, Any]:
         """The batch as ``default_collate`` of its samples would give it (frames already in place)."""
         items = buffer.items[:count]
+        buffer.arrays.clear()  # the numpy views written through: lend() needs the tensors alone
         if not self._builder.writes_in_place:
             batch = default_collate(items)
         else:

@@ -353,3 +353,20 @@ def test_a_thread_that_cannot_start_its_decoders_fails_the_pass_not_hangs(many_e
     with pytest.raises(OSError, match="no decoders today"):
         list(loader)
     assert not _episodestream_threads() and loader.state_dict()["batches_consumed"] == 0
+
+
+def test_batch_memory_reuses_only_what_nothing_holds():
+    from episodestream._batch_memory import BatchMemory
+
+    memory = BatchMemory(capacity=4)
+    options = dict(dtype=torch.float32, device=torch.device("cpu"), pin_memory=False)
+    first = memory.empty((2, 3), **options)
+    held = memory.lend(first, 2)  # the trainer keeps it
+    second = memory.empty((2, 3), **options)
+    assert second.data_ptr() != first.data_ptr() and memory.reused == 0
+    extra = second.numpy()  # something besides the tensor holds the memory when it is lent
+    dropped = memory.lend(second, 2)
+    del dropped
+    assert memory.empty((2, 3), **options).data_ptr() not in (first.data_ptr(), second.data_ptr())
+    del extra, held
+    assert memory.empty((2, 3), **options).data_ptr() == first.data_ptr() and memory.reused == 1
