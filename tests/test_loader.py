@@ -370,3 +370,14 @@ def test_batch_memory_reuses_only_what_nothing_holds():
     assert memory.empty((2, 3), **options).data_ptr() not in (first.data_ptr(), second.data_ptr())
     del extra, held
     assert memory.empty((2, 3), **options).data_ptr() == first.data_ptr() and memory.reused == 1
+
+
+@pytest.mark.parametrize("return_uint8", [False, True])
+def test_write_frame_equals_finish_conversion_for_every_byte_value(many_episodes_root, return_uint8):
+    builder = EpisodeStreamingDataset(many_episodes_root, return_uint8=return_uint8)._core.builder
+    frame = torch.arange(256, dtype=torch.uint8).reshape(1, 16, 16).expand(3, 16, 16)
+    out = torch.empty((3, 16, 16), dtype=builder.frame_dtype)
+    builder.write_frame(out.numpy(), frame.numpy())
+    expected = builder._image(frame.clone())
+    assert out.dtype == expected.dtype and torch.equal(out, expected)
+    assert torch.equal(out[0].flatten(), frame[0].flatten() / 255.0 if not return_uint8 else frame[0].flatten())
