@@ -43,7 +43,7 @@ def _jsonable(value: Any) -> Any:
 
 
 class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
-    """Streams uniformly random frames from a pool of whole episodes, decoding video only on emit.
+    """Streams frames in random order from a pool of whole episodes, decoding video only on emit.
 
     What to read:
         source: a LeRobot v3.0 dataset: a local (or network-mounted) folder, read in place; a URL
@@ -75,7 +75,8 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
 
     How to iterate:
         episode_pool_size: whole episodes each consumer holds in RAM (tabular rows only) and
-            draws frames from uniformly; larger mixes more, costs rows and open decoders.
+            mixes frames from (a sliding window of episodes, see ``_sampling.ConsumerSchedule``);
+            larger mixes more, costs rows and open decoders.
         shuffle: False emits episodes and frames in order.
         decode_group_size: samples built together so that frames from one video file share a
             decoder call (1 builds each sample alone).
