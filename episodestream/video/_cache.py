@@ -118,16 +118,6 @@ def decode_files(cache: DecoderCache, queries: Sequence[FrameQuery], *, fps: flo
     return decoded
 
 
-def decode_queries(cache: DecoderCache, queries: Sequence[FrameQuery], *, fps: float,
-                   tolerance_s: float) -> list[torch.Tensor]:
-    """Decode every query (see ``decode_files``).
-
-    Returns one contiguous uint8 (T, C, H, W) tensor per query, in query order.
-    """
-    decoded = decode_files(cache, queries, fps=fps, tolerance_s=tolerance_s)
-    return [decoded[q.path].gather(q) for q in queries]
-
-
 def _preview(values: Sequence, limit: int = 6) -> str:
     shown = ", ".join(str(v) for v in values[:limit])
     return f"[{shown}{', ...' if len(values) > limit else ''}]"
