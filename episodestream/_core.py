@@ -53,13 +53,14 @@ class DatasetCore:
                  delta_timestamps: Mapping[str, Sequence[float]] | None, tolerance_s: float,
                  return_uint8: bool, image_transforms: Callable | None, video_backend: str | None,
                  decode_device: str = "cpu", remote_options: Mapping[str, Any] | None = None,
-                 episodes_in_flight: int = 1) -> None:
+                 episodes_in_flight: int = 1, local_cache_dir: bool = False) -> None:
         self.source = source
         self.revision = revision
         self.tolerance_s = check_positive_float("tolerance_s", tolerance_s)
         if image_transforms is not None and not callable(image_transforms):
             raise TypeError(f"image_transforms must be callable, got {image_transforms!r}.")
-        self.files = open_source(source, revision=revision, **(remote_options or {}))
+        self.files = open_source(source, revision=revision, local_cache_dir=local_cache_dir,
+                                 **(remote_options or {}))
         self.meta = load_metadata(self.files)
         # A remote cache must hold what one consumer keeps in flight; refuse a smaller budget now
         # rather than stall mid-epoch.

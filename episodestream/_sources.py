@@ -25,7 +25,9 @@ _WARN_STACKLEVEL = 4
 def open_source(source: str | os.PathLike, *, revision: str | None, cache_dir: str | os.PathLike | None = None,
                 cache_limit: int | str | None = None, storage_options: Mapping[str, Any] | None = None,
                 token: str | None = None, hub_endpoint: str | None = None,
-                download_config: Any = None) -> DatasetFiles:
+                download_config: Any = None, local_cache_dir: bool = False) -> DatasetFiles:
+    """``local_cache_dir``: the caller also uses ``cache_dir`` for a local folder (the map-style
+    dataset's column cache), so giving it is not a mistake to warn about."""
     remote_options = dict(cache_dir=cache_dir, cache_limit=cache_limit, storage_options=storage_options,
                           token=token, hub_endpoint=hub_endpoint, download_config=download_config)
     folder = local_folder(source)
@@ -36,7 +38,8 @@ def open_source(source: str | os.PathLike, *, revision: str | None, cache_dir: s
         if not os.path.isdir(folder):
             raise NotADirectoryError(f"source {os.fspath(source)!r} is a file; pass the dataset's root folder "
                                      f"(the one holding meta/info.json).")
-        given = [name for name, value in remote_options.items() if value is not None]
+        given = [name for name, value in remote_options.items()
+                 if value is not None and not (name == "cache_dir" and local_cache_dir)]
         if given:
             # Silently dropping e.g. a cache_limit would let a user believe a budget applies.
             warnings.warn(f"{', '.join(given)} only apply to remote sources; {os.fspath(source)!r} is a local "

@@ -49,6 +49,7 @@ class EpisodeDataset(torch.utils.data.Dataset):
                  hub_endpoint: str | None = None,
                  download_config: ControllerConfig | Mapping[str, Any] | None = None,
                  column_cache: bool = True) -> None:
+        column_cache = check_bool("column_cache", column_cache)
         self._core = DatasetCore(source, revision=revision, episodes=episodes,
                                  delta_timestamps=delta_timestamps, tolerance_s=tolerance_s,
                                  return_uint8=return_uint8, image_transforms=image_transforms,
@@ -56,12 +57,13 @@ class EpisodeDataset(torch.utils.data.Dataset):
                                  remote_options=dict(cache_dir=cache_dir, cache_limit=cache_limit,
                                                      storage_options=storage_options, token=token,
                                                      hub_endpoint=hub_endpoint, download_config=download_config),
-                                 episodes_in_flight=_ROWS_CACHED + 1)
+                                 episodes_in_flight=_ROWS_CACHED + 1,
+                                 local_cache_dir=column_cache)
         self._starts = np.concatenate([[0], np.cumsum(self._core.episodes.lengths)])
         self._episode_indices = self._core.episodes.episode_indices  # by selection position
         # Local sources only, for now: for a remote source the copy would sit beside the node cache
         # without its budget, refcounts or `cache clear` (see docs/benchmarks.md, issue 13).
-        use_columns = check_bool("column_cache", column_cache) and isinstance(self._core.files, LocalFiles)
+        use_columns = column_cache and isinstance(self._core.files, LocalFiles)
         self._columns_dir = default_columns_dir(cache_dir) if use_columns else None
         self._process: tuple[int, RowReader | ColumnStore, DecoderCache, EpisodeVideos, OrderedDict[int, EpisodeRows]] | None = None
 

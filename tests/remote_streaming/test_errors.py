@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from episodestream import EpisodeStreamingDataset
+from episodestream import EpisodeDataset, EpisodeStreamingDataset
 from episodestream.remote import open_remote_source
 from episodestream.testing import FakeHub, S3Server
 
@@ -199,3 +199,18 @@ def test_remote_options_for_a_local_folder_warn_once(dataset_root, tmp_path):
                               f"apply to remote sources; {str(dataset_root)!r} is a local folder")
     assert caught[0].filename == __file__  # points at the caller's line
     assert not (tmp_path / "cache").exists()
+
+
+def test_cache_dir_for_a_local_map_style_dataset_is_used_not_warned_about(dataset_root, tmp_path):
+    """Regression: EpisodeDataset's column cache uses cache_dir for local folders, so warning that
+    it is ignored was false (it is ignored, and warned about, only with column_cache=False)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dataset = EpisodeDataset(dataset_root, cache_dir=tmp_path / "cache")
+        dataset[0]
+    assert caught == [] and (tmp_path / "cache" / "columns").is_dir()
+    with pytest.warns(UserWarning, match=r"^cache_dir only apply to remote sources"):
+        EpisodeDataset(dataset_root, cache_dir=tmp_path / "unused", column_cache=False)
+    assert not (tmp_path / "unused").exists()
