@@ -14,21 +14,17 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import shutil
-import tempfile
 from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ._write_folder import check_root, invalid, write_into_place
+
 _DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 _EPISODES_PATH = "meta/episodes/chunk-000/file-000.parquet"
 _MAX_EPISODES = 10_000_000
-
-
-def _invalid(name: str, value, valid: str) -> ValueError:
-    return ValueError(f"Invalid {name} ({value!r}). Valid values are {valid}.")
 
 
 def _lengths(episode_length, num_episodes: int, seed: int) -> np.ndarray:
@@ -42,7 +38,7 @@ def _lengths(episode_length, num_episodes: int, seed: int) -> np.ndarray:
         lengths = np.asarray(episode_length, np.int64)
         if lengths.size and lengths.min() >= 1:
             return lengths
-    raise _invalid("episode_length", episode_length,
+    raise invalid("episode_length", episode_length,
                    f"a positive int, an inclusive (min, max) tuple, or a list of {num_episodes} positive lengths")
 
 
@@ -100,25 +96,13 @@ def write_tabular_dataset(root: str | os.PathLike, *, num_episodes: int, episode
                                    ("episodes_per_data_file", episodes_per_data_file, 1, _MAX_EPISODES),
                                    ("chunks_size", chunks_size, 1, 2**20)):
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise _invalid(name, value, f"integers in [{low}, {high}]")
+            raise invalid(name, value, f"integers in [{low}, {high}]")
     lengths = _lengths(episode_length, num_episodes, seed)
     root = pathlib.Path(root)
-    if root.exists() and (not root.is_dir() or any(root.iterdir())) and not overwrite:
-        raise _invalid("root", str(root), "a new or empty folder; this one is not empty (overwrite=True replaces it)")
-    root.parent.mkdir(parents=True, exist_ok=True)
-    staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
-    try:
-        _write(staging, lengths, fps=fps, state_dim=state_dim, num_tasks=num_tasks,
-               per_file=episodes_per_data_file, chunks_size=chunks_size)
-        if root.is_dir():
-            shutil.rmtree(root)
-        elif root.exists():
-            root.unlink()
-        staging.rename(root)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return root
+    check_root(root, overwrite=overwrite)
+    return write_into_place(root, lambda staging: _write(
+        staging, lengths, fps=fps, state_dim=state_dim, num_tasks=num_tasks, per_file=episodes_per_data_file,
+        chunks_size=chunks_size))
 
 
 def _write(out: pathlib.Path, lengths: np.ndarray, *, fps: int, state_dim: int, num_tasks: int, per_file: int,

@@ -12,8 +12,6 @@ import io
 import json
 import os
 import pathlib
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Literal
@@ -27,6 +25,7 @@ from tqdm import tqdm
 
 # Camera-less datasets of DROID size (100,000 episodes), written with numpy in seconds.
 from ._synthetic_bulk import write_tabular_dataset  # noqa: E402
+from ._write_folder import check_root, invalid, write_into_place
 
 __all__ = ["decode_frame_ids", "encode_frame_ids", "write_synthetic_dataset", "write_tabular_dataset"]
 
@@ -68,7 +67,7 @@ def encode_frame_ids(*, episode_index: int, frame_index: int, camera_index: int,
               "width": (width, _MIN_SIDE, 2**16)}
     for name, (value, low, high) in limits.items():
         if not low <= value <= high:
-            raise _invalid(name, value, f"integers in [{low}, {high}]")
+            raise invalid(name, value, f"integers in [{low}, {high}]")
     checksum = _checksum(frame_index, episode_index, camera_index)
     word = (frame_index << 20) | (episode_index << 8) | (camera_index << 4) | checksum
     image = np.full((height, width, 3), 128, dtype=np.uint8)
@@ -103,10 +102,6 @@ def decode_frame_ids(frame) -> tuple[int, int, int]:
     return episode_index, frame_index, camera_index
 
 
-def _invalid(name: str, value, valid: str) -> ValueError:
-    return ValueError(f"Invalid {name} ({value!r}). Valid values are {valid}.")
-
-
 def _episode_lengths(episode_length, num_episodes: int, seed: int) -> list[int]:
     """An int; a (min, max) tuple, drawn from per episode; or a sequence of each episode's length."""
     pair = isinstance(episode_length, tuple) and len(episode_length) == 2
@@ -120,7 +115,7 @@ def _episode_lengths(episode_length, num_episodes: int, seed: int) -> list[int]:
     if pair and in_range and lengths[0] <= lengths[1]:
         return [int(n) for n in np.random.default_rng(seed).integers(lengths[0], lengths[1] + 1, size=num_episodes)]
     if pair or not in_range or len(lengths) != num_episodes:
-        raise _invalid("episode_length", episode_length, f"an int, an inclusive (min, max) tuple, or a list of "
+        raise invalid("episode_length", episode_length, f"an int, an inclusive (min, max) tuple, or a list of "
                        f"{num_episodes} lengths, all in [1, {_MAX_ID + 1}] (frame ids have 12 bits)")
     return [int(n) for n in lengths]
 
@@ -129,29 +124,29 @@ def _validate(*, ints, sizes_mb, height, width, codec, cameras, image_keys, max_
     """Check every option once; return max_episodes_per_video_file as a per-camera dict."""
     for name, (value, low, high) in ints.items():
         if not isinstance(value, int) or not low <= value <= high:
-            raise _invalid(name, value, f"integers in [{low}, {high}]")
+            raise invalid(name, value, f"integers in [{low}, {high}]")
     for name, value in sizes_mb.items():
         if not isinstance(value, (int, float)) or not value > 0:
-            raise _invalid(name, value, "positive numbers")
+            raise invalid(name, value, "positive numbers")
     for name, value in (("height", height), ("width", width)):
         # yuv420p needs even sides; SVT-AV1 and readable id blocks want at least 64 pixels.
         if not isinstance(value, int) or value < _MIN_SIDE or value % 8:
-            raise _invalid(name, value, f"multiples of 8 that are >= {_MIN_SIDE}")
+            raise invalid(name, value, f"multiples of 8 that are >= {_MIN_SIDE}")
     if codec not in _CODECS:
-        raise _invalid("codec", codec, ", ".join(map(repr, _CODECS)))
+        raise invalid("codec", codec, ", ".join(map(repr, _CODECS)))
     tabular = {"observation.state", "action", "timestamp", "frame_index", "episode_index", "index", "task_index",
                "next.done"}
     for name, keys, taken in (("cameras", cameras, tabular), ("image_keys", image_keys, tabular | set(cameras))):
         # The camera index of the id frames has 4 bits, so cameras and image keys share 16 slots.
         too_many = len(cameras) + len(image_keys) > 16
         if isinstance(keys, str) or len(set(keys)) != len(keys) or taken & set(keys) or too_many:
-            raise _invalid(name, keys, "distinct names, none a tabular feature or a camera, 16 in all with the other")
+            raise invalid(name, keys, "distinct names, none a tabular feature or a camera, 16 in all with the other")
     if max_per_data is not None and (not isinstance(max_per_data, int) or max_per_data < 1):
-        raise _invalid("max_episodes_per_data_file", max_per_data, "None or a positive int")
+        raise invalid("max_episodes_per_data_file", max_per_data, "None or a positive int")
     per_camera = max_per_video if isinstance(max_per_video, Mapping) else dict.fromkeys(cameras, max_per_video)
     if set(per_camera) - set(cameras) or any(v is not None and (not isinstance(v, int) or v < 1)
                                              for v in per_camera.values()):
-        raise _invalid("max_episodes_per_video_file", max_per_video,
+        raise invalid("max_episodes_per_video_file", max_per_video,
                        f"None, a positive int, or a mapping from some of {list(cameras)} to those")
     return {camera: per_camera.get(camera) for camera in cameras}
 
@@ -358,25 +353,13 @@ def write_synthetic_dataset(
                               cameras=cameras, image_keys=image_keys, max_per_data=max_episodes_per_data_file,
                               max_per_video=max_episodes_per_video_file)
     lengths = _episode_lengths(episode_length, num_episodes, seed)
-    if root.exists() and (not root.is_dir() or any(root.iterdir())) and not overwrite:
-        raise _invalid("root", str(root), "a new or empty folder; this one is not empty (overwrite=True replaces it)")
-    root.parent.mkdir(parents=True, exist_ok=True)
-    staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
-    try:
-        _write(staging, lengths=lengths, fps=fps, cameras=list(cameras), image_keys=list(image_keys),
-               encoding=dict(codec=codec, height=height, width=width, gop=gop, crf=crf), state_dim=state_dim,
-               num_tasks=num_tasks, chunks_size=chunks_size, data_mb=data_files_size_in_mb,
-               video_mb=video_files_size_in_mb, max_per_data=max_episodes_per_data_file, max_per_video=max_per_video,
-               progress=progress, texture=bool(texture))
-        if root.is_dir():
-            shutil.rmtree(root)
-        elif root.exists():
-            root.unlink()
-        staging.rename(root)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return root
+    check_root(root, overwrite=overwrite)
+    return write_into_place(root, lambda staging: _write(
+        staging, lengths=lengths, fps=fps, cameras=list(cameras), image_keys=list(image_keys),
+        encoding=dict(codec=codec, height=height, width=width, gop=gop, crf=crf), state_dim=state_dim,
+        num_tasks=num_tasks, chunks_size=chunks_size, data_mb=data_files_size_in_mb,
+        video_mb=video_files_size_in_mb, max_per_data=max_episodes_per_data_file, max_per_video=max_per_video,
+        progress=progress, texture=bool(texture)))
 
 
 def _add_texture(images: np.ndarray, frames: np.ndarray, *, camera_index: int) -> np.ndarray:

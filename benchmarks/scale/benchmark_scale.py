@@ -82,6 +82,19 @@ def _first_frame_per_data_file(root: str) -> list[int]:
     return list(firsts.values())
 
 
+def _worker_memory(loader, batches: int, *, prefix: str) -> dict:
+    """The largest RSS, PSS and private (RssAnon) memory of ``loader``'s workers after ``batches``."""
+    iterator = iter(loader)
+    for _ in range(batches):
+        next(iterator)
+    pids = [w.pid for w in iterator._workers]
+    memory = {f"{prefix}_rss_mb": max(_rss_mb(pid) for pid in pids),
+              f"{prefix}_pss_mb": max(_pss_mb(pid) for pid in pids),
+              f"{prefix}_anon_mb": max(_rss_mb(pid, "RssAnon") for pid in pids)}
+    del iterator
+    return memory
+
+
 def measure(kind: str, root: str, args) -> dict:
     """One measurement, in this (fresh) process."""
     import torch  # noqa: F401  (the baseline RSS includes torch, as in any trainer)
@@ -127,26 +140,12 @@ def measure(kind: str, root: str, args) -> dict:
         dataset = EpisodeDataset(root, delta_timestamps=_window())
         loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=2, shuffle=True,
                                              generator=torch.Generator().manual_seed(0))
-        iterator = iter(loader)
-        for _ in range(args.worker_batches):
-            next(iterator)
-        pids = [w.pid for w in iterator._workers]
-        rss, pss = [_rss_mb(pid) for pid in pids], [_pss_mb(pid) for pid in pids]
-        anon = [_rss_mb(pid, "RssAnon") for pid in pids]
-        del iterator
-        return {"map_worker_rss_mb": max(rss), "map_worker_pss_mb": max(pss), "map_worker_anon_mb": max(anon)}
+        return _worker_memory(loader, args.worker_batches, prefix="map_worker")
     if kind == "workers":
         import torch.utils.data
         dataset = _streaming(root, args)
         loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=2)
-        iterator = iter(loader)
-        for _ in range(args.worker_batches):
-            next(iterator)
-        pids = [w.pid for w in iterator._workers]
-        rss, pss = [_rss_mb(pid) for pid in pids], [_pss_mb(pid) for pid in pids]
-        anon = [_rss_mb(pid, "RssAnon") for pid in pids]
-        del iterator
-        return {"worker_rss_mb": max(rss), "worker_pss_mb": max(pss), "worker_anon_mb": max(anon)}
+        return _worker_memory(loader, args.worker_batches, prefix="worker")
     raise ValueError(f"unknown measurement {kind!r}")
 
 
