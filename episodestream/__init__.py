@@ -4,6 +4,7 @@ from ._errors import CacheFullError
 from ._metadata import DatasetFormatError
 from .loader import EpisodeLoader
 from .mapstyle import EpisodeDataset
+from .mixture import EpisodeMixture
 from .streaming import EpisodeStreamingDataset, stream_state
 from .synthetic import write_synthetic_dataset
 from .tracing import disable_tracer, enable_tracer, load_trace, set_process_name
@@ -14,6 +15,7 @@ __all__ = [
     "DatasetFormatError",
     "EpisodeDataset",
     "EpisodeLoader",
+    "EpisodeMixture",
     "EpisodeStreamingDataset",
     "VideoDecodeError",
     "disable_tracer",

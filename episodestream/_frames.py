@@ -52,7 +52,7 @@ def delta_indices(meta: DatasetMeta, delta_timestamps: Mapping[str, Sequence[flo
         if off.any():
             raise ValueError(
                 f"delta_timestamps[{key!r}] has values {[d for d, bad in zip(deltas, off) if bad]} that are not multiples "
-                f"of 1/fps = 1/{meta.fps} s within tolerance_s={tolerance_s}.")
+                f"of 1/fps = 1/{meta.fps} s within tolerance_s={tolerance_s} ({meta.description} runs at {meta.fps} fps).")
         offsets[key] = np.round(steps).astype(np.int64)
     return offsets
 

@@ -487,9 +487,12 @@ def _admit_ahead(steps: Iterator[tuple[int, int, int]], videos: EpisodeVideos, e
 def stream_state(loader: torch.utils.data.DataLoader, batches_consumed: int) -> dict[str, Any]:
     """The resume state for a DataLoader over an ``EpisodeStreamingDataset``: the dataset's
     ``state_dict()`` plus the batches consumed this epoch and the loader's batching settings."""
+    from .mixture import EpisodeMixture  # here: mixture imports this module
+
     dataset = loader.dataset
-    if not isinstance(dataset, EpisodeStreamingDataset):
-        raise TypeError(f"stream_state needs a DataLoader over an EpisodeStreamingDataset, got {type(dataset).__name__}.")
+    if not isinstance(dataset, (EpisodeStreamingDataset, EpisodeMixture)):
+        raise TypeError(f"stream_state needs a DataLoader over an EpisodeStreamingDataset or EpisodeMixture, "
+                        f"got {type(dataset).__name__}.")
     return {**dataset.state_dict(), "batches_consumed": check_int("batches_consumed", batches_consumed, minimum=0),
             # batch_size=None hands out single samples: the same round robin as batches of one.
             "batch_size": loader.batch_size or 1, "num_workers": loader.num_workers, "drop_last": loader.drop_last}

@@ -1,0 +1,81 @@
+"""``mixture.meta``: each source's metadata, and stats aggregated over the sources as LeRobot does.
+
+LeRobot's ``aggregate_stats`` (``lerobot.datasets.compute_stats``) combines datasets' stats weighted
+by their ``count`` (frames): the count-weighted mean, the pooled variance (each source's variance
+plus its mean's squared distance from the combined mean, count-weighted) as ``std``, elementwise
+``min`` / ``max``, the summed ``count``; quantiles (``q01`` ...) as the count-weighted mean of the
+sources' quantiles (an approximation, as there). A feature missing from some source's stats is
+aggregated over the sources that have it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+_EXACT = ("min", "max", "mean", "std", "count")
+
+
+def aggregate_stats(stats: Sequence[Mapping[str, Mapping[str, np.ndarray]] | None]
+                    ) -> dict[str, dict[str, np.ndarray]] | None:
+    """Stats of the sources together (None entries, sources without ``stats.json``, are skipped;
+    None when none has stats)."""
+    present = [s for s in stats if s is not None]
+    if not present:
+        return None
+    keys = list(dict.fromkeys(key for s in present for key in s))
+    return {key: _aggregate_feature([s[key] for s in present if key in s]) for key in keys}
+
+
+def _aggregate_feature(parts: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    if not all("count" in p and "mean" in p for p in parts):
+        return dict(parts[0])  # nothing to weight by: the first source's, as given
+    means = np.stack([np.asarray(p["mean"], np.float64) for p in parts])
+    counts = np.array([float(np.ravel(p["count"])[0]) for p in parts])  # frames per source, shape (1,) each
+    weights = (counts / counts.sum()).reshape((len(parts),) + (1,) * (means.ndim - 1))
+    mean = (weights * means).sum(0)
+    out: dict[str, np.ndarray] = {"mean": mean, "count": np.array([int(counts.sum())], np.int64)}
+    if all("std" in p for p in parts):
+        stds = np.stack([np.asarray(p["std"], np.float64) for p in parts])
+        out["std"] = np.sqrt((weights * (stds**2 + (means - mean) ** 2)).sum(0))
+    for name, combine in (("min", np.min), ("max", np.max)):
+        if all(name in p for p in parts):
+            out[name] = combine(np.stack([np.asarray(p[name]) for p in parts]), axis=0)
+    for name in parts[0]:
+        if name not in _EXACT and all(name in p for p in parts):
+            out[name] = (weights * np.stack([np.asarray(p[name], np.float64) for p in parts])).sum(0)
+    return out
+
+
+def rename_stats(stats: Mapping[str, Any] | None, rename: Mapping[str, str]) -> dict[str, Any] | None:
+    return None if stats is None else {rename.get(key, key): value for key, value in stats.items()}
+
+
+class MixtureMeta:
+    """What a mixture's ``meta`` gives: ``sources`` (each component's own ``meta``, a ``LeRobotMeta``,
+    unrenamed), ``stats`` (aggregated over the sources, keys renamed; see the module docstring),
+    ``features`` (the features every source shares, renamed, as info.json dicts from the first),
+    ``fps`` per source, ``weights`` and ``total_frames`` (selected frames per source)."""
+
+    def __init__(self, *, sources: Sequence[Any], renames: Sequence[Mapping[str, str]],
+                 weights: Sequence[float], frames: Sequence[int]) -> None:
+        self.sources = list(sources)
+        self.stats = aggregate_stats([rename_stats(m.stats, r) for m, r in zip(sources, renames)])
+        self.features = {renames[0].get(key, key): spec for key, spec in sources[0].features.items()}
+        self.fps = [m.fps for m in sources]
+        self.weights = list(weights)
+        self.total_frames = list(frames)
+
+    @property
+    def camera_keys(self) -> list[str]:
+        return [key for key, spec in self.features.items() if spec["dtype"] in ("video", "image")]
+
+    @property
+    def video_keys(self) -> list[str]:
+        return [key for key, spec in self.features.items() if spec["dtype"] == "video"]
+
+    def __repr__(self) -> str:
+        return (f"MixtureMeta({len(self.sources)} sources: {[m.repo_id for m in self.sources]}, "
+                f"weights={self.weights}, features={list(self.features)})")

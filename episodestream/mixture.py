@@ -1,0 +1,384 @@
+"""``EpisodeMixture``: several ``EpisodeStreamingDataset`` streamed as one weighted, resumable stream.
+
+The planning (counts, passes, interleaving, resume) is ``_mixing``; this module runs it: each
+component's steps through that component's own pool and decoder, the samples interleaved in the
+consumer's order, keys renamed, ``dataset_index`` added. See ``docs/mixtures.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from ._epoch import SharedEpoch
+from ._mixing import LegPlan, MixLeg, MixResume, Source, initial_passes, plan_mixture_resume, rank_counts
+from ._mixture_meta import MixtureMeta
+from ._options import check_bool, check_int
+from ._resume import BeyondEpochError
+from ._world import World, current_world
+from .streaming import EpisodeStreamingDataset, _raising, _StaleWorkerCopy
+
+MIXTURE_STATE_FORMAT = "episodestream.mixture_state/1"
+_STOPS = ("all", "first")
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def _check_weights(weights: Sequence[float] | None, count: int) -> tuple[float, ...] | None:
+    if weights is None:
+        return None
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence) or len(weights) != count:
+        raise ValueError(f"weights must be a list of {count} positive numbers (one per dataset), got {weights!r}.")
+    bad = [w for w in weights if isinstance(w, bool) or not isinstance(w, (int, float))
+           or not math.isfinite(w) or w <= 0]
+    if bad:
+        raise ValueError(f"weights must be positive finite numbers, got {bad[0]!r} in {list(weights)!r}.")
+    total = math.fsum(weights)
+    return tuple(float(w) / total for w in weights)
+
+
+def _check_stop(stop: str | int) -> str | int:
+    if isinstance(stop, int) and not isinstance(stop, bool):
+        return check_int("stop", stop, minimum=1)
+    if stop not in _STOPS:
+        raise ValueError(f"Invalid stop ({stop!r}). Supported values are 'all', 'first' or an int (samples per "
+                         f"epoch across all ranks).")
+    return stop
+
+
+def _check_renames(rename: Sequence[Mapping[str, str] | None] | None, datasets) -> list[dict[str, str]]:
+    if rename is None:
+        return [{} for _ in datasets]
+    if isinstance(rename, Mapping) or not isinstance(rename, Sequence) or len(rename) != len(datasets):
+        raise ValueError(f"rename must be a list of {len(datasets)} dicts (or None), one per dataset, got {rename!r}.")
+    out = []
+    for index, (mapping, dataset) in enumerate(zip(rename, datasets)):
+        mapping = dict(mapping or {})
+        unknown = sorted(set(mapping) - set(dataset.typed_meta.features))
+        if unknown:
+            raise ValueError(f"rename[{index}] names keys that {dataset.typed_meta.description} does not have: "
+                             f"{unknown} (its features: {sorted(dataset.typed_meta.features)}).")
+        out.append(mapping)
+    return out
+
+
+def _feature_table(dataset: EpisodeStreamingDataset, rename: Mapping[str, str]) -> dict[str, str]:
+    """Each (renamed) feature's dtype, shape and window length, as text to compare and to show."""
+    offsets = dataset._core.offsets
+    table = {}
+    for key, feature in dataset.typed_meta.features.items():
+        window = f", window of {len(offsets[key])}" if key in offsets else ""
+        table[rename.get(key, key)] = f"{feature.dtype} {list(feature.shape)}{window}"
+    return table
+
+
+def _check_features(datasets, renames) -> None:
+    tables = [_feature_table(d, r) for d, r in zip(datasets, renames)]
+    keys = list(dict.fromkeys(k for t in tables for k in t))
+    lines = []
+    for key in keys:
+        seen = [t.get(key, "missing") for t in tables]
+        if len(set(seen)) > 1:
+            lines.append(f"{key!r}: " + "; ".join(f"dataset {i} ({d.typed_meta.description}) {s}"
+                                                   for i, (d, s) in enumerate(zip(datasets, seen))))
+    if lines:
+        raise ValueError("The datasets of a mixture must give the same keys, dtypes, shapes and window lengths "
+                         "(after rename=); these differ:\n  " + "\n  ".join(lines))
+
+
+def _renamer(rename: Mapping[str, str]):
+    if not rename:
+        return None
+    table = {**rename, **{f"{k}_is_pad": f"{v}_is_pad" for k, v in rename.items()}}
+    return lambda sample: {table.get(k, k): v for k, v in sample.items()}
+
+
+class EpisodeMixture(torch.utils.data.IterableDataset):
+    """Streams several ``EpisodeStreamingDataset`` as one stream, mixed by weight, resumable.
+
+    What to mix:
+        datasets: the components (local folders, Hub ids and URLs alike), each built with its own
+            options (windows, pool size, shuffle, seed); they must share rank and world size.
+        weights: each component's share of the samples (positive; normalised). Default: in
+            proportion to their frames, which makes the mixture a shuffled concatenation.
+        rename: a list aligned with ``datasets`` of ``{its key: mixture key}`` dicts (or None), so
+            that cameras named differently meet under one key. After renaming, every component must
+            give the same keys, dtypes, shapes and window lengths (else one ValueError lists them).
+
+    What an epoch is (see docs/mixtures.md):
+        stop: "all" (default): the epoch lasts until every component has run to its end at least
+            once (components weighted above their share repeat, each pass freshly permuted);
+            "first": until the first component runs to its end (the others are cut short);
+            an int: that many samples per epoch across all ranks.
+
+    Determinism:
+        seed: with the epoch, fixes each component's pass permutations and every consumer's
+            interleaving (drawn from (seed, epoch, rank, worker)).
+
+    Every rank yields ``len(self)`` samples per epoch; each sample is its component's sample (keys
+    renamed) plus ``dataset_index``, an int64 tensor: the component's position in ``datasets``.
+    """
+
+    def __init__(self, datasets: Sequence[EpisodeStreamingDataset], weights: Sequence[float] | None = None, *,
+                 seed: int = 0, stop: str | int = "all",
+                 rename: Sequence[Mapping[str, str] | None] | None = None) -> None:
+        super().__init__()
+        if isinstance(datasets, EpisodeStreamingDataset) or not isinstance(datasets, Sequence) or not datasets:
+            raise TypeError(f"datasets must be a non-empty list of EpisodeStreamingDataset, got {datasets!r:.200}.")
+        wrong = [type(d).__name__ for d in datasets if not isinstance(d, EpisodeStreamingDataset)]
+        if wrong:
+            raise TypeError(f"datasets must be EpisodeStreamingDataset objects, got {wrong[0]}.")
+        places = {(d.rank, d.world_size) for d in datasets}
+        if len(places) > 1:
+            raise ValueError(f"The datasets of a mixture must share rank and world_size, got {sorted(places)}.")
+        self.datasets = list(datasets)
+        self.rank, self.world_size = datasets[0].rank, datasets[0].world_size
+        self.weights = _check_weights(weights, len(datasets))
+        self.seed = check_int("seed", seed, minimum=0)
+        self.stop = _check_stop(stop)
+        self._renames = _check_renames(rename, datasets)
+        _check_features(self.datasets, self._renames)
+        self._renamers = [_renamer(r) for r in self._renames]
+        self._epoch = SharedEpoch()
+        self._loads_seen = 0
+        self._resume_request: tuple[int, tuple[MixLeg, ...]] | None = None  # (epoch, legs)
+        self._resume_points: dict[int, MixResume | None] = {}
+        self._legs: dict[tuple, LegPlan] = {}
+        self._meta: MixtureMeta | None = None
+
+    # -- what it is -------------------------------------------------------------------------------
+
+    @property
+    def meta(self) -> MixtureMeta:
+        """Per-source metadata (``meta.sources``) and stats aggregated by frames (``meta.stats``)."""
+        if self._meta is None:
+            frames = [d._core.num_frames for d in self.datasets]
+            weights = self.weights or tuple(f / sum(frames) for f in frames)
+            self._meta = MixtureMeta(sources=[d.meta for d in self.datasets], renames=self._renames,
+                                     weights=weights, frames=frames)
+        return self._meta
+
+    @property
+    def pool_sizes(self) -> tuple[int, ...]:
+        return tuple(d.episode_pool_size for d in self.datasets)
+
+    def _sources(self) -> list[Source]:
+        return [Source(tuple(d._segments()), d.seed, d.shuffle) for d in self.datasets]
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch.get()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch the next iteration streams (reaches persistent DataLoader workers too)."""
+        self._epoch.set(check_int("epoch", epoch, minimum=0))
+
+    def rank_counts(self) -> list[int]:
+        """Samples each component gives every rank in a fresh epoch."""
+        return rank_counts([d._core.num_frames for d in self.datasets], world_size=self.world_size,
+                           weights=self.weights, stop=self.stop)
+
+    def __len__(self) -> int:
+        """Samples this rank yields in the next iteration (what is left, after a resume, assuming the
+        saving run's num_workers)."""
+        epoch = self.epoch
+        request = self._resume_request
+        if request is None or request[0] != epoch:
+            return sum(self.rank_counts())
+        workers = request[1][-1].num_workers
+        point = self._resume_point(workers)
+        if point is None:
+            return 0
+        leg = self._leg(point, epoch, workers)
+        skipped = sum(point.skips[self.rank][0]) if point.skips is not None else 0
+        return leg.samples_per_rank - skipped
+
+    def _leg(self, point: MixResume | None, epoch: int, num_workers: int) -> LegPlan:
+        key = (epoch, max(1, num_workers), None if point is None else point.leg_index)
+        if key not in self._legs:
+            sources = self._sources()
+            passes = (initial_passes(sources, self.rank_counts(), self.world_size) if point is None
+                      else point.passes)
+            self._legs[key] = LegPlan(sources, passes, seed=self.seed, epoch=epoch,
+                                      leg=0 if point is None else point.leg_index, world_size=self.world_size,
+                                      num_workers=num_workers, pool_sizes=self.pool_sizes)
+        return self._legs[key]
+
+    def _resume_point(self, num_workers: int) -> MixResume | None:
+        epoch, legs = self._resume_request
+        key = max(1, num_workers)
+        if key not in self._resume_points:
+            self._resume_points[key] = plan_mixture_resume(
+                self._sources(), seed=self.seed, epoch=epoch, weights=self.weights, stop=self.stop, legs=legs,
+                world_size=self.world_size, num_workers=key, pool_sizes=self.pool_sizes)
+        return self._resume_points[key]
+
+    # -- streaming --------------------------------------------------------------------------------
+
+    def consumer_stream(self, world: World, epoch: int) -> tuple[np.ndarray, list[Iterator[tuple[int, int, int]]]]:
+        """One consumer's interleave order (the component of each sample it yields) and each
+        component's steps, tabular-free; in the epoch a state was loaded for, what is left."""
+        request = self._resume_request
+        point = self._resume_point(world.num_workers) if request and request[0] == epoch else None
+        if request and request[0] == epoch and point is None:
+            return np.zeros(0, np.int64), [iter(()) for _ in self.datasets]
+        leg = self._leg(point, epoch, world.num_workers)
+        role, skip = point.role_for(world) if point else (world, 0)
+        consumer = leg.consumer(role)
+        skips = consumer.counts_before(skip)
+        return consumer.order()[skip:], [consumer.steps(i, skips[i]) for i in range(len(self.datasets))]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        world = current_world(self.rank, self.world_size)
+        try:
+            epoch = self._iteration_epoch()
+        except _StaleWorkerCopy as error:
+            return _raising(error)
+        self._epoch.start(epoch)
+        order, steps = self.consumer_stream(world, epoch)
+        return self._epoch_samples(order, steps, epoch)
+
+    def _iteration_epoch(self) -> int:
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return self.epoch
+        if self._epoch.loads() != self._loads_seen:
+            raise _StaleWorkerCopy(
+                "load_state_dict() was called after this DataLoader's worker processes were started "
+                "(persistent_workers=True keeps each worker's copy of the mixture, with the old position). "
+                "Build the DataLoader after load_state_dict().")
+        return self._epoch.claim(info.num_workers)
+
+    def _epoch_samples(self, order: np.ndarray, steps, epoch: int) -> Iterator[dict[str, Any]]:
+        yield from self.samples(order, steps)
+        self._epoch.finished(epoch)
+
+    def samples(self, order: np.ndarray, steps) -> Iterator[dict[str, Any]]:
+        """Run every component's steps through its own pool and decoder; yield their samples in
+        ``order``, renamed, with ``dataset_index``."""
+        counts = np.bincount(order, minlength=len(self.datasets))
+        streams = [d._samples(s) if count else None for d, s, count in zip(self.datasets, steps, counts)]
+        indices = [torch.tensor(i, dtype=torch.int64) for i in range(len(self.datasets))]
+        try:
+            for i in order.tolist():
+                sample = next(streams[i])
+                rename = self._renamers[i]
+                sample = rename(sample) if rename else sample
+                sample["dataset_index"] = indices[i].clone()
+                yield sample
+        finally:
+            for stream in streams:
+                if stream is not None:
+                    stream.close()
+
+    def close(self) -> None:
+        """Release the components' holds on remote sources' cached metadata."""
+        for dataset in self.datasets:
+            dataset.close()
+
+    # -- resume -----------------------------------------------------------------------------------
+
+    def _components_state(self) -> list[dict[str, Any]]:
+        return [{"seed": d.seed, "shuffle": d.shuffle, "fingerprint": d._fingerprint()} for d in self.datasets]
+
+    def state_dict(self) -> dict[str, Any]:
+        """A small JSON-serialisable state; the trainer adds ``batches_consumed``, ``batch_size``,
+        ``num_workers`` and ``drop_last`` (``stream_state(loader, n)`` does) and passes it to
+        ``load_state_dict`` on restart."""
+        started = self._epoch.started()
+        epoch = self._epoch.get() if started is None else started
+        request = self._resume_request
+        legs = request[1] if request is not None and request[0] == epoch else ()
+        return {"format": MIXTURE_STATE_FORMAT, "epoch": epoch, "seed": self.seed,
+                "weights": None if self.weights is None else list(self.weights), "stop": self.stop,
+                "world_size": self.world_size, "pool_sizes": list(self.pool_sizes),
+                "legs": [leg.to_state() for leg in legs], "components": self._components_state()}
+
+    def load_state_dict(self, state: Mapping[str, Any], *, strict: bool = True) -> None:
+        """Resume from ``state`` (``state_dict()`` plus the trainer's fields); the next iteration
+        continues that epoch, exactly with the same ranks, workers and pool sizes, else elastically.
+        A state whose seed, weights, stop or components differ is refused unless ``strict=False``."""
+        request, done = self._parse_state(state, strict=strict)
+        self._apply_state(request, done)
+
+    def _parse_state(self, state: Mapping[str, Any], *, strict: bool) -> tuple[tuple[int, tuple[MixLeg, ...]], bool]:
+        if not isinstance(state, Mapping) or state.get("format") != MIXTURE_STATE_FORMAT:
+            raise ValueError(f"Not an episodestream mixture state (expected format {MIXTURE_STATE_FORMAT!r}): "
+                             f"{state!r:.200}")
+        for key in ("batches_consumed", "batch_size", "num_workers"):
+            if key not in state:
+                raise ValueError(f"The state lacks {key!r}: add what the trainer knows, e.g. "
+                                 f"stream_state(loader, batches_consumed).")
+        saved_components = state.get("components")
+        if not isinstance(saved_components, list) or len(saved_components) != len(self.datasets):
+            raise ValueError(f"state['components'] must list {len(self.datasets)} components (this mixture's), "
+                             f"got {saved_components!r:.200}.")
+        checks = [("seed", state.get("seed"), self.seed),
+                  ("weights", state.get("weights"), None if self.weights is None else list(self.weights)),
+                  ("stop", state.get("stop"), self.stop)]
+        for i, (saved, now) in enumerate(zip(saved_components, self._components_state())):
+            saved = saved if isinstance(saved, Mapping) else {}
+            checks += [(f"components[{i}].{k}", saved.get(k), v) for k, v in now.items() if k != "fingerprint"]
+            checks += [(f"components[{i}].fingerprint.{k}", (saved.get("fingerprint") or {}).get(k), v)
+                       for k, v in now["fingerprint"].items()]
+        mismatches = [f"{name}: saved {saved!r}, this mixture {now!r}" for name, saved, now in checks
+                      if _jsonable(saved) != _jsonable(now)]
+        if mismatches:
+            message = "The mixture state does not match this mixture: " + "; ".join(mismatches) + "."
+            if strict:
+                raise ValueError(message + " Pass strict=False to load it anyway.")
+            warnings.warn(message + " Loading anyway (strict=False).", RuntimeWarning, stacklevel=3)
+        epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
+        batch_size = check_int("state['batch_size']", state["batch_size"], minimum=1)
+        batches = check_int("state['batches_consumed']", state["batches_consumed"], minimum=0)
+        pools = state.get("pool_sizes")
+        if not isinstance(pools, list) or len(pools) != len(self.datasets):
+            raise ValueError(f"state['pool_sizes'] must list {len(self.datasets)} ints, got {pools!r:.200}.")
+        current = MixLeg(check_int("state['world_size']", state.get("world_size"), minimum=1),
+                         check_int("state['num_workers']", state["num_workers"], minimum=0),
+                         tuple(check_int(f"state['pool_sizes'][{i}]", p, minimum=1) for i, p in enumerate(pools)),
+                         batch_size, 0, check_bool("state['drop_last']", state.get("drop_last", False)))
+        saved_legs = state.get("legs", [])
+        if not isinstance(saved_legs, (list, tuple)):
+            raise ValueError(f"state['legs'] must be a list of legs, got {saved_legs!r:.200}.")
+        earlier = [MixLeg.from_state(leg, f"state['legs'][{i}]") for i, leg in enumerate(saved_legs)]
+        if earlier and earlier[-1].same_stream(current):  # the saving run continued that leg exactly
+            last = earlier.pop()
+            if (last.batch_size, last.drop_last) != (current.batch_size, current.drop_last):
+                raise ValueError(f"The saving run resumed an epoch with batch_size={last.batch_size}, "
+                                 f"drop_last={last.drop_last} and continued it with batch_size={batch_size}, "
+                                 f"drop_last={current.drop_last}; batches_consumed cannot be mapped to samples.")
+        current = replace(current, batches=batches - sum(leg.batches for leg in earlier))
+        if current.batches < 0:
+            raise ValueError(f"state['batches_consumed']={batches} is fewer than the {batches - current.batches} "
+                             f"batches of the epoch's earlier legs: it counts from the start of the epoch.")
+        legs = tuple(earlier + [current])
+        try:
+            point = plan_mixture_resume(self._sources(), seed=self.seed, epoch=epoch, weights=self.weights,
+                                        stop=self.stop, legs=legs, world_size=current.world_size,
+                                        num_workers=current.num_workers, pool_sizes=current.pool_sizes)
+        except BeyondEpochError as beyond:
+            message = (f"state['batches_consumed']={batches} is more than epoch {epoch} of the mixture has "
+                       f"({batches - current.batches + beyond.available} batches of {batch_size} per rank). "
+                       f"It counts the batches taken in the saved epoch, not a global step.")
+            if strict or beyond.leg_index != len(legs) - 1:
+                raise ValueError(message) from None
+            warnings.warn(message + " Treating the epoch as finished (strict=False).", RuntimeWarning, stacklevel=3)
+            point = None
+        return (epoch, legs), point is None
+
+    def _apply_state(self, request: tuple[int, tuple[MixLeg, ...]], done: bool) -> None:
+        self._resume_request = None if done else request
+        self._resume_points = {}
+        self._legs = {}
+        self._epoch.set(request[0] + 1 if done else request[0])
+        self._loads_seen = self._epoch.state_loaded()
