@@ -1,0 +1,301 @@
+"""``EpisodeMixture``: decoded samples, DataLoader workers and ranks, features, meta, resume.
+
+Tabular datasets (no video: written in about a second) carry most checks; one mixture of two video
+datasets is decoded end to end, its frames read back as the ids they spell.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from episodestream import EpisodeMixture, EpisodeStreamingDataset, stream_state, write_synthetic_dataset
+from episodestream.synthetic import decode_frame_ids
+
+FRONT, CAM = "observation.images.front", "observation.images.cam"
+
+
+@pytest.fixture(scope="module")
+def tabular(tmp_path_factory):
+    """Three camera-less datasets: a (6 episodes), b (4 episodes) at 10 fps, c (5 episodes) at 4 fps."""
+    root = tmp_path_factory.mktemp("mixture")
+    return {name: write_synthetic_dataset(root / name, num_episodes=n, episode_length=(5, 12), fps=fps,
+                                          cameras=(), seed=seed)
+            for name, n, fps, seed in (("a", 6, 10, 1), ("b", 4, 10, 2), ("c", 5, 4, 3))}
+
+
+@pytest.fixture(scope="module")
+def camera_b(tmp_path_factory):
+    """5 short episodes whose one camera is named differently from ``many_episodes_root``'s."""
+    return write_synthetic_dataset(tmp_path_factory.mktemp("mixture") / "cam", num_episodes=5,
+                                   episode_length=(4, 9), cameras=(CAM,), seed=9)
+
+
+def _ids(samples) -> list[tuple[int, int, int]]:
+    return [(int(s["dataset_index"]), int(s["episode_index"]), int(s["frame_index"])) for s in samples]
+
+
+def _batch_ids(batches) -> list[tuple[int, int, int]]:
+    return [(int(d), int(e), int(f)) for b in batches
+            for d, e, f in zip(b["dataset_index"], b["episode_index"], b["frame_index"])]
+
+
+def _all_frames(roots) -> Counter:
+    out = Counter()
+    for index, root in enumerate(roots):
+        table = pq.read_table(root / "data", columns=["episode_index", "frame_index"])
+        out.update((index, int(e), int(f)) for e, f in zip(table["episode_index"].to_pylist(),
+                                                            table["frame_index"].to_pylist()))
+    return out
+
+
+def _mixture(roots, weights=None, *, rank=0, world_size=1, pools=(2, 3, 2), **kwargs) -> EpisodeMixture:
+    datasets = [EpisodeStreamingDataset(root, episode_pool_size=pool, seed=i, rank=rank, world_size=world_size)
+                for i, (root, pool) in enumerate(zip(roots, pools))]
+    return EpisodeMixture(datasets, weights, seed=11, **kwargs)
+
+
+# -- samples ------------------------------------------------------------------------------------
+
+
+def test_decoded_mixture_covers_each_component_once_with_the_right_frames(many_episodes_root, camera_b):
+    roots = [many_episodes_root, camera_b]
+    mixture = EpisodeMixture([EpisodeStreamingDataset(many_episodes_root, episode_pool_size=3),
+                              EpisodeStreamingDataset(camera_b, episode_pool_size=2)],
+                             rename=[None, {CAM: FRONT}], seed=1)
+    samples = list(mixture)
+    assert len(samples) == len(mixture) == sum(_all_frames(roots).values())
+    assert Counter(_ids(samples)) == _all_frames(roots)  # each frame of each component once
+    for sample in samples:
+        assert CAM not in sample and sample["dataset_index"].dtype == torch.int64 and sample["dataset_index"].ndim == 0
+        assert decode_frame_ids(sample[FRONT]) == (int(sample["episode_index"]), int(sample["frame_index"]), 0)
+    # Interleaved, not one component after the other.
+    sources = [int(s["dataset_index"]) for s in samples]
+    assert sum(a != b for a, b in zip(sources, sources[1:])) > 4
+
+
+@pytest.mark.parametrize("weights", [None, [0.7, 0.2, 0.1]])
+def test_dataloader_workers_and_ranks_yield_len_samples(tabular, weights):
+    roots = [tabular["a"], tabular["b"], tabular["c"]]
+    single = _mixture(roots, weights)
+    alone = _ids(single)
+    assert len(alone) == len(single) == sum(single.rank_counts())
+    loader = torch.utils.data.DataLoader(_mixture(roots, weights), batch_size=5, num_workers=2)
+    with_workers = _batch_ids(loader)
+    assert Counter(d for d, _, _ in with_workers) == Counter(d for d, _, _ in alone)
+    if weights is None:  # a shuffled concatenation: each frame once, whatever the workers
+        assert Counter(with_workers) == Counter(alone) == _all_frames(roots)
+    per_rank = [_ids(_mixture(roots, weights, rank=r, world_size=3)) for r in range(3)]
+    assert len({len(ids) for ids in per_rank}) == 1
+    assert len(per_rank[0]) == len(_mixture(roots, weights, rank=0, world_size=3))
+
+
+def test_mixture_is_deterministic_and_epochs_differ(tabular):
+    roots = [tabular["a"], tabular["b"]]
+    first, again = _mixture(roots, [0.5, 0.5]), _mixture(roots, [0.5, 0.5])
+    epoch0 = _ids(first)
+    assert epoch0 == _ids(again)
+    assert first.epoch == 1  # advanced by running to the end
+    assert _ids(first) != epoch0
+    first.set_epoch(0)
+    assert _ids(first) == epoch0
+
+
+def test_windows_in_seconds_mix_two_fps(tabular):
+    window = {"observation.state": [-0.5, 0.0]}  # 5 frames back at 10 fps, 2 at 4 fps
+    mixture = EpisodeMixture([EpisodeStreamingDataset(tabular["a"], delta_timestamps=window),
+                              EpisodeStreamingDataset(tabular["c"], delta_timestamps=window)])
+    samples = list(mixture)
+    for sample in samples:
+        state, fps = sample["observation.state"], (10, 4)[int(sample["dataset_index"])]
+        assert state.shape == (2, 6)
+        frame = int(sample["frame_index"])
+        back = max(0, frame - int(0.5 * fps))  # clamped to the episode, as LeRobot pads
+        assert state[0, 0].item() == int(sample["episode_index"]) * 1000 + back
+    assert mixture.meta.fps == [10, 4]
+
+
+def test_window_off_one_fps_names_the_dataset_and_its_fps(tabular):
+    window = {"observation.state": [-0.25, 0.0]}  # 1 frame at 4 fps, 2.5 at 10 fps
+    EpisodeStreamingDataset(tabular["c"], delta_timestamps=window)
+    with pytest.raises(ValueError, match="not multiples of 1/fps") as caught:
+        EpisodeStreamingDataset(tabular["a"], delta_timestamps=window)
+    assert str(tabular["a"]) in str(caught.value) and "10 fps" in str(caught.value)
+
+
+# -- features -----------------------------------------------------------------------------------
+
+
+def test_feature_mismatch_lists_every_difference(tabular, many_episodes_root, tmp_path):
+    narrow = write_synthetic_dataset(tmp_path / "narrow", num_episodes=2, episode_length=5, cameras=(), state_dim=4)
+    with pytest.raises(ValueError) as caught:
+        EpisodeMixture([EpisodeStreamingDataset(tabular["a"]), EpisodeStreamingDataset(narrow),
+                        EpisodeStreamingDataset(many_episodes_root)])
+    message = str(caught.value)
+    for text in ("'observation.state'", "'action'", f"'{FRONT}'", "float32 [6]", "float32 [4]", "missing",
+                 str(narrow), "dataset 2"):
+        assert text in message, text
+    assert "'timestamp'" not in message  # the same everywhere: not listed
+
+
+def test_rename_meets_keys_and_unknown_keys_are_refused(many_episodes_root, camera_b):
+    with pytest.raises(ValueError, match=CAM):
+        EpisodeMixture([EpisodeStreamingDataset(many_episodes_root), EpisodeStreamingDataset(camera_b)])
+    with pytest.raises(ValueError, match="does not have"):
+        EpisodeMixture([EpisodeStreamingDataset(many_episodes_root), EpisodeStreamingDataset(camera_b)],
+                       rename=[None, {"observation.images.nope": FRONT}])
+    mixture = EpisodeMixture([EpisodeStreamingDataset(many_episodes_root), EpisodeStreamingDataset(camera_b)],
+                             rename=[None, {CAM: FRONT}])
+    assert mixture.meta.camera_keys == [FRONT]
+    assert FRONT in mixture.meta.stats and CAM not in mixture.meta.stats
+
+
+def test_windowed_camera_pad_masks_are_renamed(many_episodes_root, camera_b):
+    mixture = EpisodeMixture([EpisodeStreamingDataset(many_episodes_root, delta_timestamps={FRONT: [-1 / 30, 0]}),
+                              EpisodeStreamingDataset(camera_b, delta_timestamps={CAM: [-1 / 30, 0]})],
+                             rename=[None, {CAM: FRONT}], stop=6)
+    for sample in mixture:
+        assert sample[FRONT].shape[0] == 2 and f"{FRONT}_is_pad" in sample and f"{CAM}_is_pad" not in sample
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(weights=[1.0]), "weights must be a list of 2"),
+    (dict(weights=[1.0, 0.0]), "positive finite"),
+    (dict(stop="most"), "Invalid stop"),
+    (dict(stop=0), "stop must be >= 1"),
+    (dict(rename={"a": "b"}), "rename must be a list"),
+])
+def test_options_are_validated(tabular, change, message):
+    with pytest.raises(ValueError, match=message):
+        EpisodeMixture([EpisodeStreamingDataset(tabular["a"]), EpisodeStreamingDataset(tabular["b"])], **change)
+
+
+def test_components_must_share_rank_and_be_streaming_datasets(tabular):
+    with pytest.raises(ValueError, match="rank and world_size"):
+        EpisodeMixture([EpisodeStreamingDataset(tabular["a"]),
+                        EpisodeStreamingDataset(tabular["b"], rank=1, world_size=2)])
+    with pytest.raises(TypeError, match="non-empty list"):
+        EpisodeMixture([])
+    with pytest.raises(TypeError, match="EpisodeStreamingDataset"):
+        EpisodeMixture([EpisodeStreamingDataset(tabular["a"]), "b"])
+
+
+# -- meta ---------------------------------------------------------------------------------------
+
+
+def test_meta_aggregates_stats_as_the_concatenated_data_gives_them(tabular):
+    roots = [tabular["a"], tabular["b"], tabular["c"]]
+    mixture = _mixture(roots, [0.2, 0.3, 0.5])
+    assert [m.repo_id for m in mixture.meta.sources] == [str(r) for r in roots]
+    assert mixture.meta.sources[1] is mixture.datasets[1].meta
+    for key in ("observation.state", "action"):
+        values = np.concatenate([np.stack(pq.read_table(r / "data", columns=[key])[key].to_numpy(zero_copy_only=False))
+                                 for r in roots]).astype(np.float64)
+        stats = mixture.meta.stats[key]
+        np.testing.assert_allclose(stats["mean"], values.mean(0), rtol=1e-9)
+        np.testing.assert_allclose(stats["std"], values.std(0), rtol=1e-6)
+        np.testing.assert_allclose(stats["min"], values.min(0), rtol=1e-6)
+        np.testing.assert_allclose(stats["max"], values.max(0), rtol=1e-6)
+        assert stats["count"].tolist() == [len(values)]
+        # Weighted by frames, not by the mixture's weights.
+        assert not np.allclose(stats["mean"], sum(w * m.stats[key]["mean"] for w, m in
+                                                  zip((0.2, 0.3, 0.5), mixture.meta.sources)))
+
+
+# -- resume -------------------------------------------------------------------------------------
+
+
+def _loader(mixture, num_workers, batch_size=4):
+    return torch.utils.data.DataLoader(mixture, batch_size=batch_size, num_workers=num_workers)
+
+
+@pytest.mark.parametrize("weights, stop", [(None, "all"), ([0.6, 0.3, 0.1], "all"), ([0.2, 0.3, 0.5], 90)])
+def test_dataloader_exact_resume_equals_the_uninterrupted_stream(tabular, weights, stop):
+    roots = [tabular["a"], tabular["b"], tabular["c"]]
+    expected = _batch_ids(_loader(_mixture(roots, weights, stop=stop), 2))
+    for consumed in (0, 3, 7):
+        first = _mixture(roots, weights, stop=stop)
+        loader = _loader(first, 2)
+        for _ in zip(range(consumed), loader):
+            pass
+        state = json.loads(json.dumps(stream_state(loader, consumed)))
+        resumed = _mixture(roots, weights, stop=stop)
+        resumed.load_state_dict(state)
+        assert len(resumed) == len(expected) - consumed * 4
+        assert _batch_ids(_loader(resumed, 2)) == expected[consumed * 4:], consumed
+
+
+def _consume(mixtures, num_workers, batches, before=0):
+    """Batches from every rank's DataLoader, and a state saved after ``batches`` of each
+    (``before``: batches of the epoch consumed in earlier legs; the count runs from its start)."""
+    out, states = [], []
+    for mixture in mixtures:
+        loader = _loader(mixture, num_workers)
+        taken = [b for _, b in zip(range(batches), loader)]
+        out += _batch_ids(taken)
+        states.append(stream_state(loader, before + len(taken)))
+    assert all(s == states[0] for s in states)  # every rank saves the same state
+    return out, json.loads(json.dumps(states[0]))
+
+
+def test_dataloader_elastic_resume_over_three_legs_covers_every_frame_once(tabular):
+    roots = [tabular["a"], tabular["b"], tabular["c"]]
+    samples, state = _consume([_mixture(roots, rank=r, world_size=2) for r in range(2)], 2, 3)
+    leg1 = [_mixture(roots) for _ in range(1)]
+    leg1[0].load_state_dict(state)
+    more, state = _consume(leg1, 0, 5, before=3)
+    assert len(state["legs"]) == 1 and state["batches_consumed"] == 8
+    samples += more
+    leg2 = [_mixture(roots, rank=r, world_size=3, pools=(1, 1, 4)) for r in range(3)]
+    for mixture in leg2:
+        mixture.load_state_dict(state)
+    assert len({len(m) for m in leg2}) == 1
+    rest, _ = _consume(leg2, 1, 10**6, before=8)
+    samples += rest
+    seen, expected = Counter(samples), _all_frames(roots)
+    assert set(seen) == set(expected)
+    assert sum(seen.values()) - len(seen) <= 2 + 1 + 3  # fill-ins: at most one per rank per leg
+
+
+def test_dataloader_elastic_resume_keeps_the_weighted_counts(tabular):
+    roots = [tabular["a"], tabular["b"], tabular["c"]]
+    weights = [0.6, 0.3, 0.1]
+    whole = _mixture(roots, weights, rank=0, world_size=2)
+    counts = [2 * c for c in whole.rank_counts()]  # samples per component over the epoch, both ranks
+    samples, state = _consume([_mixture(roots, weights, rank=r, world_size=2) for r in range(2)], 2, 4)
+    resumed = _mixture(roots, weights)
+    resumed.load_state_dict(state)
+    rest, _ = _consume([resumed], 1, 10**6)
+    got = Counter(d for d, _, _ in samples + rest)
+    frames = Counter(d for d, _, _ in _all_frames(roots))
+    for index, count in enumerate(counts):
+        # Per pass: a whole pass's fill-ins not yet taken are not owed again (at most 1 per old rank),
+        # and each leg adds at most one per rank; a partial pass is rounded up per new rank (+0 here).
+        passes = -(-count // (2 * -(-frames[index] // 2)))
+        assert count - passes <= got[index] <= count + passes * (2 + 1), (index, got[index], count)
+    assert got[0] > 5 * got[2]  # still by weight: 0.6 against 0.1
+    # The component weighted above its share repeats whole passes: every frame at least twice.
+    frames_a = {k for k in _all_frames(roots) if k[0] == 0}
+    seen_a = Counter(s for s in samples + rest if s[0] == 0)
+    assert set(seen_a) == frames_a and min(seen_a.values()) >= counts[0] // len(frames_a)
+
+
+def test_mismatched_state_is_refused_with_the_fields(tabular):
+    roots = [tabular["a"], tabular["b"]]
+    mixture = _mixture(roots, [0.5, 0.5])
+    state = {**mixture.state_dict(), "batches_consumed": 1, "batch_size": 2, "num_workers": 0}
+    with pytest.raises(ValueError, match="weights: saved"):
+        _mixture(roots, [0.4, 0.6]).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"components\[1\].fingerprint.source"):
+        _mixture([tabular["a"], tabular["c"]], [0.5, 0.5]).load_state_dict(state)
+    with pytest.raises(ValueError, match="lacks 'batches_consumed'"):
+        _mixture(roots, [0.5, 0.5]).load_state_dict(mixture.state_dict())
+    with pytest.raises(ValueError, match="more than epoch 0"):
+        _mixture(roots, [0.5, 0.5]).load_state_dict({**state, "batches_consumed": 10**6})
+    with pytest.raises(ValueError, match="Not an episodestream mixture state"):
+        _mixture(roots, [0.5, 0.5]).load_state_dict({**state, "format": "episodestream.stream_state/2"})
