@@ -75,7 +75,6 @@ def test_remote_components_share_one_cache_dir_and_prefetch(roots, server, tmp_p
         files = [p.relative_to(cache).as_posix() for p in Path(cache).rglob("*") if p.is_file()]
         folders = {p.split("/")[0] for p in files if "/" in p}
         assert [f.split("_")[-1][:2] for f in sorted(folders)] == ["v1", "v2"], folders
-        assert any("videos/" in p for p in files)  # video spans came through the cache
         assert datasets[0]._core.files.cache.root == datasets[1]._core.files.cache.root
     finally:
         mixture.close()
