@@ -1,0 +1,92 @@
+"""A 3-dataset mixture's throughput against the single-dataset stream on the same data.
+
+The benchmark dataset's episodes are dealt into three disjoint selections (episodes 0, 3, 6, ...;
+1, 4, 7, ...; 2, 5, 8, ...), each an ``EpisodeStreamingDataset`` of the same folder, mixed by
+``EpisodeMixture`` with default weights (a shuffled concatenation: the same frames, each once, as
+the single dataset's epoch). Each component keeps the single dataset's ``episode_pool_size``.
+Trials alternate single and mixture so machine noise hits both; prints the medians and their ratio
+(goal: mixture / single >= 0.95), and writes them as JSON.
+
+    python benchmarks/streaming/benchmark_mixture.py --output-dir bench_out
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch.utils.data
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmark_streaming import ensure_dataset  # noqa: E402  (same benchmark dataset)
+
+from episodestream import EpisodeMixture, EpisodeStreamingDataset  # noqa: E402
+
+COMPONENTS = 3
+
+
+def build(root: Path, args, *, mixture: bool):
+    options = dict(episode_pool_size=args.pool_size, seed=0, return_uint8=args.uint8)
+    if not mixture:
+        return EpisodeStreamingDataset(root, **options)
+    episodes = len(EpisodeStreamingDataset(root, **options).typed_meta.episodes)
+    return EpisodeMixture([EpisodeStreamingDataset(root, episodes=list(range(i, episodes, COMPONENTS)), **options)
+                           for i in range(COMPONENTS)], seed=0)
+
+
+def samples_per_s(root: Path, args, *, mixture: bool) -> tuple[float, int]:
+    dataset = build(root, args, mixture=mixture)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=args.num_workers)
+    samples = 0
+    start = time.perf_counter()
+    for batch_index, batch in enumerate(loader):
+        samples += len(batch["index"])
+        if args.max_batches and batch_index + 1 >= args.max_batches:
+            break
+    return samples / (time.perf_counter() - start), samples
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", help="a LeRobot v3.0 folder (default: the synthetic benchmark dataset)")
+    parser.add_argument("--cache-dir", default="/tmp/episodestream-bench")
+    parser.add_argument("--episodes", type=int, default=24)
+    parser.add_argument("--episode-length", type=int, default=300)
+    parser.add_argument("--height", type=int, default=240)
+    parser.add_argument("--width", type=int, default=320)
+    parser.add_argument("--num-workers", type=int, default=2)
+    parser.add_argument("--pool-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--uint8", action="store_true", help="uint8 frames instead of float32")
+    parser.add_argument("--max-batches", type=int, default=0, help="stop each run after this many (0: one epoch)")
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--output-dir", default="bench_out")
+    args = parser.parse_args(argv)
+    root = ensure_dataset(args)
+
+    single, mixed = [], []
+    for _ in range(args.trials):
+        rate, count = samples_per_s(root, args, mixture=False)
+        single.append(rate)
+        rate, mixed_count = samples_per_s(root, args, mixture=True)
+        mixed.append(rate)
+        if count != mixed_count:
+            print(f"warning: single yielded {count} samples, mixture {mixed_count}", file=sys.stderr)
+    result = {"single_samples_per_s": single, "mixture_samples_per_s": mixed,
+              "single_median": statistics.median(single), "mixture_median": statistics.median(mixed),
+              "ratio": statistics.median(mixed) / statistics.median(single),
+              "settings": {k: v for k, v in vars(args).items() if k != "output_dir"}}
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "mixture.json").write_text(json.dumps(result, indent=2))
+    print(f"single: {result['single_median']:.1f} samples/s, {COMPONENTS}-dataset mixture: "
+          f"{result['mixture_median']:.1f} samples/s, ratio {result['ratio']:.3f} (goal >= 0.95)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
