@@ -14,11 +14,12 @@ import torch.utils.data
 
 from ._core import DatasetCore
 from ._files import EpisodeVideos
-from ._frames import PendingSample
+from ._frames import PendingSample, SampleBuilder
 from ._metadata import EpisodeInfo
 from ._epoch import SharedEpoch
 from ._options import check_bool, check_int
 from ._pipeline import GroupPipeline
+from ._stream import CheckedState, ConsumerStream, Decoders, PlannedGroup
 from ._resume import STATE_FORMAT, BeyondEpochError, Leg, ResumePoint, fingerprint_digest, plan_resume, skip_emits
 from ._sampling import ADMIT, EMIT, EpochPlan, Segment, consumer_rng, consumer_schedule
 from ._world import World, current_world, resolve_rank
@@ -227,10 +228,9 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
             # Raised from the first next(): a persistent worker calls iter() where an exception
             # kills the worker and its message is lost, but a failed fetch reaches the trainer.
             return _raising(error)
-        self._epoch.start(epoch)
         if tracer_enabled():
             set_process_name(f"episodestream rank {world.rank} worker {world.worker}")
-        return self._epoch_samples(self.schedule(world, epoch), epoch)
+        return self._samples(self.consumer_stream(world, epoch))
 
     def _iteration_epoch(self) -> int:
         """The epoch this iteration streams, the same in every DataLoader worker of the iteration."""
@@ -243,10 +243,6 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
                 "(persistent_workers=True keeps each worker's copy of the dataset, with the old position). "
                 "Build the DataLoader after load_state_dict(), or use EpisodeLoader, which owns its position.")
         return self._epoch.claim(info.num_workers)
-
-    def _epoch_samples(self, steps, epoch: int) -> Iterator[dict[str, Any]]:
-        yield from self._samples(steps)
-        self._epoch.finished(epoch)
 
     # -- resume ---------------------------------------------------------------------------------
 
@@ -283,12 +279,11 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         A state whose seed, shuffle or fingerprint (source, revision, episode selection, windows,
         dataset size) differ from this dataset's is refused unless ``strict=False``.
         """
-        request, done = self._parse_state(state, strict=strict)
-        self._apply_state(request, done)
+        self.apply_state(self.check_state(state, strict=strict))
 
-    def _parse_state(self, state: Mapping[str, Any], *, strict: bool) -> tuple[_ResumeRequest, bool]:
-        """Check ``state`` and work out where it resumes, changing nothing: (the request, whether
-        the saved epoch is finished)."""
+    def check_state(self, state: Mapping[str, Any], *, strict: bool = True) -> CheckedState:
+        """Check ``state`` and work out where it resumes, changing nothing (``load_state_dict`` is
+        this then ``apply_state``; a loader checks its own settings in between)."""
         if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
             raise ValueError(f"Not an episodestream stream state (expected format {STATE_FORMAT!r}): {state!r:.200}")
         for key in ("batches_consumed", "batch_size", "num_workers"):
@@ -344,19 +339,31 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
                 raise ValueError(message) from None
             warnings.warn(message + " Treating the epoch as finished (strict=False).", RuntimeWarning, stacklevel=2)
             point = None
-        return request, point is None
+        return CheckedState(epoch, point is None, request)
 
-    def _apply_state(self, request: _ResumeRequest, done: bool) -> None:
+    def apply_state(self, checked: CheckedState) -> None:
+        """Make a ``check_state`` result the position the next iteration starts from."""
+        request, done = checked.request, checked.finished
         self._resume_request = None if done else request
         self._resume_points = {}
         self._epoch.set(request.epoch + 1 if done else request.epoch)
         self._loads_seen = self._epoch.state_loaded()
 
-    def planned_groups(self, steps: Iterator[tuple[int, int, int]],
-                       videos: EpisodeVideos) -> Iterator[tuple[list[PendingSample], list[EpisodeInfo]]]:
+    def consumer_stream(self, world: World, epoch: int) -> ConsumerStream:
+        """Open ``world``'s pass over ``epoch`` for a loader to pull (see ``_stream``): from the
+        resume point in the epoch a state was loaded for. Marks the epoch started."""
+        self._epoch.start(epoch)
+        steps, num_samples = self._consumer_stream(world, epoch)
+        return self._stream(steps, num_samples, epoch)
+
+    def _stream(self, steps: Iterator[tuple[int, int, int]], num_samples: int, epoch: int) -> _DatasetStream:
+        """The stream of ``steps`` (a consumer's schedule, or any other, e.g. a mixture's pass)."""
+        return _DatasetStream(self, steps, num_samples, epoch)
+
+    def _planned_groups(self, steps: Iterator[tuple[int, int, int]], videos: EpisodeVideos) -> Iterator[PlannedGroup]:
         """Run the pool over ``steps``: groups of up to ``decode_group_size`` samples whose tabular
         part is built and whose video is still to decode, with the episodes to evict once they are
-        decoded (the benchmark times decoding these groups alone)."""
+        decoded."""
         reader = self._core.row_reader()
         builder = self._core.builder
         episodes = self._core.meta.episodes
@@ -370,7 +377,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
                 with trace_span("plan", cat="samples", level="detailed", episode=episode_index, frame=frame):
                     pending.append(builder.plan(pool[episode_index][0], frame, videos))
                 if len(pending) >= self.decode_group_size:
-                    yield pending, evicted
+                    yield PlannedGroup(pending, evicted)
                     pending, evicted = [], []
             elif kind == ADMIT:
                 entry = pool.setdefault(episode_index, [None, 0])
@@ -391,56 +398,97 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
                     # after the pending samples are decoded.
                     evicted.append(episodes[episode_index])
         if pending or evicted:
-            yield pending, evicted
+            yield PlannedGroup(pending, evicted)
 
-    def _samples(self, steps: Iterator[tuple[int, int, int]]) -> Iterator[dict[str, Any]]:
-        videos = self._core.episode_videos()
+    def _samples(self, stream: ConsumerStream) -> Iterator[dict[str, Any]]:
         if self.decode_threads > 1:
-            yield from self._threaded_samples(steps, videos)
+            yield from self._threaded_samples(stream)
             return
-        cache = self._decoder_cache = self._core.decoder_cache(self.episode_pool_size)
+        decoders = stream.open_decoders()
+        self._decoder_cache = decoders
         try:
-            for group, evicted in self.planned_groups(steps, videos):
-                if group:
-                    with trace_span("build", cat="samples", samples=len(group)):
-                        samples = self._core.builder.build(cache, group)
+            for group in stream.groups():
+                if group.pendings:
+                    with trace_span("build", cat="samples", samples=len(group.pendings)):
+                        samples = stream.builder(group.source).build(decoders[group.source], group.pendings)
                     yield from samples
-                for episode in evicted:
-                    videos.evict(episode)
+                stream.release(group)
         finally:
-            cache.close()
-            videos.close()
+            decoders.close()
+            stream.close()
+        stream.finished()
 
-    def _threaded_samples(self, steps: Iterator[tuple[int, int, int]],
-                          videos: EpisodeVideos) -> Iterator[dict[str, Any]]:
+    def _threaded_samples(self, stream: ConsumerStream) -> Iterator[dict[str, Any]]:
         """``_samples`` with decode groups built on ``decode_threads`` threads, handed out in order."""
-        caches: list[DecoderCache] = []
+        opened: list[Decoders] = []
 
-        def open_cache() -> DecoderCache:
-            cache = self._core.decoder_cache(self.episode_pool_size)
-            caches.append(cache)  # list.append is atomic; read only for decoder_stats()
-            return cache
+        def open_decoders() -> Decoders:
+            decoders = stream.open_decoders()
+            opened.append(decoders)  # list.append is atomic; read only for decoder_stats()
+            return decoders
 
-        def build(cache: DecoderCache, first_sample: int, group: list[PendingSample]) -> list[dict[str, Any]]:
-            with trace_span("build", cat="samples", samples=len(group)):
-                return self._core.builder.build(cache, group) if group else []
+        def build(decoders: Decoders, first_sample: int, group: PlannedGroup) -> list[dict[str, Any]]:
+            if not group.pendings:
+                return []
+            with trace_span("build", cat="samples", samples=len(group.pendings)):
+                return stream.builder(group.source).build(decoders[group.source], group.pendings)
 
         # Enough groups in flight to keep every thread busy while the consumer takes samples.
         ahead = 2 * self.decode_threads * self.decode_group_size
-        pipeline = GroupPipeline(self.planned_groups(steps, videos), work=build, open_cache=open_cache,
+        pipeline = GroupPipeline(stream.groups(), work=build, open_cache=open_decoders,
                                  num_threads=self.decode_threads, allowed_samples=ahead)
-        self._decoder_cache = _CacheStats(caches)
+        self._decoder_cache = _CacheStats(opened)
         try:
             done = 0
-            while (group := pipeline.next_group()) is not None:
-                done += group.count
+            while (decoded := pipeline.next_group()) is not None:
+                done += decoded.count
                 pipeline.allow(done + ahead)
-                yield from group.result
-                for episode in group.evicted:
-                    videos.evict(episode)
+                yield from decoded.result
+                stream.release(decoded.group)
         finally:
             pipeline.close()
-            videos.close()
+            stream.close()
+        stream.finished()
+
+
+class _DatasetStream(ConsumerStream):
+    """One consumer's pass over a dataset's steps (see ``_stream.ConsumerStream``)."""
+
+    def __init__(self, dataset: EpisodeStreamingDataset, steps: Iterator[tuple[int, int, int]], num_samples: int,
+                 epoch: int) -> None:
+        core = dataset._core
+        self.num_samples = num_samples
+        self.num_cameras = len(core.meta.video_keys)
+        self._dataset = dataset
+        self._epoch = epoch
+        self._steps = steps
+        # Opened by the first groups() call, so that a stream nobody pulls holds nothing.
+        self._videos: EpisodeVideos | None = None
+        self._groups: Iterator[PlannedGroup] | None = None
+
+    def groups(self) -> Iterator[PlannedGroup]:
+        if self._groups is None:
+            self._videos = self._dataset._core.episode_videos()
+            self._groups = self._dataset._planned_groups(self._steps, self._videos)
+        return self._groups
+
+    def builder(self, source: int) -> SampleBuilder:
+        return self._dataset._core.builder
+
+    def open_decoders(self) -> Decoders:
+        return Decoders([self._dataset._core.decoder_cache(self._dataset.episode_pool_size)])
+
+    def release(self, group: PlannedGroup) -> None:
+        for episode in group.evicted:
+            self._videos.evict(episode)  # type: ignore[union-attr]  # a group comes from groups()
+
+    def finished(self) -> None:
+        self._dataset._epoch.finished(self._epoch)
+
+    def close(self) -> None:
+        if self._groups is not None:
+            self._groups.close()  # type: ignore[attr-defined]  # a generator
+            self._videos.close()  # type: ignore[union-attr]
 
 
 class _CacheStats:
