@@ -20,10 +20,14 @@ import torch.utils.data
 from ._epoch import SharedEpoch
 from ._mixing import LegPlan, MixLeg, MixResume, Source, initial_passes, plan_mixture_resume, rank_counts
 from ._mixture_meta import MixtureMeta
+from ._mixture_stream import MixtureStream
 from ._options import check_bool, check_int
+from ._pipeline import GroupPipeline
 from ._resume import BeyondEpochError
+from ._stream import CheckedState, ConsumerStream, Decoders, PlannedGroup
 from ._world import World, current_world
 from .streaming import EpisodeStreamingDataset, _raising, _StaleWorkerCopy
+from .tracing import trace_span
 
 MIXTURE_STATE_FORMAT = "episodestream.mixture_state/1"
 _STOPS = ("all", "first")
@@ -95,13 +99,6 @@ def _check_features(datasets, renames) -> None:
                          "(after rename=); these differ:\n  " + "\n  ".join(lines))
 
 
-def _renamer(rename: Mapping[str, str]):
-    if not rename:
-        return None
-    table = {**rename, **{f"{k}_is_pad": f"{v}_is_pad" for k, v in rename.items()}}
-    return lambda sample: {table.get(k, k): v for k, v in sample.items()}
-
-
 class EpisodeMixture(torch.utils.data.IterableDataset):
     """Streams several ``EpisodeStreamingDataset`` as one stream, mixed by weight, resumable.
 
@@ -147,13 +144,16 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
         self.stop = _check_stop(stop)
         self._renames = _check_renames(rename, datasets)
         _check_features(self.datasets, self._renames)
-        self._renamers = [_renamer(r) for r in self._renames]
         self._epoch = SharedEpoch()
         self._loads_seen = 0
         self._resume_request: tuple[int, tuple[MixLeg, ...]] | None = None  # (epoch, legs)
         self._resume_points: dict[int, MixResume | None] = {}
         self._legs: dict[tuple, LegPlan] = {}
         self._meta: MixtureMeta | None = None
+
+    def __getstate__(self) -> dict:
+        # DataLoader workers rebuild leg plans (episode permutations) rather than unpickle them.
+        return {**self.__dict__, "_legs": {}}
 
     # -- what it is -------------------------------------------------------------------------------
 
@@ -224,7 +224,7 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
 
     # -- streaming --------------------------------------------------------------------------------
 
-    def consumer_stream(self, world: World, epoch: int) -> tuple[np.ndarray, list[Iterator[tuple[int, int, int]]]]:
+    def consumer_plan(self, world: World, epoch: int) -> tuple[np.ndarray, list[Iterator[tuple[int, int, int]]]]:
         """One consumer's interleave order (the component of each sample it yields) and each
         component's steps, tabular-free; in the epoch a state was loaded for, what is left."""
         request = self._resume_request
@@ -237,15 +237,24 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
         skips = consumer.counts_before(skip)
         return consumer.order()[skip:], [consumer.steps(i, skips[i]) for i in range(len(self.datasets))]
 
+    def consumer_stream(self, world: World, epoch: int) -> ConsumerStream:
+        """Open ``world``'s pass over ``epoch`` for a loader to pull (see ``_stream``); marks the
+        epoch started."""
+        self._epoch.start(epoch)
+        order, steps = self.consumer_plan(world, epoch)
+        counts = np.bincount(order, minlength=len(self.datasets)).tolist()
+        streams = [d._stream(s, count, epoch) for d, s, count in zip(self.datasets, steps, counts)]
+        return MixtureStream(streams, order, renames=self._renames,
+                             group_sizes=[d.decode_group_size for d in self.datasets],
+                             finished=lambda: self._epoch.finished(epoch))
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
         world = current_world(self.rank, self.world_size)
         try:
             epoch = self._iteration_epoch()
         except _StaleWorkerCopy as error:
             return _raising(error)
-        self._epoch.start(epoch)
-        order, steps = self.consumer_stream(world, epoch)
-        return self._epoch_samples(order, steps, epoch)
+        return self._samples(self.consumer_stream(world, epoch))
 
     def _iteration_epoch(self) -> int:
         info = torch.utils.data.get_worker_info()
@@ -255,30 +264,33 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
             raise _StaleWorkerCopy(
                 "load_state_dict() was called after this DataLoader's worker processes were started "
                 "(persistent_workers=True keeps each worker's copy of the mixture, with the old position). "
-                "Build the DataLoader after load_state_dict().")
+                "Build the DataLoader after load_state_dict(), or use EpisodeLoader, which owns its position.")
         return self._epoch.claim(info.num_workers)
 
-    def _epoch_samples(self, order: np.ndarray, steps, epoch: int) -> Iterator[dict[str, Any]]:
-        yield from self.samples(order, steps)
-        self._epoch.finished(epoch)
+    def _samples(self, stream: ConsumerStream) -> Iterator[dict[str, Any]]:
+        """The stream's samples in order, decoded on ``decode_threads`` threads (the components' most)."""
+        threads = max(d.decode_threads for d in self.datasets)
 
-    def samples(self, order: np.ndarray, steps) -> Iterator[dict[str, Any]]:
-        """Run every component's steps through its own pool and decoder; yield their samples in
-        ``order``, renamed, with ``dataset_index``."""
-        counts = np.bincount(order, minlength=len(self.datasets))
-        streams = [d._samples(s) if count else None for d, s, count in zip(self.datasets, steps, counts)]
-        indices = [torch.tensor(i, dtype=torch.int64) for i in range(len(self.datasets))]
+        def build(decoders: Decoders, first_sample: int, group: PlannedGroup) -> list[dict[str, Any]]:
+            if not group.pendings:
+                return []
+            with trace_span("build", cat="samples", samples=len(group.pendings)):
+                return stream.builder(group.source).build(decoders[group.source], group.pendings)
+
+        ahead = 2 * threads * max(d.decode_group_size for d in self.datasets)
+        pipeline = GroupPipeline(stream.groups(), work=build, open_cache=stream.open_decoders,
+                                 num_threads=threads, allowed_samples=ahead)
         try:
-            for i in order.tolist():
-                sample = next(streams[i])
-                rename = self._renamers[i]
-                sample = rename(sample) if rename else sample
-                sample["dataset_index"] = indices[i].clone()
-                yield sample
+            done = 0
+            while (decoded := pipeline.next_group()) is not None:
+                done += decoded.count
+                pipeline.allow(done + ahead)
+                yield from decoded.result
+                stream.release(decoded.group)
         finally:
-            for stream in streams:
-                if stream is not None:
-                    stream.close()
+            pipeline.close()
+            stream.close()
+        stream.finished()
 
     def close(self) -> None:
         """Release the components' holds on remote sources' cached metadata."""
@@ -307,10 +319,11 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
         """Resume from ``state`` (``state_dict()`` plus the trainer's fields); the next iteration
         continues that epoch, exactly with the same ranks, workers and pool sizes, else elastically.
         A state whose seed, weights, stop or components differ is refused unless ``strict=False``."""
-        request, done = self._parse_state(state, strict=strict)
-        self._apply_state(request, done)
+        self.apply_state(self.check_state(state, strict=strict))
 
-    def _parse_state(self, state: Mapping[str, Any], *, strict: bool) -> tuple[tuple[int, tuple[MixLeg, ...]], bool]:
+    def check_state(self, state: Mapping[str, Any], *, strict: bool = True) -> CheckedState:
+        """Check ``state`` and work out where it resumes, changing nothing (``load_state_dict`` is
+        this then ``apply_state``; ``EpisodeLoader`` checks its own settings in between)."""
         if not isinstance(state, Mapping) or state.get("format") != MIXTURE_STATE_FORMAT:
             raise ValueError(f"Not an episodestream mixture state (expected format {MIXTURE_STATE_FORMAT!r}): "
                              f"{state!r:.200}")
@@ -374,9 +387,11 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
                 raise ValueError(message) from None
             warnings.warn(message + " Treating the epoch as finished (strict=False).", RuntimeWarning, stacklevel=3)
             point = None
-        return (epoch, legs), point is None
+        return CheckedState(epoch, point is None, (epoch, legs))
 
-    def _apply_state(self, request: tuple[int, tuple[MixLeg, ...]], done: bool) -> None:
+    def apply_state(self, checked: CheckedState) -> None:
+        """Make a ``check_state`` result the position the next iteration starts from."""
+        request, done = checked.request, checked.finished
         self._resume_request = None if done else request
         self._resume_points = {}
         self._legs = {}

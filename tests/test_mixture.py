@@ -299,3 +299,81 @@ def test_mismatched_state_is_refused_with_the_fields(tabular):
         _mixture(roots, [0.5, 0.5]).load_state_dict({**state, "batches_consumed": 10**6})
     with pytest.raises(ValueError, match="Not an episodestream mixture state"):
         _mixture(roots, [0.5, 0.5]).load_state_dict({**state, "format": "episodestream.stream_state/2"})
+
+
+# -- EpisodeLoader ------------------------------------------------------------------------------
+
+
+def _video_mixture(many_episodes_root, camera_b, **options) -> EpisodeMixture:
+    transforms = options.pop("image_transforms", None)
+    return EpisodeMixture([EpisodeStreamingDataset(many_episodes_root, episode_pool_size=3, decode_group_size=4,
+                                                   **options),
+                           EpisodeStreamingDataset(camera_b, episode_pool_size=2, image_transforms=transforms,
+                                                   **options)],
+                          [0.6, 0.4], rename=[None, {CAM: FRONT}], seed=3, stop=60)
+
+
+def _assert_same_batches(got, expected):
+    assert len(got) == len(expected) > 0
+    for a, b in zip(got, expected):
+        assert a.keys() == b.keys()
+        for key in a:
+            if isinstance(a[key], torch.Tensor):
+                assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key]), key
+            else:
+                assert a[key] == b[key], key
+
+
+@pytest.mark.parametrize("transforms", [None, lambda frame: frame.flip(-1)], ids=["in-place", "transformed"])
+def test_episode_loader_gives_the_dataloader_batches(many_episodes_root, camera_b, transforms):
+    from episodestream import EpisodeLoader
+
+    expected = list(torch.utils.data.DataLoader(_video_mixture(many_episodes_root, camera_b,
+                                                               image_transforms=transforms), batch_size=8))
+    with EpisodeLoader(_video_mixture(many_episodes_root, camera_b, image_transforms=transforms), 8,
+                       num_threads=2) as loader:
+        assert len(loader) == len(expected)
+        got = [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in loader]
+    _assert_same_batches(got, expected)
+    assert FRONT in got[0] and CAM not in got[0] and got[0]["dataset_index"].dtype == torch.int64
+    # The transform is the second component's only: its frames come flipped.
+    flipped = [decode_frame_ids(f.flip(-1) if transforms and d == 1 else f)
+               for b in got for f, d in zip(b[FRONT], b["dataset_index"])]
+    assert flipped == [(int(e), int(f), 0) for b in got for e, f in zip(b["episode_index"], b["frame_index"])]
+
+
+def test_decode_threads_give_the_same_samples(many_episodes_root, camera_b):
+    one = list(_video_mixture(many_episodes_root, camera_b))
+    two = list(_video_mixture(many_episodes_root, camera_b, decode_threads=2))
+    _assert_same_batches(two, one)
+
+
+def test_episode_loader_resumes_exactly_and_across_loaders(tabular):
+    from episodestream import EpisodeLoader
+
+    roots = [tabular["a"], tabular["b"], tabular["c"]]
+    weights = [0.5, 0.3, 0.2]
+    expected = _batch_ids(EpisodeLoader(_mixture(roots, weights), 4, num_threads=2))
+    loader = EpisodeLoader(_mixture(roots, weights), 4, num_threads=2)
+    taken = [b for _, b in zip(range(5), loader)]
+    state = json.loads(json.dumps(loader.state_dict()))
+    loader.close()
+    assert _batch_ids(taken) == expected[:20] and state["batches_consumed"] == 5
+    resumed = EpisodeLoader(_mixture(roots, weights), 4, num_threads=1)
+    resumed.load_state_dict(state)
+    assert len(resumed) == -(-(len(expected) - 20) // 4)
+    assert _batch_ids(resumed) == expected[20:]  # exact: the same stream, sample for sample
+    # A DataLoader with workers continues the EpisodeLoader's state (elastically: other workers).
+    mixture = _mixture(roots, weights)
+    mixture.load_state_dict(state)
+    rest = _batch_ids(_loader(mixture, 2))
+    assert Counter(d for d, _, _ in _batch_ids(taken) + rest) == Counter(d for d, _, _ in expected)
+    # And an EpisodeLoader continues a DataLoader's.
+    dataloader_mixture = _mixture(roots)
+    first = _loader(dataloader_mixture, 2)
+    head = _batch_ids(b for _, b in zip(range(3), first))
+    state = json.loads(json.dumps(stream_state(first, 3)))
+    continued = EpisodeLoader(_mixture(roots), 4, num_threads=2)
+    continued.load_state_dict(state)
+    tail = _batch_ids(continued)
+    assert Counter(head + tail) == _all_frames(roots)  # default weights: every frame once (no fill-ins at W=1)

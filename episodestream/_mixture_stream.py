@@ -1,0 +1,167 @@
+"""A mixture consumer's pass as a ``ConsumerStream``: the components' planned groups, cut and
+interleaved in the consumer's order, keys renamed and ``dataset_index`` added.
+
+Each component plans its own steps through its own pool (``_DatasetStream``), in groups of its
+``decode_group_size``; the mixture's order switches component every sample or two, so a component
+group is cut into the runs of the order (a ``PlannedGroup`` holds one source's samples) and a
+group's evicted episodes travel with its last sample, released only after that is decoded.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._frames import PendingSample, SampleBuilder
+from ._metadata import EpisodeInfo
+from ._stream import ConsumerStream, Decoders, PlannedGroup
+
+
+@dataclass
+class _MixedGroup(PlannedGroup):
+    """A group of one component's samples whose evictions may be any component's: ``evicted``
+    lists them all, ``evicted_by`` says whose (what ``release`` needs)."""
+
+    evicted_by: list[tuple[int, EpisodeInfo]] = field(default_factory=list)
+
+
+def _runs(order: np.ndarray, limits: Sequence[int]) -> Iterator[tuple[int, int]]:
+    """(component, length) of each run of equal entries of ``order``, runs cut at ``limits[component]``."""
+    if not len(order):
+        return
+    starts = np.flatnonzero(np.diff(order)) + 1
+    bounds = np.concatenate([[0], starts, [len(order)]]).tolist()
+    labels = order[bounds[:-1]].tolist() if len(bounds) > 1 else []
+    for component, start, end in zip(labels, bounds[:-1], bounds[1:]):
+        length, limit = end - start, limits[component]
+        while length > 0:
+            yield component, min(length, limit)
+            length -= limit
+
+
+class _Renamer:
+    """A component's keys to the mixture's (``{its key: mixture key}``), pad masks alike."""
+
+    def __init__(self, rename: Mapping[str, str]) -> None:
+        self.forward = {**rename, **{f"{k}_is_pad": f"{v}_is_pad" for k, v in rename.items()}}
+        self.backward = {v: k for k, v in self.forward.items()}
+
+    def keys(self, mapping: Mapping[str, Any], table: Mapping[str, str]) -> dict[str, Any]:
+        return {table.get(k, k): v for k, v in mapping.items()}
+
+
+class SourceBuilder:
+    """A component's ``SampleBuilder`` for samples whose keys the mixture renamed: decoding and
+    in-place frame writes as the component's; ``finish`` runs the component's own (its
+    ``image_transforms`` name its own keys) and renames the result."""
+
+    def __init__(self, inner: SampleBuilder, renamer: _Renamer | None) -> None:
+        self._inner, self._renamer = inner, renamer
+        self.frame_dtype = inner.frame_dtype
+        self.writes_in_place = inner.writes_in_place
+        self.decode = inner.decode
+        self.write_frame = inner.write_frame
+
+    def finish(self, pending: PendingSample, frames: Sequence[torch.Tensor]) -> dict[str, Any]:
+        renamer = self._renamer
+        if renamer is None:
+            return self._inner.finish(pending, frames)
+        own = PendingSample(renamer.keys(pending.item, renamer.backward),
+                            [renamer.backward.get(k, k) for k in pending.video_keys],
+                            pending.windowed, pending.queries, pending.task)
+        return renamer.keys(self._inner.finish(own, frames), renamer.forward)
+
+    def build(self, cache, pendings: Sequence[PendingSample]) -> list[dict[str, Any]]:
+        decoded = self.decode(cache, pendings)
+        return [self.finish(p, [decoded[q.path].gather(q) for q in p.queries]) for p in pendings]
+
+
+class MixtureStream(ConsumerStream):
+    """One consumer's pass over a mixture (see the module docstring)."""
+
+    def __init__(self, streams: Sequence[ConsumerStream], order: np.ndarray, *,
+                 renames: Sequence[Mapping[str, str]], group_sizes: Sequence[int],
+                 finished: Callable[[], None]) -> None:
+        self._streams = list(streams)
+        self._order = order
+        self._group_sizes = list(group_sizes)
+        self._renamers = [_Renamer(r) if r else None for r in renames]
+        self._builders = [SourceBuilder(s.builder(0), r) for s, r in zip(self._streams, self._renamers)]
+        self._indices = [torch.tensor(i, dtype=torch.int64) for i in range(len(self._streams))]
+        self._finished = finished
+        self.num_samples = len(order)
+        self.num_cameras = self._streams[0].num_cameras
+        self.num_sources = len(self._streams)
+        self._groups: Iterator[PlannedGroup] | None = None
+
+    def groups(self) -> Iterator[PlannedGroup]:
+        if self._groups is None:
+            self._groups = self._interleave()
+        return self._groups
+
+    def _pending(self, component: int, pending: PendingSample) -> PendingSample:
+        renamer = self._renamers[component]
+        item = pending.item if renamer is None else renamer.keys(pending.item, renamer.forward)
+        item["dataset_index"] = self._indices[component].clone()
+        keys = pending.video_keys if renamer is None else [renamer.forward.get(k, k) for k in pending.video_keys]
+        return PendingSample(item, keys, pending.windowed, pending.queries, pending.task)
+
+    def _interleave(self) -> Iterator[PlannedGroup]:
+        # Per component: its planned samples not yet handed on, each with the episodes its group
+        # evicted (on the group's last sample) and the component's groups not yet pulled.
+        ready: list[deque[tuple[PendingSample, list]]] = [deque() for _ in self._streams]
+        sources = [s.groups() if s.num_samples else iter(()) for s in self._streams]
+        carried: list[tuple[int, EpisodeInfo]] = []  # evictions of sample-less groups, handed on with the next group
+
+        def pull(component: int) -> None:
+            while not ready[component]:
+                group = next(sources[component])
+                gone = [(component, episode) for episode in group.evicted]
+                if not group.pendings:
+                    carried.extend(gone)
+                    continue
+                last = len(group.pendings) - 1
+                ready[component].extend((p, gone if i == last else []) for i, p in enumerate(group.pendings))
+
+        for component, length in _runs(self._order, self._group_sizes):
+            pendings, evicted = [], carried[:]
+            carried.clear()
+            for _ in range(length):
+                pull(component)
+                pending, gone = ready[component].popleft()
+                pendings.append(self._pending(component, pending))
+                evicted.extend(gone)
+            yield _MixedGroup(pendings, [e for _, e in evicted], component, evicted)
+        # What the components still evict after their last samples.
+        for component, groups in enumerate(sources):
+            for group in groups:
+                carried.extend((component, episode) for episode in group.evicted)
+        if carried:
+            yield _MixedGroup([], [e for _, e in carried], 0, carried)
+
+    def builder(self, source: int) -> SourceBuilder:
+        return self._builders[source]
+
+    def open_decoders(self) -> Decoders:
+        return Decoders([stream.open_decoders()[0] for stream in self._streams])
+
+    def release(self, group: PlannedGroup) -> None:
+        by_component: dict[int, list[EpisodeInfo]] = {}
+        for component, episode in group.evicted_by:  # type: ignore[attr-defined]  # groups() makes _MixedGroup
+            by_component.setdefault(component, []).append(episode)
+        for component, episodes in by_component.items():
+            self._streams[component].release(PlannedGroup([], episodes, component))
+
+    def finished(self) -> None:
+        self._finished()
+
+    def close(self) -> None:
+        if self._groups is not None:
+            self._groups.close()  # type: ignore[attr-defined]  # a generator
+        for stream in self._streams:
+            stream.close()
