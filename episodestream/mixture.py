@@ -277,6 +277,17 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
             with trace_span("build", cat="samples", samples=len(group.pendings)):
                 return stream.builder(group.source).build(decoders[group.source], group.pendings)
 
+        if threads == 1:  # no thread to hand groups to: build them here, as the dataset does
+            decoders = stream.open_decoders()
+            try:
+                for group in stream.groups():
+                    yield from build(decoders, 0, group)
+                    stream.release(group)
+            finally:
+                decoders.close()
+                stream.close()
+            stream.finished()
+            return
         ahead = 2 * threads * max(d.decode_group_size for d in self.datasets)
         pipeline = GroupPipeline(stream.groups(), work=build, open_cache=stream.open_decoders,
                                  num_threads=threads, allowed_samples=ahead)
