@@ -390,3 +390,37 @@ def test_readme_mixture_example_runs(tabular):
     exec(compile(block, "README.md", "exec"), scope)
     assert scope["state"]["batches_consumed"] == 1 and 0 <= float(scope["share_a"]) <= 1
     scope["loader"].close()
+
+
+def test_episode_loaders_resume_elastically_on_more_ranks(tabular):
+    from episodestream import EpisodeLoader
+
+    roots = [tabular["a"], tabular["b"], tabular["c"]]
+    head, states = [], []
+    for rank in range(2):
+        with EpisodeLoader(_mixture(roots, rank=rank, world_size=2), 3, num_threads=2) as loader:
+            head += _batch_ids(b for _, b in zip(range(4), loader))
+            states.append(json.loads(json.dumps(loader.state_dict())))
+    assert states[0] == states[1]
+    tail, lengths = [], set()
+    for rank in range(3):
+        loader = EpisodeLoader(_mixture(roots, rank=rank, world_size=3, pools=(3, 1, 2)), 3, num_threads=2)
+        loader.load_state_dict(states[0])
+        batches = list(loader)
+        lengths.add(len(batches))
+        tail += _batch_ids(batches)
+    assert len(lengths) == 1  # every rank the same number of batches
+    seen = Counter(head + tail)
+    assert set(seen) == set(_all_frames(roots))
+    assert sum(seen.values()) - len(seen) <= 2 + 3  # fill-ins: at most one per rank per leg
+
+
+def test_persistent_workers_loaded_after_start_are_detected(tabular):
+    mixture = _mixture([tabular["a"], tabular["b"]])
+    loader = torch.utils.data.DataLoader(mixture, batch_size=4, num_workers=1, persistent_workers=True)
+    first = list(loader)
+    state = json.loads(json.dumps(stream_state(loader, 1)))
+    mixture.load_state_dict({**state, "epoch": 1})
+    with pytest.raises(RuntimeError, match="persistent_workers"):
+        list(loader)
+    assert first
