@@ -1,10 +1,14 @@
-"""A mixture consumer's pass as a ``ConsumerStream``: the components' planned groups, cut and
-interleaved in the consumer's order, keys renamed and ``dataset_index`` added.
+"""A mixture consumer's pass as a ``ConsumerStream``: the components' planned samples, interleaved
+in the consumer's order, keys renamed and ``dataset_index`` added.
 
-Each component plans its own steps through its own pool (``_DatasetStream``), in groups of its
-``decode_group_size``; the mixture's order switches component every sample or two, so a component
-group is cut into the runs of the order (a ``PlannedGroup`` holds one source's samples) and a
-group's evicted episodes travel with its last sample, released only after that is decoded.
+Each component plans its own steps through its own pool (``_DatasetStream``). The mixture's order
+switches component every sample or two, so groups of one component's samples would be one or two
+samples long and decoding would lose its grouping (one decoder call per file per group: a group
+of 1 streams ~1.6x slower than a group of 8 here). So the mixture's groups are runs of
+``decode_group_size`` consecutive samples of any components, all given to one extra source
+(index ``len(components)``) whose builder decodes each component's part with that component's
+builder and decoders (``MixedBuilder``). A component group's evicted episodes travel with its last
+sample and are released, per component, once that sample is decoded.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import torch
 from ._frames import PendingSample, SampleBuilder
 from ._metadata import EpisodeInfo
 from ._stream import ConsumerStream, Decoders, PlannedGroup
+from .video import DecodedFile, DecoderCache, FrameQuery
 
 
 @dataclass
@@ -28,20 +33,6 @@ class _MixedGroup(PlannedGroup):
     lists them all, ``evicted_by`` says whose (what ``release`` needs)."""
 
     evicted_by: list[tuple[int, EpisodeInfo]] = field(default_factory=list)
-
-
-def _runs(order: np.ndarray, limits: Sequence[int]) -> Iterator[tuple[int, int]]:
-    """(component, length) of each run of equal entries of ``order``, runs cut at ``limits[component]``."""
-    if not len(order):
-        return
-    starts = np.flatnonzero(np.diff(order)) + 1
-    bounds = np.concatenate([[0], starts, [len(order)]]).tolist()
-    labels = order[bounds[:-1]].tolist() if len(bounds) > 1 else []
-    for component, start, end in zip(labels, bounds[:-1], bounds[1:]):
-        length, limit = end - start, limits[component]
-        while length > 0:
-            yield component, min(length, limit)
-            length -= limit
 
 
 class _Renamer:
@@ -81,22 +72,74 @@ class SourceBuilder:
         return [self.finish(p, [decoded[q.path].gather(q) for q in p.queries]) for p in pendings]
 
 
+class _CacheBundle:
+    """One decode thread's decoder caches of every component, as the mixed source's "cache"
+    (the caches themselves are closed and counted as the components' own)."""
+
+    def __init__(self, caches: Sequence[DecoderCache]) -> None:
+        self._caches = list(caches)
+
+    def __getitem__(self, component: int) -> DecoderCache:
+        return self._caches[component]
+
+    def stats(self) -> dict[str, int]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+class MixedBuilder:
+    """The builder of groups mixing components: each sample decoded and finished by its own
+    component's builder (``dataset_index`` says which), files decoded once per component part."""
+
+    def __init__(self, builders: Sequence[SourceBuilder]) -> None:
+        self._builders = list(builders)
+        # In-place frame writes need one conversion for all (the loader checks every builder).
+        self.frame_dtype = builders[0].frame_dtype
+        self.writes_in_place = all(b.writes_in_place for b in builders)
+        self.write_frame = builders[0].write_frame
+
+    def decode(self, caches: _CacheBundle, pendings: Sequence[PendingSample]) -> dict[str, DecodedFile]:
+        # Each file once, by the first component that wants it: two components may select episodes
+        # of one folder, and one decoder call for all its frames beats one per component.
+        owner: dict[str, int] = {}
+        queries: dict[int, list[FrameQuery]] = {}
+        for pending in pendings:
+            component = int(pending.item["dataset_index"])
+            for query in pending.queries:
+                queries.setdefault(owner.setdefault(query.path, component), []).append(query)
+        decoded: dict[str, DecodedFile] = {}
+        for component, wanted in queries.items():
+            carrier = PendingSample({}, [], [], wanted, "")  # SampleBuilder.decode reads only the queries
+            decoded.update(self._builders[component].decode(caches[component], [carrier]))
+        return decoded
+
+    def finish(self, pending: PendingSample, frames: Sequence[torch.Tensor]) -> dict[str, Any]:
+        return self._builders[int(pending.item["dataset_index"])].finish(pending, frames)
+
+    def build(self, caches: _CacheBundle, pendings: Sequence[PendingSample]) -> list[dict[str, Any]]:
+        decoded = self.decode(caches, pendings)
+        return [self.finish(p, [decoded[q.path].gather(q) for q in p.queries]) for p in pendings]
+
+
 class MixtureStream(ConsumerStream):
     """One consumer's pass over a mixture (see the module docstring)."""
 
     def __init__(self, streams: Sequence[ConsumerStream], order: np.ndarray, *,
-                 renames: Sequence[Mapping[str, str]], group_sizes: Sequence[int],
-                 finished: Callable[[], None]) -> None:
+                 renames: Sequence[Mapping[str, str]], group_size: int, finished: Callable[[], None]) -> None:
         self._streams = list(streams)
         self._order = order
-        self._group_sizes = list(group_sizes)
+        self._group_size = group_size
         self._renamers = [_Renamer(r) if r else None for r in renames]
         self._builders = [SourceBuilder(s.builder(0), r) for s, r in zip(self._streams, self._renamers)]
+        self._mixed = len(self._streams)  # the source index of mixed groups
+        self._builders.append(MixedBuilder(self._builders))
         self._indices = [torch.tensor(i, dtype=torch.int64) for i in range(len(self._streams))]
         self._finished = finished
         self.num_samples = len(order)
         self.num_cameras = self._streams[0].num_cameras
-        self.num_sources = len(self._streams)
+        self.num_sources = len(self._streams) + 1
         self._groups: Iterator[PlannedGroup] | None = None
 
     def groups(self) -> Iterator[PlannedGroup]:
@@ -128,27 +171,29 @@ class MixtureStream(ConsumerStream):
                 last = len(group.pendings) - 1
                 ready[component].extend((p, gone if i == last else []) for i, p in enumerate(group.pendings))
 
-        for component, length in _runs(self._order, self._group_sizes):
+        order = self._order.tolist()
+        for start in range(0, len(order), self._group_size):
             pendings, evicted = [], carried[:]
             carried.clear()
-            for _ in range(length):
+            for component in order[start:start + self._group_size]:
                 pull(component)
                 pending, gone = ready[component].popleft()
                 pendings.append(self._pending(component, pending))
                 evicted.extend(gone)
-            yield _MixedGroup(pendings, [e for _, e in evicted], component, evicted)
+            yield _MixedGroup(pendings, [e for _, e in evicted], self._mixed, evicted)
         # What the components still evict after their last samples.
         for component, groups in enumerate(sources):
             for group in groups:
                 carried.extend((component, episode) for episode in group.evicted)
         if carried:
-            yield _MixedGroup([], [e for _, e in carried], 0, carried)
+            yield _MixedGroup([], [e for _, e in carried], self._mixed, carried)
 
-    def builder(self, source: int) -> SourceBuilder:
+    def builder(self, source: int) -> SourceBuilder | MixedBuilder:
         return self._builders[source]
 
     def open_decoders(self) -> Decoders:
-        return Decoders([stream.open_decoders()[0] for stream in self._streams])
+        caches = [stream.open_decoders()[0] for stream in self._streams]
+        return Decoders([*caches, _CacheBundle(caches)])
 
     def release(self, group: PlannedGroup) -> None:
         by_component: dict[int, list[EpisodeInfo]] = {}

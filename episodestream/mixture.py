@@ -144,6 +144,10 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
         self.stop = _check_stop(stop)
         self._renames = _check_renames(rename, datasets)
         _check_features(self.datasets, self._renames)
+        dtypes = [str(d._core.builder.frame_dtype).removeprefix("torch.") for d in self.datasets]
+        if len(set(dtypes)) > 1:
+            raise ValueError(f"The datasets of a mixture must give camera frames of one dtype (return_uint8 alike); "
+                             f"they give {dtypes}.")
         self._epoch = SharedEpoch()
         self._loads_seen = 0
         self._resume_request: tuple[int, tuple[MixLeg, ...]] | None = None  # (epoch, legs)
@@ -245,7 +249,7 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
         counts = np.bincount(order, minlength=len(self.datasets)).tolist()
         streams = [d._stream(s, count, epoch) for d, s, count in zip(self.datasets, steps, counts)]
         return MixtureStream(streams, order, renames=self._renames,
-                             group_sizes=[d.decode_group_size for d in self.datasets],
+                             group_size=min(d.decode_group_size for d in self.datasets),
                              finished=lambda: self._epoch.finished(epoch))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:

@@ -424,3 +424,22 @@ def test_persistent_workers_loaded_after_start_are_detected(tabular):
     with pytest.raises(RuntimeError, match="persistent_workers"):
         list(loader)
     assert first
+
+
+def test_frames_of_one_dtype_are_required(many_episodes_root):
+    with pytest.raises(ValueError, match=r"one dtype .*\['float32', 'uint8'\]"):
+        EpisodeMixture([EpisodeStreamingDataset(many_episodes_root),
+                        EpisodeStreamingDataset(many_episodes_root, return_uint8=True)])
+
+
+def test_selections_of_one_folder_decode_each_file_once(many_episodes_root):
+    """Components over one folder share its video files: a group decodes each file in one call."""
+    from episodestream import EpisodeLoader
+
+    mixture = EpisodeMixture([EpisodeStreamingDataset(many_episodes_root, episodes=list(range(0, 20, 2))),
+                              EpisodeStreamingDataset(many_episodes_root, episodes=list(range(1, 20, 2)))])
+    with EpisodeLoader(mixture, 8, num_threads=2) as loader:
+        ids = [(int(d), decode_frame_ids(f), int(e), int(i)) for b in loader
+               for d, f, e, i in zip(b["dataset_index"], b[FRONT], b["episode_index"], b["frame_index"])]
+    assert len(ids) == len(mixture)
+    assert all(frame == (episode, index, 0) and episode % 2 == d for d, frame, episode, index in ids)
