@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ._options import check_bool, check_int
-from ._sampling import ADMIT, EMIT, ConsumerSchedule, EpochPlan, Segment, consumer_rng, consumer_schedule
+from ._sampling import ADMIT, EMIT, NO_FRAME, ConsumerSchedule, Step, EpochPlan, Segment, consumer_rng, consumer_schedule
 from ._world import World
 
 # /2: the pool schedule became a sliding window of keyed frames (``_sampling.ConsumerSchedule``), so
@@ -139,7 +139,7 @@ def _full_rounds(batches_per_worker: Sequence[int], batches: int) -> int:
     return lo
 
 
-def skip_emits(steps: Iterator[tuple[int, int, int]], count: int) -> Iterator[tuple[int, int, int]]:
+def skip_emits(steps: Iterator[Step], count: int) -> Iterator[Step]:
     """Drop the first ``count`` EMITs, then re-admit whatever the pool holds at that point.
 
     A fresh ``ConsumerSchedule`` is skipped arithmetically (``ConsumerSchedule.skip``); any other
@@ -150,14 +150,14 @@ def skip_emits(steps: Iterator[tuple[int, int, int]], count: int) -> Iterator[tu
     return _walk_skip(steps, count)
 
 
-def _walk_skip(steps: Iterator[tuple[int, int, int]], count: int) -> Iterator[tuple[int, int, int]]:
+def _walk_skip(steps: Iterator[Step], count: int) -> Iterator[Step]:
     admitted: dict[int, int] = {}
     skipped = 0
     for step in steps:
         if skipped == count:
             for episode, times in admitted.items():
                 for _ in range(times):
-                    yield ADMIT, episode, -1
+                    yield Step(ADMIT, episode, NO_FRAME)
             yield step
             yield from steps
             return
@@ -277,7 +277,7 @@ def plan_resume(segments: Sequence[Segment], *, seed: int, epoch: int, shuffle: 
 
 
 def consumer_steps(plan: EpochPlan, world: World, *, pool_size: int,
-                   point: ResumePoint | None = None) -> tuple[Iterator[tuple[int, int, int]], int]:
+                   point: ResumePoint | None = None) -> tuple[Iterator[Step], int]:
     """The one place a consumer's schedule is made: its steps for ``plan`` (from ``point`` when the
     epoch is resumed: the worker role it takes over and the samples it skips, tabular-free) and
     how many samples they emit."""

@@ -21,7 +21,7 @@ from ._options import check_int
 from ._pipeline import GroupPipeline
 from ._stream import CheckedState, ConsumerStream, Decoders, PlannedGroup
 from ._resume import STATE_FORMAT, Resumption, consumer_steps, fingerprint_digest, locate, read_request
-from ._sampling import ADMIT, EMIT, EpochPlan
+from ._sampling import ADMIT, EMIT, EpochPlan, Step
 from ._world import World, current_world, resolve_rank
 from .tracing import set_process_name, trace_instant, trace_span, tracer_enabled
 from .video import DecoderCache
@@ -160,7 +160,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         resumption = self._resumption
         return resumption if resumption is not None and resumption.request.epoch == epoch else None
 
-    def schedule(self, world: World, epoch: int) -> Iterator[tuple[int, int, int]]:
+    def schedule(self, world: World, epoch: int) -> Iterator[Step]:
         """The (ADMIT|EMIT|EVICT, episode_index, frame) steps of one consumer: tabular-free.
 
         In the epoch a state was loaded for, this continues from the resume point: exact resume
@@ -168,7 +168,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         """
         return self._consumer_stream(world, epoch)[0]
 
-    def _consumer_stream(self, world: World, epoch: int) -> tuple[Iterator[tuple[int, int, int]], int]:
+    def _consumer_stream(self, world: World, epoch: int) -> tuple[Iterator[Step], int]:
         """``schedule(world, epoch)`` and how many samples it emits."""
         resumption = self._resumption_of(epoch)
         point = resumption.point(world.num_workers) if resumption is not None else None
@@ -288,11 +288,11 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         steps, num_samples = self._consumer_stream(world, epoch)
         return self._stream(steps, num_samples, epoch)
 
-    def _stream(self, steps: Iterator[tuple[int, int, int]], num_samples: int, epoch: int) -> _DatasetStream:
+    def _stream(self, steps: Iterator[Step], num_samples: int, epoch: int) -> _DatasetStream:
         """The stream of ``steps`` (a consumer's schedule, or any other, e.g. a mixture's pass)."""
         return _DatasetStream(self, steps, num_samples, epoch)
 
-    def _planned_groups(self, steps: Iterator[tuple[int, int, int]], videos: EpisodeVideos) -> Iterator[PlannedGroup]:
+    def _planned_groups(self, steps: Iterator[Step], videos: EpisodeVideos) -> Iterator[PlannedGroup]:
         """Run the pool over ``steps``: groups of up to ``decode_group_size`` samples whose tabular
         part is built and whose video is still to decode, with the episodes to evict once they are
         decoded."""
@@ -386,7 +386,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
 class _DatasetStream(ConsumerStream):
     """One consumer's pass over a dataset's steps (see ``_stream.ConsumerStream``)."""
 
-    def __init__(self, dataset: EpisodeStreamingDataset, steps: Iterator[tuple[int, int, int]], num_samples: int,
+    def __init__(self, dataset: EpisodeStreamingDataset, steps: Iterator[Step], num_samples: int,
                  epoch: int) -> None:
         core = dataset._core
         self.num_samples = num_samples
@@ -446,11 +446,11 @@ def _raising(error: BaseException) -> Iterator[dict[str, Any]]:
     yield  # a generator: the error comes from the first next()
 
 
-def _admit_ahead(steps: Iterator[tuple[int, int, int]], videos: EpisodeVideos, episodes,
-                 *, depth: int) -> Iterator[tuple[int, int, int]]:
+def _admit_ahead(steps: Iterator[Step], videos: EpisodeVideos, episodes,
+                 *, depth: int) -> Iterator[Step]:
     """Pass ``steps`` through, calling ``videos.admit`` for each ADMIT as soon as it is among the
     next ``depth`` admissions, so fetching runs ahead of the pool's need."""
-    buffered: deque[tuple[int, int, int]] = deque()
+    buffered: deque[Step] = deque()
     admits_buffered = 0
     for step in steps:
         buffered.append(step)
