@@ -15,6 +15,7 @@ import torch.utils.data
 from ._core import DatasetCore
 from ._files import EpisodeVideos
 from ._frames import PendingSample, SampleBuilder
+from ._holds import HeldEpisodes
 from ._metadata import EpisodeInfo
 from ._epoch import SharedEpoch
 from ._options import check_int
@@ -296,10 +297,10 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         """Run the pool over ``steps``: groups of up to ``decode_group_size`` samples whose tabular
         part is built and whose video is still to decode, with the episodes to evict once they are
         decoded."""
-        reader = self._core.row_reader()
         builder = self._core.builder
         episodes = self._core.meta.episodes
-        pool: dict[int, list] = {}  # episode_index -> [rows, admissions]
+        # Prefetching sources admit video ahead of the pool (_admit_ahead), the rest on first hold.
+        pool = HeldEpisodes(self._core.row_reader(), videos, admit_video=not videos.prefetches)
         pending: list[PendingSample] = []
         evicted: list[EpisodeInfo] = []
         if videos.prefetches:
@@ -307,28 +308,20 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         for kind, episode_index, frame in steps:
             if kind == EMIT:
                 with trace_span("plan", cat="samples", level="detailed", episode=episode_index, frame=frame):
-                    pending.append(builder.plan(pool[episode_index][0], frame, videos))
+                    pending.append(builder.plan(pool.rows(episode_index), frame, videos))
                 if len(pending) >= self.decode_group_size:
                     yield PlannedGroup(pending, evicted)
                     pending, evicted = [], []
             elif kind == ADMIT:
-                entry = pool.setdefault(episode_index, [None, 0])
-                if entry[0] is None:
+                if episode_index not in pool:
                     trace_instant("admit", cat="pool", episode=episode_index)
-                    with trace_span("read_rows", cat="rows", level="detailed", episode=episode_index):
-                        entry[0] = reader.read(episodes[episode_index])
-                    if not videos.prefetches:
-                        videos.admit(episodes[episode_index])
-                entry[1] += 1
-            else:
-                entry = pool[episode_index]
-                entry[1] -= 1
-                if entry[1] == 0:
-                    del pool[episode_index]
-                    trace_instant("evict", cat="pool", episode=episode_index)
-                    # Its rows can go now (plan() copied what it needs); its video bytes only
-                    # after the pending samples are decoded.
-                    evicted.append(episodes[episode_index])
+                with trace_span("read_rows", cat="rows", level="detailed", episode=episode_index):
+                    pool.hold(episodes[episode_index])
+            elif (episode := pool.release(episode_index)) is not None:
+                trace_instant("evict", cat="pool", episode=episode_index)
+                # Its rows are gone now (plan() copied what it needs); its video bytes go only
+                # after the pending samples are decoded.
+                evicted.append(episode)
         if pending or evicted:
             yield PlannedGroup(pending, evicted)
 
