@@ -74,11 +74,17 @@ def _to_numpy(column: pa.ChunkedArray | pa.Array, shape: tuple[int, ...], where:
 class RowReader:
     """Reads episodes' rows; keeps a few parquet footers open so admitting an episode is one read."""
 
-    def __init__(self, files: DatasetFiles, meta: DatasetMeta, *, max_open_files: int = 8) -> None:
+    def __init__(self, files: DatasetFiles, meta: DatasetMeta, *, max_open_files: int = 8,
+                 max_open_row_groups: int = 1024) -> None:
         self._files = files
         self._meta = meta
         self._max_open_files = max_open_files
+        # A parsed footer costs ~7 KB per row group, and v3.0 writes one row group per episode: 8
+        # open files of 1,000 episodes would hold ~56 MB per consumer (DROID-sized datasets). Keep
+        # at most this many row groups' footers open (and always the file being read).
+        self._max_open_row_groups = max_open_row_groups
         self._open: OrderedDict[str, pq.ParquetFile] = OrderedDict()
+        self._open_row_groups = 0
         self._columns = [k for k, f in meta.features.items() if f.dtype != "video"]
 
     def _parquet(self, relpath: str, where: str) -> pq.ParquetFile:
@@ -89,9 +95,12 @@ class RowReader:
             with parquet_errors(where):
                 handle = pq.ParquetFile(self._files.open_input(relpath))
             self._check_file(relpath, handle)
-            if len(self._open) >= self._max_open_files:
-                self._open.popitem(last=False)
+            self._open_row_groups += handle.metadata.num_row_groups
         self._open[relpath] = handle
+        while len(self._open) > 1 and (len(self._open) > self._max_open_files
+                                       or self._open_row_groups > self._max_open_row_groups):
+            _, closed = self._open.popitem(last=False)
+            self._open_row_groups -= closed.metadata.num_row_groups
         return handle
 
     def _check_file(self, relpath: str, handle: pq.ParquetFile) -> None:
