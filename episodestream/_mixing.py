@@ -34,7 +34,18 @@ import numpy as np
 
 from ._options import check_bool, check_int
 from ._resume import BeyondEpochError, loader_consumption, remaining_segments, skip_emits
-from ._sampling import ADMIT, EMIT, EVICT, ConsumerSchedule, EpochPlan, Segment, consumer_rng, consumer_schedule
+from ._sampling import (
+    ADMIT,
+    EMIT,
+    EVICT,
+    NO_FRAME,
+    ConsumerSchedule,
+    EpochPlan,
+    Segment,
+    Step,
+    consumer_rng,
+    consumer_schedule,
+)
 from ._world import World
 
 # Spawn keys here have six entries and start with this tag, so they never meet ``make_rng``'s
@@ -210,7 +221,7 @@ class ConsumerMix:
         return consumer_schedule(plan.share(self.world), pool_size=self.leg.pool_sizes[component],
                                  shuffle=plan.shuffle, rng=consumer_rng(plan.seed, 0, self.world, leg=plan.leg))
 
-    def steps(self, component: int, skip: int = 0) -> Iterator[tuple[int, int, int]]:
+    def steps(self, component: int, skip: int = 0) -> Iterator[Step]:
         """Component ``component``'s steps: its passes one after the other, each cut at this
         consumer's demand, after the first ``skip`` EMITs (skipped without reading anything)."""
         for index, demand in enumerate(self.demand[component]):
@@ -236,7 +247,7 @@ class ConsumerMix:
         return out
 
 
-def _first_emits(steps: Iterator[tuple[int, int, int]], count: int) -> Iterator[tuple[int, int, int]]:
+def _first_emits(steps: Iterator[Step], count: int) -> Iterator[Step]:
     """``steps`` up to their ``count``-th EMIT, then an EVICT for everything still admitted."""
     if count <= 0:
         return
@@ -257,7 +268,7 @@ def _first_emits(steps: Iterator[tuple[int, int, int]], count: int) -> Iterator[
                 break
     for episode, times in live.items():
         for _ in range(times):
-            yield EVICT, episode, -1
+            yield Step(EVICT, episode, NO_FRAME)
 
 
 def next_passes(leg: LegPlan, taken: Mapping[int, Sequence[int]]) -> tuple[tuple[Pass, ...], ...]:

@@ -24,6 +24,7 @@ from ._mixture_stream import MixtureStream
 from ._options import check_bool, check_int
 from ._pipeline import GroupPipeline
 from ._resume import BeyondEpochError
+from ._sampling import Step
 from ._stream import CheckedState, ConsumerStream, Decoders, PlannedGroup
 from ._world import World, current_world
 from .streaming import EpisodeStreamingDataset, _raising, _StaleWorkerCopy
@@ -176,7 +177,7 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
         return tuple(d.episode_pool_size for d in self.datasets)
 
     def _sources(self) -> list[Source]:
-        return [Source(tuple(d._segments()), d.seed, d.shuffle) for d in self.datasets]
+        return [Source(tuple(d._core.whole_episodes()), d.seed, d.shuffle) for d in self.datasets]
 
     @property
     def epoch(self) -> int:
@@ -228,7 +229,7 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
 
     # -- streaming --------------------------------------------------------------------------------
 
-    def consumer_plan(self, world: World, epoch: int) -> tuple[np.ndarray, list[Iterator[tuple[int, int, int]]]]:
+    def consumer_plan(self, world: World, epoch: int) -> tuple[np.ndarray, list[Iterator[Step]]]:
         """One consumer's interleave order (the component of each sample it yields) and each
         component's steps, tabular-free; in the epoch a state was loaded for, what is left."""
         request = self._resume_request

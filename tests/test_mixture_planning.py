@@ -22,7 +22,7 @@ from episodestream._mixing import (
     rank_counts,
 )
 from episodestream._resume import loader_consumption
-from episodestream._sampling import ADMIT, EMIT, EVICT, Segment
+from episodestream._sampling import ADMIT, EVICT, Segment
 from episodestream._world import World
 
 
