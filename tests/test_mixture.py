@@ -379,19 +379,6 @@ def test_episode_loader_resumes_exactly_and_across_loaders(tabular):
     assert Counter(head + tail) == _all_frames(roots)  # default weights: every frame once (no fill-ins at W=1)
 
 
-def test_readme_mixture_example_runs(tabular):
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("### Mixtures of datasets", 1)[1]
-    block = section.split("```python\n", 1)[1].split("```", 1)[0]
-    block = block.replace("path/to/dataset_a", str(tabular["a"])).replace("path/to/dataset_b", str(tabular["b"]))
-    scope: dict = {}
-    exec(compile(block, "README.md", "exec"), scope)
-    assert scope["state"]["batches_consumed"] == 1 and 0 <= float(scope["share_a"]) <= 1
-    scope["loader"].close()
-
-
 def test_episode_loaders_resume_elastically_on_more_ranks(tabular):
     from episodestream import EpisodeLoader
 
