@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ._files import DatasetFiles, LocalFiles
+from ._dataset_files import DatasetFiles, LocalFiles
 from ._metadata import DatasetFormatError, DatasetMeta, EpisodeInfo, parquet_errors
 from ._rows import EpisodeRows, RowReader, _check_ids, _to_numpy
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ._episodes import EpisodeSelection
-from ._files import EpisodeVideos
+from ._dataset_files import EpisodeVideos
 from ._frames import SampleBuilder, delta_indices
 from ._lerobot_meta import LeRobotMeta
 from ._metadata import DatasetMeta, load_metadata

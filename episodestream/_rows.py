@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ._files import DatasetFiles
+from ._dataset_files import DatasetFiles
 from ._metadata import DatasetFormatError, DatasetMeta, EpisodeInfo, parquet_errors
 
 # What a feature's values must be stored as, by declared dtype; numeric dtypes take the default.

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch.utils.data
 
 from ._core import DatasetCore
-from ._files import EpisodeVideos
+from ._dataset_files import EpisodeVideos
 from ._frames import PendingSample
 from ._metadata import EpisodeInfo
 from ._epoch import SharedEpoch

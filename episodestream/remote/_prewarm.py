@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._cache import PIN_MARKER, CacheFullError, EntryState, NodeCache, describe_pins, unpin_hint
+from ._node_cache import PIN_MARKER, CacheFullError, EntryState, NodeCache, describe_pins, unpin_hint
 
 if TYPE_CHECKING:
     from .._metadata import DatasetMeta, EpisodeInfo
-    from ._files import RemoteFiles
+    from ._remote_files import RemoteFiles
 
 _METADATA = ("meta/info.json", "meta/tasks.parquet", "meta/stats.json")
 _EPISODES_METADATA = "meta/episodes"

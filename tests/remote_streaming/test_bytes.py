@@ -13,7 +13,7 @@ import av
 import torch.utils.data
 
 from episodestream import EpisodeStreamingDataset
-from episodestream._files import LocalFiles
+from episodestream._dataset_files import LocalFiles
 from episodestream._metadata import load_metadata
 from episodestream._rows import RowReader
 from episodestream.remote import open_remote_source

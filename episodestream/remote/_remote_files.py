@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from .._files import check_relpath
-from ._cache import DEFAULT_WAIT_S, CacheFullError, NodeCache, describe_pins, unpin_hint
+from .._dataset_files import check_relpath
+from ._node_cache import DEFAULT_WAIT_S, CacheFullError, NodeCache, describe_pins, unpin_hint
 from ._config import ControllerConfig
 from ._download import default_fetch
 from ._mp4 import Mp4Header, Mp4LayoutError, VideoTrack, read_header
