@@ -6,7 +6,10 @@ from ._config import ControllerConfig
 from ._controller import DownloadController
 from ._download import DownloadFetch, FetchStats, default_fetch, link_name
 from ._estimator import LinkEstimator
-from ._remote_files import RemoteFiles, RemoteVideos, default_cache_dir, open_remote_source
+from ._open import open_remote_source
+from ._remote_files import RemoteFiles
+from ._remote_videos import RemoteVideos
+from ._resolve import default_cache_dir
 from ._mp4 import Mp4LayoutError
 from ._permits import NodePermits
 from ._reader import ChunkedReader, RangedFile, ReadStats, fetch_range

@@ -42,7 +42,7 @@ from typing import Any
 from ._config import ControllerConfig
 from ._estimator import LinkEstimate, LinkEstimator, SampleClass, classify_transfer
 from ._permits import NodePermits, default_permits_dir
-from ._retry import THROTTLE_STATUSES, TIMEOUT_STATUSES, Failure
+from ._failures import THROTTLE_STATUSES, TIMEOUT_STATUSES, Failure
 
 LOGGER_NAME = "episodestream.download"
 # The budget never reaches 0: with no permit at all nothing could ever succeed and raise it again.

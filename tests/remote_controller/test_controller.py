@@ -33,7 +33,8 @@ from episodestream.remote._controller import (
     STATE_FLUSH_INTERVAL_S,
     STATE_FLUSH_TRANSFERS,
 )
-from episodestream.remote._retry import parse_retry_after, redact_url
+from episodestream.remote._failures import parse_retry_after
+from episodestream.remote._retry import redact_url
 
 KIB = 1024
 BANDWIDTH = 20e6   # bytes/s of the "normal" link in these tests
