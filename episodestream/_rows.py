@@ -48,11 +48,6 @@ class EpisodeRows:
     def length(self) -> int:
         return self.episode.length
 
-    @property
-    def size_bytes(self) -> int:
-        return sum(a.nbytes for a in self.columns.values()) + sum(
-            len(v) for values in self.strings.values() for v in values if isinstance(v, (bytes, str)))
-
 
 def _to_numpy(column: pa.ChunkedArray | pa.Array, shape: tuple[int, ...], where: str) -> np.ndarray:
     # A plain Array (a slice of a memory-mapped batch) converts without a copy for numbers.

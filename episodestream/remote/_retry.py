@@ -81,8 +81,7 @@ class RetryPolicy:
         """What a failed attempt means (``_failures.classify``: throttle, timeout, transient, fatal)."""
         return classify(error)
 
-    def call(self, fn: Callable[[float], T], *, url: str, controller: DownloadController | None = None,
-             parallel: bool = False) -> T:
+    def call(self, fn: Callable[[float], T], *, url: str, controller: DownloadController | None = None) -> T:
         """Run ``fn(timeout_s)`` (one complete request) until it succeeds or attempts run out.
 
         With a ``controller`` each attempt holds a permit, a success is recorded as a transfer
@@ -92,7 +91,7 @@ class RetryPolicy:
         """
         for attempt in range(1, self.config.max_attempts + 1):
             try:
-                return self._attempt(fn, controller, parallel)
+                return self._attempt(fn, controller)
             except Exception as error:  # noqa: BLE001 - classified below; fatal ones re-raise
                 failure = self.classify(error)
                 if controller is not None:
@@ -102,8 +101,7 @@ class RetryPolicy:
                 self._sleep(self.delay_s(attempt, retry_after_s=failure.retry_after_s))
         raise AssertionError("unreachable: the loop returns or raises")
 
-    def _attempt(self, fn: Callable[[float], T], controller: DownloadController | None,
-                 parallel: bool) -> T:
+    def _attempt(self, fn: Callable[[float], T], controller: DownloadController | None) -> T:
         if controller is None:
             return fn(self.config.request_timeout_s)
         with controller.permit():
@@ -114,8 +112,7 @@ class RetryPolicy:
             size_bytes = len(result)  # type: ignore[arg-type]
         except TypeError:
             return result
-        controller.record_transfer(size_bytes=size_bytes, duration_s=max(0.0, duration_s),
-                                   parallel=parallel)
+        controller.record_transfer(size_bytes=size_bytes, duration_s=max(0.0, duration_s))
         return result
 
 

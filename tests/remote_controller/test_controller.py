@@ -326,18 +326,6 @@ def test_budget_can_fall_below_floor_when_throttled(make_controller, clock):
 # -- fault 4: one stream measured; no spikes -----------------------------------------------------
 
 
-def test_parallel_and_hedged_transfers_are_not_bandwidth_samples(make_controller, clock):
-    controller = make_controller()
-    warm_up(controller, clock)
-    before = controller.estimate()
-    for _ in range(20):  # pieces of a parallel gather look 8x faster; a hedge timed its wait
-        assert big(controller, clock, bandwidth=8 * BANDWIDTH, parallel=True) is None
-        assert big(controller, clock, bandwidth=BANDWIDTH / 8, hedged=True) is None
-    after = controller.estimate()
-    assert after.bandwidth_samples == before.bandwidth_samples
-    assert after.bandwidth_bytes_per_s == pytest.approx(before.bandwidth_bytes_per_s)
-
-
 def test_fast_small_get_does_not_spike_bandwidth():
     config = ControllerConfig()
     estimator = LinkEstimator(config=config)
