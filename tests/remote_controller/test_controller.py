@@ -872,6 +872,29 @@ def test_which_failures_retry():
     assert policy.classify(HTTPError(429, {"Retry-After": "3"})).retry_after_s == 3.0
 
 
+def test_client_errors_are_classified_as_the_download_path_normalises_them():
+    """One classification for raw and normalised errors: a transport error of any client, a status
+    botocore hides in s3fs's OSError, a timeout in the cause chain."""
+    from episodestream.remote._failures import classify, normalise
+
+    read_error = type("ReadError", (Exception,), {})("httpx: connection lost mid-body")
+    hidden_503 = OSError("SlowDown")
+    hidden_503.__cause__ = type("ClientError", (Exception,), {"response": {
+        "ResponseMetadata": {"HTTPStatusCode": 503, "HTTPHeaders": {"retry-after": "2"}}}})()
+    hidden_404 = OSError("NoSuchKey")
+    hidden_404.__cause__ = type("ClientError", (Exception,), {"response": {
+        "ResponseMetadata": {"HTTPStatusCode": 404, "HTTPHeaders": {}}}})()
+    timed_out = OSError("wrapped")
+    timed_out.__cause__ = TimeoutError("read timed out")
+    cases = [(read_error, "transient", None), (hidden_503, "throttle", 503), (hidden_404, "fatal", None),
+             (timed_out, "timeout", None), (ValueError("bug"), "fatal", None)]
+    for error, kind, status in cases:
+        assert (classify(error).kind, classify(error).status) == (kind, status), error
+        assert classify(normalise(error)) == classify(error), error
+        assert RetryPolicy.classify(error) == classify(error)
+    assert classify(hidden_503).retry_after_s == 2.0
+
+
 def test_fatal_errors_fail_fast(clock):
     policy = RetryPolicy(seed=0, sleep=clock.sleep)
     calls = []
