@@ -193,14 +193,13 @@ class RemoteFiles(DatasetFiles):
     def read_range(self, relpath: str, start: int, end: int, *, exact: bool = False,
                    block_bytes: int | None = None) -> bytes:
         """Bytes ``[start, end)`` of ``relpath`` through this process's reader (``ChunkedReader.read``);
-        client errors come back as ``translate_errors`` gives them."""
+        client errors come back naming the file, with secrets redacted (``_failures.as_file_error``);
+        a ``DownloadError`` (it names the URL, the status and the attempts) as it is."""
         remote = self._remote_path(relpath)
-        return self.translate_errors(
+        return self._translate_errors(
             lambda: self.reader.read(remote, start, end, exact=exact, block_bytes=block_bytes), relpath)
 
-    def translate_errors(self, call: Callable[[], T], relpath: str) -> T:
-        """Run a client call; its errors come back naming the file, with secrets redacted
-        (``_failures.as_file_error``)."""
+    def _translate_errors(self, call: Callable[[], T], relpath: str) -> T:
         try:
             return call()
         except (Mp4LayoutError, DownloadError):

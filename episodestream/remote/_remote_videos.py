@@ -251,8 +251,7 @@ class RemoteVideos(EpisodeVideos):
 
         def download(tmp: Path) -> None:
             # Small blocks: box headers sit just before megabytes of mdat that are not wanted here.
-            header = files.translate_errors(lambda: read_header(
-                lambda s, e: files.read_range(relpath, s, e, block_bytes=HEADER_BLOCK_BYTES), size), relpath)
+            header = read_header(lambda s, e: files.read_range(relpath, s, e, block_bytes=HEADER_BLOCK_BYTES), size)
             tmp.write_bytes(header.to_bytes())
             found["header"] = header
 
