@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ._files import DatasetFiles, LocalFiles
+from ._dataset_files import DatasetFiles, LocalFiles
 from ._metadata import DatasetFormatError, DatasetMeta, EpisodeInfo, parquet_errors
 from ._rows import EpisodeRows, RowReader, _check_ids, _to_numpy
 
@@ -115,9 +115,7 @@ class ColumnStore:
             stat = os.stat(self._files.local_path(relpath))
             version = [stat.st_size, stat.st_mtime_ns]
         else:  # remote: the description pins the revision where the source has one (the Hub's commit)
-            # The protocol says size_bytes; RemoteFiles calls it size (the protocol gap the style notes name).
-            size = getattr(self._files, "size_bytes", None) or getattr(self._files, "size")
-            version = [size(relpath)]
+            version = [self._files.size_bytes(relpath)]
         what = [COLUMNS_FORMAT, self._files.description, relpath, version, self._columns]
         return hashlib.sha1(json.dumps(what).encode()).hexdigest()[:16]
 

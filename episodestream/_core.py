@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ._episodes import EpisodeSelection
-from ._files import EpisodeVideos
+from ._dataset_files import EpisodeVideos
 from ._frames import SampleBuilder, delta_indices
 from ._lerobot_meta import LeRobotMeta
 from ._metadata import DatasetMeta, load_metadata
@@ -64,8 +64,7 @@ class DatasetCore:
         self.meta = load_metadata(self.files)
         # A remote cache must hold what one consumer keeps in flight; refuse a smaller budget now
         # rather than stall mid-epoch.
-        if (check_budget := getattr(self.files, "check_cache_budget", None)) is not None:
-            check_budget(self.meta, episodes_in_flight=episodes_in_flight)
+        self.files.check_cache_budget(self.meta, episodes_in_flight=episodes_in_flight)
         self.lerobot_meta = LeRobotMeta(typed=self.meta, files=self.files, source=source, revision=revision)
         self.episodes = select_episodes(self.meta, episodes)
         # Validated before it is copied: copying a list or None-per-key would fail with a bare error.

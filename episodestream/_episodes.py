@@ -93,7 +93,7 @@ class EpisodeTable(Mapping):
     def __len__(self) -> int:
         return len(self.episode_index)
 
-    def values(self):  # type: ignore[override]  (an iterable of EpisodeInfo, made one at a time)
+    def values(self):  # an iterable of EpisodeInfo, made one at a time
         return _Values(self)
 
     @property
@@ -126,7 +126,7 @@ class EpisodeSelection(Sequence):
     def lengths(self) -> np.ndarray:
         return self._table.length[self.rows]
 
-    def __getitem__(self, k):  # type: ignore[override]
+    def __getitem__(self, k):
         if isinstance(k, slice):
             return EpisodeSelection(self._table, self.rows[k])
         return self._table.at(int(self.rows[k]))

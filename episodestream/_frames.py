@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ._files import EpisodeVideos
+from ._dataset_files import EpisodeVideos
 from ._metadata import DatasetMeta
 from ._rows import EpisodeRows
 from .video import DecodedFile, DecoderCache, FrameQuery, decode_files

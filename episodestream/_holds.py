@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Protocol
 
-from ._files import EpisodeVideos
+from ._dataset_files import EpisodeVideos
 from ._metadata import EpisodeInfo
 from ._rows import EpisodeRows
 

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ._files import DatasetFiles, LocalFiles
+from ._dataset_files import DatasetFiles, LocalFiles
 from ._metadata import EPISODES_DIR, DatasetMeta
 from ._stats import load_stats
 

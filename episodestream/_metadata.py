@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ._episodes import EpisodeInfo, EpisodeTable, VideoColumns, VideoSpan  # noqa: F401  (re-exported)
-from ._files import DatasetFiles, check_relpath
+from ._dataset_files import DatasetFiles, check_relpath
 
 SUPPORTED_CODEBASE_VERSION = "v3.0"
 INFO_PATH = "meta/info.json"

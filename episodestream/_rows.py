@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ._files import DatasetFiles
+from ._dataset_files import DatasetFiles
 from ._metadata import DatasetFormatError, DatasetMeta, EpisodeInfo, parquet_errors
 
 # What a feature's values must be stored as, by declared dtype; numeric dtypes take the default.
@@ -47,11 +47,6 @@ class EpisodeRows:
     @property
     def length(self) -> int:
         return self.episode.length
-
-    @property
-    def size_bytes(self) -> int:
-        return sum(a.nbytes for a in self.columns.values()) + sum(
-            len(v) for values in self.strings.values() for v in values if isinstance(v, (bytes, str)))
 
 
 def _to_numpy(column: pa.ChunkedArray | pa.Array, shape: tuple[int, ...], where: str) -> np.ndarray:

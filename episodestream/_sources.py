@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
-from ._files import DatasetFiles, LocalFiles
+from ._dataset_files import DatasetFiles, LocalFiles
 
 _FILE_SCHEME = "file://"
 # Frames between the user's call and the warning: open_source <- DatasetCore <- the dataset's

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ._files import DatasetFiles
+from ._dataset_files import DatasetFiles
 from ._metadata import STATS_PATH, DatasetFormatError
 
 SUMMARY_DIMS = 3  # dimensions of mean / std that ``summarize_stats`` keeps

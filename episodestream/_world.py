@@ -26,10 +26,6 @@ class World:
     def consumer(self) -> int:
         return self.rank * self.num_workers + self.worker
 
-    @property
-    def num_consumers(self) -> int:
-        return self.world_size * self.num_workers
-
 
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """Explicit values win; otherwise torch.distributed when initialised, else a single process."""

@@ -69,8 +69,7 @@ def dataset_info(source: str, *, revision: str | None = None) -> dict:
     files = open_source(source, revision=revision)
     meta = load_metadata(files)
     stats = summarize_stats(load_stats(files))
-    # RemoteFiles spells the protocol's size_bytes() as size() until issue 14 checks the seam.
-    size_bytes = getattr(files, "size_bytes", None) or files.size
+    size_bytes = files.size_bytes
     episodes = list(meta.episodes.values())
     data_files = sorted({ep.data_relpath for ep in episodes})
     cameras = {}
@@ -121,10 +120,10 @@ def _cache_root(args: argparse.Namespace) -> Path:
 
 def _cache_ls(args: argparse.Namespace) -> int:
     from .remote import NodeCache
-    from .remote._prewarm import list_entries, source_matches
+    from .remote._prewarm import source_matches
 
     root = _cache_root(args)
-    entries = [e for e in list_entries(NodeCache(root)) if source_matches(e.source, args.source)]
+    entries = [e for e in NodeCache(root).list_entries() if source_matches(e.source, args.source)]
     totals = {"entries": len(entries), "size_bytes": sum(e.size_bytes for e in entries),
               "pinned": sum(e.pinned for e in entries), "in_use": sum(e.users > 0 for e in entries)}
     if args.json:

@@ -12,7 +12,7 @@ import torch.utils.data
 
 from ._columns import ColumnStore, default_columns_dir
 from ._core import DatasetCore
-from ._files import EpisodeVideos, LocalFiles
+from ._dataset_files import EpisodeVideos, LocalFiles
 from ._lerobot_meta import LeRobotMeta
 from ._metadata import DatasetMeta
 from ._options import check_bool

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch.utils.data
 
 from ._core import DatasetCore
-from ._files import EpisodeVideos
+from ._dataset_files import EpisodeVideos
 from ._frames import PendingSample, SampleBuilder
 from ._holds import HeldEpisodes
 from ._metadata import EpisodeInfo
@@ -419,7 +419,7 @@ class _DatasetStream(ConsumerStream):
 class _CacheStats:
     """``decoder_stats()`` summed over the decode threads' caches."""
 
-    def __init__(self, caches: list[DecoderCache]) -> None:
+    def __init__(self, caches: list[Decoders]) -> None:
         self._caches = caches
 
     def stats(self) -> dict[str, int]:

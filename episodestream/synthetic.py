@@ -7,12 +7,13 @@ frame rather than merely a frame of the right shape.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
 import os
 import pathlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Literal
 
@@ -182,14 +183,23 @@ class _RollingFile:
         self.handle = None
 
 
+@contextlib.contextmanager
+def _environment_default(name: str, value: str | None) -> Iterator[None]:
+    """Set ``name`` to ``value`` (unless it is set already, or ``value`` is None) for the block only."""
+    if value is None or name in os.environ:
+        yield
+        return
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+
+
 class _VideoFile:
     """One camera's mp4: a single encoder stream that the file's episodes are appended to."""
 
     def __init__(self, path: pathlib.Path, *, codec: str, fps: int, height: int, width: int, gop: int, crf: int):
-        if codec == "av1":
-            # SVT-AV1 prints its whole configuration to stderr for every encoder it opens (dozens of
-            # lines per file) unless SVT_LOG says otherwise; 1 keeps its errors. A user's value wins.
-            os.environ.setdefault("SVT_LOG", "1")
         self.container = av.open(str(path), mode="w")
         self.stream = self.container.add_stream(_CODECS[codec], rate=fps)
         self.stream.width, self.stream.height, self.stream.pix_fmt = width, height, "yuv420p"
@@ -198,6 +208,14 @@ class _VideoFile:
         # ids: 11-12 even at g=2, 10 at g>=10. 8 was clean at every size and GOP tried, and as fast here.
         preset = "8" if codec == "av1" else "ultrafast"
         self.stream.options = {"g": str(gop), "crf": str(crf), "preset": preset}
+        # SVT-AV1 prints its whole configuration to stderr for every encoder it opens (dozens of
+        # lines per file) unless SVT_LOG says otherwise; 1 keeps its errors. It has no option for
+        # this, only the environment variable, read (getenv) when the encoder opens: so the codec
+        # is opened here, with SVT_LOG set for that call only and the environment restored after.
+        # A user's own SVT_LOG wins. (Opening early encodes exactly as the lazy open at the first
+        # frame did: same options, same bytes.)
+        with _environment_default("SVT_LOG", "1" if codec == "av1" else None):
+            self.stream.codec_context.open()
 
     def write(self, image: np.ndarray, *, pts: int) -> int:
         """Encode one frame; return the bytes of the packets it released (earlier frames', given encoder delay)."""

@@ -131,6 +131,21 @@ class _Tracer:
         self.decided, self.known_off = True, False
         self._fd_for_this_process()  # create the file now, before any worker is started
 
+    # Why the environment, and not state on an object: processes started with *spawn*
+    # (DataLoader workers with a spawn context, ranks of `accelerate launch` / torchrun started
+    # after this call) receive no object from this process; what they inherit is the environment.
+    # So the tracer, which owns the setting, also owns its export: it writes the two variables
+    # when enabled from code and removes them when disabled, and nothing else writes them.
+    @staticmethod
+    def export_to_children(path: str, level: str) -> None:
+        os.environ[TRACE_ENV] = path
+        os.environ[TRACE_LEVEL_ENV] = level
+
+    @staticmethod
+    def withdraw_from_children() -> None:
+        os.environ.pop(TRACE_ENV, None)
+        os.environ.pop(TRACE_LEVEL_ENV, None)
+
     def disable(self) -> None:
         self.close()
         self.path, self.decided, self.known_off = None, True, True
@@ -269,15 +284,13 @@ def enable_tracer(path: str | os.PathLike[str], level: TraceLevel = "basic") -> 
     path = os.path.abspath(os.fspath(path))  # children may run in another working directory
     os.makedirs(os.path.dirname(path), exist_ok=True)
     _TRACER.enable(path, level)
-    os.environ[TRACE_ENV] = path
-    os.environ[TRACE_LEVEL_ENV] = level
+    _TRACER.export_to_children(path, level)
 
 
 def disable_tracer() -> None:
     """Stop recording in this process and unset the variables so new workers do not trace."""
     _TRACER.disable()
-    os.environ.pop(TRACE_ENV, None)
-    os.environ.pop(TRACE_LEVEL_ENV, None)
+    _TRACER.withdraw_from_children()
 
 
 def tracer_enabled(level: TraceLevel = "basic") -> bool:

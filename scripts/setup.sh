@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything episodestream needs on a fresh Debian/Ubuntu machine; safe to run again.
 #   bash scripts/setup.sh          # the library, its decoders and FFmpeg's shared libraries
-#   bash scripts/setup.sh --test   # the same plus what the test suite needs
+#   bash scripts/setup.sh --test   # the same plus what the test command needs (pytest, ruff, mypy, ...)
 # PYTHON picks the interpreter (default: python3). A torch that is already installed is kept, so
 # GPU clusters keep their own CUDA build.
 set -euo pipefail

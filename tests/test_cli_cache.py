@@ -90,8 +90,6 @@ def test_prewarm_pins_and_a_later_run_fetches_no_video(hub_root, dataset_root, t
 
 
 def test_clear_keeps_entries_a_live_process_uses(tmp_path, capsys):
-    from episodestream.remote._prewarm import pin
-
     root = tmp_path / "cache"
     cache = NodeCache(root)
     write = lambda tmp: tmp.write_bytes(b"x" * 5000)  # noqa: E731
@@ -99,7 +97,7 @@ def test_clear_keeps_entries_a_live_process_uses(tmp_path, capsys):
     for name in (in_use, pinned, other):
         cache.acquire(name, "test", write, size_bytes=5000)
     for name in (pinned, other):
-        pin(cache, name)
+        cache.pin(name)
         cache.release(name, "test")  # pinned: kept after the last user lets go
     assert all(cache.state(n) is EntryState.LOCAL for n in (in_use, pinned, other))
 
@@ -135,14 +133,14 @@ def _prewarm_needs(source: str, cache_dir, hub_url: str) -> tuple[int, int, int]
     """Metadata bytes; metadata + every episode's video as estimated from above (what `prewarm`
     checks) and from the episodes' share of their files only (what `prewarm()` without meta checks)."""
     from episodestream._metadata import load_metadata
-    from episodestream.remote._prewarm import _estimate_bytes
+    from episodestream.remote._budget import video_share_bytes
 
     files = open_remote_source(source, cache_dir=cache_dir, hub_endpoint=hub_url, token=False)
     try:
         meta = load_metadata(files)
         metadata = files.metadata_bytes()
         return (metadata, metadata + sum(files.episode_cache_bytes(meta).values()),
-                metadata + _estimate_bytes(files, list(meta.episodes.values())))
+                metadata + video_share_bytes(files, list(meta.episodes.values())))
     finally:
         files.close()
 

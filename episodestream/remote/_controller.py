@@ -42,7 +42,7 @@ from typing import Any
 from ._config import ControllerConfig
 from ._estimator import LinkEstimate, LinkEstimator, SampleClass, classify_transfer
 from ._permits import NodePermits, default_permits_dir
-from ._retry import THROTTLE_STATUSES, TIMEOUT_STATUSES, Failure
+from ._failures import THROTTLE_STATUSES, TIMEOUT_STATUSES, Failure
 
 LOGGER_NAME = "episodestream.download"
 # The budget never reaches 0: with no permit at all nothing could ever succeed and raise it again.
@@ -146,7 +146,7 @@ class DownloadController:
     def _reset_buffer(self) -> None:
         # This process's evidence not yet merged into the node's state (see STATE_FLUSH_INTERVAL_S).
         self._pid = os.getpid()
-        self._pending: list[tuple[int, float, bool, bool, float]] = []  # ..., finished at
+        self._pending: list[tuple[int, float, float]] = []  # (size_bytes, duration_s, finished at)
         self._pending_wait_s: float | None = None
         self._last_flush_s = -math.inf
         self._window_end_s = -math.inf  # when the node's current window closes, as last merged
@@ -220,23 +220,20 @@ class DownloadController:
 
     # -- evidence ------------------------------------------------------------------------------
 
-    def record_transfer(self, *, size_bytes: int, duration_s: float, parallel: bool = False,
-                        hedged: bool = False) -> SampleClass | None:
+    def record_transfer(self, *, size_bytes: int, duration_s: float) -> SampleClass | None:
         """A request finished: ``size_bytes`` arrived in ``duration_s`` (request sent to last
-        byte). ``parallel``: it was one piece of a gather running alongside others; ``hedged``:
-        it raced a duplicate. Returns the sample class it counted as, if any.
+        byte), on one stream of its own. Returns the sample class it counted as, if any.
 
         Buffered: the node's state sees it at this process's first transfer or permit after
         ``STATE_FLUSH_INTERVAL_S``, once ``STATE_FLUSH_TRANSFERS`` are buffered, at once when it
         may close a window, or at ``flush``, ``budget``, ``estimate``, ``history``, a throttle or
         a timeout. A process that exits between merges
         takes its last samples with it (never a throttle: those are written at once)."""
-        kind = classify_transfer(self.config, size_bytes=size_bytes, duration_s=duration_s,
-                                 parallel=parallel, hedged=hedged)
+        kind = classify_transfer(self.config, size_bytes=size_bytes, duration_s=duration_s)
         self._check_process()
         with self._lock:
             now = self.clock()
-            self._pending.append((size_bytes, float(duration_s), parallel, hedged, now))
+            self._pending.append((size_bytes, float(duration_s), now))
             # A transfer that may close a window is merged at once, so windows are judged on time.
             due = (len(self._pending) >= STATE_FLUSH_TRANSFERS or now >= self._window_end_s
                    or now - self._last_flush_s >= STATE_FLUSH_INTERVAL_S)
@@ -321,9 +318,8 @@ class DownloadController:
         if wait_s is not None and (record.last_wait_s is None or wait_s > record.last_wait_s):
             record.last_wait_s = wait_s
         if pending:
-            for size_bytes, duration_s, parallel, hedged, finished in pending:
-                estimator.add_transfer(size_bytes=size_bytes, duration_s=duration_s,
-                                       parallel=parallel, hedged=hedged)
+            for size_bytes, duration_s, finished in pending:
+                estimator.add_transfer(size_bytes=size_bytes, duration_s=duration_s)
                 if finished >= record.window_start_s:
                     # Goodput counts a transfer in the window it finished in; one merged late (a
                     # process that went quiet) belongs to a window already judged.

@@ -26,12 +26,12 @@ two backoffs, a timeout per inner attempt). So:
   remain (a known gap, docs/download-controller.md).
 - Local filesystems (``file://``) bypass the controller: there is no link to measure or protect.
 
-Errors are normalised before the policy classifies them: a transport error of any client (httpx's
-``ReadError``, aiohttp's ``ClientPayloadError``, botocore's ``ReadTimeoutError``) becomes a
-``TransferInterrupted`` (a ``ConnectionError``) or a ``TransferTimeout`` (a ``TimeoutError``), and
-a botocore status hidden in s3fs's translated ``OSError`` becomes an ``HTTPStatusError`` carrying
-the status and ``Retry-After``. Errors that say the request itself is wrong (404, 403) are raised
-as the client raised them, after one attempt, so callers still see ``FileNotFoundError`` and
+Errors are normalised before the policy sees them (``_failures.normalise``, which also owns their
+classification): a transport error of any client (httpx's ``ReadError``, aiohttp's
+``ClientPayloadError``, botocore's ``ReadTimeoutError``) becomes a ``TransferInterrupted`` (a
+``ConnectionError``) or a ``TransferTimeout`` (a ``TimeoutError``), and a botocore status hidden in
+s3fs's translated ``OSError`` becomes an ``HTTPStatusError`` carrying the status and ``Retry-After``.
+Errors that say the request itself is wrong (404, 403) are raised as the client raised them, after one attempt, so callers still see ``FileNotFoundError`` and
 ``PermissionError``.
 
 Process model: a ``DownloadFetch`` pickles as its configuration only. Each process (a DataLoader
@@ -41,7 +41,6 @@ controllers of one node share their budget through the permits directory.
 
 from __future__ import annotations
 
-import http.client
 import logging
 import os
 import re
@@ -55,42 +54,20 @@ import fsspec
 
 from ._config import ControllerConfig
 from ._controller import DownloadController
+from ._failures import TransferInterrupted, classify, normalise
 from ._process import process_state
 from ._reader import fetch_range
-from ._retry import DownloadError, RetryPolicy, parse_retry_after, redact_url
+from ._retry import DownloadError, RetryPolicy, redact_url
 
 logger = logging.getLogger("episodestream.download")
 
 # Filesystems without a network link: nothing to measure, throttle or retry.
 LOCAL_PROTOCOLS = frozenset({"file", "local", "memory"})
-# Statuses worth retrying (the policy decides how); others keep the client's own error.
-_RETRYABLE_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
-# Class names (any client) of errors that mean the connection broke or the body came short.
-_TRANSPORT_NAME_MARKERS = ("Connection", "Disconnected", "IncompleteRead", "ChunkedEncoding", "ProtocolError",
-                           "PayloadError", "ContentLength", "NetworkError", "ReadError", "WriteError",
-                           "ResponseStreamingError", "EndpointConnectionError")
 _COUNTER_OF_KIND = {"throttle": "throttles", "timeout": "timeouts", "transient": "transient", "fatal": "fatal"}
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _HUB_PATH = re.compile(r"^(datasets|spaces|models)/([^/@]+/[^/@]+)(?:@([^/]+))?/(.+)$")
 
 ControllerFactory = Callable[..., Any]
-
-
-class HTTPStatusError(OSError):
-    """A response with a status worth retrying (429, 5xx, 408), from a client that hid it."""
-
-    def __init__(self, status: int, retry_after_s: float | None, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.retry_after_s = retry_after_s
-
-
-class TransferInterrupted(ConnectionError):
-    """The connection broke, or the body came short, before the whole range arrived."""
-
-
-class TransferTimeout(TimeoutError):
-    """No answer, or no bytes, within the per-request timeout."""
 
 
 @dataclass(frozen=True)
@@ -204,8 +181,8 @@ class DownloadFetch:
             try:
                 return get(start, end, timeout_s)
             except Exception as error:
-                normalised = _normalise(error)
-                state.count(_COUNTER_OF_KIND[state.policy.classify(normalised).kind])
+                normalised = normalise(error)
+                state.count(_COUNTER_OF_KIND[classify(normalised).kind])
                 if normalised is error:
                     raise
                 raise normalised from error
@@ -217,7 +194,7 @@ class DownloadFetch:
             state.count("failed")
             cause = error.__cause__
             if not (error.attempts == 1 and cause is not None
-                    and state.policy.classify(cause).kind == "fatal"):
+                    and classify(cause).kind == "fatal"):
                 raise
             fatal = cause
         if fatal is not None:
@@ -355,59 +332,3 @@ def _quiet_s3(fs: fsspec.AbstractFileSystem, config: ControllerConfig) -> None:
         logger.warning("The s3fs client was used before the download controller saw it: botocore's own "
                        "retries stay on for it, and the throttling they absorb stays hidden.")
     fs._episodestream_quiet = True
-
-
-# ---------------------------------------------------------------------------------------------
-# Normalising errors
-
-
-def _chain(error: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    while error is not None and all(error is not e for e in seen) and len(seen) < 20:
-        seen.append(error)
-        error = error.__cause__ or error.__context__
-    return seen
-
-
-def _has_status(error: BaseException) -> bool:
-    for holder in (error, getattr(error, "response", None)):
-        for attribute in ("status", "status_code"):
-            value = getattr(holder, attribute, None)
-            if isinstance(value, int) and not isinstance(value, bool):
-                return True
-    return False
-
-
-def _botocore_status(error: BaseException) -> tuple[int, float | None] | None:
-    response = getattr(error, "response", None)
-    if not isinstance(response, Mapping):
-        return None
-    meta = response.get("ResponseMetadata") or {}
-    status = meta.get("HTTPStatusCode")
-    if not isinstance(status, int):
-        return None
-    headers = {str(k).lower(): v for k, v in (meta.get("HTTPHeaders") or {}).items()}
-    return status, parse_retry_after(headers.get("retry-after"))
-
-
-def _normalise(error: BaseException) -> BaseException:
-    """``error`` as the policy can classify it (see the module docstring); unchanged if it already
-    carries a status, or says nothing about the link."""
-    if _has_status(error):
-        return error
-    chain = _chain(error)
-    message = f"{type(error).__name__}: {error}"
-    for link in chain:
-        found = _botocore_status(link)
-        if found is not None:
-            status, retry_after_s = found
-            if status in _RETRYABLE_STATUSES or retry_after_s is not None:
-                return HTTPStatusError(status, retry_after_s, f"HTTP {status}: {message}")
-            return error
-    names = {cls.__name__ for link in chain for cls in type(link).__mro__}
-    if any(isinstance(link, TimeoutError) for link in chain) or any("Timeout" in name for name in names):
-        return TransferTimeout(message)
-    if any(isinstance(link, (ConnectionError, EOFError, http.client.HTTPException)) for link in chain) or any(
-            marker in name for name in names for marker in _TRANSPORT_NAME_MARKERS):
-        return TransferInterrupted(message)
-    return error

@@ -37,16 +37,13 @@ class LinkEstimate:
                 f"mean request {self.object_bytes / 1024:.0f} KiB")
 
 
-def classify_transfer(config: ControllerConfig, *, size_bytes: int, duration_s: float,
-                      parallel: bool = False, hedged: bool = False) -> SampleClass | None:
+def classify_transfer(config: ControllerConfig, *, size_bytes: int, duration_s: float) -> SampleClass | None:
     """Which class of sample a finished transfer is (see ``LinkEstimator``); validates it."""
     if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes < 0:
         raise ValueError(f"size_bytes must be an int >= 0, got {size_bytes!r}.")
     if isinstance(duration_s, bool) or not isinstance(duration_s, (int, float)) \
             or not duration_s >= 0 or not math.isfinite(duration_s):
         raise ValueError(f"duration_s must be a finite number >= 0, got {duration_s!r}.")
-    if parallel or hedged:
-        return None  # siblings share its stream, or it timed a hedge wait: measures neither class
     if size_bytes >= config.bandwidth_min_bytes and duration_s > 0:
         return "bandwidth"
     if size_bytes <= config.latency_max_bytes:
@@ -58,9 +55,9 @@ class LinkEstimator:
     """Single-stream bandwidth and transfer-free round trip, from finished transfers.
 
     A transfer is a *bandwidth sample* when it moved at least ``bandwidth_min_bytes`` over one
-    stream (not a piece of a parallel gather, not a hedged request): ``size / duration``, nothing
-    subtracted, so a sample can never be faster than the transfer really was. It is a *latency
-    sample* when it moved at most ``latency_max_bytes`` (and was not parallel or hedged); its
+    stream (every read is one request on one stream: no parallel gathers, no hedged requests):
+    ``size / duration``, nothing subtracted, so a sample can never be faster than the transfer
+    really was. It is a *latency sample* when it moved at most ``latency_max_bytes``; its
     round trip is ``max(min_rtt_s, duration - size / bandwidth)``, using the bandwidth estimate
     current when the round trip is computed. Sizes in between are neither. Each class keeps its
     last ``window_samples`` and reports the median, or the default until ``min_samples`` of that
@@ -79,11 +76,9 @@ class LinkEstimator:
         self._latency_count = 0
         self._lowest_rtt_s: float | None = None
 
-    def add_transfer(self, *, size_bytes: int, duration_s: float, parallel: bool = False,
-                     hedged: bool = False) -> SampleClass | None:
+    def add_transfer(self, *, size_bytes: int, duration_s: float) -> SampleClass | None:
         """Record one finished transfer; returns the class it was a sample of, if any."""
-        kind = classify_transfer(self.config, size_bytes=size_bytes, duration_s=duration_s,
-                                 parallel=parallel, hedged=hedged)
+        kind = classify_transfer(self.config, size_bytes=size_bytes, duration_s=duration_s)
         self._sizes.append(size_bytes)
         if kind == "bandwidth":
             self._bandwidth.append(size_bytes / duration_s)

@@ -74,7 +74,7 @@ class Mp4Header:
         for offset, data in self.regions:
             if offset <= self.moov_offset < offset + len(data):
                 start = self.moov_offset - offset
-                size = _box_size(data, start, len(data) - start)
+                size = _box_header(data, start, len(data) - start, where="of moov")[2]
                 return data[start:start + size]
         raise Mp4LayoutError("the header regions do not hold the moov box")
 
@@ -95,28 +95,27 @@ class Mp4Header:
         return cls(index["file_size"], tuple(regions), index["moov_offset"])
 
 
-def _box_size(data: bytes, at: int, available: int) -> int:
-    size, = struct.unpack_from(">I", data, at)
+def _box_header(data: bytes, at: int, available: int, *, where: str) -> tuple[bytes, int, int]:
+    """(type, header size, box size) of the box starting at ``data[at]``: a 32-bit size, or 1 and a
+    64-bit size after the type, or 0 for "to the end of the parent" (``available`` bytes from ``at``).
+    The caller checks the size against its parent (its own message says which)."""
+    size, kind = struct.unpack_from(">I4s", data, at)
+    header_size = 8
     if size == 1:
+        if len(data) < at + 16:
+            raise Mp4LayoutError(f"truncated 64-bit box header {where}")
         size, = struct.unpack_from(">Q", data, at + 8)
+        header_size = 16
     elif size == 0:
         size = available
-    return size
+    return kind, header_size, size
 
 
 def top_level_boxes(read: Callable[[int, int], bytes], file_size: int) -> list[Box]:
     boxes, offset = [], 0
     while offset + 8 <= file_size:
         head = read(offset, min(offset + _BOX_HEADER_READ, file_size))
-        size, kind = struct.unpack_from(">I4s", head, 0)
-        header_size = 8
-        if size == 1:
-            if len(head) < 16:
-                raise Mp4LayoutError(f"truncated 64-bit box header at byte {offset}")
-            size, = struct.unpack_from(">Q", head, 8)
-            header_size = 16
-        elif size == 0:
-            size = file_size - offset
+        kind, header_size, size = _box_header(head, 0, file_size - offset, where=f"at byte {offset}")
         if size < header_size or offset + size > file_size:
             raise Mp4LayoutError(f"box {kind!r} at byte {offset} has size {size}, past the file's "
                                  f"{file_size} bytes")
@@ -150,13 +149,7 @@ def _children(data: bytes, start: int, end: int) -> Iterator[tuple[bytes, int, i
     """(type, body start, box end) of the boxes in ``data[start:end]``."""
     offset = start
     while offset + 8 <= end:
-        size, kind = struct.unpack_from(">I4s", data, offset)
-        header = 8
-        if size == 1:
-            size, = struct.unpack_from(">Q", data, offset + 8)
-            header = 16
-        elif size == 0:
-            size = end - offset
+        kind, header, size = _box_header(data, offset, end - offset, where="inside moov")
         if size < header or offset + size > end:
             raise Mp4LayoutError(f"box {kind!r} inside moov overruns its parent")
         yield kind, offset + header, offset + size
@@ -183,13 +176,10 @@ def _table(data: bytes, body: int, end: int, fmt: str, *, header: int = 8) -> np
 
 @dataclass(frozen=True)
 class Span:
-    """The bytes ``[start, end)`` of the file holding an episode's frames, and what they cost."""
+    """The bytes ``[start, end)`` of the file holding an episode's frames."""
 
     start: int
     end: int
-    episode_bytes: int  # the compressed bytes of the frames shown in [from_s, to_s) alone
-    first_sample: int
-    last_sample: int  # inclusive, decode order
 
     @property
     def size_bytes(self) -> int:
@@ -209,7 +199,7 @@ class VideoTrack:
 
     @classmethod
     def parse(cls, moov: bytes) -> VideoTrack:
-        start = _box_header_size(moov) if moov[4:8] == b"moov" else 0
+        start = _box_header(moov, 0, len(moov), where="of moov")[1] if moov[4:8] == b"moov" else 0
         movie_timescale = None
         for body, _ in _find(moov, start, len(moov), (b"mvhd",)):
             movie_timescale, = struct.unpack_from(">I", moov, body + (20 if moov[body] == 1 else 12))
@@ -314,10 +304,10 @@ class VideoTrack:
             raise Mp4LayoutError(f"{len(media)} media edits in the edit list are not supported")
         return empty_s - (media[0] / timescale if media else 0.0)
 
-    def span(self, from_s: float, to_s: float, *, pad_bytes: int = 0, file_size: int | None = None) -> Span:
+    def span(self, from_s: float, to_s: float) -> Span:
         """The bytes holding every frame shown in ``[from_s, to_s)``: from the keyframe at or before
         the first of them (decode order) through ``TRAILING_SAMPLES + 2 * reorder_depth`` samples
-        past the last, widened by ``pad_bytes`` on both sides (clipped to the file)."""
+        past the last. (``RemoteVideos`` pads the span it fetches.)"""
         shown = (self.pts_s < to_s - _BOUNDARY_EPS_S) & (self.pts_s + self.duration_s > from_s + _BOUNDARY_EPS_S)
         wanted = np.flatnonzero(shown)
         if not len(wanted):
@@ -328,12 +318,4 @@ class VideoTrack:
         first = int(syncs[-1]) if len(syncs) else 0
         last = min(last + TRAILING_SAMPLES + 2 * self.reorder_depth, len(self.sizes) - 1)
         ends = self.offsets[first:last + 1] + self.sizes[first:last + 1]
-        start, end = int(self.offsets[first:last + 1].min()), int(ends.max())
-        start, end = max(0, start - pad_bytes), end + pad_bytes
-        if file_size is not None:
-            end = min(end, file_size)
-        return Span(start, end, int(self.sizes[wanted].sum()), first, last)
-
-
-def _box_header_size(data: bytes) -> int:
-    return 16 if struct.unpack_from(">I", data, 0)[0] == 1 else 8
+        return Span(int(self.offsets[first:last + 1].min()), int(ends.max()))

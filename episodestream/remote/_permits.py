@@ -70,6 +70,9 @@ class NodePermits:
     keeps its own locks and re-opens the slot files.
     """
 
+    # (stat key of state.json, its parsed state): read_state() re-reads only when the file changed.
+    _state_cache: tuple[tuple[int, int, int, int], dict[str, Any]] | None
+
     def __init__(self, *, directory: str | os.PathLike[str], default_budget: int = 1) -> None:
         self.directory = Path(directory)
         self.default_budget = _check_budget("default_budget", default_budget)
@@ -181,7 +184,7 @@ class NodePermits:
         self._pid = os.getpid()
         self._mutex = threading.Lock()
         self._queue: deque[threading.Condition] = deque()  # waiting threads, FIFO
-        self._state_cache: tuple[tuple[int, int, int, int], dict[str, Any]] | None = None
+        self._state_cache = None
         self._next_ticket = 0
         self._held: dict[int, int] = {}  # slot -> fd holding its lock
         self._rng = random.Random()

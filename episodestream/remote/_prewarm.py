@@ -2,10 +2,10 @@
 
 The node cache deletes an entry when its last live user releases it (``docs/remote.md``), so by
 itself every epoch and every run fetches again. A *pin* is one more user of an entry that never
-dies: the marker ``PIN_MARKER`` in ``NAME.refs/``, which ``NodeCache`` always counts as a live user,
-so a pinned entry survives releases, ``prune()`` and the disk budget (which never deletes an entry
-with a live user)
-until ``unpin`` (``episodestream cache unpin`` or ``cache clear``) removes the marker. Pinned entries
+dies (``NodeCache.pin``), so a pinned entry survives releases, ``prune()`` and the disk budget
+(which never deletes an entry with a live user) until ``NodeCache.unpin`` (``episodestream cache
+unpin`` or ``cache clear``) removes it. This module knows nothing of the cache's on-disk layout: it
+pins, lists and releases through ``NodeCache``. Pinned entries
 count against ``cache_limit`` like any other, so ``prewarm`` first checks that what it would pin fits
 beside the pins already there.
 
@@ -19,48 +19,20 @@ fetches each admitted episode's row group (a parquet footer and one or two reque
 from __future__ import annotations
 
 import fnmatch
-import os
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._cache import PIN_MARKER, CacheFullError, EntryState, NodeCache, describe_pins, unpin_hint
+from ._budget import episode_cache_bytes, metadata_bytes, metadata_files, video_share_bytes
+from ._node_cache import CacheFullError, EntryState, NodeCache, describe_pins, unpin_hint
 
 if TYPE_CHECKING:
     from .._metadata import DatasetMeta, EpisodeInfo
-    from ._files import RemoteFiles
+    from ._remote_files import RemoteFiles
 
-_METADATA = ("meta/info.json", "meta/tasks.parquet", "meta/stats.json")
-_EPISODES_METADATA = "meta/episodes"
 _CLEAR_LOCK_TIMEOUT_S = 5.0  # an entry whose lock is held longer is being downloaded: skipped
-
-
-def _refs(cache: NodeCache, name: str) -> Path:
-    return cache.path(name + ".refs")
-
-
-def is_pinned(cache: NodeCache, name: str) -> bool:
-    return (_refs(cache, name) / PIN_MARKER).exists()
-
-
-def pin(cache: NodeCache, name: str) -> None:
-    """Pin a LOCAL entry. The caller must hold it (acquired, not released), so no other process can
-    delete it between the check and the marker; release it afterwards as usual."""
-    if cache.state(name) is not EntryState.LOCAL:
-        raise FileNotFoundError(f"Cannot pin {name!r} in {cache.root}: it is not in the cache.")
-    (_refs(cache, name) / PIN_MARKER).touch()
-
-
-def unpin(cache: NodeCache, name: str) -> bool:
-    """Remove the pin; the entry stays while live users hold it. True when it was pinned."""
-    try:
-        (_refs(cache, name) / PIN_MARKER).unlink()
-        return True
-    except FileNotFoundError:
-        return False
 
 
 # -- prewarming ---------------------------------------------------------------------------------
@@ -80,29 +52,11 @@ class PrewarmReport:
     seconds: float
 
 
-def _metadata_files(files: RemoteFiles) -> list[str]:
-    return [p for p in _METADATA if files.exists(p)] + files.list_files(_EPISODES_METADATA, suffix=".parquet")
-
-
-def _estimate_bytes(files: RemoteFiles, episodes: Sequence[EpisodeInfo]) -> int:
-    """The episodes' share of their mp4s (by duration), for a progress bar's total."""
-    ends: dict[str, float] = {}
-    for episode in episodes:
-        for span in episode.videos.values():
-            ends[span.relpath] = max(ends.get(span.relpath, 0.0), span.to_timestamp_s)
-    total = 0
-    for episode in episodes:
-        for span in episode.videos.values():
-            share = (span.to_timestamp_s - span.from_timestamp_s) / max(ends[span.relpath], 1e-9)
-            total += int(min(1.0, share) * files.size(span.relpath))
-    return total
-
-
 def _check_room(files: RemoteFiles, episodes: Sequence[EpisodeInfo], meta: DatasetMeta | None) -> None:
     """Refuse, before fetching, a prewarm whose pins cannot fit in ``cache_limit`` beside the other
     sources' pins: everything prewarm fetches stays, so it would fill the cache and then stall.
 
-    With ``meta``, the episodes' video is estimated from above (``RemoteFiles.episode_cache_bytes``,
+    With ``meta``, the episodes' video is estimated from above (``_budget.episode_cache_bytes``,
     as the datasets' own budget check does), so a prewarm let through fits; without it, from their
     share of their files only.
     """
@@ -110,11 +64,11 @@ def _check_room(files: RemoteFiles, episodes: Sequence[EpisodeInfo], meta: Datas
     if cache.limit_bytes is None:
         return
     if meta is None:
-        video = _estimate_bytes(files, episodes)
+        video = video_share_bytes(files, episodes)
     else:
-        per_episode = files.episode_cache_bytes(meta)
+        per_episode = episode_cache_bytes(files, meta)
         video = sum(per_episode[episode.episode_index] for episode in episodes)
-    need = files.metadata_bytes() + video
+    need = metadata_bytes(files) + video
     pins, own, others = files.pinned_bytes()
     if others + max(own, need) <= cache.limit_bytes:
         return
@@ -144,18 +98,18 @@ def prewarm(files: RemoteFiles, episodes: Sequence[EpisodeInfo], *, progress: bo
     def pin_new(names: Sequence[str]) -> None:
         for name in names:
             if name not in pinned:
-                if not is_pinned(cache, name):
-                    pin(cache, name)
+                if not cache.is_pinned(name):
+                    cache.pin(name)
                 pinned.add(name)
 
-    for relpath in _metadata_files(files):
+    for relpath in metadata_files(files):
         files.local_path(relpath)  # held by this process until files.close(), so safe to pin
         pin_new([files.cache_name("files", relpath)])
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=_estimate_bytes(files, episodes), unit="B", unit_scale=True, unit_divisor=1000,
+        bar = tqdm(total=video_share_bytes(files, episodes), unit="B", unit_scale=True, unit_divisor=1000,
                    desc="prewarm", dynamic_ncols=True)
     videos = files.episode_videos()
     ahead = max(1, files.fetch_threads)
@@ -169,7 +123,7 @@ def prewarm(files: RemoteFiles, episodes: Sequence[EpisodeInfo], *, progress: bo
             names = []
             for key, span in episode.videos.items():
                 # Both are held (the span until evict, the header until close): safe to pin.
-                names.append(Path(videos.path(episode, key)).relative_to(cache.root).as_posix())
+                names.append(cache.name_of(videos.path(episode, key)))
                 header = files.cache_name("headers", span.relpath, ".hdr")
                 if cache.state(header) is EntryState.LOCAL:  # absent when the mp4 is fetched whole
                     names.append(header)
@@ -185,51 +139,12 @@ def prewarm(files: RemoteFiles, episodes: Sequence[EpisodeInfo], *, progress: bo
             bar.total = bar.n  # the estimate, replaced by what was fetched
             bar.refresh()
             bar.close()
-    pinned_bytes = sum(e.size_bytes for e in list_entries(cache) if e.name in pinned)
+    pinned_bytes = sum(e.size_bytes for e in cache.list_entries() if e.name in pinned)
     return PrewarmReport(files.description, str(cache.root), len(episodes), len(pinned), pinned_bytes,
                          files.stats().bytes_fetched - fetched_before, time.perf_counter() - start_s)
 
 
 # -- listing and clearing -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CacheEntry:
-    """One entry of a cache directory, as ``episodestream cache ls`` shows it."""
-
-    name: str  # relative to the cache root: "<source key>/<kind>/<path>"
-    state: EntryState
-    size_bytes: int  # on disk (what the budget counts)
-    users: int  # live processes holding it (the pin not counted)
-    pinned: bool
-
-    @property
-    def source(self) -> str:
-        return self.name.split("/", 1)[0]
-
-    @property
-    def file(self) -> str:
-        return self.name.split("/", 1)[1] if "/" in self.name else ""
-
-
-def list_entries(cache: NodeCache) -> list[CacheEntry]:
-    """Every LOCAL or FETCHING entry under the cache root (each has its ``NAME.bytes``), sorted."""
-    found = []
-    if not cache.root.is_dir():
-        return found
-    for folder, _, names in os.walk(cache.root):
-        for file in names:
-            if not file.endswith(".bytes"):
-                continue
-            full = os.path.join(folder, file)
-            try:
-                size_bytes = int(Path(full).read_text() or 0)
-            except (OSError, ValueError):
-                continue  # deleted while we walked
-            name = os.path.relpath(full, cache.root)[:-len(".bytes")].replace(os.sep, "/")
-            pinned = is_pinned(cache, name)
-            found.append(CacheEntry(name, cache.state(name), size_bytes, cache.refcount(name) - pinned, pinned))
-    return sorted(found, key=lambda e: e.name)
 
 
 def _slug(text: str) -> str:
@@ -270,10 +185,10 @@ def unpin_all(cache: NodeCache, *, source: str | None = None) -> UnpinReport:
     """
     quick = NodeCache(cache.root, limit_bytes=cache.limit_bytes, timeout_s=_CLEAR_LOCK_TIMEOUT_S)
     unpinned = unpinned_bytes = deleted = 0
-    for entry in list_entries(quick):
+    for entry in quick.list_entries():
         if not entry.pinned or not source_matches(entry.source, source):
             continue
-        if unpin(quick, entry.name):
+        if quick.unpin(entry.name):
             unpinned, unpinned_bytes = unpinned + 1, unpinned_bytes + entry.size_bytes
         try:
             deleted += quick.release(entry.name, "unpin")  # deletes when no live user is left
@@ -292,13 +207,13 @@ def clear(cache: NodeCache, *, source: str | None = None) -> ClearReport:
     quick = NodeCache(cache.root, limit_bytes=cache.limit_bytes, timeout_s=_CLEAR_LOCK_TIMEOUT_S)
     removed = removed_bytes = 0
     skipped: list[str] = []
-    for entry in list_entries(quick):
+    for entry in quick.list_entries():
         if not source_matches(entry.source, source):
             continue
         if entry.users:
             skipped.append(entry.name)
             continue
-        unpin(quick, entry.name)
+        quick.unpin(entry.name)
         try:
             deleted = quick.release(entry.name, "clear")  # deletes when no live user is left
         except TimeoutError:

@@ -15,10 +15,30 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# Guards building a process's state once when several threads ask at the same time (not a cache).
-# A fork child gets a fresh lock: the parent's may have been held by another thread at fork time.
-_STATE_LOCK = threading.Lock()
-os.register_at_fork(after_in_child=lambda: globals().__setitem__("_STATE_LOCK", threading.Lock()))
+
+class _ForkSafeLock:
+    """A lock that a fork child gets fresh: the parent's may have been held by another thread at
+    fork time, and that thread does not exist in the child to release it. The object owns its
+    lock and replaces it itself after fork (no module global is rebound)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # Registering a hook is not work at import: nothing is read or opened.
+        os.register_at_fork(after_in_child=self._renew)
+
+    def _renew(self) -> None:
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+# Guards building a process's state once when several threads ask at the same time (not a cache:
+# the state lives on each owner). One lock for all owners: building is rare and short.
+_STATE_LOCK = _ForkSafeLock()
 
 
 def process_state(owner: Any, make: Callable[[Any], T]) -> T:

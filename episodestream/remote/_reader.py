@@ -3,8 +3,7 @@
 ``fetch_range`` is the single function every remote byte goes through (so the download controller
 can wrap it: pass ``fetch=`` to ``ChunkedReader``). ``ChunkedReader`` adds, per process: a small
 LRU of recently read pieces (parquet footers, mp4 box headers are read again and again), widening of
-small reads to one block so a run of small reads becomes one request, coalescing of nearby ranges
-(``read_ranges``), and counters. ``RangedFile`` is a read-only, seekable file object over it, which
+small reads to one block so a run of small reads becomes one request, and counters. ``RangedFile`` is a read-only, seekable file object over it, which
 pyarrow reads parquet footers and row groups from.
 """
 
@@ -13,7 +12,7 @@ from __future__ import annotations
 import io
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import fsspec
@@ -24,7 +23,6 @@ FetchFn = Callable[[fsspec.AbstractFileSystem, str, int, int], bytes]
 BLOCK_BYTES = 64 * 1024  # a small read fetches this much from its offset on (footers, box headers)
 CACHED_PIECE_MAX_BYTES = 1024 * 1024  # larger reads are not kept: they are video spans or row groups
 CACHE_BYTES = 16 * 1024 * 1024  # per process
-COALESCE_GAP_BYTES = 64 * 1024  # ranges closer than this are fetched in one request
 LARGE_READ_BYTES = 32 * 1024 * 1024  # a larger range is fetched in pieces of this size (memory)
 
 
@@ -139,24 +137,6 @@ class ChunkedReader:
         if not exact and len(data) <= CACHED_PIECE_MAX_BYTES:
             self._put(path, start, data)
         return data
-
-    def read_ranges(self, path: str, ranges: Sequence[tuple[int, int]], *,
-                    gap_bytes: int = COALESCE_GAP_BYTES) -> list[bytes]:
-        """Several ranges of one file, nearby ones (gaps up to ``gap_bytes``) fetched together."""
-        size = self._size(path)
-        ranges = [(max(0, start), max(0, min(end, size))) for start, end in ranges]
-        merged: list[list[int]] = []
-        for start, end in sorted(ranges):
-            if merged and start <= merged[-1][1] + gap_bytes:
-                merged[-1][1] = max(merged[-1][1], end)
-            else:
-                merged.append([start, end])
-        pieces = [(start, self.read(path, start, end)) for start, end in merged]
-        out = []
-        for start, end in ranges:
-            piece_start, data = next(p for p in pieces if p[0] <= start and end <= p[0] + len(p[1]))
-            out.append(data[start - piece_start:end - piece_start])
-        return out
 
     def open(self, path: str) -> RangedFile:
         return RangedFile(self, path)

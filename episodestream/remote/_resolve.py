@@ -23,7 +23,7 @@ import hashlib
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from urllib.parse import unquote, urlparse, urlsplit
 import fsspec
 from fsspec.asyn import AsyncFileSystem
 
+from ._failures import error_line, redact, status_of
 from ._retry import redact_url
 
 DEFAULT_HUB_ENDPOINT = "https://huggingface.co"
@@ -121,30 +122,6 @@ def _with_basic_auth(parsed: Any, options: dict) -> dict:
     headers = dict(options.get("headers") or {})
     headers.setdefault("Authorization", "Basic " + base64.b64encode(pair.encode()).decode())
     return {**options, "headers": headers}
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
-
-
-def response_status(error: BaseException) -> int | None:
-    """The HTTP status on a client error's ``response`` (huggingface_hub, requests, httpx) or on
-    the error itself (aiohttp, under fsspec's HTTP filesystem), if any."""
-    status = getattr(getattr(error, "response", None), "status_code", None)
-    if status is None and isinstance(getattr(error, "status", None), int):
-        status = error.status
-    return status
-
-
-def error_line(error: BaseException, secrets: Iterable[str], *, default: str | None = None) -> str:
-    """The first line of ``error``'s message with ``secrets`` redacted; ``default`` (the error's
-    class name unless given) when the message is empty."""
-    text = str(error)
-    first = text.splitlines()[0] if text else (type(error).__name__ if default is None else default)
-    return redact(first, secrets)
 
 
 def _cache_key(*parts: str, readable: str) -> str:
@@ -250,12 +227,12 @@ def _resolve_hub(repo_id: str, subfolder: str, revision: str | None, options: di
         raise FileNotFoundError(f"revision {shown_revision!r} not found in {where}: pass a branch, tag or "
                                 f"commit sha that exists.") from None
     except RepositoryNotFoundError as error:
-        status = response_status(error)
+        status = status_of(error)
         raise FileNotFoundError(
             f"{where} not found" + (f" (HTTP {status})" if status else "") + ". Check the repo id; a private "
             "or gated dataset needs a token with access (token=, HF_TOKEN or `hf auth login`).") from None
     except HfHubHTTPError as error:
-        status = response_status(error)
+        status = status_of(error)
         message = error_line(error, secrets)
         if status in (401, 403):
             raise PermissionError(f"{where} refused the credentials given (HTTP {status}: {message}). Check "
@@ -290,7 +267,7 @@ def list_source(resolved: ResolvedSource) -> dict[str, FileEntry]:
     try:
         found = fs.find(resolved.root, detail=True, withdirs=False)
     except Exception as error:  # each client has its own hierarchy (OSError, httpx, botocore)
-        status = response_status(error)
+        status = status_of(error)
         message = error_line(error, secrets_)
         if isinstance(error, PermissionError) or status in (401, 403):
             raise PermissionError(f"Listing {resolved.description} was refused: {message}. Check the credentials "

@@ -3,36 +3,21 @@
 
 from __future__ import annotations
 
-import email.utils
-import http.client
 import os
 import random
 import re
 import time
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._config import ControllerConfig
+from ._failures import Failure, classify
 
 if TYPE_CHECKING:
     from ._controller import DownloadController
 
 T = TypeVar("T")
-FailureKind = Literal["throttle", "timeout", "transient", "fatal"]
-THROTTLE_STATUSES = frozenset({429, 503})      # the server says "too many": cut and maybe pause
-TIMEOUT_STATUSES = frozenset({408, 504})       # a timeout reported as a status: cut like a timeout
-
-
-@dataclass(frozen=True)
-class Failure:
-    """What a failed attempt means: ``throttle`` and ``timeout`` retry and cut the budget,
-    ``transient`` retries, ``fatal`` does not retry."""
-
-    kind: FailureKind
-    status: int | None = None
-    retry_after_s: float | None = None
 
 
 class DownloadError(RuntimeError):
@@ -91,32 +76,12 @@ class RetryPolicy:
             delay = max(delay, honoured + self._rng.uniform(0, self.config.base_backoff_s))
         return delay
 
-    def classify(self, error: BaseException) -> Failure:
-        """Throttle (429, 503, any Retry-After), timeout (TimeoutError, 408, 504), transient
-        (other 5xx, connection resets, truncated bodies) or fatal (everything else).
+    @staticmethod
+    def classify(error: BaseException) -> Failure:
+        """What a failed attempt means (``_failures.classify``: throttle, timeout, transient, fatal)."""
+        return classify(error)
 
-        Status and ``Retry-After`` are found on the error (``status``, ``status_code``,
-        ``retry_after_s``, ``headers``) or its ``response``, as requests, aiohttp, httpx and
-        huggingface_hub errors carry them.
-        """
-        status = _status_of(error)
-        retry_after_s = _retry_after_of(error)
-        if status is not None:
-            if status in THROTTLE_STATUSES or retry_after_s is not None:
-                return Failure("throttle", status, retry_after_s)
-            if status in TIMEOUT_STATUSES:
-                return Failure("timeout", status)
-            return Failure("transient" if status >= 500 else "fatal", status)
-        names = {cls.__name__ for cls in type(error).__mro__}
-        if isinstance(error, TimeoutError) or any("Timeout" in name for name in names):
-            return Failure("timeout")
-        if isinstance(error, (ConnectionError, http.client.HTTPException)) or any(
-                marker in name for name in names for marker in _TRANSIENT_NAME_MARKERS):
-            return Failure("transient")
-        return Failure("fatal")
-
-    def call(self, fn: Callable[[float], T], *, url: str, controller: DownloadController | None = None,
-             parallel: bool = False) -> T:
+    def call(self, fn: Callable[[float], T], *, url: str, controller: DownloadController | None = None) -> T:
         """Run ``fn(timeout_s)`` (one complete request) until it succeeds or attempts run out.
 
         With a ``controller`` each attempt holds a permit, a success is recorded as a transfer
@@ -126,7 +91,7 @@ class RetryPolicy:
         """
         for attempt in range(1, self.config.max_attempts + 1):
             try:
-                return self._attempt(fn, controller, parallel)
+                return self._attempt(fn, controller)
             except Exception as error:  # noqa: BLE001 - classified below; fatal ones re-raise
                 failure = self.classify(error)
                 if controller is not None:
@@ -136,8 +101,7 @@ class RetryPolicy:
                 self._sleep(self.delay_s(attempt, retry_after_s=failure.retry_after_s))
         raise AssertionError("unreachable: the loop returns or raises")
 
-    def _attempt(self, fn: Callable[[float], T], controller: DownloadController | None,
-                 parallel: bool) -> T:
+    def _attempt(self, fn: Callable[[float], T], controller: DownloadController | None) -> T:
         if controller is None:
             return fn(self.config.request_timeout_s)
         with controller.permit():
@@ -148,55 +112,8 @@ class RetryPolicy:
             size_bytes = len(result)  # type: ignore[arg-type]
         except TypeError:
             return result
-        controller.record_transfer(size_bytes=size_bytes, duration_s=max(0.0, duration_s),
-                                   parallel=parallel)
+        controller.record_transfer(size_bytes=size_bytes, duration_s=max(0.0, duration_s))
         return result
-
-
-# Exception class names (any library) that mean "the connection broke, try again".
-_TRANSIENT_NAME_MARKERS = ("Connection", "Disconnected", "IncompleteRead", "ChunkedEncoding",
-                           "ProtocolError", "PayloadError")
-
-
-def _status_of(error: BaseException) -> int | None:
-    for holder in (error, getattr(error, "response", None)):
-        for attribute in ("status", "status_code"):
-            value = getattr(holder, attribute, None)
-            if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599:
-                return value
-    return None
-
-
-def _retry_after_of(error: BaseException) -> float | None:
-    value = getattr(error, "retry_after_s", None)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-        return float(value)
-    for holder in (error, getattr(error, "response", None)):
-        headers = getattr(holder, "headers", None)
-        if headers is not None and hasattr(headers, "get"):
-            parsed = parse_retry_after(headers.get("Retry-After"))
-            if parsed is not None:
-                return parsed
-    return None
-
-
-def parse_retry_after(value: str | None, *, now_s: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date.
-
-    ``now_s`` is the wall clock (``time.time()``) for dates. None when absent or unparseable.
-    """
-    if value is None:
-        return None
-    value = str(value).strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when is None or when.tzinfo is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now_s is None else now_s))
 
 
 _CREDENTIAL_RES = (

@@ -121,7 +121,7 @@ class HttpServer:
         if self._server is None:
             raise RuntimeError("HttpServer is not running.")
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def url_for(self, relpath: str = "", *, user: str | None = None, password: str | None = None) -> str:
         url = self.url

@@ -20,6 +20,7 @@ import time
 import urllib.parse
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 _CHUNK_BYTES = 16 * 1024  # pacing granularity: 1.6 ms of a 10 MB/s link
 _NO_BODY_STATUSES = frozenset({204, 304})
@@ -119,7 +120,7 @@ class _Request:
         return _header(self.headers, name)
 
 
-def _header(headers: list[tuple[str, str]], name: str) -> str | None:
+def _header(headers: list[tuple[str, ...]], name: str) -> str | None:
     return next((v for k, v in headers if k.lower() == name), None)
 
 
@@ -130,7 +131,7 @@ def _simple_response(status: int, reason: str, *, extra: dict[str, str], close: 
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
-async def _read_body(reader: asyncio.StreamReader, headers: list[tuple[str, str]]) -> bytes:
+async def _read_body(reader: asyncio.StreamReader, headers: list[tuple[str, ...]]) -> bytes:
     """A request body, framing kept as received (Content-Length or chunked)."""
     if (_header(headers, "transfer-encoding") or "").lower() == "chunked":
         raw = bytearray()
@@ -198,7 +199,7 @@ class ShapingProxy:
     def settings(self) -> LinkSettings:
         return self._settings
 
-    def update(self, **changes: object) -> LinkSettings:
+    def update(self, **changes: Any) -> LinkSettings:
         """Change settings while running, e.g. ``proxy.update(rate_bytes_per_s=1e6)``."""
         with self._lock:
             self._settings = dataclasses.replace(self._settings, **changes)
@@ -275,13 +276,13 @@ class ShapingProxy:
 
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             task = asyncio.current_task()
-            tasks.add(task)  # type: ignore[arg-type]
+            tasks.add(task)
             try:
                 await self._serve_client(reader, writer)
             except asyncio.CancelledError:
                 pass  # stop() cancels open connections; ending quietly keeps asyncio from logging it
             finally:
-                tasks.discard(task)  # type: ignore[arg-type]
+                tasks.discard(task)
 
         server = await asyncio.start_server(serve, "127.0.0.1", 0)
         self._port = server.sockets[0].getsockname()[1]

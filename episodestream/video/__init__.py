@@ -1,7 +1,7 @@
 """Video decoding: backends behind one interface, a per-consumer decoder cache, grouped queries."""
 
 from ._backends import VIDEO_BACKENDS, PyAVReader, TorchCodecReader, VideoReader, resolve_backend
-from ._cache import MAX_DECODERS, DecodedFile, DecoderCache, FrameQuery, VideoDecodeError, decode_files
+from ._decoder_cache import MAX_DECODERS, DecodedFile, DecoderCache, FrameQuery, VideoDecodeError, decode_files
 
 __all__ = [
     "MAX_DECODERS",

@@ -33,7 +33,8 @@ from episodestream.remote._controller import (
     STATE_FLUSH_INTERVAL_S,
     STATE_FLUSH_TRANSFERS,
 )
-from episodestream.remote._retry import parse_retry_after, redact_url
+from episodestream.remote._failures import parse_retry_after
+from episodestream.remote._retry import redact_url
 
 KIB = 1024
 BANDWIDTH = 20e6   # bytes/s of the "normal" link in these tests
@@ -323,18 +324,6 @@ def test_budget_can_fall_below_floor_when_throttled(make_controller, clock):
 
 
 # -- fault 4: one stream measured; no spikes -----------------------------------------------------
-
-
-def test_parallel_and_hedged_transfers_are_not_bandwidth_samples(make_controller, clock):
-    controller = make_controller()
-    warm_up(controller, clock)
-    before = controller.estimate()
-    for _ in range(20):  # pieces of a parallel gather look 8x faster; a hedge timed its wait
-        assert big(controller, clock, bandwidth=8 * BANDWIDTH, parallel=True) is None
-        assert big(controller, clock, bandwidth=BANDWIDTH / 8, hedged=True) is None
-    after = controller.estimate()
-    assert after.bandwidth_samples == before.bandwidth_samples
-    assert after.bandwidth_bytes_per_s == pytest.approx(before.bandwidth_bytes_per_s)
 
 
 def test_fast_small_get_does_not_spike_bandwidth():
@@ -682,23 +671,37 @@ def test_config_validation_and_env_overrides(monkeypatch):
         ControllerConfig.from_env(floor_permit=3)
 
 
-def test_docs_table_lists_every_knob_with_its_default_and_variable():
-    docs = (Path(__file__).parents[2] / "docs" / "download-controller.md").read_text()
+_UNITS = {"KiB": 1024, "MiB": 1024 ** 2, "KB": 1e3, "MB": 1e6, "MB/s": 1e6}
+
+
+def _documented_number(text: str) -> float:
+    """'131072 (128 KiB)' -> 131072; '128 KiB' -> 131072; '25 MB/s' -> 25e6; '0.5' -> 0.5."""
+    text = text.strip("`").split(" (")[0].replace("_", "")
+    number, _, unit = text.partition(" ")
+    return float(number) * _UNITS.get(unit, 1)
+
+
+@pytest.mark.parametrize("doc", ["docs/download-controller.md", "README.md"])
+def test_knob_tables_list_every_knob_with_its_default_and_variable(doc):
+    """The knobs are written in three places (ControllerConfig's docstring, the README's table,
+    docs/download-controller.md's table): each lists every knob, with the default and variable
+    the code has."""
+    text = (Path(__file__).parents[2] / doc).read_text()
     rows = {}
-    for line in docs.splitlines():
+    for line in text.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if len(cells) >= 4 and cells[0].startswith("`") and cells[2].startswith("`EPISODESTREAM_"):
+        if len(cells) >= 4 and cells[0].startswith("`") and cells[2].startswith("`EPISODESTREAM_DOWNLOAD_"):
             rows[cells[0].strip("`")] = (cells[1], cells[2].strip("`"))
     defaults = ControllerConfig()
     assert set(rows) == {f for f in defaults.__dataclass_fields__}
     for name, (default, variable) in rows.items():
         assert variable == env_var(name)
         value = getattr(defaults, name)
-        documented = default.strip("`").split(" (")[0]
         if value is None:
-            assert documented in ("none", "None"), name
+            assert default in ("none", "None") or "temp dir" in default, name
         else:
-            assert float(documented.replace("_", "")) == float(value), name
+            assert _documented_number(default) == pytest.approx(float(value)), name
+    assert [name for name in rows if f"``{name}``" not in ControllerConfig.__doc__] == []
 
 
 # -- fault 10: a slow, rate-limited link and a fast one, against a static budget -----------------
@@ -867,6 +870,29 @@ def test_which_failures_retry():
     for error, kind in cases:
         assert policy.classify(error).kind == kind, error
     assert policy.classify(HTTPError(429, {"Retry-After": "3"})).retry_after_s == 3.0
+
+
+def test_client_errors_are_classified_as_the_download_path_normalises_them():
+    """One classification for raw and normalised errors: a transport error of any client, a status
+    botocore hides in s3fs's OSError, a timeout in the cause chain."""
+    from episodestream.remote._failures import classify, normalise
+
+    read_error = type("ReadError", (Exception,), {})("httpx: connection lost mid-body")
+    hidden_503 = OSError("SlowDown")
+    hidden_503.__cause__ = type("ClientError", (Exception,), {"response": {
+        "ResponseMetadata": {"HTTPStatusCode": 503, "HTTPHeaders": {"retry-after": "2"}}}})()
+    hidden_404 = OSError("NoSuchKey")
+    hidden_404.__cause__ = type("ClientError", (Exception,), {"response": {
+        "ResponseMetadata": {"HTTPStatusCode": 404, "HTTPHeaders": {}}}})()
+    timed_out = OSError("wrapped")
+    timed_out.__cause__ = TimeoutError("read timed out")
+    cases = [(read_error, "transient", None), (hidden_503, "throttle", 503), (hidden_404, "fatal", None),
+             (timed_out, "timeout", None), (ValueError("bug"), "fatal", None)]
+    for error, kind, status in cases:
+        assert (classify(error).kind, classify(error).status) == (kind, status), error
+        assert classify(normalise(error)) == classify(error), error
+        assert RetryPolicy.classify(error) == classify(error)
+    assert classify(hidden_503).retry_after_s == 2.0
 
 
 def test_fatal_errors_fail_fast(clock):

@@ -44,7 +44,7 @@ def test_attempts_run_out_then_download_error_names_url_status_attempts(
             with pytest.raises(DownloadError) as caught:
                 files.read_bytes(INFO)
             requests = proxy.stats().requests
-            fetch_stats = files._fetch.stats()
+            fetch_stats = files.download.stats()
             url = f"{proxy.url}/datasets/{REPO}/resolve/{hub.main_sha(REPO)}/{INFO}"
         finally:
             files.close()
@@ -107,7 +107,7 @@ def test_missing_file_is_file_not_found_after_one_attempt(faults_hub_root, tmp_p
             proxy.reset_stats()
             with pytest.raises(FileNotFoundError, match=rf"hf://datasets/{REPO}@[0-9a-f]{{40}}/{INFO}"):
                 files.read_bytes(INFO)
-            assert proxy.stats().requests == 1 and files._fetch.stats().fatal == 1
+            assert proxy.stats().requests == 1 and files.download.stats().fatal == 1
         finally:
             files.close()
 
@@ -123,23 +123,23 @@ def test_retry_after_is_honoured(faults_hub_root, tmp_path, download_knobs):
     with FakeHub(root) as hub, ShapingProxy(hub.url) as proxy:
         files = open_remote_source(REPO, cache_dir=tmp_path / "cache", hub_endpoint=proxy.url, token=False)
         try:
-            remote, size = files._remote_path("big.bin"), files.size("big.bin")
+            size = files.size_bytes("big.bin")
             files.read_bytes(INFO)  # clients and controller made before the race starts
             proxy.update(per_connection_rate_bytes_per_s=size / 0.5, burst_bytes=0, max_in_flight=1, retry_after_s=1)
             proxy.reset_stats()
-            slow = threading.Thread(target=files.reader.read, args=(remote, 0, size), kwargs={"exact": True})
+            slow = threading.Thread(target=files.read_range, args=("big.bin", 0, size), kwargs={"exact": True})
             slow.start()
             deadline = time.monotonic() + 5
             while proxy.stats().in_flight == 0 and time.monotonic() < deadline:
                 time.sleep(0.005)
             start_s = time.monotonic()
-            data = files.reader.read(remote, 0, 1000, exact=True)
+            data = files.read_range("big.bin", 0, 1000, exact=True)
             waited_s = time.monotonic() - start_s
             slow.join()
-            stats = files._fetch.stats()
+            stats = files.download.stats()
         finally:
             files.close()
     assert data == big.read_bytes()[:1000]
     assert proxy.stats().throttled_429 == 1 and stats.throttles == 1
     assert waited_s >= 1.0
-    assert cuts(files._fetch, "HTTP 429, Retry-After 1 s")
+    assert cuts(files.download, "HTTP 429, Retry-After 1 s")

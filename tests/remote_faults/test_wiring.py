@@ -44,18 +44,18 @@ def test_remote_sources_read_through_the_controller(faults_hub_root, tmp_path, d
         files = open_remote_source(REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False,
                                    download_config={"request_timeout_s": 5})
         try:
-            fetch = files._fetch
+            fetch = files.download
             assert isinstance(fetch, DownloadFetch)
             assert (fetch.config.max_attempts, fetch.config.request_timeout_s) == (4, 5.0)
             files.read_bytes("meta/info.json")
-            name = link_name(files._state().fs)
+            name = link_name(files.filesystem())
             assert name == "hf-127.0.0.1"
             controller = fetch.controllers()[name]
             assert controller.permits.directory == tmp_path / "permits" / name
             assert fetch.stats().reads == fetch.stats().attempts == 1
             # Workers receive the configuration only, and make their own controllers.
             clone = pickle.loads(pickle.dumps(files))
-            assert clone._fetch.config == fetch.config and clone._fetch.controllers() == {}
+            assert clone.download.config == fetch.config and clone.download.controllers() == {}
             assert clone.read_bytes("meta/info.json") == files.read_bytes("meta/info.json")
             clone.close()
         finally:

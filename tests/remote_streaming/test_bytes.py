@@ -13,7 +13,7 @@ import av
 import torch.utils.data
 
 from episodestream import EpisodeStreamingDataset
-from episodestream._files import LocalFiles
+from episodestream._dataset_files import LocalFiles
 from episodestream._metadata import load_metadata
 from episodestream._rows import RowReader
 from episodestream.remote import open_remote_source
@@ -21,7 +21,7 @@ from episodestream.testing import FakeHub
 
 from .conftest import ROWS_REPO, SPANS_REPO, assert_same_samples, cache_files, remote_dataset
 
-HEADER_READ_BLOCK = 4096  # the reader fetches box headers in blocks of this size (remote/_files.py)
+HEADER_READ_BLOCK = 4096  # the reader fetches box headers in blocks of this size (remote/_remote_videos.py)
 FOOTER_READ_BYTES = 64 * 1024  # pyarrow reads a parquet file's footer as its last 64 KiB
 
 
@@ -98,7 +98,7 @@ def test_rows_fetch_the_row_group_and_the_footer_once(hub_root, rows_root, tmp_p
         try:
             reader, local_reader = RowReader(files, meta), RowReader(LocalFiles(rows_root), meta)
             key = f"{ROWS_REPO}/{first_file[0].data_relpath}"
-            size = files.size(first_file[0].data_relpath)
+            size = files.size_bytes(first_file[0].data_relpath)
             sent = []
             for episode in first_file:
                 rows, expected = reader.read(episode), local_reader.read(episode)

@@ -15,7 +15,7 @@ import pytest
 
 from episodestream import EpisodeStreamingDataset
 from episodestream.remote import CacheFullError, EntryState, NodeCache, open_remote_source
-from episodestream.remote._prewarm import pin, unpin_all
+from episodestream.remote._prewarm import unpin_all
 from episodestream.testing import FakeHub, ShapingProxy
 
 from .conftest import REPO, SPANS_REPO, assert_same_samples, cache_files, remote_dataset
@@ -132,7 +132,7 @@ def test_pinned_entries_fail_fast_and_waits_are_bounded_and_logged(tmp_path, cap
     cache = NodeCache(root, limit_bytes=100_000, timeout_s=5, wait_s=600)
     for name in ("src-a/spans/one.mp4", "src-a/spans/two.mp4", "src-b/files/meta.json"):
         cache.acquire(name, "prewarm", _payload(20_000), size_bytes=20_000)
-        pin(cache, name)
+        cache.pin(name)
         cache.release(name, "prewarm")  # the pin keeps it
     assert cache.pinned() == {"src-a": (2, 40_960), "src-b": (1, 20_480)}
     start_s = time.monotonic()
@@ -174,11 +174,11 @@ def test_pins_that_fill_the_cache_mid_epoch_end_it_at_once(hub_root, tmp_path, m
                                                   episode_pool_size=2) as dataset:
         files = dataset._core.files
         cache = files.cache
-        for name in cache.entries():  # the metadata the dataset holds
-            pin(cache, name)
+        for entry in cache.list_entries():  # the metadata the dataset holds
+            cache.pin(entry.name)
         room = (limit - cache.usage_bytes() - 4096) // 4096 * 4096  # less than any mp4 header is left
         cache.acquire("other-source/files/blob.bin", "prewarm", _payload(room), size_bytes=room)
-        pin(cache, "other-source/files/blob.bin")
+        cache.pin("other-source/files/blob.bin")
         cache.release("other-source/files/blob.bin", "prewarm")
         start_s = time.monotonic()
         with pytest.raises(CacheFullError) as caught:

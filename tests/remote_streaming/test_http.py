@@ -44,7 +44,7 @@ def test_http_samples_equal_local_with_credentials_nowhere(ranges, served, datas
         with remote_dataset(EpisodeStreamingDataset, source, cache_dir=tmp_path / "cache", **STREAM) as dataset:
             files = dataset._core.files
             assert files.description == f"{server.url}/main"  # no credentials, no doubled scheme
-            assert files.size("meta/info.json") == (dataset_root / "meta/info.json").stat().st_size
+            assert files.size_bytes("meta/info.json") == (dataset_root / "meta/info.json").stat().st_size
             assert_same_samples(list(dataset), expected)
             names = cache_files(tmp_path / "cache")
             assert names and not any(PASSWORD in name or USER in name for name in names), names

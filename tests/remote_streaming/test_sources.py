@@ -11,7 +11,7 @@ import pytest
 import torch.utils.data
 
 from episodestream import EpisodeDataset, EpisodeStreamingDataset
-from episodestream._files import LocalFiles
+from episodestream._dataset_files import LocalFiles
 from episodestream.testing import FakeHub, HttpServer, S3Server
 
 from ..conftest import CAMERAS

@@ -1,22 +1,28 @@
-"""Access to a dataset's files by path relative to its root.
+"""The seam between a dataset's files and everything that reads them: ``DatasetFiles`` and
+``EpisodeVideos``, with the local implementations (``LocalFiles``, ``LocalVideos``).
 
 Everything above this module names files by their dataset-relative path (``meta/info.json``,
-``videos/<key>/chunk-000/file-000.mp4``); only this module turns those into real locations, so a
-remote source can plug in by providing the same four methods.
+``videos/<key>/chunk-000/file-000.mp4``); only implementations of ``DatasetFiles`` turn those into
+real locations. A remote source (``remote/_remote_files.py``) plugs in by subclassing the same two
+abstract base classes, so a missing or misspelt method fails when the class is instantiated (and
+in the type checker), not when a caller first needs it; ``tests/test_seams.py`` runs one
+conformance suite against every implementation (local, ``file://``, Hub, S3).
 """
 
 from __future__ import annotations
 
+import abc
+import io
 import os
 import posixpath
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Protocol
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._metadata import EpisodeInfo
+    from ._metadata import DatasetMeta, EpisodeInfo
 
 
-class EpisodeVideos(Protocol):
+class EpisodeVideos(abc.ABC):
     """One consumer's view of where its admitted episodes' video bytes are, locally.
 
     The streaming loop calls ``admit`` ahead of need (when ``prefetches``), ``path`` when it builds
@@ -24,48 +30,71 @@ class EpisodeVideos(Protocol):
     this; a remote one fetches the bytes on admit into a refcounted cache.
     """
 
-    prefetches: bool  # True when admit() starts work worth doing ahead of need
+    prefetches: bool = False  # True when admit() starts work worth doing ahead of need
 
-    def admit(self, episode: EpisodeInfo) -> None: ...
+    @abc.abstractmethod
+    def admit(self, episode: EpisodeInfo) -> None:
+        """Start making the episode's video bytes local (may return before they are)."""
 
+    @abc.abstractmethod
     def path(self, episode: EpisodeInfo, key: str) -> str:
-        """A local file the decoder can read this episode's frames of camera ``key`` from."""
-        ...
+        """A local file the decoder can read this episode's frames of camera ``key`` from (admits
+        the episode first if it was not admitted; the caller evicts it)."""
 
-    def evict(self, episode: EpisodeInfo) -> None: ...
+    @abc.abstractmethod
+    def evict(self, episode: EpisodeInfo) -> None:
+        """The episode's samples are decoded: release what one ``admit`` took."""
 
-    def close(self) -> None: ...
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop work in flight and release everything this consumer holds."""
 
 
-class DatasetFiles(Protocol):
-    """What the format, row and video layers need from a dataset root."""
+class DatasetFiles(abc.ABC):
+    """What the format, row and video layers need from a dataset root (eight methods, plus the
+    cache budget check that only sources with a cache need)."""
 
     description: str  # for error messages: where the dataset lives
 
-    def exists(self, relpath: str) -> bool: ...
+    @abc.abstractmethod
+    def exists(self, relpath: str) -> bool:
+        """Whether the dataset has this file."""
 
-    def read_bytes(self, relpath: str) -> bytes: ...
+    @abc.abstractmethod
+    def read_bytes(self, relpath: str) -> bytes:
+        """The whole file (small metadata files)."""
 
-    def list_files(self, reldir: str, *, suffix: str) -> list[str]: ...
+    @abc.abstractmethod
+    def list_files(self, reldir: str, *, suffix: str) -> list[str]:
+        """Dataset-relative paths under ``reldir`` ending in ``suffix``, sorted."""
 
+    @abc.abstractmethod
     def local_path(self, relpath: str) -> str:
         """A local filesystem path holding the whole file (metadata files)."""
-        ...
 
-    def size_bytes(self, relpath: str) -> int: ...
+    @abc.abstractmethod
+    def size_bytes(self, relpath: str) -> int:
+        """The file's size in bytes."""
 
-    def open_input(self, relpath: str) -> str | BinaryIO:
+    @abc.abstractmethod
+    def open_input(self, relpath: str) -> str | io.IOBase:
         """What pyarrow should read a data parquet from: a local path, or a file object that
         reads byte ranges on demand (so an episode's row group is fetched without the file)."""
-        ...
 
+    @abc.abstractmethod
     def episode_videos(self) -> EpisodeVideos:
         """A new per-consumer ``EpisodeVideos`` (made inside the consumer's process)."""
-        ...
 
+    @abc.abstractmethod
     def close(self) -> None:
         """Release what this process holds (remote: its references to cached metadata)."""
-        ...
+
+    def check_cache_budget(  # noqa: B027 - a no-op default on purpose: only cached sources override it
+            self, meta: DatasetMeta | None = None, *, episodes_in_flight: int = 0) -> None:
+        """Refuse, before streaming, a cache too small for what one consumer keeps in flight.
+
+        Sources read in place keep no cache: nothing to check. Remote sources override it.
+        """
 
 
 def check_relpath(relpath: str, *, what: str) -> str:
@@ -80,7 +109,7 @@ def check_relpath(relpath: str, *, what: str) -> str:
     return normalised
 
 
-class LocalFiles:
+class LocalFiles(DatasetFiles):
     """A dataset folder on a local or network filesystem, read in place (never copied)."""
 
     def __init__(self, root: str | os.PathLike) -> None:
@@ -119,14 +148,14 @@ class LocalFiles:
     def size_bytes(self, relpath: str) -> int:
         return self._path(relpath).stat().st_size
 
-    def episode_videos(self) -> "LocalVideos":
+    def episode_videos(self) -> LocalVideos:
         return LocalVideos(self)
 
     def close(self) -> None:
         pass
 
 
-class LocalVideos:
+class LocalVideos(EpisodeVideos):
     """Local videos are read in place: nothing to fetch, keep or release."""
 
     prefetches = False
@@ -134,13 +163,13 @@ class LocalVideos:
     def __init__(self, files: LocalFiles) -> None:
         self._files = files
 
-    def admit(self, episode: "EpisodeInfo") -> None:
+    def admit(self, episode: EpisodeInfo) -> None:
         pass
 
-    def path(self, episode: "EpisodeInfo", key: str) -> str:
+    def path(self, episode: EpisodeInfo, key: str) -> str:
         return self._files.local_path(episode.videos[key].relpath)
 
-    def evict(self, episode: "EpisodeInfo") -> None:
+    def evict(self, episode: EpisodeInfo) -> None:
         pass
 
     def close(self) -> None:

@@ -35,6 +35,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from .._errors import CacheFullError  # defined outside remote/ so `episodestream` exports it cheaply
@@ -51,7 +52,7 @@ _BLOCK_BYTES = 4096  # reservations round up to filesystem blocks
 _SUFFIXES = (".lock", ".bytes", ".refs")
 
 
-# The marker of a pin (see ``_prewarm``): shaped like host-pid-start-holder, never a live process's.
+# The marker of a pin (``NodeCache.pin``): shaped like host-pid-start-holder, never a live process's.
 PIN_MARKER = "pinned-0-0-pin"
 
 
@@ -73,6 +74,25 @@ class EntryState(enum.Enum):
     REMOTE = "remote"
     FETCHING = "fetching"
     LOCAL = "local"
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One entry of a cache directory, as ``episodestream cache ls`` shows it."""
+
+    name: str  # relative to the cache root: "<source key>/<kind>/<path>"
+    state: EntryState
+    size_bytes: int  # on disk (what the budget counts)
+    users: int  # live processes holding it (the pin not counted)
+    pinned: bool
+
+    @property
+    def source(self) -> str:
+        return self.name.split("/", 1)[0]
+
+    @property
+    def file(self) -> str:
+        return self.name.split("/", 1)[1] if "/" in self.name else ""
 
 
 def _process_start(pid: int) -> str:
@@ -161,6 +181,10 @@ class NodeCache:
 
     def path(self, name: str) -> Path:
         return self._path(name)
+
+    def name_of(self, path: str | os.PathLike) -> str:
+        """The entry name of a path ``path()`` gave (the inverse of ``path``)."""
+        return Path(path).relative_to(self.root).as_posix()
 
     @contextmanager
     def _locked(self, lock_path: Path, deadline: float, what: str) -> Iterator[int]:
@@ -300,15 +324,42 @@ class NodeCache:
     def usage_bytes(self) -> int:
         return sum(size for _, size in self._reservations())
 
-    def entries(self) -> list[str]:
-        """Names of the complete (LOCAL) entries."""
-        return sorted(name for name, _ in self._reservations() if self._path(name).exists())
-
     def prune(self) -> list[str]:
         """Delete what no live process uses: entries whose users all died (killed or exited without
         releasing) and downloads their process did not finish. Returns the names deleted."""
         return [name for name, _ in list(self._reservations())
                 if not any(self._live(m) for m in self._users(name)) and self._try_delete_unused(name)]
+
+    # -- pins and listing ------------------------------------------------------------------------
+
+    def is_pinned(self, name: str) -> bool:
+        return (self._path(name + ".refs") / PIN_MARKER).exists()
+
+    def pin(self, name: str) -> None:
+        """Pin a LOCAL entry: a user that never dies (``PIN_MARKER``), so it survives releases,
+        ``prune()`` and the disk budget until ``unpin``. The caller must hold it (acquired, not
+        released), so no other process can delete it between the check and the marker; release it
+        afterwards as usual."""
+        if self.state(name) is not EntryState.LOCAL:
+            raise FileNotFoundError(f"Cannot pin {name!r} in {self.root}: it is not in the cache.")
+        (self._path(name + ".refs") / PIN_MARKER).touch()
+
+    def unpin(self, name: str) -> bool:
+        """Remove the pin; the entry stays while live users hold it. True when it was pinned."""
+        try:
+            (self._path(name + ".refs") / PIN_MARKER).unlink()
+            return True
+        except FileNotFoundError:
+            return False
+
+    def list_entries(self) -> list[CacheEntry]:
+        """Every LOCAL or FETCHING entry under the root (each has its ``NAME.bytes``), sorted."""
+        found = []
+        for name, size_bytes in self._reservations():
+            name = name.replace(os.sep, "/")
+            pinned = self.is_pinned(name)
+            found.append(CacheEntry(name, self.state(name), size_bytes, self.refcount(name) - pinned, pinned))
+        return sorted(found, key=lambda e: e.name)
 
     def pinned(self) -> dict[str, tuple[int, int]]:
         """Pinned entries by source (the cache folder their names start with): (entries, bytes)."""
@@ -423,3 +474,14 @@ def describe_pins(pins: dict[str, tuple[int, int]], prefix: str = "") -> str:
 def unpin_hint(root: Path) -> str:
     return (f"Unpin with `episodestream cache unpin --cache-dir {root}` (--source KEY for one source; "
             f"`episodestream cache ls` lists them)")
+
+
+def release_all(cache: NodeCache, holder: str, names: set[str] | dict[str, int]) -> None:
+    """Release ``holder``'s use of every entry in ``names`` (a set or dict, emptied afterwards);
+    a weakref finalizer's job, so errors are swallowed (a later ``prune`` cleans up)."""
+    for name in sorted(names):
+        try:
+            cache.release(name, holder)
+        except OSError:
+            pass
+    names.clear()
