@@ -298,3 +298,49 @@ def test_resume_exact_or_elastic_and_again(datasets, config):
         check_resumed(case, exact=second.same_stream(third), before=resumed, consumed_per_worker=per_worker2,
                       consumed=taken, resumed=resumed3,
                       lengths=lengths3)
+
+
+def test_the_simulated_loader_is_the_real_one(many_episodes_root):
+    """``loader_batches`` over ``schedule()`` against real DataLoaders with 2 workers over decoded
+    samples: a fresh epoch in which one worker runs out a batch before the other, an exact resume
+    (worker roles rotated), and an elastic one onto 2 ranks with drop_last."""
+    def make(**kwargs):
+        # 73 frames: the two workers get 37 and 36.
+        return EpisodeStreamingDataset(many_episodes_root, episodes=[0, 1, 2, 4, 5, 6, 7, 8], seed=3,
+                                       episode_pool_size=3, return_uint8=True, **kwargs)
+
+    def simulated(dataset, *, batch_size, drop_last=False):
+        layout = Layout(dataset.world_size, 2, dataset.episode_pool_size, batch_size, drop_last)
+        streams = Case.streams(None, dataset, layout, dataset.rank, dataset.epoch)
+        return [batch for _, batch in loader_batches(streams, batch_size=batch_size, drop_last=drop_last)]
+
+    def real(dataset, *, batch_size, drop_last=False):
+        loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=2, drop_last=drop_last,
+                                             collate_fn=pairs)
+        return [batch for batch in loader]
+
+    fresh = make()
+    counts = [len(emits(fresh.schedule(World(0, 1, worker, 2), 0))) for worker in range(2)]
+    # A batch size at which the workers' batch counts differ: the loader skips the exhausted one.
+    batch_size = next(b for b in range(3, 9) if -(-counts[0] // b) != -(-counts[1] // b))
+    expected = simulated(fresh, batch_size=batch_size)
+    uninterrupted = real(fresh, batch_size=batch_size)
+    assert uninterrupted == expected
+
+    taken = len(expected) // 2 + 1
+    state = stream_state(torch.utils.data.DataLoader(make(), batch_size=batch_size, num_workers=2), taken)
+    resumed = make()
+    resumed.load_state_dict(state)
+    expected = simulated(resumed, batch_size=batch_size)
+    assert real(resumed, batch_size=batch_size) == expected
+    assert uninterrupted[:taken] + expected == uninterrupted
+
+    elastic = make(world_size=2, rank=1)
+    elastic.load_state_dict(state)
+    expected = simulated(elastic, batch_size=3, drop_last=True)
+    assert real(elastic, batch_size=3, drop_last=True) == expected
+    assert not {s for batch in expected for s in batch} & {s for batch in uninterrupted[:taken] for s in batch}
+
+
+def pairs(batch):
+    return [(int(sample["episode_index"]), int(sample["frame_index"])) for sample in batch]
