@@ -192,11 +192,11 @@ RESUME_CONFIGS = 250
 def test_split_covers_every_frame_once_with_equal_counts(datasets, config):
     rng = np.random.default_rng(config)
     case = Case(datasets, SELECTIONS[config % len(SELECTIONS)], shuffle=rng.random() < 0.85)
-    layout = random_layout(rng)
+    layout, epoch = random_layout(rng), int(rng.integers(0, 3))
     per_rank = []
     for rank in range(layout.world_size):
         dataset = case.dataset(layout, rank)
-        streams = case.streams(dataset, layout, rank, epoch=0)
+        streams = case.streams(dataset, layout, rank, epoch)
         per_rank.append([sample for stream in streams for sample in stream])
         assert len(dataset) == len(per_rank[-1])
         # The loader hands out every sample of the rank's workers (drop_last aside).
@@ -257,21 +257,24 @@ def test_resume_exact_or_elastic_and_again(datasets, config):
     in the resumed leg and resume a third time (legs chain)."""
     rng = np.random.default_rng(10_000 + config)
     case = Case(datasets, SELECTIONS[config % len(SELECTIONS)], shuffle=rng.random() < 0.85)
-    first = random_layout(rng)
+    first, epoch = random_layout(rng), int(rng.integers(0, 3))
     first_ranks = [case.dataset(first, rank) for rank in range(first.world_size)]
-    uninterrupted = [case.streams(d, first, rank, 0) for rank, d in enumerate(first_ranks)]
+    for dataset in first_ranks:
+        dataset.set_epoch(epoch)  # the epoch a state saved now names
+    uninterrupted = [case.streams(d, first, rank, epoch) for rank, d in enumerate(first_ranks)]
     produced = batch_counts(uninterrupted, first)
     for batches in save_points(rng, produced):
         second = changed_layout(first, rng)
         state = case.save(first_ranks, first, batches)
-        assert state["epoch"] == 0 and state["legs"] == []
+        assert state["epoch"] == epoch and state["legs"] == []
         per_worker, consumed = consume(case, uninterrupted, first, batches)
-        epoch, resumed, lengths = case.resume(state, second)
-        if batches >= max(produced):  # every rank took its whole epoch: a full epoch 1 follows
-            assert epoch == 1
-            assert resumed == [case.streams(case.dataset(second, r), second, r, 1) for r in range(second.world_size)]
+        resumed_epoch, resumed, lengths = case.resume(state, second)
+        if batches >= max(produced):  # every rank took its whole epoch: a full next epoch follows
+            assert resumed_epoch == epoch + 1
+            assert resumed == [case.streams(case.dataset(second, r), second, r, epoch + 1)
+                               for r in range(second.world_size)]
             continue
-        assert epoch == 0
+        assert resumed_epoch == epoch
         check_resumed(case, exact=first.same_stream(second), before=uninterrupted, consumed_per_worker=per_worker,
                       consumed=consumed, resumed=resumed,
                       lengths=lengths)
@@ -292,9 +295,9 @@ def test_resume_exact_or_elastic_and_again(datasets, config):
         taken = consumed + consumed2
         epoch3, resumed3, lengths3 = case.resume(state2, third)
         if more >= max(second_produced):
-            assert epoch3 == 1
+            assert epoch3 == epoch + 1
             continue
-        assert epoch3 == 0
+        assert epoch3 == epoch
         check_resumed(case, exact=second.same_stream(third), before=resumed, consumed_per_worker=per_worker2,
                       consumed=taken, resumed=resumed3,
                       lengths=lengths3)
