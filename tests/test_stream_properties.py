@@ -30,10 +30,10 @@ import pytest
 import torch.utils.data
 
 from episodestream import EpisodeStreamingDataset, stream_state
-from episodestream._sampling import EMIT
 from episodestream._world import World
 
 from .conftest import TABULAR_LENGTHS
+from .stream_model import emits, loader_batches, pairs, worker_streams
 
 # Tiny selections leave some consumers nothing but fill-ins, which warns (tested in test_streaming).
 pytestmark = [pytest.mark.filterwarnings("ignore:The epoch has .* frames for:RuntimeWarning"),
@@ -83,26 +83,6 @@ def changed_layout(layout: Layout, rng: np.random.Generator) -> Layout:
 def all_frames(selection) -> Counter:
     episodes = range(len(TABULAR_LENGTHS)) if selection is None else selection
     return Counter((e, f) for e in episodes for f in range(TABULAR_LENGTHS[e]))
-
-
-def emits(steps) -> list[tuple[int, int]]:
-    return [(episode, frame) for kind, episode, frame in steps if kind == EMIT]
-
-
-def loader_batches(streams: list[list], *, batch_size: int, drop_last: bool) -> list[tuple[int, list]]:
-    """What a DataLoader over an IterableDataset hands out, in order, as (worker, batch): each
-    worker batches its own stream (dropping its own partial batch with drop_last), and the loader
-    takes one batch from each worker in turn, skipping workers that are exhausted."""
-    queues = []
-    for stream in streams:
-        stop = len(stream) - len(stream) % batch_size if drop_last else len(stream)
-        queues.append([stream[i:i + batch_size] for i in range(0, stop, batch_size)])
-    out, turn = [], 0
-    while any(queues):
-        if queues[turn]:
-            out.append((turn, queues[turn].pop(0)))
-        turn = (turn + 1) % len(queues)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -313,8 +293,7 @@ def test_the_simulated_loader_is_the_real_one(many_episodes_root):
                                        episode_pool_size=3, return_uint8=True, **kwargs)
 
     def simulated(dataset, *, batch_size, drop_last=False):
-        layout = Layout(dataset.world_size, 2, dataset.episode_pool_size, batch_size, drop_last)
-        streams = Case.streams(None, dataset, layout, dataset.rank, dataset.epoch)
+        streams = worker_streams(dataset, num_workers=2)
         return [batch for _, batch in loader_batches(streams, batch_size=batch_size, drop_last=drop_last)]
 
     def real(dataset, *, batch_size, drop_last=False):
@@ -323,7 +302,7 @@ def test_the_simulated_loader_is_the_real_one(many_episodes_root):
         return [batch for batch in loader]
 
     fresh = make()
-    counts = [len(emits(fresh.schedule(World(0, 1, worker, 2), 0))) for worker in range(2)]
+    counts = [len(stream) for stream in worker_streams(fresh, num_workers=2)]
     # A batch size at which the workers' batch counts differ: the loader skips the exhausted one.
     batch_size = next(b for b in range(3, 9) if -(-counts[0] // b) != -(-counts[1] // b))
     expected = simulated(fresh, batch_size=batch_size)
@@ -344,6 +323,3 @@ def test_the_simulated_loader_is_the_real_one(many_episodes_root):
     assert real(elastic, batch_size=3, drop_last=True) == expected
     assert not {s for batch in expected for s in batch} & {s for batch in uninterrupted[:taken] for s in batch}
 
-
-def pairs(batch):
-    return [(int(sample["episode_index"]), int(sample["frame_index"])) for sample in batch]
