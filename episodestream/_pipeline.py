@@ -25,11 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._frames import PendingSample
-from ._metadata import EpisodeInfo
-from .video import DecoderCache
-
-PlannedGroups = Iterator[tuple[list[PendingSample], list[EpisodeInfo]]]
+from ._stream import Decoders, PlannedGroup
 
 
 @dataclass
@@ -37,27 +33,30 @@ class DecodedGroup:
     """One planned group: its samples start at stream position ``first_sample``."""
 
     first_sample: int
-    pendings: list[PendingSample]
-    evicted: list[EpisodeInfo]  # episodes whose video may be released once this group is decoded
+    group: PlannedGroup
     result: Any = None
     error: BaseException | None = None
     done: bool = False
     count: int = field(init=False)
 
     def __post_init__(self) -> None:
-        self.count = len(self.pendings)
+        self.count = len(self.group.pendings)
+
+
+def _failed(first_sample: int, error: BaseException) -> DecodedGroup:
+    return DecodedGroup(first_sample, PlannedGroup([], []), error=error, done=True)
 
 
 class GroupPipeline:
     """Decode the groups of ``groups`` on ``num_threads`` threads; ``next_group`` returns them in order.
 
-    ``work(cache, first_sample, pendings)`` runs in a decode thread with that thread's own
-    ``DecoderCache``; its return value (or exception) is the group's result. Threads plan ahead
+    ``work(decoders, first_sample, group)`` runs in a decode thread with that thread's own
+    ``Decoders`` (from ``open_decoders``); its return value (or exception) is the group's result. Threads plan ahead
     only while fewer than ``allow(samples)`` samples are planned, which bounds memory.
     """
 
-    def __init__(self, groups: PlannedGroups, *, work: Callable[[DecoderCache, int, list[PendingSample]], Any],
-                 open_cache: Callable[[], DecoderCache], num_threads: int, allowed_samples: int,
+    def __init__(self, groups: Iterator[PlannedGroup], *, work: Callable[[Decoders, int, PlannedGroup], Any],
+                 open_cache: Callable[[], Decoders], num_threads: int, allowed_samples: int,
                  name: str = "episodestream-decode") -> None:
         self._groups = groups
         self._work = work
@@ -115,14 +114,14 @@ class GroupPipeline:
             cache = self._open_cache()
         except BaseException as error:  # the consumer must hear of it, not wait for this thread
             with self._cond:
-                self._queue.append(DecodedGroup(self._planned_samples, [], [], error=error, done=True))
+                self._queue.append(_failed(self._planned_samples, error))
                 self._exhausted = True
                 self._cond.notify_all()
             return
         try:
             while (group := self._plan_next()) is not None:
                 try:
-                    group.result = self._work(cache, group.first_sample, group.pendings)
+                    group.result = self._work(cache, group.first_sample, group.group)
                 except BaseException as error:  # handed to the consumer's thread by next_group
                     group.error = error
                 with self._cond:
@@ -145,7 +144,7 @@ class GroupPipeline:
                     if self._planned_samples >= self._allowed_samples:
                         continue
                 try:
-                    pendings, evicted = next(self._groups)
+                    planned = next(self._groups)
                 except StopIteration:
                     with self._cond:
                         self._exhausted = True
@@ -154,13 +153,12 @@ class GroupPipeline:
                 except BaseException as error:
                     # Planning is sequential: nothing after a failed group can be planned.
                     with self._cond:
-                        failed = DecodedGroup(self._planned_samples, [], [], error=error, done=True)
-                        self._queue.append(failed)
+                        self._queue.append(_failed(self._planned_samples, error))
                         self._exhausted = True
                         self._cond.notify_all()
                     return None
                 with self._cond:
-                    group = DecodedGroup(self._planned_samples, pendings, evicted)
+                    group = DecodedGroup(self._planned_samples, planned)
                     self._queue.append(group)
                     self._planned_samples += group.count
                     return group

@@ -23,13 +23,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from ._options import check_bool, check_int
-from ._sampling import ADMIT, EMIT, ConsumerSchedule, EpochPlan, Segment, consumer_rng, consumer_schedule
+from ._sampling import ADMIT, EMIT, NO_FRAME, ConsumerSchedule, Step, EpochPlan, Segment, consumer_rng, consumer_schedule
 from ._world import World
 
 # /2: the pool schedule became a sliding window of keyed frames (``_sampling.ConsumerSchedule``), so
@@ -138,7 +139,7 @@ def _full_rounds(batches_per_worker: Sequence[int], batches: int) -> int:
     return lo
 
 
-def skip_emits(steps: Iterator[tuple[int, int, int]], count: int) -> Iterator[tuple[int, int, int]]:
+def skip_emits(steps: Iterator[Step], count: int) -> Iterator[Step]:
     """Drop the first ``count`` EMITs, then re-admit whatever the pool holds at that point.
 
     A fresh ``ConsumerSchedule`` is skipped arithmetically (``ConsumerSchedule.skip``); any other
@@ -149,14 +150,14 @@ def skip_emits(steps: Iterator[tuple[int, int, int]], count: int) -> Iterator[tu
     return _walk_skip(steps, count)
 
 
-def _walk_skip(steps: Iterator[tuple[int, int, int]], count: int) -> Iterator[tuple[int, int, int]]:
+def _walk_skip(steps: Iterator[Step], count: int) -> Iterator[Step]:
     admitted: dict[int, int] = {}
     skipped = 0
     for step in steps:
         if skipped == count:
             for episode, times in admitted.items():
                 for _ in range(times):
-                    yield ADMIT, episode, -1
+                    yield Step(ADMIT, episode, NO_FRAME)
             yield step
             yield from steps
             return
@@ -211,6 +212,18 @@ class ResumePoint:
     leg_index: int
     segments: tuple[Segment, ...]
     skips: dict[int, tuple[list[int], int]] | None
+    seed: int = 0
+    shuffle: bool = True
+
+    def plan(self, world_size: int) -> EpochPlan:
+        """The plan of the leg that resumes here."""
+        return EpochPlan(self.segments, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
+                         world_size=world_size, leg=self.leg_index)
+
+    def samples_left(self, world_size: int, rank: int) -> int:
+        """Samples ``rank`` yields from here to the end of the epoch."""
+        total = self.plan(world_size).samples_per_rank
+        return total if self.skips is None else total - sum(self.skips[rank][0])
 
     def share_for(self, plan: EpochPlan, world: World) -> tuple[World, int]:
         """The worker role this consumer plays and how many of its samples to skip."""
@@ -247,7 +260,7 @@ def plan_resume(segments: Sequence[Segment], *, seed: int, epoch: int, shuffle: 
                                               drop_last=leg.drop_last)[0] for r in per_rank}
             if all(per_rank[r][0] == produced[r] for r in per_rank):
                 return None
-            return ResumePoint(epoch, index, segments, per_rank)
+            return ResumePoint(epoch, index, segments, per_rank, seed, shuffle)
         consumed: list[tuple[int, range | np.ndarray]] = []
         repeated: list[tuple[int, np.ndarray]] = []
         for rank, (taken, _) in per_rank.items():
@@ -260,4 +273,100 @@ def plan_resume(segments: Sequence[Segment], *, seed: int, epoch: int, shuffle: 
         segments = tuple(remaining_segments(segments, consumed, repeated))
     if not segments:
         return None
-    return ResumePoint(epoch, len(legs), segments, None)
+    return ResumePoint(epoch, len(legs), segments, None, seed, shuffle)
+
+
+def consumer_steps(plan: EpochPlan, world: World, *, pool_size: int,
+                   point: ResumePoint | None = None) -> tuple[Iterator[Step], int]:
+    """The one place a consumer's schedule is made: its steps for ``plan`` (from ``point`` when the
+    epoch is resumed: the worker role it takes over and the samples it skips, tabular-free) and
+    how many samples they emit."""
+    role, skip = point.share_for(plan, world) if point is not None else (world, 0)
+    share = plan.share(role)
+    steps = consumer_schedule(share, pool_size=pool_size, shuffle=plan.shuffle,
+                              rng=consumer_rng(plan.seed, plan.epoch, role, leg=plan.leg))
+    return (skip_emits(steps, skip) if skip else steps), share.num_samples - skip
+
+
+@dataclass(frozen=True)
+class ResumeRequest:
+    """A loaded state's epoch and the legs it was streamed in (the last: the one it was saved in)."""
+
+    epoch: int
+    seed: int
+    shuffle: bool
+    legs: tuple[Leg, ...]
+
+
+class Resumption:
+    """A loaded state applied to a dataset: where each consumer of ``request.epoch`` restarts, per
+    DataLoader worker count (computed when first asked: the trainer's ``num_workers`` is known only
+    when iteration starts)."""
+
+    def __init__(self, request: ResumeRequest, segments: Sequence[Segment], *, world_size: int,
+                 pool_size: int) -> None:
+        self.request = request
+        self._segments = segments
+        self._world_size = world_size
+        self._pool_size = pool_size
+        self._points: dict[int, ResumePoint | None] = {}
+
+    def point(self, num_workers: int) -> ResumePoint | None:
+        key = max(1, num_workers)
+        if key not in self._points:
+            request = self.request
+            self._points[key] = plan_resume(
+                self._segments, seed=request.seed, epoch=request.epoch, shuffle=request.shuffle,
+                legs=request.legs, world_size=self._world_size, num_workers=key, pool_size=self._pool_size)
+        return self._points[key]
+
+
+def read_request(state: Mapping[str, Any], *, seed: int, shuffle: bool) -> ResumeRequest:
+    """The epoch and legs of a saved stream state (fields checked; the trainer's ``batches_consumed``
+    counts from the start of the epoch, across legs)."""
+    epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
+    seed = check_int("state['seed']", state.get("seed", seed), minimum=0)
+    shuffle = check_bool("state['shuffle']", state.get("shuffle", shuffle))
+    batch_size = check_int("state['batch_size']", state["batch_size"], minimum=1)
+    batches = check_int("state['batches_consumed']", state["batches_consumed"], minimum=0)
+    current = Leg(check_int("state['world_size']", state.get("world_size"), minimum=1),
+                  check_int("state['num_workers']", state["num_workers"], minimum=0),
+                  check_int("state['episode_pool_size']", state.get("episode_pool_size"), minimum=1),
+                  batch_size, 0, check_bool("state['drop_last']", state.get("drop_last", False)))
+    saved_legs = state.get("legs", [])
+    if not isinstance(saved_legs, (list, tuple)):
+        raise ValueError(f"state['legs'] must be a list of legs, got {saved_legs!r:.200}.")
+    earlier = [Leg.from_state(leg, f"state['legs'][{i}]") for i, leg in enumerate(saved_legs)]
+    if earlier and earlier[-1].same_stream(current):  # the saving run continued that leg exactly
+        last = earlier.pop()
+        if (last.batch_size, last.drop_last) != (current.batch_size, current.drop_last):
+            raise ValueError(f"The saving run resumed an epoch with batch_size={last.batch_size}, "
+                             f"drop_last={last.drop_last} and continued it with batch_size={batch_size}, "
+                             f"drop_last={current.drop_last}; batches_consumed cannot be mapped to samples.")
+    current = replace(current, batches=batches - sum(leg.batches for leg in earlier))
+    if current.batches < 0:
+        raise ValueError(f"state['batches_consumed']={batches} is fewer than the {batches - current.batches} "
+                         f"batches of the epoch's earlier legs: it counts from the start of the epoch.")
+    return ResumeRequest(epoch, seed, shuffle, tuple(earlier + [current]))
+
+
+def locate(request: ResumeRequest, segments: Sequence[Segment], *, strict: bool) -> bool:
+    """Check that ``request``'s legs fit its epoch; whether the epoch is finished. A last leg that
+    claims more batches than the epoch had is an error, or with ``strict=False`` a finished epoch."""
+    current = request.legs[-1]
+    batches = sum(leg.batches for leg in request.legs)
+    try:
+        point = plan_resume(segments, seed=request.seed, epoch=request.epoch, shuffle=request.shuffle,
+                            legs=request.legs, world_size=current.world_size, num_workers=current.num_workers,
+                            pool_size=current.pool_size)
+    except BeyondEpochError as beyond:
+        earlier_batches = batches - current.batches
+        message = (f"state['batches_consumed']={batches} is more than epoch {request.epoch} has: "
+                   f"{earlier_batches + beyond.available} batches of {current.batch_size} per rank"
+                   + (f" ({earlier_batches} in earlier legs)" if earlier_batches else "")
+                   + ". It counts the batches taken in the saved epoch, not a global step.")
+        if strict or beyond.leg_index != len(request.legs) - 1:
+            raise ValueError(message) from None
+        warnings.warn(message + " Treating the epoch as finished (strict=False).", RuntimeWarning, stacklevel=4)
+        point = None
+    return point is None

@@ -119,15 +119,21 @@ class RowReader:
         """Row groups whose ``index`` range overlaps the episode's; all of them when stats are absent."""
         # Statistics are per parquet leaf column, not per arrow field: a struct (an image) before
         # ``index`` has two leaves, so the arrow field position would read another column's stats.
-        schema = handle.metadata.schema
-        index_pos = next((c for c in range(len(schema)) if schema.column(c).path == "index"), None)
+        # The leaf is found by ``path_in_schema``, not through ``metadata.schema``: in pyarrow 26 a
+        # ParquetSchema leaks its whole footer when the file is closed (~7 MB for a file of 1,000
+        # row groups: a streaming consumer grew by ~24 MB per 1,000 samples at 92,000 episodes).
+        metadata = handle.metadata
+        if metadata.num_row_groups == 0:
+            return []
+        first = metadata.row_group(0)
+        index_pos = next((c for c in range(first.num_columns) if first.column(c).path_in_schema == "index"), None)
         if index_pos is None:  # ``index`` nested in a list: no usable statistics
-            return list(range(handle.metadata.num_row_groups))
+            return list(range(metadata.num_row_groups))
         groups = []
-        for g in range(handle.metadata.num_row_groups):
-            stats = handle.metadata.row_group(g).column(index_pos).statistics
+        for g in range(metadata.num_row_groups):
+            stats = metadata.row_group(g).column(index_pos).statistics
             if stats is None or not stats.has_min_max:
-                return list(range(handle.metadata.num_row_groups))
+                return list(range(metadata.num_row_groups))
             if stats.min < episode.to_index and stats.max >= episode.from_index:
                 groups.append(g)
         return groups

@@ -18,12 +18,33 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import NamedTuple
 
 import numpy as np
 
 from ._world import World
 
-ADMIT, EMIT, EVICT = 0, 1, 2
+
+
+class StepKind(IntEnum):
+    """What a schedule step does to the consumer's pool."""
+
+    ADMIT = 0  # read the episode's rows and admit its video (admissions are counted per episode)
+    EMIT = 1  # emit one sample: ``frame`` of the episode
+    EVICT = 2  # undo one admission; the last one drops the rows and, once decoded, the video
+
+
+ADMIT, EMIT, EVICT = StepKind.ADMIT, StepKind.EMIT, StepKind.EVICT
+NO_FRAME = -1  # the frame of an ADMIT or EVICT step
+
+
+class Step(NamedTuple):
+    """One step of a consumer's schedule (a tuple: ``kind, episode_index, frame = step``)."""
+
+    kind: StepKind
+    episode_index: int
+    frame: int  # the frame offset an EMIT emits; NO_FRAME otherwise
 _PERMUTE, _CONSUMER, _FILL = 0, 1, 2  # rng purposes: fixed-length spawn keys never collide
 
 
@@ -200,7 +221,7 @@ class ConsumerSchedule:
         self._a = np.where(index < width - 1, 0, index)  # window [a_i, b_i) of slots; a, b non-decreasing
         self._b = np.minimum(index + width, n)
         self._slots = n
-        self._steps: Iterator[tuple[int, int, int]] | None = None
+        self._steps: Iterator[Step] | None = None
 
     # -- keys ---------------------------------------------------------------------------------
 
@@ -245,15 +266,15 @@ class ConsumerSchedule:
         """Whether iterating has begun (``skip`` always starts from the beginning of the schedule)."""
         return self._steps is not None
 
-    def __iter__(self) -> Iterator[tuple[int, int, int]]:
+    def __iter__(self) -> Iterator[Step]:
         return self
 
-    def __next__(self) -> tuple[int, int, int]:
+    def __next__(self) -> Step:
         if self._steps is None:
             self._steps = self.skip(0)
         return next(self._steps)
 
-    def skip(self, count: int) -> Iterator[tuple[int, int, int]]:
+    def skip(self, count: int) -> Iterator[Step]:
         """The steps after the first ``count`` EMITs, starting by admitting what the pool holds then."""
         if count < self.pool_frames:
             slot, offset = self._position(count)
@@ -288,24 +309,24 @@ class ConsumerSchedule:
             pieces.append((episode, np.array([frame])))
         return pieces, []
 
-    def _pool_steps(self, first_slot: int, offset: int) -> Iterator[tuple[int, int, int]]:
+    def _pool_steps(self, first_slot: int, offset: int) -> Iterator[Step]:
         a, b, segments = self._a, self._b, self._segments
         live: dict[int, list] = {}  # segment -> [frames by key, keys, next position]
         for i in range(int(np.searchsorted(b, first_slot, side="right")),
                        int(np.searchsorted(a, first_slot, side="right"))):
             frames, keys = self._keys(i)
             live[i] = [frames, keys, int(np.searchsorted(keys, first_slot))]
-            yield ADMIT, segments[i].episode_index, -1
+            yield Step(ADMIT, segments[i].episode_index, NO_FRAME)
         for slot in range(first_slot, self._slots):
             if slot > first_slot:
                 for i in range(int(np.searchsorted(b, slot - 1, side="right")),
                                int(np.searchsorted(b, slot, side="right"))):
                     del live[i]
-                    yield EVICT, segments[i].episode_index, -1
+                    yield Step(EVICT, segments[i].episode_index, NO_FRAME)
                 for i in range(int(np.searchsorted(a, slot, side="left")), int(np.searchsorted(a, slot, side="right"))):
                     frames, keys = self._keys(i)
                     live[i] = [frames, keys, 0]
-                    yield ADMIT, segments[i].episode_index, -1
+                    yield Step(ADMIT, segments[i].episode_index, NO_FRAME)
             parts_keys, parts_episodes, parts_frames = [], [], []
             for i, entry in live.items():
                 frames, keys, pos = entry
@@ -322,11 +343,11 @@ class ConsumerSchedule:
             frames = np.concatenate(parts_frames)[order].tolist()
             start = offset if slot == first_slot else 0
             for episode, frame in zip(episodes[start:], frames[start:]):
-                yield EMIT, episode, frame
+                yield Step(EMIT, episode, frame)
         for i in live:
-            yield EVICT, segments[i].episode_index, -1
+            yield Step(EVICT, segments[i].episode_index, NO_FRAME)
 
-    def _fill_steps(self) -> Iterator[tuple[int, int, int]]:
+    def _fill_steps(self) -> Iterator[Step]:
         share = self.share
         if not share.fill_ins:
             return
@@ -336,9 +357,9 @@ class ConsumerSchedule:
         for i in picks:
             k = bisect.bisect_right(starts, i) - 1
             seg = share.fill_pool[k]
-            yield ADMIT, seg.episode_index, -1
-            yield EMIT, seg.episode_index, int(seg.frames[i - starts[k]])
-            yield EVICT, seg.episode_index, -1
+            yield Step(ADMIT, seg.episode_index, NO_FRAME)
+            yield Step(EMIT, seg.episode_index, int(seg.frames[i - starts[k]]))
+            yield Step(EVICT, seg.episode_index, NO_FRAME)
 
 
 def consumer_schedule(share: ConsumerShare, *, pool_size: int, shuffle: bool,

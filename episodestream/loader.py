@@ -26,12 +26,11 @@ import torch
 from torch.utils.data import default_collate
 
 from ._batch_memory import BatchMemory
-from ._frames import PendingSample, SampleBuilder
 from ._options import check_int
 from ._pipeline import GroupPipeline
+from ._stream import ConsumerStream, Decoders, PlannedGroup, StreamSource
 from ._world import World
-from .streaming import EpisodeStreamingDataset
-from .video import DecoderCache, FrameQuery
+from .video import FrameQuery
 
 _MAX_DEFAULT_THREADS = 16
 
@@ -67,10 +66,11 @@ class EpisodeLoader:
     dropping the iterator, stops the threads and releases cached video.
     """
 
-    def __init__(self, dataset: EpisodeStreamingDataset, batch_size: int, *, num_threads: int | None = None,
+    def __init__(self, dataset: StreamSource, batch_size: int, *, num_threads: int | None = None,
                  drop_last: bool = False, pin_memory: bool = False, prefetch_batches: int = 2) -> None:
-        if not isinstance(dataset, EpisodeStreamingDataset):
-            raise TypeError(f"EpisodeLoader needs an EpisodeStreamingDataset, got {type(dataset).__name__}.")
+        if not isinstance(dataset, StreamSource):
+            raise TypeError(f"EpisodeLoader needs an EpisodeStreamingDataset (or another stream source, such as "
+                            f"an EpisodeMixture), got {type(dataset).__name__}.")
         self.dataset = dataset
         self.batch_size = check_int("batch_size", batch_size, minimum=1)
         self.num_threads = (min(_usable_cores(), _MAX_DEFAULT_THREADS) if num_threads is None
@@ -87,10 +87,7 @@ class EpisodeLoader:
         self._resume: tuple[int, int] | None = None  # (epoch, batches consumed) a loaded state resumes
         self._consumed = (dataset.epoch, 0)  # (epoch, batches handed out of it, counted from its start)
         self._current: weakref.ref[_Iteration] | None = None
-        # Batches being built or ready, the one the trainer holds and the one it just let go of,
-        # per camera: enough to reuse memory in a steady loop without holding more.
-        cameras = max(1, len(dataset._core.meta.video_keys))
-        self._memory = BatchMemory(capacity=(self.prefetch_batches + 2) * cameras)
+        self._memory: BatchMemory | None = None  # sized by the first stream's cameras
 
     def __len__(self) -> int:
         """Batches the next iteration yields (what is left of a resumed epoch, after a load)."""
@@ -105,11 +102,14 @@ class EpisodeLoader:
         self._close_current()
         dataset = self.dataset
         epoch = dataset.epoch
-        dataset._epoch.start(epoch)
-        steps, num_samples = dataset._consumer_stream(World(dataset.rank, dataset.world_size), epoch)
+        stream = dataset.consumer_stream(World(dataset.rank, dataset.world_size), epoch)
+        if self._memory is None:
+            # Batches being built or ready, the one the trainer holds and the one it just let go
+            # of, per camera: enough to reuse memory in a steady loop without holding more.
+            self._memory = BatchMemory(capacity=(self.prefetch_batches + 2) * max(1, stream.num_cameras))
         base = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
         self._consumed = (epoch, base)
-        iteration = _Iteration(self, epoch, steps, num_samples, base)
+        iteration = _Iteration(self, epoch, stream, base, self._memory)
         self._current = weakref.ref(iteration)
         return iteration
 
@@ -151,16 +151,16 @@ class EpisodeLoader:
         """Resume from ``state`` (this loader's ``state_dict()``, or ``stream_state`` of a DataLoader).
         The next iteration continues the saved epoch. See ``EpisodeStreamingDataset.load_state_dict``
         for what must match (``strict``)."""
-        request, done = self.dataset._parse_state(state, strict=strict)
-        if not done and state["batch_size"] != self.batch_size:
+        checked = self.dataset.check_state(state, strict=strict)
+        if not checked.finished and state["batch_size"] != self.batch_size:
             raise ValueError(f"The state was saved with batch_size={state['batch_size']} partway through epoch "
-                             f"{request.epoch}; this loader has batch_size={self.batch_size}. Resume that epoch "
+                             f"{checked.epoch}; this loader has batch_size={self.batch_size}. Resume that epoch "
                              f"with batch_size={state['batch_size']} (a batch count cannot be continued in other "
                              f"batch sizes); later epochs may use any.")
         self._close_current()
-        self.dataset._apply_state(request, done)
-        self._resume = None if done else (request.epoch, state["batches_consumed"])
-        self._consumed = (self.dataset.epoch, 0 if done else state["batches_consumed"])
+        self.dataset.apply_state(checked)
+        self._resume = None if checked.finished else (checked.epoch, state["batches_consumed"])
+        self._consumed = (self.dataset.epoch, 0 if checked.finished else state["batches_consumed"])
 
 
 class _BatchBuffer:
@@ -204,9 +204,12 @@ class _BatchWriter:
     dropping it closes them.
     """
 
-    def __init__(self, builder: SampleBuilder, *, batch_size: int, num_batches: int, pin_memory: bool,
+    def __init__(self, stream: ConsumerStream, *, batch_size: int, num_batches: int, pin_memory: bool,
                  memory: BatchMemory) -> None:
-        self._builder = builder
+        self._builders = [stream.builder(source) for source in range(stream.num_sources)]
+        # Frames go straight into batch memory only when every source converts them alike.
+        self._in_place = (all(b.writes_in_place for b in self._builders)
+                          and len({b.frame_dtype for b in self._builders}) == 1)
         self._memory = memory
         self._batch_size = batch_size
         self._num_batches = num_batches
@@ -229,18 +232,18 @@ class _BatchWriter:
         with self._lock:
             self._buffers.clear()
 
-    def write_group(self, cache: DecoderCache, first_sample: int, pendings: list[PendingSample]) -> None:
+    def write_group(self, decoders: Decoders, first_sample: int, group: PlannedGroup) -> None:
         # Samples past the last batch (the tail drop_last drops) are neither decoded nor kept.
-        pendings = pendings[:max(0, self._num_batches * self._batch_size - first_sample)]
+        pendings = group.pendings[:max(0, self._num_batches * self._batch_size - first_sample)]
         if not pendings:
             return
-        builder = self._builder
-        decoded = builder.decode(cache, pendings)
+        builder = self._builders[group.source]
+        decoded = builder.decode(decoders[group.source], pendings)
         sources: dict[str, np.ndarray | torch.Tensor] = {}  # per file: its frames as (N, C, H, W)
         for offset, pending in enumerate(pendings):
             index, slot = divmod(first_sample + offset, self._batch_size)
             buffer = self.buffer(index)
-            if not builder.writes_in_place:
+            if not self._in_place:
                 buffer.items[slot] = builder.finish(pending, [decoded[q.path].gather(q) for q in pending.queries])
                 continue
             for key, windowed, query in zip(pending.video_keys, pending.windowed, pending.queries):
@@ -265,7 +268,7 @@ class _BatchWriter:
         """The batch as ``default_collate`` of its samples would give it (frames already in place)."""
         items = buffer.items[:count]
         buffer.arrays.clear()  # the numpy views written through: lend() needs the tensors alone
-        if not self._builder.writes_in_place:
+        if not self._in_place:
             batch = default_collate(items)
         else:
             batch = {key: self._memory.lend(buffer.frames[key], count) for key in buffer.video_keys or ()}
@@ -279,29 +282,26 @@ class _BatchWriter:
 class _Iteration(Iterator[dict[str, Any]]):
     """One pass over an epoch's share (what ``iter(loader)`` returns)."""
 
-    def __init__(self, loader: EpisodeLoader, epoch: int, steps: Iterator[tuple[int, int, int]],
-                 num_samples: int, base_batches: int) -> None:
+    def __init__(self, loader: EpisodeLoader, epoch: int, stream: ConsumerStream, base_batches: int,
+                 memory: BatchMemory) -> None:
         self._loader = loader
         self._dataset = loader.dataset
         self._epoch = epoch
         self._base = base_batches
         self._batch_size = loader.batch_size
-        self._num_samples = num_samples
+        self._num_samples = num_samples = stream.num_samples
         self._num_batches = (num_samples // loader.batch_size if loader.drop_last
                              else math.ceil(num_samples / loader.batch_size))
         self._next = 0  # the next batch to hand out
         self._done_samples = 0  # samples decoded, in order, from the start of this pass
         self._error: BaseException | None = None
         self._closed = False
-        core = self._dataset._core
-        self._videos = core.episode_videos()
-        self._writer = _BatchWriter(core.builder, batch_size=loader.batch_size, num_batches=self._num_batches,
-                                    pin_memory=loader.pin_memory, memory=loader._memory)
-        pool_size = self._dataset.episode_pool_size
+        self._stream = stream
+        self._writer = _BatchWriter(stream, batch_size=loader.batch_size, num_batches=self._num_batches,
+                                    pin_memory=loader.pin_memory, memory=memory)
         # Nothing the threads hold may refer to this object (see _BatchWriter).
         self._pipeline = GroupPipeline(
-            self._dataset.planned_groups(steps, self._videos), work=self._writer.write_group,
-            open_cache=lambda: core.decoder_cache(pool_size),
+            stream.groups(), work=self._writer.write_group, open_cache=stream.open_decoders,
             num_threads=loader.num_threads, allowed_samples=loader.prefetch_batches * loader.batch_size)
         if self._num_batches == 0:
             self._finish()
@@ -324,8 +324,7 @@ class _Iteration(Iterator[dict[str, Any]]):
                     raise RuntimeError(f"The stream of epoch {self._epoch} ended after {self._done_samples} of "
                                        f"{self._num_samples} samples (a bug: please report it).")
                 self._done_samples += group.count
-                for episode in group.evicted:
-                    self._videos.evict(episode)
+                self._stream.release(group.group)
             batch = self._writer.collate(self._writer.take(index), wanted - index * self._batch_size)
         except BaseException as error:
             # Nothing of the failed batch was handed out: the position stays before it.
@@ -341,7 +340,7 @@ class _Iteration(Iterator[dict[str, Any]]):
 
     def _finish(self) -> None:
         """The last batch is handed out: the epoch is done, as when a DataLoader's pass ends."""
-        self._dataset._epoch.finished(self._epoch)
+        self._stream.finished()
         self.close()
 
     def close(self) -> None:
@@ -352,7 +351,7 @@ class _Iteration(Iterator[dict[str, Any]]):
             self._pipeline.close()
         finally:
             self._writer.clear()
-            self._videos.close()
+            self._stream.close()
 
     def __del__(self) -> None:
         try:

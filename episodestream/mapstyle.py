@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
+from dataclasses import dataclass
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +16,8 @@ from ._files import EpisodeVideos, LocalFiles
 from ._lerobot_meta import LeRobotMeta
 from ._metadata import DatasetMeta
 from ._options import check_bool
-from ._rows import EpisodeRows, RowReader
+from ._holds import HeldEpisodes
+from ._rows import EpisodeRows
 from .video import DecoderCache
 
 _ROWS_CACHED = 4  # episodes' rows kept for neighbouring indices (a sampler often walks an episode)
@@ -65,7 +66,7 @@ class EpisodeDataset(torch.utils.data.Dataset):
         # without its budget, refcounts or `cache clear` (see docs/benchmarks.md, issue 13).
         use_columns = column_cache and isinstance(self._core.files, LocalFiles)
         self._columns_dir = default_columns_dir(cache_dir) if use_columns else None
-        self._process: tuple[int, RowReader | ColumnStore, DecoderCache, EpisodeVideos, OrderedDict[int, EpisodeRows]] | None = None
+        self._process: _PerProcess | None = None
 
     @property
     def meta(self) -> LeRobotMeta:
@@ -90,36 +91,46 @@ class EpisodeDataset(torch.utils.data.Dataset):
         k = int(np.searchsorted(self._starts, i, side="right")) - 1
         return int(self._episode_indices[k]), i - int(self._starts[k])
 
-    def _per_process(self):
+    def _per_process(self) -> _PerProcess:
         # Decoders and parquet handles must not cross a fork: rebuild them in each new process.
-        if self._process is None or self._process[0] != os.getpid():
+        if self._process is None or self._process.pid != os.getpid():
             reader = (self._core.row_reader() if self._columns_dir is None
                       else ColumnStore(self._core.files, self._core.meta, self._columns_dir))
-            self._process = (os.getpid(), reader, self._core.decoder_cache(_ROWS_CACHED),
-                             self._core.episode_videos(), OrderedDict())
+            videos = self._core.episode_videos()
+            self._process = _PerProcess(os.getpid(), self._core.decoder_cache(_ROWS_CACHED), videos,
+                                        HeldEpisodes(reader, videos))
         return self._process
 
     def close(self) -> None:
         """Close this process's decoders and release cached video and metadata (remote sources)."""
-        if self._process is not None and self._process[0] == os.getpid():
-            self._process[2].close()
-            self._process[3].close()
+        if self._process is not None and self._process.pid == os.getpid():
+            self._process.decoders.close()
+            self._process.videos.close()
         self._process = None
         self._core.files.close()
 
-    def _rows(self, episode_index: int) -> EpisodeRows:
-        _, reader, _, videos, cached = self._per_process()
-        rows = cached.pop(episode_index, None)
-        if rows is None:
-            rows = reader.read(self._core.meta.episodes[episode_index])
-            videos.admit(rows.episode)
-        cached[episode_index] = rows
-        if len(cached) > _ROWS_CACHED:
-            videos.evict(cached.popitem(last=False)[1].episode)
+    def _rows(self, process: _PerProcess, episode_index: int) -> EpisodeRows:
+        """The episode's rows, from the last few episodes held (an LRU of ``_ROWS_CACHED``)."""
+        held = process.held
+        if episode_index in held:
+            return held.touch(episode_index)
+        rows = held.hold(self._core.meta.episodes[episode_index])
+        if len(held) > _ROWS_CACHED and (oldest := held.release(held.oldest())) is not None:
+            process.videos.evict(oldest)
         return rows
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         episode_index, frame = self.locate(i)
-        rows = self._rows(episode_index)
-        pending = self._core.builder.plan(rows, frame, self._per_process()[3])
-        return self._core.builder.build(self._per_process()[2], [pending])[0]
+        process = self._per_process()
+        pending = self._core.builder.plan(self._rows(process, episode_index), frame, process.videos)
+        return self._core.builder.build(process.decoders, [pending])[0]
+
+
+@dataclass
+class _PerProcess:
+    """What one process of a map-style dataset opens for itself."""
+
+    pid: int
+    decoders: DecoderCache
+    videos: EpisodeVideos
+    held: HeldEpisodes  # the last ``_ROWS_CACHED`` episodes' rows, their video admitted

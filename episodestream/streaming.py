@@ -7,34 +7,28 @@ import os
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import torch.utils.data
 
 from ._core import DatasetCore
 from ._files import EpisodeVideos
-from ._frames import PendingSample
+from ._frames import PendingSample, SampleBuilder
+from ._holds import HeldEpisodes
 from ._metadata import EpisodeInfo
 from ._epoch import SharedEpoch
-from ._options import check_bool, check_int
+from ._options import check_int
 from ._pipeline import GroupPipeline
-from ._resume import STATE_FORMAT, BeyondEpochError, Leg, ResumePoint, fingerprint_digest, plan_resume, skip_emits
-from ._sampling import ADMIT, EMIT, EpochPlan, Segment, consumer_rng, consumer_schedule
+from ._stream import CheckedState, ConsumerStream, Decoders, PlannedGroup
+from ._resume import STATE_FORMAT, Resumption, consumer_steps, fingerprint_digest, locate, read_request
+from ._sampling import ADMIT, EMIT, EpochPlan, Step
 from ._world import World, current_world, resolve_rank
 from .tracing import set_process_name, trace_instant, trace_span, tracer_enabled
 from .video import DecoderCache
 
 if TYPE_CHECKING:
     from .remote import ControllerConfig
-
-
-@dataclass(frozen=True)
-class _ResumeRequest:
-    epoch: int
-    seed: int
-    shuffle: bool
-    legs: tuple[Leg, ...]  # the last one is the leg the state was saved in
 
 
 def _jsonable(value: Any) -> Any:
@@ -133,8 +127,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         self._epoch = SharedEpoch()
         self._loads_seen = 0  # resume states loaded when this copy was made (see _iteration_epoch)
         self._decoder_cache: DecoderCache | None = None
-        self._resume_request: _ResumeRequest | None = None
-        self._resume_points: dict[int, ResumePoint | None] = {}  # by num_workers, computed lazily
+        self._resumption: Resumption | None = None  # the loaded state, while its epoch is ahead
 
     @property
     def meta(self):
@@ -158,37 +151,17 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
     def __len__(self) -> int:
         """Samples this rank yields in the next iteration: ceil(selected frames / world_size), or
         what is left of a resumed epoch (assuming the saving run's num_workers)."""
-        request = self._resume_request
-        if request is None or request.epoch != self.epoch:
+        resumption = self._resumption_of(self.epoch)
+        if resumption is None:
             return -(-self._core.num_frames // self.world_size)
-        point = self._resume_point(request.legs[-1].num_workers)
-        plan = self._plan(point)
-        if point.skips is None:
-            return plan.samples_per_rank
-        consumed, _ = point.skips[self.rank]
-        return plan.samples_per_rank - sum(consumed)
+        point = resumption.point(resumption.request.legs[-1].num_workers)
+        return 0 if point is None else point.samples_left(self.world_size, self.rank)
 
-    def _segments(self) -> list[Segment]:
-        return self._core.whole_episodes()
+    def _resumption_of(self, epoch: int) -> Resumption | None:
+        resumption = self._resumption
+        return resumption if resumption is not None and resumption.request.epoch == epoch else None
 
-    def _plan(self, point: ResumePoint | None, epoch: int | None = None) -> EpochPlan:
-        if point is None:
-            return EpochPlan(self._segments(), seed=self.seed, epoch=self.epoch if epoch is None else epoch,
-                             shuffle=self.shuffle, world_size=self.world_size)
-        request = self._resume_request
-        return EpochPlan(point.segments, seed=request.seed, epoch=point.epoch, shuffle=request.shuffle,
-                         world_size=self.world_size, leg=point.leg_index)
-
-    def _resume_point(self, num_workers: int) -> ResumePoint | None:
-        request = self._resume_request
-        key = max(1, num_workers)
-        if key not in self._resume_points:
-            self._resume_points[key] = plan_resume(
-                self._segments(), seed=request.seed, epoch=request.epoch, shuffle=request.shuffle,
-                legs=request.legs, world_size=self.world_size, num_workers=key, pool_size=self.episode_pool_size)
-        return self._resume_points[key]
-
-    def schedule(self, world: World, epoch: int) -> Iterator[tuple[int, int, int]]:
+    def schedule(self, world: World, epoch: int) -> Iterator[Step]:
         """The (ADMIT|EMIT|EVICT, episode_index, frame) steps of one consumer: tabular-free.
 
         In the epoch a state was loaded for, this continues from the resume point: exact resume
@@ -196,18 +169,16 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         """
         return self._consumer_stream(world, epoch)[0]
 
-    def _consumer_stream(self, world: World, epoch: int) -> tuple[Iterator[tuple[int, int, int]], int]:
+    def _consumer_stream(self, world: World, epoch: int) -> tuple[Iterator[Step], int]:
         """``schedule(world, epoch)`` and how many samples it emits."""
-        request = self._resume_request
-        point = self._resume_point(world.num_workers) if request and request.epoch == epoch else None
-        plan = self._plan(point, epoch)
-        role, skip = point.share_for(plan, world) if point else (world, 0)
+        resumption = self._resumption_of(epoch)
+        point = resumption.point(world.num_workers) if resumption is not None else None
+        plan = (point.plan(self.world_size) if point is not None else
+                EpochPlan(self._core.whole_episodes(), seed=self.seed, epoch=epoch, shuffle=self.shuffle,
+                          world_size=self.world_size))
         if world.consumer == 0 and (message := plan.uneven_warning(world.num_workers)):
             warnings.warn(message, RuntimeWarning, stacklevel=4)
-        share = plan.share(role)
-        steps = consumer_schedule(share, pool_size=self.episode_pool_size, shuffle=plan.shuffle,
-                                  rng=consumer_rng(plan.seed, epoch, role, leg=plan.leg))
-        return (skip_emits(steps, skip) if skip else steps), share.num_samples - skip
+        return consumer_steps(plan, world, pool_size=self.episode_pool_size, point=point)
 
     def close(self) -> None:
         """Release this process's hold on a remote source's cached metadata (no-op when local)."""
@@ -227,10 +198,9 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
             # Raised from the first next(): a persistent worker calls iter() where an exception
             # kills the worker and its message is lost, but a failed fetch reaches the trainer.
             return _raising(error)
-        self._epoch.start(epoch)
         if tracer_enabled():
             set_process_name(f"episodestream rank {world.rank} worker {world.worker}")
-        return self._epoch_samples(self.schedule(world, epoch), epoch)
+        return self._samples(self.consumer_stream(world, epoch))
 
     def _iteration_epoch(self) -> int:
         """The epoch this iteration streams, the same in every DataLoader worker of the iteration."""
@@ -243,10 +213,6 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
                 "(persistent_workers=True keeps each worker's copy of the dataset, with the old position). "
                 "Build the DataLoader after load_state_dict(), or use EpisodeLoader, which owns its position.")
         return self._epoch.claim(info.num_workers)
-
-    def _epoch_samples(self, steps, epoch: int) -> Iterator[dict[str, Any]]:
-        yield from self._samples(steps)
-        self._epoch.finished(epoch)
 
     # -- resume ---------------------------------------------------------------------------------
 
@@ -268,10 +234,10 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         """
         started = self._epoch.started()
         epoch = self._epoch.get() if started is None else started
-        request = self._resume_request
+        resumption = self._resumption_of(epoch)
         # The legs this epoch was resumed from; load_state_dict tells from the trainer's
         # num_workers whether this run continued the last of them or started a new one.
-        legs = request.legs if request is not None and request.epoch == epoch else ()
+        legs = resumption.request.legs if resumption is not None else ()
         return {"format": STATE_FORMAT, "epoch": epoch, "seed": self.seed, "shuffle": self.shuffle,
                 "world_size": self.world_size, "episode_pool_size": self.episode_pool_size,
                 "legs": [asdict(leg) for leg in legs], "fingerprint": self._fingerprint()}
@@ -283,12 +249,11 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         A state whose seed, shuffle or fingerprint (source, revision, episode selection, windows,
         dataset size) differ from this dataset's is refused unless ``strict=False``.
         """
-        request, done = self._parse_state(state, strict=strict)
-        self._apply_state(request, done)
+        self.apply_state(self.check_state(state, strict=strict))
 
-    def _parse_state(self, state: Mapping[str, Any], *, strict: bool) -> tuple[_ResumeRequest, bool]:
-        """Check ``state`` and work out where it resumes, changing nothing: (the request, whether
-        the saved epoch is finished)."""
+    def check_state(self, state: Mapping[str, Any], *, strict: bool = True) -> CheckedState:
+        """Check ``state`` and work out where it resumes, changing nothing (``load_state_dict`` is
+        this then ``apply_state``; a loader checks its own settings in between)."""
         if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
             raise ValueError(f"Not an episodestream stream state (expected format {STATE_FORMAT!r}): {state!r:.200}")
         for key in ("batches_consumed", "batch_size", "num_workers"):
@@ -306,61 +271,36 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
             if strict:
                 raise ValueError(message + " Pass strict=False to load it anyway.")
             warnings.warn(message + " Loading anyway (strict=False).", RuntimeWarning, stacklevel=2)
-        epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
-        seed = check_int("state['seed']", state.get("seed", self.seed), minimum=0)
-        shuffle = check_bool("state['shuffle']", state.get("shuffle", self.shuffle))
-        batch_size = check_int("state['batch_size']", state["batch_size"], minimum=1)
-        batches = check_int("state['batches_consumed']", state["batches_consumed"], minimum=0)
-        current = Leg(check_int("state['world_size']", state.get("world_size"), minimum=1),
-                      check_int("state['num_workers']", state["num_workers"], minimum=0),
-                      check_int("state['episode_pool_size']", state.get("episode_pool_size"), minimum=1),
-                      batch_size, 0, check_bool("state['drop_last']", state.get("drop_last", False)))
-        saved_legs = state.get("legs", [])
-        if not isinstance(saved_legs, (list, tuple)):
-            raise ValueError(f"state['legs'] must be a list of legs, got {saved_legs!r:.200}.")
-        earlier = [Leg.from_state(leg, f"state['legs'][{i}]") for i, leg in enumerate(saved_legs)]
-        if earlier and earlier[-1].same_stream(current):  # the saving run continued that leg exactly
-            last = earlier.pop()
-            if (last.batch_size, last.drop_last) != (current.batch_size, current.drop_last):
-                raise ValueError(f"The saving run resumed an epoch with batch_size={last.batch_size}, "
-                                 f"drop_last={last.drop_last} and continued it with batch_size={batch_size}, "
-                                 f"drop_last={current.drop_last}; batches_consumed cannot be mapped to samples.")
-        current = replace(current, batches=batches - sum(leg.batches for leg in earlier))
-        if current.batches < 0:
-            raise ValueError(f"state['batches_consumed']={batches} is fewer than the {batches - current.batches} "
-                             f"batches of the epoch's earlier legs: it counts from the start of the epoch.")
-        request = _ResumeRequest(epoch, seed, shuffle, tuple(earlier + [current]))
-        try:
-            point = plan_resume(self._segments(), seed=seed, epoch=epoch, shuffle=shuffle, legs=request.legs,
-                                world_size=current.world_size, num_workers=current.num_workers,
-                                pool_size=current.pool_size)
-        except BeyondEpochError as beyond:
-            earlier_batches = batches - current.batches
-            message = (f"state['batches_consumed']={batches} is more than epoch {epoch} has: "
-                       f"{earlier_batches + beyond.available} batches of {batch_size} per rank"
-                       + (f" ({earlier_batches} in earlier legs)" if earlier_batches else "")
-                       + ". It counts the batches taken in the saved epoch, not a global step.")
-            if strict or beyond.leg_index != len(request.legs) - 1:
-                raise ValueError(message) from None
-            warnings.warn(message + " Treating the epoch as finished (strict=False).", RuntimeWarning, stacklevel=2)
-            point = None
-        return request, point is None
+        request = read_request(state, seed=self.seed, shuffle=self.shuffle)
+        return CheckedState(request.epoch, locate(request, self._core.whole_episodes(), strict=strict), request)
 
-    def _apply_state(self, request: _ResumeRequest, done: bool) -> None:
-        self._resume_request = None if done else request
-        self._resume_points = {}
+    def apply_state(self, checked: CheckedState) -> None:
+        """Make a ``check_state`` result the position the next iteration starts from."""
+        request, done = checked.request, checked.finished
+        self._resumption = None if done else Resumption(request, self._core.whole_episodes(),
+                                                        world_size=self.world_size, pool_size=self.episode_pool_size)
         self._epoch.set(request.epoch + 1 if done else request.epoch)
         self._loads_seen = self._epoch.state_loaded()
 
-    def planned_groups(self, steps: Iterator[tuple[int, int, int]],
-                       videos: EpisodeVideos) -> Iterator[tuple[list[PendingSample], list[EpisodeInfo]]]:
+    def consumer_stream(self, world: World, epoch: int) -> ConsumerStream:
+        """Open ``world``'s pass over ``epoch`` for a loader to pull (see ``_stream``): from the
+        resume point in the epoch a state was loaded for. Marks the epoch started."""
+        self._epoch.start(epoch)
+        steps, num_samples = self._consumer_stream(world, epoch)
+        return self._stream(steps, num_samples, epoch)
+
+    def _stream(self, steps: Iterator[Step], num_samples: int, epoch: int) -> _DatasetStream:
+        """The stream of ``steps`` (a consumer's schedule, or any other, e.g. a mixture's pass)."""
+        return _DatasetStream(self, steps, num_samples, epoch)
+
+    def _planned_groups(self, steps: Iterator[Step], videos: EpisodeVideos) -> Iterator[PlannedGroup]:
         """Run the pool over ``steps``: groups of up to ``decode_group_size`` samples whose tabular
         part is built and whose video is still to decode, with the episodes to evict once they are
-        decoded (the benchmark times decoding these groups alone)."""
-        reader = self._core.row_reader()
+        decoded."""
         builder = self._core.builder
         episodes = self._core.meta.episodes
-        pool: dict[int, list] = {}  # episode_index -> [rows, admissions]
+        # Prefetching sources admit video ahead of the pool (_admit_ahead), the rest on first hold.
+        pool = HeldEpisodes(self._core.row_reader(), videos, admit_video=not videos.prefetches)
         pending: list[PendingSample] = []
         evicted: list[EpisodeInfo] = []
         if videos.prefetches:
@@ -368,79 +308,112 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         for kind, episode_index, frame in steps:
             if kind == EMIT:
                 with trace_span("plan", cat="samples", level="detailed", episode=episode_index, frame=frame):
-                    pending.append(builder.plan(pool[episode_index][0], frame, videos))
+                    pending.append(builder.plan(pool.rows(episode_index), frame, videos))
                 if len(pending) >= self.decode_group_size:
-                    yield pending, evicted
+                    yield PlannedGroup(pending, evicted)
                     pending, evicted = [], []
             elif kind == ADMIT:
-                entry = pool.setdefault(episode_index, [None, 0])
-                if entry[0] is None:
+                if episode_index not in pool:
                     trace_instant("admit", cat="pool", episode=episode_index)
-                    with trace_span("read_rows", cat="rows", level="detailed", episode=episode_index):
-                        entry[0] = reader.read(episodes[episode_index])
-                    if not videos.prefetches:
-                        videos.admit(episodes[episode_index])
-                entry[1] += 1
-            else:
-                entry = pool[episode_index]
-                entry[1] -= 1
-                if entry[1] == 0:
-                    del pool[episode_index]
-                    trace_instant("evict", cat="pool", episode=episode_index)
-                    # Its rows can go now (plan() copied what it needs); its video bytes only
-                    # after the pending samples are decoded.
-                    evicted.append(episodes[episode_index])
+                with trace_span("read_rows", cat="rows", level="detailed", episode=episode_index):
+                    pool.hold(episodes[episode_index])
+            elif (episode := pool.release(episode_index)) is not None:
+                trace_instant("evict", cat="pool", episode=episode_index)
+                # Its rows are gone now (plan() copied what it needs); its video bytes go only
+                # after the pending samples are decoded.
+                evicted.append(episode)
         if pending or evicted:
-            yield pending, evicted
+            yield PlannedGroup(pending, evicted)
 
-    def _samples(self, steps: Iterator[tuple[int, int, int]]) -> Iterator[dict[str, Any]]:
-        videos = self._core.episode_videos()
+    def _samples(self, stream: ConsumerStream) -> Iterator[dict[str, Any]]:
         if self.decode_threads > 1:
-            yield from self._threaded_samples(steps, videos)
+            yield from self._threaded_samples(stream)
             return
-        cache = self._decoder_cache = self._core.decoder_cache(self.episode_pool_size)
+        decoders = stream.open_decoders()
+        self._decoder_cache = decoders
         try:
-            for group, evicted in self.planned_groups(steps, videos):
-                if group:
-                    with trace_span("build", cat="samples", samples=len(group)):
-                        samples = self._core.builder.build(cache, group)
+            for group in stream.groups():
+                if group.pendings:
+                    with trace_span("build", cat="samples", samples=len(group.pendings)):
+                        samples = stream.builder(group.source).build(decoders[group.source], group.pendings)
                     yield from samples
-                for episode in evicted:
-                    videos.evict(episode)
+                stream.release(group)
         finally:
-            cache.close()
-            videos.close()
+            decoders.close()
+            stream.close()
+        stream.finished()
 
-    def _threaded_samples(self, steps: Iterator[tuple[int, int, int]],
-                          videos: EpisodeVideos) -> Iterator[dict[str, Any]]:
+    def _threaded_samples(self, stream: ConsumerStream) -> Iterator[dict[str, Any]]:
         """``_samples`` with decode groups built on ``decode_threads`` threads, handed out in order."""
-        caches: list[DecoderCache] = []
+        opened: list[Decoders] = []
 
-        def open_cache() -> DecoderCache:
-            cache = self._core.decoder_cache(self.episode_pool_size)
-            caches.append(cache)  # list.append is atomic; read only for decoder_stats()
-            return cache
+        def open_decoders() -> Decoders:
+            decoders = stream.open_decoders()
+            opened.append(decoders)  # list.append is atomic; read only for decoder_stats()
+            return decoders
 
-        def build(cache: DecoderCache, first_sample: int, group: list[PendingSample]) -> list[dict[str, Any]]:
-            with trace_span("build", cat="samples", samples=len(group)):
-                return self._core.builder.build(cache, group) if group else []
+        def build(decoders: Decoders, first_sample: int, group: PlannedGroup) -> list[dict[str, Any]]:
+            if not group.pendings:
+                return []
+            with trace_span("build", cat="samples", samples=len(group.pendings)):
+                return stream.builder(group.source).build(decoders[group.source], group.pendings)
 
         # Enough groups in flight to keep every thread busy while the consumer takes samples.
         ahead = 2 * self.decode_threads * self.decode_group_size
-        pipeline = GroupPipeline(self.planned_groups(steps, videos), work=build, open_cache=open_cache,
+        pipeline = GroupPipeline(stream.groups(), work=build, open_cache=open_decoders,
                                  num_threads=self.decode_threads, allowed_samples=ahead)
-        self._decoder_cache = _CacheStats(caches)
+        self._decoder_cache = _CacheStats(opened)
         try:
             done = 0
-            while (group := pipeline.next_group()) is not None:
-                done += group.count
+            while (decoded := pipeline.next_group()) is not None:
+                done += decoded.count
                 pipeline.allow(done + ahead)
-                yield from group.result
-                for episode in group.evicted:
-                    videos.evict(episode)
+                yield from decoded.result
+                stream.release(decoded.group)
         finally:
             pipeline.close()
-            videos.close()
+            stream.close()
+        stream.finished()
+
+
+class _DatasetStream(ConsumerStream):
+    """One consumer's pass over a dataset's steps (see ``_stream.ConsumerStream``)."""
+
+    def __init__(self, dataset: EpisodeStreamingDataset, steps: Iterator[Step], num_samples: int,
+                 epoch: int) -> None:
+        core = dataset._core
+        self.num_samples = num_samples
+        self.num_cameras = len(core.meta.video_keys)
+        self._dataset = dataset
+        self._epoch = epoch
+        self._steps = steps
+        # Opened by the first groups() call, so that a stream nobody pulls holds nothing.
+        self._videos: EpisodeVideos | None = None
+        self._groups: Iterator[PlannedGroup] | None = None
+
+    def groups(self) -> Iterator[PlannedGroup]:
+        if self._groups is None:
+            self._videos = self._dataset._core.episode_videos()
+            self._groups = self._dataset._planned_groups(self._steps, self._videos)
+        return self._groups
+
+    def builder(self, source: int) -> SampleBuilder:
+        return self._dataset._core.builder
+
+    def open_decoders(self) -> Decoders:
+        return Decoders([self._dataset._core.decoder_cache(self._dataset.episode_pool_size)])
+
+    def release(self, group: PlannedGroup) -> None:
+        for episode in group.evicted:
+            self._videos.evict(episode)  # type: ignore[union-attr]  # a group comes from groups()
+
+    def finished(self) -> None:
+        self._dataset._epoch.finished(self._epoch)
+
+    def close(self) -> None:
+        if self._groups is not None:
+            self._groups.close()  # type: ignore[attr-defined]  # a generator
+            self._videos.close()  # type: ignore[union-attr]
 
 
 class _CacheStats:
@@ -466,11 +439,11 @@ def _raising(error: BaseException) -> Iterator[dict[str, Any]]:
     yield  # a generator: the error comes from the first next()
 
 
-def _admit_ahead(steps: Iterator[tuple[int, int, int]], videos: EpisodeVideos, episodes,
-                 *, depth: int) -> Iterator[tuple[int, int, int]]:
+def _admit_ahead(steps: Iterator[Step], videos: EpisodeVideos, episodes,
+                 *, depth: int) -> Iterator[Step]:
     """Pass ``steps`` through, calling ``videos.admit`` for each ADMIT as soon as it is among the
     next ``depth`` admissions, so fetching runs ahead of the pool's need."""
-    buffered: deque[tuple[int, int, int]] = deque()
+    buffered: deque[Step] = deque()
     admits_buffered = 0
     for step in steps:
         buffered.append(step)

@@ -296,7 +296,7 @@ def test_arguments_are_validated(many_episodes_root):
             EpisodeLoader(dataset, 4, **kwargs)
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
         EpisodeLoader(dataset, 0)
-    with pytest.raises(TypeError, match="needs an EpisodeStreamingDataset, got list"):
+    with pytest.raises(TypeError, match=r"needs an EpisodeStreamingDataset \(or another stream source.*got list"):
         EpisodeLoader([1, 2], 4)
 
 

@@ -270,13 +270,14 @@ def decode_calls(dataset: EpisodeStreamingDataset, num_workers: int) -> list[lis
     for worker in range(max(1, num_workers)):
         world = World(rank=0, world_size=1, worker=worker, num_workers=max(1, num_workers))
         calls = []
-        steps = dataset.schedule(world, epoch=0)
-        for group, _ in dataset.planned_groups(steps, dataset._core.episode_videos()):
+        stream = dataset.consumer_stream(world, epoch=0)
+        for group in stream.groups():
             wanted: dict[str, set[float]] = {}
-            for pending in group:
+            for pending in group.pendings:
                 for query in pending.queries:
                     wanted.setdefault(query.path, set()).update(query.timestamps_s)
             calls += [(path, [t + half_frame_s for t in sorted(stamps)]) for path, stamps in wanted.items()]
+        stream.close()
         per_worker.append(calls)
     return per_worker
 

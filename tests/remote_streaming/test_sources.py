@@ -87,7 +87,7 @@ def test_indexed_samples_equal_local(hub_root, dataset_root, tmp_path):
             remote_dataset(EpisodeDataset, REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False,
                            delta_timestamps=STREAM["delta_timestamps"]) as dataset:
         assert_same_samples([dataset[i] for i in indices], [local[i] for i in indices])
-        dataset._per_process()[3].close()  # the map-style dataset keeps its videos per process
+        dataset.close()  # the map-style dataset keeps its video per process until closed
     assert cache_files(tmp_path / "cache") == []
 
 

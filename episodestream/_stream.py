@@ -1,0 +1,128 @@
+"""The seam between what streams samples (a dataset, a mixture) and what pulls them (the loaders).
+
+A *stream source* (``EpisodeStreamingDataset``, ``EpisodeMixture``) opens, per consumer and epoch, a
+``ConsumerStream``: decode groups planned in stream order (rows read, video admitted, frames still
+to decode), the ``SampleBuilder`` that finishes each group's samples, and one thread's decoders.
+The dataset's own ``__iter__`` and ``EpisodeLoader`` both pull from it, so neither reaches into
+the other's internals, and a mixture plugs in by giving a stream whose groups come from several
+sources (``PlannedGroup.source`` says which).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from ._frames import PendingSample, SampleBuilder
+from ._metadata import EpisodeInfo
+from ._world import World
+from .video import DecoderCache
+
+
+@dataclass
+class PlannedGroup:
+    """Samples planned together from one source: tabular part built, video still to decode."""
+
+    pendings: list[PendingSample]
+    evicted: list[EpisodeInfo]  # episodes whose video may be released once these are decoded
+    source: int = 0  # which of the stream's sources planned it (a mixture's component)
+
+
+class Decoders:
+    """One thread's decoder caches, one per source: a decoder is never shared between threads."""
+
+    def __init__(self, caches: Sequence[DecoderCache]) -> None:
+        self._caches = list(caches)
+
+    def __getitem__(self, source: int) -> DecoderCache:
+        return self._caches[source]
+
+    def stats(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for cache in self._caches:
+            for key, value in cache.stats().items():
+                totals[key] = totals.get(key, 0) + value
+        return totals
+
+    def close(self) -> None:
+        for cache in self._caches:
+            cache.close()
+
+
+class ConsumerStream(ABC):
+    """One consumer's pass over its share of an epoch, as loaders pull it.
+
+    ``groups()`` plans in stream order and is called from one thread at a time (the pipeline's
+    planning lock); ``builder`` and ``open_decoders`` are used by decode threads; ``release`` runs
+    in the consumer's thread once a group's samples are handed out in order.
+    """
+
+    num_samples: int  # samples this pass emits
+    num_cameras: int  # camera keys per sample (sizes batch memory)
+    num_sources: int = 1  # the sources whose groups it interleaves; ``PlannedGroup.source`` < this
+
+    @abstractmethod
+    def groups(self) -> Iterator[PlannedGroup]:
+        """The planned groups, in stream order."""
+
+    @abstractmethod
+    def builder(self, source: int) -> SampleBuilder:
+        """What decodes and finishes the samples of ``source``'s groups."""
+
+    @abstractmethod
+    def open_decoders(self) -> Decoders:
+        """Fresh decoder caches for one decode thread, one per source."""
+
+    @abstractmethod
+    def release(self, group: PlannedGroup) -> None:
+        """``group``'s samples are decoded: release the video of the episodes it evicted."""
+
+    @abstractmethod
+    def finished(self) -> None:
+        """The pass's last sample was handed out: its epoch is done."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release what the pass holds (cached video); safe to call twice."""
+
+
+@runtime_checkable
+class StreamSource(Protocol):
+    """What ``EpisodeLoader`` needs of what it loads (``EpisodeStreamingDataset``, ``EpisodeMixture``)."""
+
+    rank: int
+    world_size: int
+
+    @property
+    def epoch(self) -> int: ...
+
+    def set_epoch(self, epoch: int) -> None: ...
+
+    def __len__(self) -> int: ...
+
+    def consumer_stream(self, world: World, epoch: int) -> ConsumerStream:
+        """Open ``world``'s pass over ``epoch`` (from the resume point in a resumed epoch), marking
+        the epoch started."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def check_state(self, state: Mapping[str, Any], *, strict: bool = True) -> CheckedState:
+        """Validate ``state`` and work out where it resumes, changing nothing."""
+        ...
+
+    def apply_state(self, checked: CheckedState) -> None:
+        """Make ``check_state``'s result the position the next iteration starts from."""
+        ...
+
+
+@dataclass(frozen=True)
+class CheckedState:
+    """A validated resume state: its epoch, whether that epoch is already finished, and what the
+    source that checked it needs to apply it (opaque to loaders)."""
+
+    epoch: int
+    finished: bool
+    request: Any
