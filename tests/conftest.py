@@ -40,7 +40,7 @@ def many_episodes_root(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def tabular_root(tmp_path_factory):
+def camera_less_root(tmp_path_factory):
     """24 camera-less episodes of TABULAR_LENGTHS frames (no video: written in ~0.1 s), for
     properties of the split, the schedule and resume that need metadata but never decode."""
     root = tmp_path_factory.mktemp("datasets") / "tabular"

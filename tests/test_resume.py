@@ -246,10 +246,10 @@ def test_load_after_persistent_workers_started_is_detected(many_episodes_root):
     assert len(resumed) == expected == dataset._core.num_frames - 2 * BATCH
 
 
-def test_out_of_order_delivery_is_refused(tabular_root):
+def test_out_of_order_delivery_is_refused(camera_less_root):
     """With in_order=False batches come as workers finish them, so batches_consumed no longer says
     how many of each worker's samples were taken: stream_state refuses rather than resume wrongly."""
-    dataset = EpisodeStreamingDataset(tabular_root)
+    dataset = EpisodeStreamingDataset(camera_less_root)
     with pytest.raises(ValueError, match=r"num_workers=2, got in_order=False: batches_consumed cannot be mapped"):
         stream_state(torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=2, in_order=False), 3)
     # One worker, or none, delivers in order whatever in_order says.

@@ -12,10 +12,10 @@ worker counts, pool sizes, batch sizes, drop_last, episode selections and save p
 - elastic resume (ranks, workers or pool changed): every unconsumed frame once, nothing consumed
   again, equal counts per rank; and a state saved in a resumed epoch resumes again (legs chain).
 
-The DataLoader is simulated (``loader_batches``: each worker batches its own stream, the loader
-takes one batch from each worker in turn, skipping exhausted ones); ``test_the_simulated_loader_is_the_real_one``
-checks that simulation against real DataLoaders over a decoded dataset, and ``tests/test_resume.py``
-keeps one decoded end-to-end test per property.
+The DataLoader is simulated (``stream_model.loader_batches``: each worker batches its own stream,
+the loader takes one batch from each worker in turn, skipping exhausted ones);
+``test_the_simulated_loader_is_the_real_one`` checks that simulation against real DataLoaders over
+a decoded dataset, and ``tests/test_resume.py`` keeps one decoded end-to-end test per property.
 """
 
 from __future__ import annotations
@@ -30,10 +30,9 @@ import pytest
 import torch.utils.data
 
 from episodestream import EpisodeStreamingDataset, stream_state
-from episodestream._world import World
 
 from .conftest import TABULAR_LENGTHS
-from .stream_model import emits, loader_batches, pairs, worker_streams
+from .stream_model import loader_batches, pairs, worker_streams
 
 # Tiny selections leave some consumers nothing but fill-ins, which warns (tested in test_streaming).
 pytestmark = [pytest.mark.filterwarnings("ignore:The epoch has .* frames for:RuntimeWarning"),
@@ -86,17 +85,18 @@ def all_frames(selection) -> Counter:
 
 
 @pytest.fixture(scope="module")
-def datasets(tabular_root):
+def datasets(camera_less_root):
     """``datasets(role, selection, shuffle, world_size, rank, pool_size)``, built once per module
     (construction reads metadata): "fresh" ones are never resumed; a "resumer" is a pickled copy of
     the fresh one (as a DataLoader worker gets it), given a state before each use."""
     built: dict[tuple, EpisodeStreamingDataset] = {}
 
-    def get(role: str, selection, shuffle: bool, world_size: int, rank: int, pool_size: int) -> EpisodeStreamingDataset:
+    def get(role: str, selection, shuffle: bool, world_size: int, rank: int,
+            pool_size: int) -> EpisodeStreamingDataset:
         key = (selection, shuffle, world_size, rank, pool_size)
         if key not in built:
             built[key] = EpisodeStreamingDataset(
-                tabular_root, episodes=None if selection is None else list(selection), shuffle=shuffle,
+                camera_less_root, episodes=None if selection is None else list(selection), shuffle=shuffle,
                 seed=SEED, world_size=world_size, rank=rank, episode_pool_size=pool_size)
         if role == "fresh":
             return built[key]
@@ -117,10 +117,9 @@ class Case:
     def dataset(self, layout: Layout, rank: int, role: str = "fresh") -> EpisodeStreamingDataset:
         return self.datasets(role, self.selection, self.shuffle, layout.world_size, rank, layout.pool_size)
 
-    def streams(self, dataset: EpisodeStreamingDataset, layout: Layout, rank: int, epoch: int) -> list[list]:
+    def streams(self, dataset: EpisodeStreamingDataset, layout: Layout, epoch: int) -> list[list]:
         """Each worker's emitted (episode, frame) pairs, in order."""
-        return [emits(dataset.schedule(World(rank, layout.world_size, worker, layout.workers), epoch))
-                for worker in range(layout.workers)]
+        return worker_streams(dataset, num_workers=layout.num_workers, epoch=epoch)
 
     def save(self, datasets_by_rank, layout: Layout, batches_consumed: int) -> dict:
         """``stream_state`` as each rank's trainer would save it (all ranks save the same state)."""
@@ -140,7 +139,7 @@ class Case:
             dataset = self.dataset(layout, rank, "resumer")
             dataset.load_state_dict(state)
             epochs.add(dataset.epoch)
-            streams.append(self.streams(dataset, layout, rank, dataset.epoch))
+            streams.append(self.streams(dataset, layout, dataset.epoch))
             lengths.append(len(dataset))
         assert len(epochs) == 1
         return epochs.pop(), streams, lengths
@@ -150,7 +149,7 @@ def flat(batches) -> list:
     return [sample for _, batch in batches for sample in batch]
 
 
-def check_split(frames: Counter, per_rank: list[list], rank_parts_known: bool = True) -> None:
+def check_split(frames: Counter, per_rank: list[list]) -> None:
     """Every frame of ``frames`` at least once, equal counts per rank, and the only repeats are
     fill-ins: ceil(F / ranks) * ranks - F of them, each repeating a frame of its own rank."""
     world_size, total = len(per_rank), sum(frames.values())
@@ -176,7 +175,7 @@ def test_split_covers_every_frame_once_with_equal_counts(datasets, config):
     per_rank = []
     for rank in range(layout.world_size):
         dataset = case.dataset(layout, rank)
-        streams = case.streams(dataset, layout, rank, epoch)
+        streams = case.streams(dataset, layout, epoch)
         per_rank.append([sample for stream in streams for sample in stream])
         assert len(dataset) == len(per_rank[-1])
         # The loader hands out every sample of the rank's workers (drop_last aside).
@@ -241,7 +240,7 @@ def test_resume_exact_or_elastic_and_again(datasets, config):
     first_ranks = [case.dataset(first, rank) for rank in range(first.world_size)]
     for dataset in first_ranks:
         dataset.set_epoch(epoch)  # the epoch a state saved now names
-    uninterrupted = [case.streams(d, first, rank, epoch) for rank, d in enumerate(first_ranks)]
+    uninterrupted = [case.streams(dataset, first, epoch) for dataset in first_ranks]
     produced = batch_counts(uninterrupted, first)
     for batches in save_points(rng, produced):
         second = changed_layout(first, rng)
@@ -251,13 +250,12 @@ def test_resume_exact_or_elastic_and_again(datasets, config):
         resumed_epoch, resumed, lengths = case.resume(state, second)
         if batches >= max(produced):  # every rank took its whole epoch: a full next epoch follows
             assert resumed_epoch == epoch + 1
-            assert resumed == [case.streams(case.dataset(second, r), second, r, epoch + 1)
+            assert resumed == [case.streams(case.dataset(second, r), second, epoch + 1)
                                for r in range(second.world_size)]
             continue
         assert resumed_epoch == epoch
         check_resumed(case, exact=first.same_stream(second), before=uninterrupted, consumed_per_worker=per_worker,
-                      consumed=consumed, resumed=resumed,
-                      lengths=lengths)
+                      consumed=consumed, resumed=resumed, lengths=lengths)
 
         # A second save, within the resumed leg; batches_consumed counts from the start of the epoch.
         second_produced = batch_counts(resumed, second)
@@ -279,8 +277,7 @@ def test_resume_exact_or_elastic_and_again(datasets, config):
             continue
         assert epoch3 == epoch
         check_resumed(case, exact=second.same_stream(third), before=resumed, consumed_per_worker=per_worker2,
-                      consumed=taken, resumed=resumed3,
-                      lengths=lengths3)
+                      consumed=taken, resumed=resumed3, lengths=lengths3)
 
 
 def test_the_simulated_loader_is_the_real_one(many_episodes_root):

@@ -74,7 +74,8 @@ def test_ranks_get_disjoint_equal_shares_of_the_frames(many_episodes_root, unint
 
 
 @pytest.mark.parametrize("saved_by,resumed_by", [("episode", "dataloader"), ("dataloader", "episode")])
-def test_resume_after_checkpoint_continues_exactly(many_episodes_root, tmp_path, uninterrupted, saved_by, resumed_by):
+def test_resume_after_checkpoint_continues_exactly(many_episodes_root, tmp_path, uninterrupted, saved_by,
+                                                   resumed_by):
     """A run stopped at a checkpoint and restarted with the other loader (each resumes the other's
     state) yields exactly the uninterrupted samples; these runs train (the example's loop runs)."""
     _launch(tmp_path, many_episodes_root, "--checkpoint-every", "3", "--max-steps", "3", "--loader", saved_by)
