@@ -8,11 +8,14 @@ import threading
 import pytest
 
 from episodestream import write_synthetic_dataset
+from episodestream.synthetic import write_tabular_dataset
 
 CAMERAS = ("observation.images.front", "observation.images.wrist")
 # Lengths chosen so that one episode is longer than the 100+ frame windows the parity tests use,
 # and several are short enough that the pool turns over many times.
 EPISODE_LENGTHS = (23, 140, 17, 41, 9, 60)
+# Short and one-frame episodes, so that cuts fall inside, at the ends of and between episodes.
+TABULAR_LENGTHS = (7, 1, 12, 3, 9, 1, 15, 4, 6, 2, 11, 5, 8, 1, 13, 3, 10, 6, 2, 14, 4, 7, 1, 9)
 
 
 @pytest.fixture(scope="session")
@@ -33,6 +36,16 @@ def many_episodes_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("datasets") / "many"
     write_synthetic_dataset(root, num_episodes=20, episode_length=(5, 15), cameras=CAMERAS[:1],
                             max_episodes_per_video_file=7, seed=3)
+    return root
+
+
+@pytest.fixture(scope="session")
+def camera_less_root(tmp_path_factory):
+    """24 camera-less episodes of TABULAR_LENGTHS frames (no video: written in ~0.1 s), for
+    properties of the split, the schedule and resume that need metadata but never decode."""
+    root = tmp_path_factory.mktemp("datasets") / "tabular"
+    write_tabular_dataset(root, num_episodes=len(TABULAR_LENGTHS), episode_length=list(TABULAR_LENGTHS),
+                          episodes_per_data_file=5)
     return root
 
 
@@ -74,3 +87,32 @@ def thread_police():
         thread.join(timeout=5)
     leaked = [t.name for t in leaked if t.is_alive()]
     assert not leaked, f"test left threads running: {leaked}"
+
+
+def _normal_scheduling() -> None:
+    """Put this process's threads back under the normal time-sharing policy.
+
+    The SVT-AV1 encoder that writes the synthetic datasets' video switches the calling thread to
+    real-time scheduling (SCHED_FIFO, priority 99) when it runs as root; threads and DataLoader
+    workers started afterwards inherit it. Such a test process outranks everything else on the
+    machine: on 2 cores, two of them busy-waiting starve every other process, their own helper
+    threads and ``timeout`` included (seen: test runs stalled for half an hour). Lowering a policy
+    needs no privilege. Linux only (``/proc/self/task``); elsewhere the encoder is not an issue.
+    """
+    if not hasattr(os, "sched_getscheduler") or not os.path.isdir("/proc/self/task"):
+        return
+    for tid in map(int, os.listdir("/proc/self/task")):
+        try:
+            if os.sched_getscheduler(tid) != os.SCHED_OTHER:
+                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+        except ProcessLookupError:  # the thread ended meanwhile
+            pass
+
+
+@pytest.fixture(autouse=True)
+def normal_scheduling():
+    """Before each test (after the session's datasets were encoded) and after it (it may have
+    encoded one itself), undo what the encoder did to the scheduling policy (see _normal_scheduling)."""
+    _normal_scheduling()
+    yield
+    _normal_scheduling()
