@@ -87,32 +87,3 @@ def thread_police():
         thread.join(timeout=5)
     leaked = [t.name for t in leaked if t.is_alive()]
     assert not leaked, f"test left threads running: {leaked}"
-
-
-def _normal_scheduling() -> None:
-    """Put this process's threads back under the normal time-sharing policy.
-
-    The SVT-AV1 encoder that writes the synthetic datasets' video switches the calling thread to
-    real-time scheduling (SCHED_FIFO, priority 99) when it runs as root; threads and DataLoader
-    workers started afterwards inherit it. Such a test process outranks everything else on the
-    machine: on 2 cores, two of them busy-waiting starve every other process, their own helper
-    threads and ``timeout`` included (seen: test runs stalled for half an hour). Lowering a policy
-    needs no privilege. Linux only (``/proc/self/task``); elsewhere the encoder is not an issue.
-    """
-    if not hasattr(os, "sched_getscheduler") or not os.path.isdir("/proc/self/task"):
-        return
-    for tid in map(int, os.listdir("/proc/self/task")):
-        try:
-            if os.sched_getscheduler(tid) != os.SCHED_OTHER:
-                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
-        except ProcessLookupError:  # the thread ended meanwhile
-            pass
-
-
-@pytest.fixture(autouse=True)
-def normal_scheduling():
-    """Before each test (after the session's datasets were encoded) and after it (it may have
-    encoded one itself), undo what the encoder did to the scheduling policy (see _normal_scheduling)."""
-    _normal_scheduling()
-    yield
-    _normal_scheduling()
