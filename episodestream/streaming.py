@@ -466,6 +466,12 @@ def stream_state(loader: torch.utils.data.DataLoader, batches_consumed: int) -> 
     if not isinstance(dataset, (EpisodeStreamingDataset, EpisodeMixture)):
         raise TypeError(f"stream_state needs a DataLoader over an EpisodeStreamingDataset or EpisodeMixture, "
                         f"got {type(dataset).__name__}.")
+    if loader.num_workers > 1 and not getattr(loader, "in_order", True):
+        # Resume replays the in-order round robin to find each worker's consumed samples; out of
+        # order, batches come as workers finish them and the count no longer says whose they were.
+        raise ValueError(f"stream_state needs the DataLoader's in-order delivery with num_workers="
+                         f"{loader.num_workers}, got in_order=False: batches_consumed cannot be mapped to "
+                         f"each worker's samples. Use in_order=True (the default), or num_workers <= 1.")
     return {**dataset.state_dict(), "batches_consumed": check_int("batches_consumed", batches_consumed, minimum=0),
             # batch_size=None hands out single samples: the same round robin as batches of one.
             "batch_size": loader.batch_size or 1, "num_workers": loader.num_workers, "drop_last": loader.drop_last}

@@ -196,6 +196,43 @@ def _environment_default(name: str, value: str | None) -> Iterator[None]:
         os.environ.pop(name, None)
 
 
+@contextlib.contextmanager
+def _scheduling_kept() -> Iterator[None]:
+    """Undo real-time scheduling that the block gives this process's threads.
+
+    SVT-AV1 4.x, run as root, switches the thread that opens an encoder to SCHED_FIFO priority 99
+    (its own threads inherit it): a test session or benchmark that writes a dataset then runs in
+    real time for the rest of its life and starves every other process of the machine (measured
+    here: two such pytest processes on 2 cores left a third unable even to exit). Threads that
+    were not real-time before the block are put back to the normal policy.
+    """
+    if not hasattr(os, "sched_getscheduler") or not os.path.isdir("/proc/self/task"):  # not Linux
+        yield
+        return
+    realtime = {os.SCHED_FIFO, os.SCHED_RR}
+    was_realtime = {tid for tid in _thread_ids() if _policy(tid) in realtime}
+    try:
+        yield
+    finally:
+        for tid in _thread_ids():
+            if tid not in was_realtime and _policy(tid) in realtime:
+                try:
+                    os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+                except OSError:  # the thread ended meanwhile
+                    pass
+
+
+def _thread_ids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc/self/task")]
+
+
+def _policy(tid: int) -> int | None:
+    try:
+        return os.sched_getscheduler(tid)
+    except OSError:  # the thread ended meanwhile
+        return None
+
+
 class _VideoFile:
     """One camera's mp4: a single encoder stream that the file's episodes are appended to."""
 
@@ -214,7 +251,7 @@ class _VideoFile:
         # is opened here, with SVT_LOG set for that call only and the environment restored after.
         # A user's own SVT_LOG wins. (Opening early encodes exactly as the lazy open at the first
         # frame did: same options, same bytes.)
-        with _environment_default("SVT_LOG", "1" if codec == "av1" else None):
+        with _environment_default("SVT_LOG", "1" if codec == "av1" else None), _scheduling_kept():
             self.stream.codec_context.open()
 
     def write(self, image: np.ndarray, *, pts: int) -> int:

@@ -8,11 +8,14 @@ import threading
 import pytest
 
 from episodestream import write_synthetic_dataset
+from episodestream.synthetic import write_tabular_dataset
 
 CAMERAS = ("observation.images.front", "observation.images.wrist")
 # Lengths chosen so that one episode is longer than the 100+ frame windows the parity tests use,
 # and several are short enough that the pool turns over many times.
 EPISODE_LENGTHS = (23, 140, 17, 41, 9, 60)
+# Short and one-frame episodes, so that cuts fall inside, at the ends of and between episodes.
+TABULAR_LENGTHS = (7, 1, 12, 3, 9, 1, 15, 4, 6, 2, 11, 5, 8, 1, 13, 3, 10, 6, 2, 14, 4, 7, 1, 9)
 
 
 @pytest.fixture(scope="session")
@@ -33,6 +36,16 @@ def many_episodes_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("datasets") / "many"
     write_synthetic_dataset(root, num_episodes=20, episode_length=(5, 15), cameras=CAMERAS[:1],
                             max_episodes_per_video_file=7, seed=3)
+    return root
+
+
+@pytest.fixture(scope="session")
+def camera_less_root(tmp_path_factory):
+    """24 camera-less episodes of TABULAR_LENGTHS frames (no video: written in ~0.1 s), for
+    properties of the split, the schedule and resume that need metadata but never decode."""
+    root = tmp_path_factory.mktemp("datasets") / "tabular"
+    write_tabular_dataset(root, num_episodes=len(TABULAR_LENGTHS), episode_length=list(TABULAR_LENGTHS),
+                          episodes_per_data_file=5)
     return root
 
 

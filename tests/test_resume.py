@@ -56,39 +56,33 @@ def save_after(root, *, rank, world_size, num_workers, epoch_batches, into_next)
     return state, consumed
 
 
-def check_resume_at_points(root, *, world_size, num_workers):
-    """Save at start, after 1 batch, middle, last batch, end of epoch and into the next epoch; the
-    resumed stream must equal the uninterrupted one sample for sample."""
-    for rank in range(world_size):
-        loader = loader_for(make(root, rank=rank, world_size=world_size), num_workers)
-        epoch0, epoch1 = list(loader), list(loader)
-        n = len(epoch0)
-        points = [(0, False), (1, False), (n // 2, False), (n - 1, False), (n, False), (2, True)]
-        for batches, into_next in points:
-            state, consumed = save_after(root, rank=rank, world_size=world_size, num_workers=num_workers,
-                                         epoch_batches=batches, into_next=into_next)
-            uninterrupted = epoch1 if into_next else epoch0
-            assert state["epoch"] == int(into_next)
-            resumed_dataset = make(root, rank=rank, world_size=world_size)
-            resumed_dataset.load_state_dict(state)
-            resumed_loader = loader_for(resumed_dataset, num_workers)
-            expected_len = len(resumed_dataset)
-            resumed = [batch for batch in resumed_loader]
-            assert expected_len == sum(len(b) for b in resumed)
-            if batches == n and not into_next:  # the whole epoch was consumed: resume starts epoch 1
-                assert_same_samples(resumed, epoch1)
-                continue
-            assert_same_samples(consumed + resumed, uninterrupted)
+def test_exact_resume(many_episodes_root):
+    """Decoded, through real DataLoaders (2 ranks, 2 workers each; rank 1): saved mid-epoch, at the
+    end of the epoch and in the next epoch, the resumed stream is the uninterrupted one sample for
+    sample, and the epoch after it a normal one. ``tests/test_stream_properties.py`` checks the same
+    property on the schedule for hundreds of layouts and save points."""
+    rank, world_size, num_workers = 1, 2, 2
+    loader = loader_for(make(many_episodes_root, rank=rank, world_size=world_size), num_workers)
+    epoch0, epoch1 = list(loader), list(loader)
+    n = len(epoch0)
+    for batches, into_next in [(n // 2, False), (n, False), (2, True)]:
+        state, consumed = save_after(many_episodes_root, rank=rank, world_size=world_size, num_workers=num_workers,
+                                     epoch_batches=batches, into_next=into_next)
+        assert state["epoch"] == int(into_next)
+        resumed_dataset = make(many_episodes_root, rank=rank, world_size=world_size)
+        resumed_dataset.load_state_dict(state)
+        resumed_loader = loader_for(resumed_dataset, num_workers)
+        expected_len = len(resumed_dataset)
+        resumed = [batch for batch in resumed_loader]
+        assert expected_len == sum(len(b) for b in resumed)
+        if batches == n:  # the whole epoch was consumed: resume starts epoch 1
+            assert_same_samples(resumed, epoch1)
+            continue
+        assert_same_samples(consumed + resumed, epoch1 if into_next else epoch0)
+        if not into_next:
             # The epoch after a resumed one is a normal full epoch. (Iterate without list(): list()
             # asks len(loader), which PyTorch answers from its cache of the resumed epoch's length.)
-            following = [batch for batch in resumed_loader]
-            assert_same_samples(following, epoch1 if not into_next else [batch for batch in loader])
-
-
-@pytest.mark.parametrize("world_size", [1, 2])
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_exact_resume(many_episodes_root, world_size, num_workers):
-    check_resume_at_points(many_episodes_root, world_size=world_size, num_workers=num_workers)
+            assert_same_samples([batch for batch in resumed_loader], epoch1)
 
 
 def consumed_and_state(root, *, world_size, num_workers, batches):
@@ -102,10 +96,10 @@ def consumed_and_state(root, *, world_size, num_workers, batches):
     return consumed, states[0]
 
 
-@pytest.mark.parametrize("before,after", [((1, 2), (1, 1)), ((1, 1), (2, 1)), ((1, 2), (1, 3)), ((2, 2), (1, 0))],
-                         ids=["2->1 workers", "1->2 ranks", "2->3 workers", "2 ranks->1 rank"])
-def test_elastic_resume_covers_the_epoch_once(many_episodes_root, before, after):
-    (old_world, old_workers), (new_world, new_workers) = before, after
+def test_elastic_resume_covers_the_epoch_once(many_episodes_root):
+    """Decoded, through real DataLoaders: 1 rank of 2 workers resumed as 2 ranks in their main
+    processes. ``tests/test_stream_properties.py`` checks it on the schedule for hundreds of changes."""
+    (old_world, old_workers), (new_world, new_workers) = (1, 2), (2, 0)
     consumed, state = consumed_and_state(many_episodes_root, world_size=old_world, num_workers=old_workers, batches=5)
     resumed_per_rank = []
     for rank in range(new_world):
@@ -250,3 +244,15 @@ def test_load_after_persistent_workers_started_is_detected(many_episodes_root):
     expected = len(dataset)
     resumed = [s for batch in loader_for(dataset, 2) for s in batch]
     assert len(resumed) == expected == dataset._core.num_frames - 2 * BATCH
+
+
+def test_out_of_order_delivery_is_refused(camera_less_root):
+    """With in_order=False batches come as workers finish them, so batches_consumed no longer says
+    how many of each worker's samples were taken: stream_state refuses rather than resume wrongly."""
+    dataset = EpisodeStreamingDataset(camera_less_root)
+    with pytest.raises(ValueError, match=r"num_workers=2, got in_order=False: batches_consumed cannot be mapped"):
+        stream_state(torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=2, in_order=False), 3)
+    # One worker, or none, delivers in order whatever in_order says.
+    for num_workers in (0, 1):
+        loader = torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=num_workers, in_order=False)
+        assert stream_state(loader, 3)["batches_consumed"] == 3

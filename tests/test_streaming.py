@@ -11,6 +11,7 @@ import torch.utils.data
 from episodestream import EpisodeStreamingDataset
 
 from .conftest import EPISODE_LENGTHS
+from .stream_model import expected_samples, pairs
 
 
 def stream_indices(root, *, rank=0, world_size=1, num_workers=0, epoch=None, **kwargs) -> list[int]:
@@ -21,9 +22,17 @@ def stream_indices(root, *, rank=0, world_size=1, num_workers=0, epoch=None, **k
     return [int(sample["index"]) for sample in loader]
 
 
-@pytest.mark.parametrize("world_size", [1, 2])
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_every_frame_once_and_equal_counts(many_episodes_root, world_size, num_workers):
+def scheduled(root, *, num_workers, epoch, **kwargs) -> list[tuple[int, int]]:
+    """The (episode, frame) pairs a DataLoader yields in ``epoch``, from the schedule alone (the
+    model is checked against real DataLoaders in test_stream_properties): a reference that costs
+    no worker processes and no decoding."""
+    return expected_samples(EpisodeStreamingDataset(root, **kwargs), num_workers=num_workers, epoch=epoch)
+
+
+def test_every_frame_once_and_equal_counts(many_episodes_root):
+    """Decoded, 2 ranks of 2 workers; test_stream_properties checks this on the schedule for
+    hundreds of layouts and episode selections."""
+    world_size, num_workers = 2, 2
     dataset = EpisodeStreamingDataset(many_episodes_root, world_size=world_size, rank=0)
     total = dataset._core.num_frames
     per_rank = [stream_indices(many_episodes_root, rank=r, world_size=world_size, num_workers=num_workers,
@@ -42,10 +51,12 @@ def test_every_frame_once_and_equal_counts(many_episodes_root, world_size, num_w
 
 
 def test_same_seed_same_stream_other_seed_or_epoch_another(many_episodes_root):
-    first = stream_indices(many_episodes_root, num_workers=2, seed=11)
-    assert first == stream_indices(many_episodes_root, num_workers=2, seed=11)
-    assert first != stream_indices(many_episodes_root, num_workers=2, seed=12)
-    epoch1 = stream_indices(many_episodes_root, num_workers=2, seed=11, epoch=1)
+    dataset = EpisodeStreamingDataset(many_episodes_root, seed=11, return_uint8=True)
+    first = pairs(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2))
+    # The decoded stream is the one (seed, epoch) schedule: nothing else orders it.
+    assert first == scheduled(many_episodes_root, num_workers=2, epoch=0, seed=11)
+    assert first != scheduled(many_episodes_root, num_workers=2, epoch=0, seed=12)
+    epoch1 = scheduled(many_episodes_root, num_workers=2, epoch=1, seed=11)
     assert epoch1 != first and sorted(epoch1) == sorted(first)
 
 
@@ -54,10 +65,10 @@ def test_epoch_advances_by_itself(many_episodes_root, num_workers, persistent):
     dataset = EpisodeStreamingDataset(many_episodes_root, seed=4, return_uint8=True)
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=num_workers,
                                          persistent_workers=persistent)
-    epochs = [[int(s["index"]) for s in loader] for _ in range(3)]
+    epochs = [pairs(loader) for _ in range(3)]
     assert dataset.epoch == 3
-    for epoch, indices in enumerate(epochs):
-        assert indices == stream_indices(many_episodes_root, num_workers=num_workers, seed=4, epoch=epoch)
+    for epoch, streamed in enumerate(epochs):
+        assert streamed == scheduled(many_episodes_root, num_workers=num_workers, epoch=epoch, seed=4)
     assert epochs[0] != epochs[1] != epochs[2]
 
 
@@ -66,7 +77,7 @@ def test_set_epoch_reaches_persistent_workers(many_episodes_root):
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=True)
     list(loader)
     dataset.set_epoch(7)
-    assert [int(s["index"]) for s in loader] == stream_indices(many_episodes_root, num_workers=2, seed=4, epoch=7)
+    assert pairs(loader) == scheduled(many_episodes_root, num_workers=2, epoch=7, seed=4)
 
 
 def test_shuffle_false_is_in_order(dataset_root):
@@ -182,10 +193,10 @@ def test_a_late_worker_streams_the_same_epoch(many_episodes_root):
     loader's prefetch) and advanced the shared counter must still stream that epoch."""
     dataset = EpisodeStreamingDataset(many_episodes_root, episodes=[0, 1], seed=2, return_uint8=True)
     loader = torch.utils.data.DataLoader(dataset, batch_size=64, num_workers=2, worker_init_fn=_slow_second_worker)
-    first = [int(i) for batch in loader for i in batch["index"]]
-    assert sorted(first) == sorted(stream_indices(many_episodes_root, episodes=[0, 1], seed=2, epoch=0))
+    first = [(int(e), int(f)) for batch in loader for e, f in zip(batch["episode_index"], batch["frame_index"])]
+    assert sorted(first) == sorted(scheduled(many_episodes_root, num_workers=0, epoch=0, episodes=[0, 1], seed=2))
     assert len(first) == len(set(first)) == len(dataset)
-    second = [int(i) for batch in loader for i in batch["index"]]
+    second = [(int(e), int(f)) for batch in loader for e, f in zip(batch["episode_index"], batch["frame_index"])]
     assert sorted(second) == sorted(first) and second != first  # epoch 1: the same frames, reshuffled
 
 
@@ -197,20 +208,19 @@ def test_a_dataloader_built_each_epoch_with_a_fixed_generator_still_advances(man
     def one_epoch():
         loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2,
                                              generator=torch.Generator().manual_seed(0))
-        return [int(s["index"]) for s in loader]
+        return pairs(loader)
 
     epochs = [one_epoch() for _ in range(3)]
     assert dataset.epoch == 3
     for epoch, streamed in enumerate(epochs):
-        assert streamed == stream_indices(many_episodes_root, num_workers=2, seed=4, epoch=epoch)
+        assert streamed == scheduled(many_episodes_root, num_workers=2, epoch=epoch, seed=4)
     dataset.set_epoch(7)
-    assert one_epoch() == stream_indices(many_episodes_root, num_workers=2, seed=4, epoch=7)
+    assert one_epoch() == scheduled(many_episodes_root, num_workers=2, epoch=7, seed=4)
 
 
 def test_worker_counts_change_between_iterations(many_episodes_root):
     dataset = EpisodeStreamingDataset(many_episodes_root, seed=4, return_uint8=True)
     for epoch, workers in enumerate((2, 3, 0, 1, 2)):
         loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
-        assert [int(s["index"]) for s in loader] == stream_indices(many_episodes_root, num_workers=workers,
-                                                                     seed=4, epoch=epoch)
+        assert pairs(loader) == scheduled(many_episodes_root, num_workers=workers, epoch=epoch, seed=4)
     assert dataset.epoch == 5

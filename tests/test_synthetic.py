@@ -2,6 +2,7 @@
 
 import io
 import json
+import os
 
 import av
 import numpy as np
@@ -281,3 +282,27 @@ def test_tabular_writer_past_2048_episodes(tmp_path):
     assert sum(1 for _ in EpisodeStreamingDataset(root, rank=0, world_size=7)) == -(-lengths.sum() // 7)
     with pytest.raises(ValueError, match=r"Invalid num_episodes \(0\)"):
         write_tabular_dataset(tmp_path / "bad", num_episodes=0)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getscheduler") or not os.path.isdir("/proc/self/task"),
+                    reason="thread scheduling policies are read from Linux /proc")
+def test_writing_av1_leaves_no_thread_in_real_time(tmp_path):
+    # SVT-AV1 4.x run as root puts the thread that opens an encoder in SCHED_FIFO 99; a test
+    # session then ran in real time and starved the rest of the machine. (Not root: SVT cannot
+    # raise the priority and this checks nothing changed either.)
+    realtime = {os.SCHED_FIFO, os.SCHED_RR}
+
+    def realtime_threads() -> list[int]:
+        found = []
+        for name in os.listdir("/proc/self/task"):
+            try:
+                if os.sched_getscheduler(int(name)) in realtime:
+                    found.append(int(name))
+            except OSError:
+                pass
+        return found
+
+    assert realtime_threads() == []
+    write_synthetic_dataset(tmp_path / "ds", num_episodes=1, episode_length=3, cameras=("observation.images.a",),
+                            codec="av1")
+    assert realtime_threads() == []

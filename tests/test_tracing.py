@@ -199,12 +199,14 @@ def test_concurrent_processes_write_one_valid_file(tmp_path, start_method):
     path = tmp_path / "trace.json"
     enable_tracer(path)
     context = multiprocessing.get_context(start_method)
-    processes = [context.Process(target=_write_events, args=(worker,)) for worker in range(NUM_PROCESSES)]
+    # Spawned children import torch afresh (seconds each): two show that they find the trace file.
+    num_processes = NUM_PROCESSES if start_method == "fork" else 2
+    processes = [context.Process(target=_write_events, args=(worker,)) for worker in range(num_processes)]
     for process in processes:
         process.start()
     for process in processes:
         process.join(timeout=60)
-    assert [process.exitcode for process in processes] == [0] * NUM_PROCESSES
+    assert [process.exitcode for process in processes] == [0] * num_processes
 
     text = path.read_text()
     assert text.startswith("[\n") and text.count("[\n") == 1

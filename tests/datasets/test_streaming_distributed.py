@@ -1,5 +1,6 @@
 """`accelerate launch` with 2 CPU processes (gloo) runs the multinode example: ranks get disjoint,
-equal-sized shares, and a run stopped at a checkpoint resumes with exactly the remaining samples."""
+equal-sized shares of the dataset's frames, and a run stopped at a checkpoint resumes with exactly
+the remaining samples."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import socket
 import subprocess
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 pytestmark = pytest.mark.distributed
@@ -47,32 +49,43 @@ def _indices(out: Path) -> list[dict]:
     return records
 
 
-def test_ranks_get_disjoint_equal_shares(many_episodes_root, tmp_path):
-    _launch(tmp_path / "run", many_episodes_root, "--dummy")
-    ranks = _indices(tmp_path / "run")
-    frames = ranks[0]["len"] * 2
-    first, second = (r["indices"] for r in ranks)
-    assert len(first) == len(second) == ranks[0]["len"]
-    overlap = set(first) & set(second)
-    total = len({int(i) for i in first + second})
+def _dataset_frames(root: Path) -> int:
+    """The dataset's frames, counted in its data files (not by the code under test)."""
+    return sum(pq.ParquetFile(path).metadata.num_rows for path in sorted(root.glob("data/**/*.parquet")))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(many_episodes_root, tmp_path_factory) -> list[dict]:
+    """Each rank's record of one uninterrupted epoch (both loaders stream the same: one consumer
+    per rank, batches of 8)."""
+    out = tmp_path_factory.mktemp("full")
+    _launch(out, many_episodes_root, "--dummy", "--checkpoint-every", "0", "--loader", "episode")
+    return _indices(out)
+
+
+def test_ranks_get_disjoint_equal_shares_of_the_frames(many_episodes_root, uninterrupted):
+    frames = _dataset_frames(many_episodes_root)
+    first, second = (r["indices"] for r in uninterrupted)
+    assert len(first) == len(second) == -(-frames // 2) == uninterrupted[0]["len"] == uninterrupted[1]["len"]
+    assert set(first) | set(second) == set(range(frames))
     # Beyond the documented fill-in (a rank one frame short repeats one of its own), disjoint.
-    assert not overlap
-    assert total >= frames - 1
+    assert not set(first) & set(second)
+    assert len(first) + len(second) - len(set(first + second)) == 2 * len(first) - frames
 
 
-@pytest.mark.parametrize("loader", ["episode", "dataloader"])
-def test_resume_after_checkpoint_continues_exactly(many_episodes_root, tmp_path, loader):
-    _launch(tmp_path / "full", many_episodes_root, "--checkpoint-every", "0", "--loader", loader)
-    _launch(tmp_path / "resumed", many_episodes_root, "--checkpoint-every", "3", "--max-steps", "3",
-            "--loader", loader)
-    before = _indices(tmp_path / "resumed")
-    for path in (tmp_path / "resumed").glob("indices-rank*.json"):
+@pytest.mark.parametrize("saved_by,resumed_by", [("episode", "dataloader"), ("dataloader", "episode")])
+def test_resume_after_checkpoint_continues_exactly(many_episodes_root, tmp_path, uninterrupted, saved_by,
+                                                   resumed_by):
+    """A run stopped at a checkpoint and restarted with the other loader (each resumes the other's
+    state) yields exactly the uninterrupted samples; these runs train (the example's loop runs)."""
+    _launch(tmp_path, many_episodes_root, "--checkpoint-every", "3", "--max-steps", "3", "--loader", saved_by)
+    before = _indices(tmp_path)
+    for path in tmp_path.glob("indices-rank*.json"):
         path.unlink()
-    _launch(tmp_path / "resumed", many_episodes_root, "--checkpoint-every", "0", "--loader", loader)
-    after = _indices(tmp_path / "resumed")
-    state = json.loads((tmp_path / "resumed" / "checkpoint" / "stream_state.json").read_text())
+    _launch(tmp_path, many_episodes_root, "--checkpoint-every", "0", "--loader", resumed_by)
+    after = _indices(tmp_path)
+    state = json.loads((tmp_path / "checkpoint" / "stream_state.json").read_text())
     assert state["stream"]["batches_consumed"] == 3 and state["step"] == 3
-    for full, a, b in zip(_indices(tmp_path / "full"), before, after):
+    for full, a, b in zip(uninterrupted, before, after):
         assert len(a["indices"]) == 3 * 8
         assert a["indices"] + b["indices"] == full["indices"]
-

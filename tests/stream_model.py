@@ -1,0 +1,53 @@
+"""What a DataLoader over an ``EpisodeStreamingDataset`` hands out, worked out from the schedule
+alone (no rows read, nothing decoded), for tests that need the expected stream.
+
+``tests/test_stream_properties.py::test_the_simulated_loader_is_the_real_one`` checks this model
+against real DataLoaders with worker processes.
+"""
+
+from __future__ import annotations
+
+from episodestream._sampling import EMIT
+from episodestream._world import World
+
+
+def emits(steps) -> list[tuple[int, int]]:
+    """The (episode_index, frame_index) pairs among schedule steps, in order."""
+    return [(episode, frame) for kind, episode, frame in steps if kind == EMIT]
+
+
+def worker_streams(dataset, *, num_workers: int, epoch: int | None = None) -> list[list[tuple[int, int]]]:
+    """Each DataLoader worker's emitted pairs (one stream with ``num_workers=0``), for ``epoch``
+    (default: the dataset's next one), from this dataset's rank."""
+    epoch = dataset.epoch if epoch is None else epoch
+    workers = max(1, num_workers)
+    return [emits(dataset.schedule(World(dataset.rank, dataset.world_size, worker, workers), epoch))
+            for worker in range(workers)]
+
+
+def loader_batches(streams: list[list], *, batch_size: int, drop_last: bool = False) -> list[tuple[int, list]]:
+    """What a DataLoader over an IterableDataset hands out, in order, as (worker, batch): each
+    worker batches its own stream (dropping its own partial batch with drop_last), and the loader
+    takes one batch from each worker in turn, skipping workers that are exhausted (in_order=True)."""
+    queues = []
+    for stream in streams:
+        stop = len(stream) - len(stream) % batch_size if drop_last else len(stream)
+        queues.append([stream[i:i + batch_size] for i in range(0, stop, batch_size)])
+    out, turn = [], 0
+    while any(queues):
+        if queues[turn]:
+            out.append((turn, queues[turn].pop(0)))
+        turn = (turn + 1) % len(queues)
+    return out
+
+
+def expected_samples(dataset, *, num_workers: int, epoch: int | None = None) -> list[tuple[int, int]]:
+    """The (episode_index, frame_index) pairs a ``DataLoader(dataset, batch_size=None,
+    num_workers=num_workers)`` yields for ``epoch``, in order."""
+    streams = worker_streams(dataset, num_workers=num_workers, epoch=epoch)
+    return [batch[0] for _, batch in loader_batches(streams, batch_size=1)]
+
+
+def pairs(samples) -> list[tuple[int, int]]:
+    """(episode_index, frame_index) of real samples."""
+    return [(int(sample["episode_index"]), int(sample["frame_index"])) for sample in samples]
