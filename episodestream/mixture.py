@@ -28,7 +28,7 @@ from ._sampling import Step
 from ._stream import CheckedState, ConsumerStream, Decoders, PlannedGroup
 from ._world import World, current_world
 from .streaming import EpisodeStreamingDataset, _raising, _StaleWorkerCopy
-from .tracing import trace_span
+from .tracing import set_process_name, trace_span, tracer_enabled
 
 MIXTURE_STATE_FORMAT = "episodestream.mixture_state/1"
 _STOPS = ("all", "first")
@@ -259,6 +259,8 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
             epoch = self._iteration_epoch()
         except _StaleWorkerCopy as error:
             return _raising(error)
+        if tracer_enabled():
+            set_process_name(f"episodestream mixture rank {world.rank} worker {world.worker}")
         return self._samples(self.consumer_stream(world, epoch))
 
     def _iteration_epoch(self) -> int:
