@@ -289,9 +289,9 @@ def next_passes(leg: LegPlan, taken: Mapping[int, Sequence[int]]) -> tuple[tuple
                     fills.setdefault(key, []).extend(repeats)
                     counts[key] = counts.get(key, 0) + count
     out = []
-    for component, passes in enumerate(leg.passes):
+    for component, owed_passes in enumerate(leg.passes):
         left = []
-        for index, p in enumerate(passes):
+        for index, p in enumerate(owed_passes):
             key = (component, index)
             segments = tuple(remaining_segments(p.segments, pieces.get(key, []), fills.get(key, [])))
             owed = None if p.owed is None else p.owed - counts.get(key, 0)

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._frames import PendingSample, SampleBuilder
+from ._frames import PendingSample
 from ._metadata import EpisodeInfo
-from ._stream import ConsumerStream, Decoders, PlannedGroup
+from ._stream import ConsumerStream, Decoders, GroupBuilder, PlannedGroup
 from .video import DecodedFile, DecoderCache, FrameQuery
 
 
@@ -51,7 +51,7 @@ class SourceBuilder:
     in-place frame writes as the component's; ``finish`` runs the component's own (its
     ``image_transforms`` name its own keys) and renames the result."""
 
-    def __init__(self, inner: SampleBuilder, renamer: _Renamer | None) -> None:
+    def __init__(self, inner: GroupBuilder, renamer: _Renamer | None) -> None:
         self._inner, self._renamer = inner, renamer
         self.frame_dtype = inner.frame_dtype
         self.writes_in_place = inner.writes_in_place
@@ -132,9 +132,9 @@ class MixtureStream(ConsumerStream):
         self._order = order
         self._group_size = group_size
         self._renamers = [_Renamer(r) if r else None for r in renames]
-        self._builders = [SourceBuilder(s.builder(0), r) for s, r in zip(self._streams, self._renamers)]
+        own = [SourceBuilder(s.builder(0), r) for s, r in zip(self._streams, self._renamers)]
+        self._builders: list[SourceBuilder | MixedBuilder] = [*own, MixedBuilder(own)]
         self._mixed = len(self._streams)  # the source index of mixed groups
-        self._builders.append(MixedBuilder(self._builders))
         self._indices = [torch.tensor(i, dtype=torch.int64) for i in range(len(self._streams))]
         self._finished = finished
         self.num_samples = len(order)

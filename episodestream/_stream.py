@@ -15,10 +15,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from ._frames import PendingSample, SampleBuilder
+from ._frames import PendingSample
 from ._metadata import EpisodeInfo
 from ._world import World
-from .video import DecoderCache
 
 
 @dataclass
@@ -30,13 +29,39 @@ class PlannedGroup:
     source: int = 0  # which of the stream's sources planned it (a mixture's component)
 
 
-class Decoders:
-    """One thread's decoder caches, one per source: a decoder is never shared between threads."""
+class DecoderSet(Protocol):
+    """What a source's builder decodes with: a ``DecoderCache``, or a mixture's bundle of them."""
 
-    def __init__(self, caches: Sequence[DecoderCache]) -> None:
+    def stats(self) -> dict[str, int]: ...
+
+    def close(self) -> None: ...
+
+
+class GroupBuilder(Protocol):
+    """What decodes and finishes a source's samples: ``SampleBuilder``, or a mixture's wrapper."""
+
+    @property
+    def frame_dtype(self) -> Any: ...  # torch.dtype of camera frames
+
+    @property
+    def writes_in_place(self) -> bool: ...
+
+    def decode(self, cache: Any, pendings: Sequence[PendingSample]) -> dict[str, Any]: ...
+
+    def write_frame(self, out: Any, frame_uint8: Any) -> None: ...
+
+    def finish(self, pending: PendingSample, frames: Sequence[Any]) -> dict[str, Any]: ...
+
+    def build(self, cache: Any, pendings: Sequence[PendingSample]) -> list[dict[str, Any]]: ...
+
+
+class Decoders:
+    """One thread's decoders, one set per source: a decoder is never shared between threads."""
+
+    def __init__(self, caches: Sequence[DecoderSet]) -> None:
         self._caches = list(caches)
 
-    def __getitem__(self, source: int) -> DecoderCache:
+    def __getitem__(self, source: int) -> Any:  # the source's builder knows what it gets
         return self._caches[source]
 
     def stats(self) -> dict[str, int]:
@@ -68,7 +93,7 @@ class ConsumerStream(ABC):
         """The planned groups, in stream order."""
 
     @abstractmethod
-    def builder(self, source: int) -> SampleBuilder:
+    def builder(self, source: int) -> GroupBuilder:
         """What decodes and finishes the samples of ``source``'s groups."""
 
     @abstractmethod
