@@ -146,7 +146,17 @@ def main(argv=None) -> None:
         (out / f"indices-rank{accelerator.process_index}.json").write_text(
             json.dumps({"rank": accelerator.process_index, "world_size": accelerator.num_processes,
                         "len": len(dataset), "indices": indices}))
+    if args.loader == "episode":
+        loader.close()  # joins its decode threads now, not at interpreter exit
+    # A barrier before exit: gloo frees a finished all-reduce (dropping its tensors, which needs the
+    # GIL) on its own thread after the caller's wait returns; if the interpreter is already
+    # finalizing, that thread aborts the rank ("terminate called without an active exception",
+    # 2-4 launches in 10 here, gdb: ProcessGroupGloo::runLoop in ~AsyncAllreduceWork). Waiting in
+    # the barrier releases the GIL, so the free happens first.
+    accelerator.wait_for_everyone()
     accelerator.end_training()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
