@@ -183,22 +183,33 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
     x = [r["episodes"] for r in rows]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    for key, label in [("construct_s", "construction"), ("first_sample_s", "first sample"),
-                       ("resume_exact_90_s", "resume exact 90%"), ("resume_elastic_90_s", "resume elastic 90%")]:
-        axes[0].plot(x, [r.get(key) for r in rows], marker="o", label=label)
-    axes[0].set(xscale="log", yscale="log", xlabel="episodes", ylabel="seconds", title="time")
-    axes[1].plot(x, [r.get("random_samples_per_s") for r in rows], marker="o", label="episodestream")
+
+    def series(ax, key: str, label: str) -> bool:
+        """Plot what was measured (a kind not run, or one that failed, has no values)."""
+        ys = [r.get(key) for r in rows]
+        if not any(isinstance(y, (int, float)) and y > 0 for y in ys):
+            return False
+        ax.plot(x, [y if isinstance(y, (int, float)) and y > 0 else None for y in ys], marker="o", label=label)
+        return True
+
+    timed = [series(axes[0], key, label) for key, label in [
+        ("construct_s", "construction"), ("first_sample_s", "first sample"),
+        ("resume_exact_90_s", "resume exact 90%"), ("resume_elastic_90_s", "resume elastic 90%")]]
+    axes[0].set(xscale="log", yscale="log" if any(timed) else "linear", xlabel="episodes", ylabel="seconds",
+                title="time")
+    series(axes[1], "random_samples_per_s", "episodestream")
     axes[1].set(xscale="log", xlabel="episodes", ylabel="samples/s", title="map-style random access")
     axes[1].set_ylim(bottom=0)
     for key, label in [("construct_rss_mb", "construction RSS"), ("random_rss_mb", "map-style RSS"),
                        ("worker_rss_mb", "stream worker RSS"), ("worker_pss_mb", "stream worker PSS"),
                        ("map_worker_rss_mb", "map-style worker RSS"), ("map_worker_pss_mb", "map-style worker PSS"),
                        ("random_anon_mb", "map-style private"), ("map_worker_anon_mb", "map-style worker private")]:
-        axes[2].plot(x, [r.get(key) for r in rows], marker="o", label=label)
+        series(axes[2], key, label)
     axes[2].set(xscale="log", xlabel="episodes", ylabel="MB (workers: whole process; others: above imports)",
                 title="memory")
     for ax in axes:
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
