@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._stream import Decoders, PlannedGroup
+from ._stream import ConsumerStream, Decoders, PlannedGroup
+from .tracing import trace_span
 
 
 @dataclass
@@ -162,3 +163,49 @@ class GroupPipeline:
                     self._queue.append(group)
                     self._planned_samples += group.count
                     return group
+
+
+def stream_samples(stream: ConsumerStream, *, decode_threads: int, group_size: int,
+                   opened: list[Decoders] | None = None) -> Iterator[dict[str, Any]]:
+    """A stream's samples, in order, for a dataset's (or mixture's) own ``__iter__``: groups built
+    in this thread when ``decode_threads`` is 1, else on a ``GroupPipeline``; ``opened`` collects
+    the decoders opened (for ``decoder_stats``). Marks the epoch finished after the last sample."""
+
+    def open_decoders() -> Decoders:
+        decoders = stream.open_decoders()
+        if opened is not None:
+            opened.append(decoders)  # list.append is atomic; read only for stats
+        return decoders
+
+    def build(decoders: Decoders, first_sample: int, group: PlannedGroup) -> list[dict[str, Any]]:
+        if not group.pendings:
+            return []
+        with trace_span("build", cat="samples", samples=len(group.pendings)):
+            return stream.builder(group.source).build(decoders[group.source], group.pendings)
+
+    if decode_threads == 1:  # no thread to hand groups to: build them here
+        decoders = open_decoders()
+        try:
+            for group in stream.groups():
+                yield from build(decoders, 0, group)
+                stream.release(group)
+        finally:
+            decoders.close()
+            stream.close()
+        stream.finished()
+        return
+    # Enough groups in flight to keep every thread busy while the consumer takes samples.
+    ahead = 2 * decode_threads * group_size
+    pipeline = GroupPipeline(stream.groups(), work=build, open_cache=open_decoders,
+                             num_threads=decode_threads, allowed_samples=ahead)
+    try:
+        done = 0
+        while (decoded := pipeline.next_group()) is not None:
+            done += decoded.count
+            pipeline.allow(done + ahead)
+            yield from decoded.result
+            stream.release(decoded.group)
+    finally:
+        pipeline.close()
+        stream.close()
+    stream.finished()

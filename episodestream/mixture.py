@@ -22,13 +22,13 @@ from ._mixing import LegPlan, MixLeg, MixResume, Source, initial_passes, plan_mi
 from ._mixture_meta import MixtureMeta
 from ._mixture_stream import MixtureStream
 from ._options import check_bool, check_int
-from ._pipeline import GroupPipeline
+from ._pipeline import stream_samples
 from ._resume import BeyondEpochError
 from ._sampling import Step
-from ._stream import CheckedState, ConsumerStream, Decoders, PlannedGroup
+from ._stream import CheckedState, ConsumerStream
 from ._world import World, current_world
 from .streaming import EpisodeStreamingDataset, _raising, _StaleWorkerCopy
-from .tracing import set_process_name, trace_span, tracer_enabled
+from .tracing import set_process_name, tracer_enabled
 
 MIXTURE_STATE_FORMAT = "episodestream.mixture_state/1"
 _STOPS = ("all", "first")
@@ -276,39 +276,8 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
 
     def _samples(self, stream: ConsumerStream) -> Iterator[dict[str, Any]]:
         """The stream's samples in order, decoded on ``decode_threads`` threads (the components' most)."""
-        threads = max(d.decode_threads for d in self.datasets)
-
-        def build(decoders: Decoders, first_sample: int, group: PlannedGroup) -> list[dict[str, Any]]:
-            if not group.pendings:
-                return []
-            with trace_span("build", cat="samples", samples=len(group.pendings)):
-                return stream.builder(group.source).build(decoders[group.source], group.pendings)
-
-        if threads == 1:  # no thread to hand groups to: build them here, as the dataset does
-            decoders = stream.open_decoders()
-            try:
-                for group in stream.groups():
-                    yield from build(decoders, 0, group)
-                    stream.release(group)
-            finally:
-                decoders.close()
-                stream.close()
-            stream.finished()
-            return
-        ahead = 2 * threads * max(d.decode_group_size for d in self.datasets)
-        pipeline = GroupPipeline(stream.groups(), work=build, open_cache=stream.open_decoders,
-                                 num_threads=threads, allowed_samples=ahead)
-        try:
-            done = 0
-            while (decoded := pipeline.next_group()) is not None:
-                done += decoded.count
-                pipeline.allow(done + ahead)
-                yield from decoded.result
-                stream.release(decoded.group)
-        finally:
-            pipeline.close()
-            stream.close()
-        stream.finished()
+        return stream_samples(stream, decode_threads=max(d.decode_threads for d in self.datasets),
+                              group_size=max(d.decode_group_size for d in self.datasets))
 
     def close(self) -> None:
         """Release the components' holds on remote sources' cached metadata."""

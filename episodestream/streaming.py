@@ -19,7 +19,7 @@ from ._holds import HeldEpisodes
 from ._metadata import EpisodeInfo
 from ._epoch import SharedEpoch
 from ._options import check_int
-from ._pipeline import GroupPipeline
+from ._pipeline import stream_samples
 from ._stream import CheckedState, ConsumerStream, Decoders, PlannedGroup
 from ._resume import STATE_FORMAT, Resumption, consumer_steps, fingerprint_digest, locate, read_request
 from ._sampling import ADMIT, EMIT, EpochPlan, Step
@@ -326,54 +326,10 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
             yield PlannedGroup(pending, evicted)
 
     def _samples(self, stream: ConsumerStream) -> Iterator[dict[str, Any]]:
-        if self.decode_threads > 1:
-            yield from self._threaded_samples(stream)
-            return
-        decoders = stream.open_decoders()
-        self._decoder_cache = decoders
-        try:
-            for group in stream.groups():
-                if group.pendings:
-                    with trace_span("build", cat="samples", samples=len(group.pendings)):
-                        samples = stream.builder(group.source).build(decoders[group.source], group.pendings)
-                    yield from samples
-                stream.release(group)
-        finally:
-            decoders.close()
-            stream.close()
-        stream.finished()
-
-    def _threaded_samples(self, stream: ConsumerStream) -> Iterator[dict[str, Any]]:
-        """``_samples`` with decode groups built on ``decode_threads`` threads, handed out in order."""
         opened: list[Decoders] = []
-
-        def open_decoders() -> Decoders:
-            decoders = stream.open_decoders()
-            opened.append(decoders)  # list.append is atomic; read only for decoder_stats()
-            return decoders
-
-        def build(decoders: Decoders, first_sample: int, group: PlannedGroup) -> list[dict[str, Any]]:
-            if not group.pendings:
-                return []
-            with trace_span("build", cat="samples", samples=len(group.pendings)):
-                return stream.builder(group.source).build(decoders[group.source], group.pendings)
-
-        # Enough groups in flight to keep every thread busy while the consumer takes samples.
-        ahead = 2 * self.decode_threads * self.decode_group_size
-        pipeline = GroupPipeline(stream.groups(), work=build, open_cache=open_decoders,
-                                 num_threads=self.decode_threads, allowed_samples=ahead)
         self._decoder_cache = _CacheStats(opened)
-        try:
-            done = 0
-            while (decoded := pipeline.next_group()) is not None:
-                done += decoded.count
-                pipeline.allow(done + ahead)
-                yield from decoded.result
-                stream.release(decoded.group)
-        finally:
-            pipeline.close()
-            stream.close()
-        stream.finished()
+        yield from stream_samples(stream, decode_threads=self.decode_threads, group_size=self.decode_group_size,
+                                  opened=opened)
 
 
 class _DatasetStream(ConsumerStream):
