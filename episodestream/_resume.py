@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 import warnings
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -333,21 +333,47 @@ def read_request(state: Mapping[str, Any], *, seed: int, shuffle: bool) -> Resum
                   check_int("state['num_workers']", state["num_workers"], minimum=0),
                   check_int("state['episode_pool_size']", state.get("episode_pool_size"), minimum=1),
                   batch_size, 0, check_bool("state['drop_last']", state.get("drop_last", False)))
+    return ResumeRequest(epoch, seed, shuffle, chain_legs(state, current, batches, Leg.from_state))
+
+
+class _AnyLeg(Protocol):
+    """What ``chain_legs`` needs of a leg (``Leg``, a mixture's ``MixLeg``): a frozen dataclass."""
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def batches(self) -> int: ...
+
+    @property
+    def drop_last(self) -> bool: ...
+
+    def same_stream(self, other: Any) -> bool: ...
+
+
+_L = TypeVar("_L", bound=_AnyLeg)
+
+
+def chain_legs(state: Mapping[str, Any], current: _L, batches: int,
+               read_leg: Callable[[Any, str], _L]) -> tuple[_L, ...]:
+    """The epoch's legs from a saved state: ``state['legs']`` (read by ``read_leg``) then
+    ``current``, which holds what ``batches`` (counted from the start of the epoch) leaves. A saved
+    last leg that the saving run continued exactly is the same stream as ``current``: merged."""
     saved_legs = state.get("legs", [])
     if not isinstance(saved_legs, (list, tuple)):
         raise ValueError(f"state['legs'] must be a list of legs, got {saved_legs!r:.200}.")
-    earlier = [Leg.from_state(leg, f"state['legs'][{i}]") for i, leg in enumerate(saved_legs)]
+    earlier = [read_leg(leg, f"state['legs'][{i}]") for i, leg in enumerate(saved_legs)]
     if earlier and earlier[-1].same_stream(current):  # the saving run continued that leg exactly
         last = earlier.pop()
         if (last.batch_size, last.drop_last) != (current.batch_size, current.drop_last):
             raise ValueError(f"The saving run resumed an epoch with batch_size={last.batch_size}, "
-                             f"drop_last={last.drop_last} and continued it with batch_size={batch_size}, "
+                             f"drop_last={last.drop_last} and continued it with batch_size={current.batch_size}, "
                              f"drop_last={current.drop_last}; batches_consumed cannot be mapped to samples.")
-    current = replace(current, batches=batches - sum(leg.batches for leg in earlier))
+    current = replace(current, batches=batches - sum(leg.batches for leg in earlier))  # type: ignore[type-var]
     if current.batches < 0:
         raise ValueError(f"state['batches_consumed']={batches} is fewer than the {batches - current.batches} "
                          f"batches of the epoch's earlier legs: it counts from the start of the epoch.")
-    return ResumeRequest(epoch, seed, shuffle, tuple(earlier + [current]))
+    return tuple(earlier + [current])
 
 
 def locate(request: ResumeRequest, segments: Sequence[Segment], *, strict: bool) -> bool:

@@ -11,7 +11,6 @@ import json
 import math
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -23,7 +22,7 @@ from ._mixture_meta import MixtureMeta
 from ._mixture_stream import MixtureStream
 from ._options import check_bool, check_int
 from ._pipeline import stream_samples
-from ._resume import BeyondEpochError
+from ._resume import BeyondEpochError, chain_legs
 from ._sampling import Step
 from ._stream import CheckedState, ConsumerStream
 from ._world import World, current_world
@@ -347,21 +346,8 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
                          check_int("state['num_workers']", state["num_workers"], minimum=0),
                          tuple(check_int(f"state['pool_sizes'][{i}]", p, minimum=1) for i, p in enumerate(pools)),
                          batch_size, 0, check_bool("state['drop_last']", state.get("drop_last", False)))
-        saved_legs = state.get("legs", [])
-        if not isinstance(saved_legs, (list, tuple)):
-            raise ValueError(f"state['legs'] must be a list of legs, got {saved_legs!r:.200}.")
-        earlier = [MixLeg.from_state(leg, f"state['legs'][{i}]") for i, leg in enumerate(saved_legs)]
-        if earlier and earlier[-1].same_stream(current):  # the saving run continued that leg exactly
-            last = earlier.pop()
-            if (last.batch_size, last.drop_last) != (current.batch_size, current.drop_last):
-                raise ValueError(f"The saving run resumed an epoch with batch_size={last.batch_size}, "
-                                 f"drop_last={last.drop_last} and continued it with batch_size={batch_size}, "
-                                 f"drop_last={current.drop_last}; batches_consumed cannot be mapped to samples.")
-        current = replace(current, batches=batches - sum(leg.batches for leg in earlier))
-        if current.batches < 0:
-            raise ValueError(f"state['batches_consumed']={batches} is fewer than the {batches - current.batches} "
-                             f"batches of the epoch's earlier legs: it counts from the start of the epoch.")
-        legs = tuple(earlier + [current])
+        legs = chain_legs(state, current, batches, MixLeg.from_state)
+        current = legs[-1]
         try:
             point = plan_mixture_resume(self._sources(), seed=self.seed, epoch=epoch, weights=self.weights,
                                         stop=self.stop, legs=legs, world_size=current.world_size,
