@@ -10,7 +10,9 @@ the trainer consumes batches refers to (see ``streaming.state_dict``).
 from __future__ import annotations
 
 import multiprocessing
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 from multiprocessing import sharedctypes
 from multiprocessing.context import get_spawning_popen
 
@@ -63,6 +65,22 @@ class SharedEpoch:
             slots[_CLAIMS_LEFT] -= 1
             return slots[_CLAIM_EPOCH]
 
+    def for_iteration(self, loads_seen: int, what: str) -> int:
+        """The epoch an ``iter()`` streams: the counter in the main process; in a DataLoader worker
+        its iteration's ``claim``, unless a resume state was loaded since this copy of ``what``
+        (the dataset, the mixture) was made (``loads_seen``): ``StaleWorkerCopy`` then."""
+        import torch.utils.data  # only when iterating: this module loads without torch
+
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return self.get()
+        if self.loads() != loads_seen:
+            raise StaleWorkerCopy(
+                "load_state_dict() was called after this DataLoader's worker processes were started "
+                f"(persistent_workers=True keeps each worker's copy of the {what}, with the old position). "
+                "Build the DataLoader after load_state_dict(), or use EpisodeLoader, which owns its position.")
+        return self.claim(info.num_workers)
+
     def start(self, epoch: int) -> None:
         self._slots()[_STARTED] = epoch
 
@@ -95,3 +113,15 @@ class SharedEpoch:
 
     def __setstate__(self, state: dict) -> None:
         self._shared, self._lock, self._local = state["shared"], state["lock"], state["local"]
+
+
+class StaleWorkerCopy(RuntimeError):
+    """A DataLoader worker's copy of a dataset predates the latest load_state_dict."""
+
+
+def raising(error: BaseException) -> Iterator[Any]:
+    """An iterator whose first ``next()`` raises ``error``: a persistent worker calls ``iter()``
+    where an exception kills the worker and its message is lost, but a failed fetch reaches the
+    trainer."""
+    raise error
+    yield  # a generator: the error comes from the first next()

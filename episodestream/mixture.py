@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from ._epoch import SharedEpoch
+from ._epoch import SharedEpoch, StaleWorkerCopy, raising
 from ._mixing import LegPlan, MixLeg, MixResume, Source, initial_passes, plan_mixture_resume, rank_counts
 from ._mixture_meta import MixtureMeta
 from ._mixture_stream import MixtureStream
@@ -26,7 +26,7 @@ from ._resume import BeyondEpochError, chain_legs
 from ._sampling import Step
 from ._stream import CheckedState, ConsumerStream
 from ._world import World, current_world
-from .streaming import EpisodeStreamingDataset, _raising, _StaleWorkerCopy
+from .streaming import EpisodeStreamingDataset
 from .tracing import set_process_name, tracer_enabled
 
 MIXTURE_STATE_FORMAT = "episodestream.mixture_state/1"
@@ -255,23 +255,12 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         world = current_world(self.rank, self.world_size)
         try:
-            epoch = self._iteration_epoch()
-        except _StaleWorkerCopy as error:
-            return _raising(error)
+            epoch = self._epoch.for_iteration(self._loads_seen, "mixture")
+        except StaleWorkerCopy as error:
+            return raising(error)  # from the first next(), where the trainer hears of it
         if tracer_enabled():
             set_process_name(f"episodestream mixture rank {world.rank} worker {world.worker}")
         return self._samples(self.consumer_stream(world, epoch))
-
-    def _iteration_epoch(self) -> int:
-        info = torch.utils.data.get_worker_info()
-        if info is None:
-            return self.epoch
-        if self._epoch.loads() != self._loads_seen:
-            raise _StaleWorkerCopy(
-                "load_state_dict() was called after this DataLoader's worker processes were started "
-                "(persistent_workers=True keeps each worker's copy of the mixture, with the old position). "
-                "Build the DataLoader after load_state_dict(), or use EpisodeLoader, which owns its position.")
-        return self._epoch.claim(info.num_workers)
 
     def _samples(self, stream: ConsumerStream) -> Iterator[dict[str, Any]]:
         """The stream's samples in order, decoded on ``decode_threads`` threads (the components' most)."""

@@ -17,7 +17,7 @@ from ._dataset_files import EpisodeVideos
 from ._frames import PendingSample, SampleBuilder
 from ._holds import HeldEpisodes
 from ._metadata import EpisodeInfo
-from ._epoch import SharedEpoch
+from ._epoch import SharedEpoch, StaleWorkerCopy, raising
 from ._options import check_int
 from ._pipeline import stream_samples
 from ._stream import CheckedState, ConsumerStream, Decoders, PlannedGroup
@@ -125,7 +125,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
                                                      hub_endpoint=hub_endpoint, download_config=download_config),
                                  episodes_in_flight=self.episode_pool_size + self.prefetch_episodes + 1)
         self._epoch = SharedEpoch()
-        self._loads_seen = 0  # resume states loaded when this copy was made (see _iteration_epoch)
+        self._loads_seen = 0  # resume states loaded when this copy was made (see SharedEpoch.for_iteration)
         self._decoder_cache: DecoderCache | None = None
         self._resumption: Resumption | None = None  # the loaded state, while its epoch is ahead
 
@@ -193,26 +193,12 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         # iterator, so a checkpoint taken before the first batch already names this epoch.
         world = current_world(self.rank, self.world_size)
         try:
-            epoch = self._iteration_epoch()
-        except _StaleWorkerCopy as error:
-            # Raised from the first next(): a persistent worker calls iter() where an exception
-            # kills the worker and its message is lost, but a failed fetch reaches the trainer.
-            return _raising(error)
+            epoch = self._epoch.for_iteration(self._loads_seen, "dataset")
+        except StaleWorkerCopy as error:
+            return raising(error)  # from the first next(), where the trainer hears of it
         if tracer_enabled():
             set_process_name(f"episodestream rank {world.rank} worker {world.worker}")
         return self._samples(self.consumer_stream(world, epoch))
-
-    def _iteration_epoch(self) -> int:
-        """The epoch this iteration streams, the same in every DataLoader worker of the iteration."""
-        info = torch.utils.data.get_worker_info()
-        if info is None:
-            return self.epoch
-        if self._epoch.loads() != self._loads_seen:
-            raise _StaleWorkerCopy(
-                "load_state_dict() was called after this DataLoader's worker processes were started "
-                "(persistent_workers=True keeps each worker's copy of the dataset, with the old position). "
-                "Build the DataLoader after load_state_dict(), or use EpisodeLoader, which owns its position.")
-        return self._epoch.claim(info.num_workers)
 
     # -- resume ---------------------------------------------------------------------------------
 
@@ -384,15 +370,6 @@ class _CacheStats:
             for key, value in cache.stats().items():
                 totals[key] = totals.get(key, 0) + value
         return totals
-
-
-class _StaleWorkerCopy(RuntimeError):
-    """A DataLoader worker's copy of the dataset predates the latest load_state_dict."""
-
-
-def _raising(error: BaseException) -> Iterator[dict[str, Any]]:
-    raise error
-    yield  # a generator: the error comes from the first next()
 
 
 def _admit_ahead(steps: Iterator[Step], videos: EpisodeVideos, episodes,
