@@ -25,7 +25,6 @@ from ._resume import STATE_FORMAT, Resumption, consumer_steps, fingerprint_diges
 from ._sampling import ADMIT, EMIT, EpochPlan, Step
 from ._world import World, current_world, resolve_rank
 from .tracing import set_process_name, trace_instant, trace_span, tracer_enabled
-from .video import DecoderCache
 
 if TYPE_CHECKING:
     from .remote import ControllerConfig
@@ -126,7 +125,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
                                  episodes_in_flight=self.episode_pool_size + self.prefetch_episodes + 1)
         self._epoch = SharedEpoch()
         self._loads_seen = 0  # resume states loaded when this copy was made (see SharedEpoch.for_iteration)
-        self._decoder_cache: DecoderCache | None = None
+        self._decoder_cache: _CacheStats | None = None  # the current iteration's decoders
         self._resumption: Resumption | None = None  # the loaded state, while its epoch is ahead
 
     @property
