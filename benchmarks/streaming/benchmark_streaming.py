@@ -282,17 +282,19 @@ def decode_calls(dataset: EpisodeStreamingDataset, num_workers: int) -> list[lis
     return per_worker
 
 
-def _decode_worker(args) -> tuple[float, float, int]:
-    calls, barrier_time, device = args
+def _decode_worker(calls, device: str, ready=None) -> tuple[float, float, int]:
+    """Decode ``calls`` with torchcodec alone: (start time, end time, frames). Every file is opened
+    and decoded once first, off the clock; with ``ready`` (a barrier) the clock then starts when
+    every process has warmed up."""
     from torchcodec.decoders import VideoDecoder
 
     decoders = {}
-    for path, _ in calls:  # warm: open every file and decode once before the clock starts
+    for path, _ in calls:
         if path not in decoders:
             decoders[path] = VideoDecoder(path, seek_mode="approximate", num_ffmpeg_threads=1, device=device)
             decoders[path].get_frames_played_at(seconds=[0.0])
-    while time.time() < barrier_time:
-        time.sleep(0.001)
+    if ready is not None:
+        ready.wait(timeout=_WARM_UP_TIMEOUT_S)
     start = time.time()
     frames = 0
     for path, seconds in calls:
@@ -302,15 +304,37 @@ def _decode_worker(args) -> tuple[float, float, int]:
     return start, time.time(), frames
 
 
+def _decode_process(calls, device: str, ready, results) -> None:
+    try:
+        results.put(_decode_worker(calls, device, ready))
+    except BaseException as error:
+        ready.abort()  # the other processes stop waiting for this one
+        results.put(repr(error))
+
+
+_WARM_UP_TIMEOUT_S = 600.0  # opening a large dataset's files can take a while; a dead process should not hang us
+
+
 def ceiling(per_worker_calls, device: str = "cpu") -> tuple[float, int]:
     """Frames/s of torchcodec alone over these calls, one process per worker, started together
     (GPU decoding: in this process, as the pipeline with num_workers=0)."""
     if device != "cpu":
-        results = [_decode_worker((calls, 0.0, device)) for calls in per_worker_calls]
+        results = [_decode_worker(calls, device) for calls in per_worker_calls]
     else:
-        barrier_time = time.time() + 3.0  # after every process has opened and warmed its decoders
-        with multiprocessing.get_context("fork").Pool(len(per_worker_calls)) as pool:
-            results = pool.map(_decode_worker, [(calls, barrier_time, device) for calls in per_worker_calls])
+        # A barrier rather than a fixed start time: the clock starts as soon as every process has
+        # opened and warmed its decoders (a fixed delay either wasted seconds or started too early).
+        context = multiprocessing.get_context("fork")
+        ready, queue = context.Barrier(len(per_worker_calls)), context.SimpleQueue()
+        processes = [context.Process(target=_decode_process, args=(calls, device, ready, queue), daemon=True)
+                     for calls in per_worker_calls]
+        for process in processes:
+            process.start()
+        results = [queue.get() for _ in processes]
+        for process in processes:
+            process.join()
+        failed = [r for r in results if isinstance(r, str)]
+        if failed:
+            raise RuntimeError(f"a ceiling decode process failed: {failed}")
     wall_s = max(r[1] for r in results) - min(r[0] for r in results)
     frames = sum(r[2] for r in results)
     return frames / wall_s, frames
