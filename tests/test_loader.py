@@ -47,6 +47,8 @@ def indices(batches):
     {"image_transforms": lambda frames: frames[..., ::2, ::2] * 2},
 ], ids=["float32", "windows", "uint8-windows", "transforms"])
 def test_batches_equal_the_dataloaders_bit_for_bit(dataset_root, options):
+    # Every episode but the 140-frame one: 150 frames, still across every video file of both cameras.
+    options = {"episodes": [0, 2, 3, 4, 5], **options}
     expected = reference_batches(dataset_root, 7, epochs=2, seed=5, **options)
     for num_threads in (1, 3):
         dataset = EpisodeStreamingDataset(dataset_root, seed=5, **options)

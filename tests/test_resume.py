@@ -15,8 +15,10 @@ EPISODES = list(range(8))  # about 80 frames of the 20-episode dataset: 20 batch
 BATCH = 4
 
 
-def as_list(samples):
-    return samples
+def samples(batch) -> list[dict]:
+    """A collated batch's samples. The loaders collate in their workers (a few stacked tensors cross
+    the process boundary instead of every sample's, which cost most of these tests' time)."""
+    return [{key: value[i] for key, value in batch.items()} for i in range(len(batch["index"]))]
 
 
 def make(root, *, rank=0, world_size=1, **kwargs):
@@ -26,16 +28,16 @@ def make(root, *, rank=0, world_size=1, **kwargs):
 
 
 def loader_for(dataset, num_workers):
-    return torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=num_workers, collate_fn=as_list)
+    return torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=num_workers)
 
 
 def ids(batches):
-    return [[int(s["index"]) for s in batch] for batch in batches]
+    return [[int(s["index"]) for s in samples(batch)] for batch in batches]
 
 
 def assert_same_samples(a_batches, b_batches):
     assert ids(a_batches) == ids(b_batches)
-    for a, b in zip(itertools.chain(*a_batches), itertools.chain(*b_batches)):
+    for a, b in zip(itertools.chain(*map(samples, a_batches)), itertools.chain(*map(samples, b_batches))):
         assert a.keys() == b.keys()
         for key in a:
             assert torch.equal(a[key], b[key]) if isinstance(a[key], torch.Tensor) else a[key] == b[key], key
@@ -74,7 +76,7 @@ def test_exact_resume(many_episodes_root):
         resumed_loader = loader_for(resumed_dataset, num_workers)
         expected_len = len(resumed_dataset)
         resumed = [batch for batch in resumed_loader]
-        assert expected_len == sum(len(b) for b in resumed)
+        assert expected_len == sum(len(b["index"]) for b in resumed)
         if batches == n:  # the whole epoch was consumed: resume starts epoch 1
             assert_same_samples(resumed, epoch1)
             continue
@@ -90,7 +92,7 @@ def consumed_and_state(root, *, world_size, num_workers, batches):
     for rank in range(world_size):
         state, batches_seen = save_after(root, rank=rank, world_size=world_size, num_workers=num_workers,
                                          epoch_batches=batches, into_next=False)
-        consumed += [int(s["index"]) for batch in batches_seen for s in batch]
+        consumed += [int(s["index"]) for batch in batches_seen for s in samples(batch)]
         states.append(state)
     assert all(s == states[0] for s in states), "every rank saves the same state"
     return consumed, states[0]
@@ -106,7 +108,7 @@ def test_elastic_resume_covers_the_epoch_once(many_episodes_root):
         dataset = make(many_episodes_root, rank=rank, world_size=new_world)
         dataset.load_state_dict(state)
         expected_len = len(dataset)
-        resumed_per_rank.append([int(s["index"]) for batch in loader_for(dataset, new_workers) for s in batch])
+        resumed_per_rank.append([int(s["index"]) for batch in loader_for(dataset, new_workers) for s in samples(batch)])
         assert len(resumed_per_rank[-1]) == expected_len
     assert len({len(r) for r in resumed_per_rank}) == 1, "equal per-rank counts"
     resumed = [i for r in resumed_per_rank for i in r]
@@ -129,8 +131,8 @@ def test_elastic_resume_saved_again_mid_leg(many_episodes_root):
     assert len(state2["legs"]) == 1
     again = make(many_episodes_root)
     again.load_state_dict(state2)
-    rest = [int(s["index"]) for batch in loader_for(again, 2) for s in batch]
-    all_ids = consumed + [int(s["index"]) for batch in second for s in batch] + rest
+    rest = [int(s["index"]) for batch in loader_for(again, 2) for s in samples(batch)]
+    all_ids = consumed + [int(s["index"]) for batch in second for s in samples(batch)] + rest
     assert sorted(all_ids) == sorted({int(s["index"]) for s in make(many_episodes_root, shuffle=False)})
 
 
@@ -160,7 +162,7 @@ def test_replay_reads_no_video_and_no_consumed_rows(many_episodes_root, monkeypa
     original_read = _rows.RowReader.read
     monkeypatch.setattr(_rows.RowReader, "read", lambda self, ep: read.append(ep.episode_index) or original_read(self, ep))
     _CountingReader.calls = []
-    resumed = [s for batch in loader_for(dataset, 0) for s in batch]
+    resumed = [s for batch in loader_for(dataset, 0) for s in samples(batch)]
     # One decode call of one frame per resumed sample (decode_group_size=1, one camera): nothing
     # was decoded for the 60 consumed samples.
     assert _CountingReader.calls == [1] * len(resumed)
@@ -233,8 +235,7 @@ def test_malformed_state_fields_are_named(many_episodes_root, change, message):
 def test_load_after_persistent_workers_started_is_detected(many_episodes_root):
     """Regression: persistent workers kept their copy of the dataset and ignored a later load."""
     dataset = make(many_episodes_root)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=2, persistent_workers=True,
-                                         collate_fn=as_list)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=2, persistent_workers=True)
     list(loader)
     state = {**dataset.state_dict(), "epoch": 1, "batches_consumed": 2, "batch_size": BATCH, "num_workers": 2}
     dataset.load_state_dict(state)
@@ -242,7 +243,7 @@ def test_load_after_persistent_workers_started_is_detected(many_episodes_root):
         list(loader)
     # A DataLoader made after the load resumes.
     expected = len(dataset)
-    resumed = [s for batch in loader_for(dataset, 2) for s in batch]
+    resumed = [s for batch in loader_for(dataset, 2) for s in samples(batch)]
     assert len(resumed) == expected == dataset._core.num_frames - 2 * BATCH
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import collections
+import functools
+import multiprocessing
 import warnings
 
 import pytest
@@ -11,15 +13,19 @@ import torch.utils.data
 from episodestream import EpisodeStreamingDataset
 
 from .conftest import EPISODE_LENGTHS
-from .stream_model import expected_samples, pairs
+from .stream_model import expected_samples, pair
 
 
 def stream_indices(root, *, rank=0, world_size=1, num_workers=0, epoch=None, **kwargs) -> list[int]:
     dataset = EpisodeStreamingDataset(root, rank=rank, world_size=world_size, return_uint8=True, **kwargs)
     if epoch is not None:
         dataset.set_epoch(epoch)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=num_workers)
-    return [int(sample["index"]) for sample in loader]
+    # The index is taken in the worker: two ints cross the process boundary, not the sample's tensors.
+    return list(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=num_workers, collate_fn=_index))
+
+
+def _index(sample) -> int:
+    return int(sample["index"])
 
 
 def scheduled(root, *, num_workers, epoch, **kwargs) -> list[tuple[int, int]]:
@@ -52,7 +58,7 @@ def test_every_frame_once_and_equal_counts(many_episodes_root):
 
 def test_same_seed_same_stream_other_seed_or_epoch_another(many_episodes_root):
     dataset = EpisodeStreamingDataset(many_episodes_root, seed=11, return_uint8=True)
-    first = pairs(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2))
+    first = list(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2, collate_fn=pair))
     # The decoded stream is the one (seed, epoch) schedule: nothing else orders it.
     assert first == scheduled(many_episodes_root, num_workers=2, epoch=0, seed=11)
     assert first != scheduled(many_episodes_root, num_workers=2, epoch=0, seed=12)
@@ -64,8 +70,8 @@ def test_same_seed_same_stream_other_seed_or_epoch_another(many_episodes_root):
 def test_epoch_advances_by_itself(many_episodes_root, num_workers, persistent):
     dataset = EpisodeStreamingDataset(many_episodes_root, seed=4, return_uint8=True)
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=num_workers,
-                                         persistent_workers=persistent)
-    epochs = [pairs(loader) for _ in range(3)]
+                                         persistent_workers=persistent, collate_fn=pair)
+    epochs = [list(loader) for _ in range(3)]
     assert dataset.epoch == 3
     for epoch, streamed in enumerate(epochs):
         assert streamed == scheduled(many_episodes_root, num_workers=num_workers, epoch=epoch, seed=4)
@@ -74,10 +80,11 @@ def test_epoch_advances_by_itself(many_episodes_root, num_workers, persistent):
 
 def test_set_epoch_reaches_persistent_workers(many_episodes_root):
     dataset = EpisodeStreamingDataset(many_episodes_root, seed=4, return_uint8=True)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=True)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=True,
+                                         collate_fn=pair)
     list(loader)
     dataset.set_epoch(7)
-    assert pairs(loader) == scheduled(many_episodes_root, num_workers=2, epoch=7, seed=4)
+    assert list(loader) == scheduled(many_episodes_root, num_workers=2, epoch=7, seed=4)
 
 
 def test_shuffle_false_is_in_order(dataset_root):
@@ -182,21 +189,33 @@ def test_cuda_decoding_gives_the_cpu_frames(dataset_root):
         assert decode_frame_ids(sample[camera].cpu())[:2] == (int(sample["episode_index"]), int(sample["frame_index"]))
 
 
-def _slow_second_worker(worker_id):
+def _second_worker_waits(go, worker_id):
     if worker_id == 1:
-        import time
-        time.sleep(2.0)  # worker 0 finishes its whole share before this one starts
+        assert go.wait(timeout=120), "the test never let the second worker start"
 
 
 def test_a_late_worker_streams_the_same_epoch(many_episodes_root):
     """Regression: a worker starting after its sibling finished its share (one batch, within the
     loader's prefetch) and advanced the shared counter must still stream that epoch."""
     dataset = EpisodeStreamingDataset(many_episodes_root, episodes=[0, 1], seed=2, return_uint8=True)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=64, num_workers=2, worker_init_fn=_slow_second_worker)
-    first = [(int(e), int(f)) for batch in loader for e, f in zip(batch["episode_index"], batch["frame_index"])]
+    go = multiprocessing.get_context("fork").Event()
+    loader = torch.utils.data.DataLoader(dataset, batch_size=64, num_workers=2, multiprocessing_context="fork",
+                                         worker_init_fn=functools.partial(_second_worker_waits, go))
+
+    def one_epoch():
+        go.clear()
+        streamed = []
+        for batch in loader:
+            streamed += [(int(e), int(f)) for e, f in zip(batch["episode_index"], batch["frame_index"])]
+            # Worker 0's whole share fits one batch: it has run to its end (and advanced the shared
+            # epoch) when that batch arrives. Only now does worker 1 start.
+            go.set()
+        return streamed
+
+    first = one_epoch()
     assert sorted(first) == sorted(scheduled(many_episodes_root, num_workers=0, epoch=0, episodes=[0, 1], seed=2))
     assert len(first) == len(set(first)) == len(dataset)
-    second = [(int(e), int(f)) for batch in loader for e, f in zip(batch["episode_index"], batch["frame_index"])]
+    second = one_epoch()
     assert sorted(second) == sorted(first) and second != first  # epoch 1: the same frames, reshuffled
 
 
@@ -207,8 +226,8 @@ def test_a_dataloader_built_each_epoch_with_a_fixed_generator_still_advances(man
 
     def one_epoch():
         loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2,
-                                             generator=torch.Generator().manual_seed(0))
-        return pairs(loader)
+                                             generator=torch.Generator().manual_seed(0), collate_fn=pair)
+        return list(loader)
 
     epochs = [one_epoch() for _ in range(3)]
     assert dataset.epoch == 3
@@ -221,6 +240,6 @@ def test_a_dataloader_built_each_epoch_with_a_fixed_generator_still_advances(man
 def test_worker_counts_change_between_iterations(many_episodes_root):
     dataset = EpisodeStreamingDataset(many_episodes_root, seed=4, return_uint8=True)
     for epoch, workers in enumerate((2, 3, 0, 1, 2)):
-        loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
-        assert pairs(loader) == scheduled(many_episodes_root, num_workers=workers, epoch=epoch, seed=4)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers, collate_fn=pair)
+        assert list(loader) == scheduled(many_episodes_root, num_workers=workers, epoch=epoch, seed=4)
     assert dataset.epoch == 5

@@ -1,6 +1,6 @@
 """`accelerate launch` with 2 CPU processes (gloo) runs the multinode example: ranks get disjoint,
 equal-sized shares of the dataset's frames, and a run stopped at a checkpoint resumes with exactly
-the remaining samples."""
+the remaining samples, a DataLoader resuming EpisodeLoader's state."""
 
 from __future__ import annotations
 
@@ -11,8 +11,13 @@ import socket
 import subprocess
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+from episodestream import EpisodeStreamingDataset
+
+from ..stream_model import expected_samples
 
 pytestmark = pytest.mark.distributed
 
@@ -49,43 +54,61 @@ def _indices(out: Path) -> list[dict]:
     return records
 
 
-def _dataset_frames(root: Path) -> int:
-    """The dataset's frames, counted in its data files (not by the code under test)."""
-    return sum(pq.ParquetFile(path).metadata.num_rows for path in sorted(root.glob("data/**/*.parquet")))
+def _dataset_indices(root: Path) -> dict[tuple[int, int], int]:
+    """(episode_index, frame_index) -> index, read from the dataset's data files (not by the code under test)."""
+    columns = ["episode_index", "frame_index", "index"]
+    table = pa.concat_tables(pq.read_table(path, columns=columns) for path in sorted(root.glob("data/**/*.parquet")))
+    return {(e, f): i for e, f, i in zip(*(table[c].to_pylist() for c in columns))}
+
+
+# One epoch in two launches: EpisodeLoader saves a checkpoint at step 3 and stops; a DataLoader
+# (one worker per rank) resumes from that state and runs to the end. (Each loader resuming the
+# other's state both ways is tested in one process, in test_loader and test_resume; each launch
+# costs ~9 s of CPU here.) (loader, arguments, the step its checkpoint is saved at, or None).
+LEGS = (("episode", ("--checkpoint-every", "3", "--max-steps", "3"), 3),
+        ("dataloader", ("--checkpoint-every", "0"), None))
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(many_episodes_root, tmp_path_factory) -> list[dict]:
-    """Each rank's record of one uninterrupted epoch (both loaders stream the same: one consumer
-    per rank, batches of 8)."""
-    out = tmp_path_factory.mktemp("full")
-    _launch(out, many_episodes_root, "--dummy", "--checkpoint-every", "0", "--loader", "episode")
-    return _indices(out)
+def legs(many_episodes_root, tmp_path_factory) -> list[tuple[list[dict], dict | None]]:
+    """Each launch's per-rank records and the stream state it saved. The first launch trains (the
+    example's loop runs) and saves at a checkpoint; the second runs to the end of the epoch."""
+    out = tmp_path_factory.mktemp("legs")
+    launches = []
+    for loader, arguments, saved_at in LEGS:
+        _launch(out, many_episodes_root, "--loader", loader, *arguments)
+        records = _indices(out)
+        for path in out.glob("indices-rank*.json"):
+            path.unlink()
+        state = json.loads((out / "checkpoint" / "stream_state.json").read_text()) if saved_at else None
+        launches.append((records, state))
+    return launches
 
 
-def test_ranks_get_disjoint_equal_shares_of_the_frames(many_episodes_root, uninterrupted):
-    frames = _dataset_frames(many_episodes_root)
-    first, second = (r["indices"] for r in uninterrupted)
-    assert len(first) == len(second) == -(-frames // 2) == uninterrupted[0]["len"] == uninterrupted[1]["len"]
+def _per_rank(legs) -> list[list[int]]:
+    return [sum((records[rank]["indices"] for records, _ in legs), []) for rank in range(2)]
+
+
+def test_ranks_get_disjoint_equal_shares_of_the_frames(many_episodes_root, legs):
+    frames = len(_dataset_indices(many_episodes_root))
+    first, second = _per_rank(legs)
+    assert len(first) == len(second) == -(-frames // 2) == legs[0][0][0]["len"] == legs[0][0][1]["len"]
     assert set(first) | set(second) == set(range(frames))
     # Beyond the documented fill-in (a rank one frame short repeats one of its own), disjoint.
     assert not set(first) & set(second)
     assert len(first) + len(second) - len(set(first + second)) == 2 * len(first) - frames
 
 
-@pytest.mark.parametrize("saved_by,resumed_by", [("episode", "dataloader"), ("dataloader", "episode")])
-def test_resume_after_checkpoint_continues_exactly(many_episodes_root, tmp_path, uninterrupted, saved_by,
-                                                   resumed_by):
-    """A run stopped at a checkpoint and restarted with the other loader (each resumes the other's
-    state) yields exactly the uninterrupted samples; these runs train (the example's loop runs)."""
-    _launch(tmp_path, many_episodes_root, "--checkpoint-every", "3", "--max-steps", "3", "--loader", saved_by)
-    before = _indices(tmp_path)
-    for path in tmp_path.glob("indices-rank*.json"):
-        path.unlink()
-    _launch(tmp_path, many_episodes_root, "--checkpoint-every", "0", "--loader", resumed_by)
-    after = _indices(tmp_path)
-    state = json.loads((tmp_path / "checkpoint" / "stream_state.json").read_text())
-    assert state["stream"]["batches_consumed"] == 3 and state["step"] == 3
-    for full, a, b in zip(uninterrupted, before, after):
-        assert len(a["indices"]) == 3 * 8
-        assert a["indices"] + b["indices"] == full["indices"]
+def test_resume_with_the_other_loader_continues_exactly(many_episodes_root, legs):
+    """A run stopped at a checkpoint by EpisodeLoader and restarted with a DataLoader, which
+    resumes the loader's state, yields exactly each rank's uninterrupted stream: the schedule of
+    one consumer per rank, which test_stream_properties checks against real loaders."""
+    index_of = _dataset_indices(many_episodes_root)
+    for (records, state), (_, _, saved_at) in zip(legs, LEGS):
+        if saved_at is not None:
+            assert state["step"] == saved_at and state["stream"]["batches_consumed"] == saved_at
+            assert all(len(r["indices"]) == 3 * 8 for r in records)
+    for rank, streamed in enumerate(_per_rank(legs)):
+        dataset = EpisodeStreamingDataset(many_episodes_root, seed=0, rank=rank, world_size=2)
+        expected = [index_of[pair] for pair in expected_samples(dataset, num_workers=1, epoch=0)]
+        assert streamed == expected, f"rank {rank}"

@@ -4,6 +4,8 @@ local folder is read in place, like the folder's path."""
 
 from __future__ import annotations
 
+import itertools
+
 import pickle
 from dataclasses import dataclass, field
 
@@ -68,11 +70,13 @@ def test_streamed_samples_equal_local_and_cache_empties(remote, dataset_root, tm
 
 @pytest.mark.parametrize("form", ["file://{}", "file://localhost{}", "{}"])
 def test_file_url_reads_a_local_folder_in_place(form, dataset_root, tmp_path):
-    expected = list(EpisodeStreamingDataset(dataset_root, **STREAM))
+    # The first samples are enough to see the same folder read the same way (whole epochs from
+    # remote sources are compared with local ones above).
+    expected = list(itertools.islice(EpisodeStreamingDataset(dataset_root, **STREAM), 12))
     source = form.format(dataset_root) if form != "{}" else dataset_root.as_uri()
     dataset = EpisodeStreamingDataset(source, **STREAM)
     assert isinstance(dataset._core.files, LocalFiles)
-    assert_same_samples(list(dataset), expected)
+    assert_same_samples(list(itertools.islice(dataset, 12)), expected)
     with pytest.warns(UserWarning, match=r"cache_dir, cache_limit only apply to remote sources; .* ignored"):
         EpisodeStreamingDataset(source, cache_dir=tmp_path / "cache", cache_limit="1GB", **STREAM)
     assert not (tmp_path / "cache").exists()
