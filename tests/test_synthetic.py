@@ -264,11 +264,11 @@ def test_tabular_writer_past_2048_episodes(tmp_path):
     from episodestream import EpisodeDataset, EpisodeStreamingDataset
     from episodestream.synthetic import write_tabular_dataset
 
-    root = write_tabular_dataset(tmp_path / "ds", num_episodes=3000, episode_length=(1, 4), episodes_per_data_file=700)
+    root = write_tabular_dataset(tmp_path / "ds", num_episodes=2100, episode_length=(1, 4), episodes_per_data_file=700)
     info = _info(root)
     episodes = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet")
     lengths = episodes.column("length").to_numpy()
-    assert info["total_episodes"] == 3000 and info["total_frames"] == lengths.sum() and info["video_path"] is None
+    assert info["total_episodes"] == 2100 and info["total_frames"] == lengths.sum() and info["video_path"] is None
     data = pq.ParquetFile(root / "data/chunk-000/file-001.parquet")
     assert data.metadata.num_row_groups == 700
     assert [data.metadata.row_group(g).num_rows for g in range(700)] == lengths[700:1400].tolist()
@@ -276,9 +276,9 @@ def test_tabular_writer_past_2048_episodes(tmp_path):
     assert len(dataset) == lengths.sum()
     last = dataset[len(dataset) - 1]
     frame = int(lengths[-1]) - 1
-    assert int(last["episode_index"]) == 2999 and int(last["frame_index"]) == frame
-    assert last["observation.state"][0].item() == np.float32(2999 * 1000 + frame)
-    assert last["task"] == f"synthetic task {2999 % 2}"
+    assert int(last["episode_index"]) == 2099 and int(last["frame_index"]) == frame
+    assert last["observation.state"][0].item() == np.float32(2099 * 1000 + frame)
+    assert last["task"] == f"synthetic task {2099 % 2}"
     assert sum(1 for _ in EpisodeStreamingDataset(root, rank=0, world_size=7)) == -(-lengths.sum() // 7)
     with pytest.raises(ValueError, match=r"Invalid num_episodes \(0\)"):
         write_tabular_dataset(tmp_path / "bad", num_episodes=0)
