@@ -2,6 +2,7 @@
 
 from ._errors import CacheFullError
 from ._metadata import DatasetFormatError
+from ._source_options import SourceOptions
 from .loader import EpisodeLoader
 from .mapstyle import EpisodeDataset
 from .mixture import EpisodeMixture
@@ -17,6 +18,7 @@ __all__ = [
     "EpisodeLoader",
     "EpisodeMixture",
     "EpisodeStreamingDataset",
+    "SourceOptions",
     "VideoDecodeError",
     "disable_tracer",
     "enable_tracer",
