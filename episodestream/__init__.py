@@ -1,5 +1,6 @@
 """Stream LeRobot v3.0 episode datasets (parquet rows + mp4 video) into PyTorch training."""
 
+from ._dataset_files import SourceStats
 from ._errors import CacheFullError
 from ._metadata import DatasetFormatError
 from ._source_options import SourceOptions
@@ -19,6 +20,7 @@ __all__ = [
     "EpisodeMixture",
     "EpisodeStreamingDataset",
     "SourceOptions",
+    "SourceStats",
     "VideoDecodeError",
     "disable_tracer",
     "enable_tracer",

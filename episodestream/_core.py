@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._episodes import EpisodeSelection
-from ._dataset_files import EpisodeVideos
+from ._dataset_files import EpisodeVideos, SourceStats
 from ._frames import SampleBuilder, delta_indices
 from ._lerobot_meta import LeRobotMeta
 from ._metadata import DatasetMeta, load_metadata
@@ -130,3 +131,53 @@ class DatasetCore:
         capacity = max(1, min(MAX_DECODERS, working_set * max(1, len(self.meta.video_keys))))
         return DecoderCache(self.open_video, capacity=capacity)
 
+
+class DatasetFacts:
+    """What both datasets tell about their source and episode selection, read from their
+    ``DatasetCore`` (``_core``); written once here, inherited by each."""
+
+    _core: DatasetCore
+
+    @property
+    def meta(self) -> LeRobotMeta:
+        """``LeRobotMeta``: the metadata as LeRobot's ``LeRobotDatasetMetadata`` gives it (plain
+        feature dicts, numpy ``stats``, ...), for ``make_policy(cfg, ds_meta=dataset.meta)`` and the like."""
+        return self._core.lerobot_meta
+
+    @property
+    def typed_meta(self) -> DatasetMeta:
+        """``DatasetMeta``: this library's typed view (``Feature`` objects, ``EpisodeInfo`` by index)."""
+        return self._core.meta
+
+    @property
+    def num_frames(self) -> int:
+        """Frames of the selected episodes (all ranks together), as LeRobot's ``num_frames``."""
+        return self._core.num_frames
+
+    @property
+    def num_episodes(self) -> int:
+        """Selected episodes, as LeRobot's ``num_episodes``."""
+        return len(self._core.episodes)
+
+    @property
+    def episode_indices(self) -> list[int]:
+        """The selected episodes' indices, ascending (``typed_meta.episodes[i]`` describes each)."""
+        return self._core.episodes.episode_indices.tolist()
+
+    @property
+    def resolved_source(self) -> str:
+        """Where the dataset is read from, as resolved at construction: a local folder's absolute
+        path, or the remote URL with a Hub revision pinned to its commit (credentials left out)."""
+        return self._core.files.description
+
+    @property
+    def node_cache_dir(self) -> Path | None:
+        """The node cache folder a remote source's bytes are fetched into (what ``episodestream
+        cache ls --cache-dir`` takes); None for a local folder, read in place."""
+        return self._core.files.node_cache_dir
+
+    def source_stats(self) -> SourceStats:
+        """What this process's reads of the source have cost so far (requests, bytes, node-cache
+        hits and misses; all zeros for a local folder). Each DataLoader worker counts its own:
+        call it in the worker (e.g. at the end of its iteration) for what the worker fetched."""
+        return self._core.files.stats()

@@ -10,10 +10,8 @@ import numpy as np
 import torch.utils.data
 
 from ._columns import ColumnStore, default_columns_dir
-from ._core import DatasetCore
+from ._core import DatasetCore, DatasetFacts
 from ._dataset_files import EpisodeVideos, LocalFiles
-from ._lerobot_meta import LeRobotMeta
-from ._metadata import DatasetMeta
 from ._options import check_bool
 from ._holds import HeldEpisodes
 from ._rows import EpisodeRows
@@ -27,7 +25,7 @@ if TYPE_CHECKING:
     from ._source_options import SourceOptions
 
 
-class EpisodeDataset(torch.utils.data.Dataset):
+class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
     """Map-style access: ``ds[i]`` is the i-th selected frame (the global ``index`` when episodes=None).
 
     Readers and decoders are opened lazily in each process that indexes the dataset (DataLoader
@@ -64,16 +62,6 @@ class EpisodeDataset(torch.utils.data.Dataset):
         use_columns = column_cache and isinstance(self._core.files, LocalFiles)
         self._columns_dir = default_columns_dir(options.get("cache_dir")) if use_columns else None
         self._process: _PerProcess | None = None
-
-    @property
-    def meta(self) -> LeRobotMeta:
-        """The metadata as LeRobot's ``LeRobotDatasetMetadata`` gives it (see ``EpisodeStreamingDataset.meta``)."""
-        return self._core.lerobot_meta
-
-    @property
-    def typed_meta(self) -> DatasetMeta:
-        """This library's typed view (``Feature`` objects, ``EpisodeInfo`` by index)."""
-        return self._core.meta
 
     def __len__(self) -> int:
         return int(self._starts[-1])

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch.utils.data
 
-from ._core import DatasetCore
+from ._core import DatasetCore, DatasetFacts
 from ._dataset_files import EpisodeVideos
 from ._frames import PendingSample, SampleBuilder
 from ._holds import HeldEpisodes
@@ -37,7 +37,7 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
-class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
+class EpisodeStreamingDataset(DatasetFacts, torch.utils.data.IterableDataset):
     """Streams frames in random order from a pool of whole episodes, decoding video only on emit.
 
     What to read:
@@ -101,17 +101,6 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         self._resumption: Resumption | None = None  # the loaded state, while its epoch is ahead
 
     @property
-    def meta(self):
-        """``LeRobotMeta``: the metadata as LeRobot's ``LeRobotDatasetMetadata`` gives it (plain
-        feature dicts, numpy ``stats``, ...), for ``make_policy(cfg, ds_meta=dataset.meta)`` and the like."""
-        return self._core.lerobot_meta
-
-    @property
-    def typed_meta(self):
-        """``DatasetMeta``: this library's typed view (``Feature`` objects, ``EpisodeInfo`` by index)."""
-        return self._core.meta
-
-    @property
     def epoch(self) -> int:
         return self._epoch.get()
 
@@ -124,7 +113,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         what is left of a resumed epoch (assuming the saving run's num_workers)."""
         resumption = self._resumption_of(self.epoch)
         if resumption is None:
-            return -(-self._core.num_frames // self.world_size)
+            return -(-self.num_frames // self.world_size)
         point = resumption.point(resumption.request.legs[-1].num_workers)
         return 0 if point is None else point.samples_left(self.world_size, self.rank)
 

@@ -138,8 +138,9 @@ def test_episodes_must_be_ints(dataset_root, episodes, bad):
 @pytest.mark.parametrize("episodes", [[np.int64(3), np.int32(1)], np.array([3, 1]), (1, 3)])
 def test_episodes_may_be_numpy_ints(dataset_root, episodes):
     dataset = EpisodeDataset(dataset_root, episodes=episodes)
-    assert [ep.episode_index for ep in dataset._core.episodes] == [1, 3]
-    assert all(type(ep.episode_index) is int for ep in dataset._core.episodes)
+    assert dataset.episode_indices == [1, 3] and dataset.num_episodes == 2
+    selected = [dataset.typed_meta.episodes[e] for e in dataset.episode_indices]
+    assert all(type(ep.episode_index) is int for ep in selected)
 
 
 def test_revision_with_local_folder(dataset_root):
