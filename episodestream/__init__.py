@@ -1,7 +1,9 @@
 """Stream LeRobot v3.0 episode datasets (parquet rows + mp4 video) into PyTorch training."""
 
+from ._dataset_files import SourceStats
 from ._errors import CacheFullError
 from ._metadata import DatasetFormatError
+from ._source_options import SourceOptions
 from .loader import EpisodeLoader
 from .mapstyle import EpisodeDataset
 from .mixture import EpisodeMixture
@@ -17,6 +19,8 @@ __all__ = [
     "EpisodeLoader",
     "EpisodeMixture",
     "EpisodeStreamingDataset",
+    "SourceOptions",
+    "SourceStats",
     "VideoDecodeError",
     "disable_tracer",
     "enable_tracer",

@@ -1,23 +1,32 @@
-"""What both datasets share: the source, its metadata, the episode selection and the sample builder."""
+"""What both datasets share: the source, its metadata, the episode selection and the sample builder.
+
+The options that choose these (``SourceOptions``) are declared in ``_source_options``; this module's
+``DatasetCore`` signature holds their defaults.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._episodes import EpisodeSelection
-from ._dataset_files import EpisodeVideos
+from ._dataset_files import EpisodeVideos, SourceStats
 from ._frames import SampleBuilder, delta_indices
 from ._lerobot_meta import LeRobotMeta
 from ._metadata import DatasetMeta, load_metadata
 from ._options import check_positive_float
 from ._rows import RowReader
 from ._sampling import Segment
+from ._source_options import SourceOptions, check_source_options
 from ._sources import open_source
 from .video import MAX_DECODERS, DecoderCache, resolve_backend
+
+if TYPE_CHECKING:
+    from .remote import ControllerConfig
 
 
 def select_episodes(meta: DatasetMeta, episodes: Sequence[int] | None) -> EpisodeSelection:
@@ -47,20 +56,38 @@ def select_episodes(meta: DatasetMeta, episodes: Sequence[int] | None) -> Episod
 
 
 class DatasetCore:
-    """Opens and validates once, in the constructing process; per-process readers are made on demand."""
+    """Opens and validates once, in the constructing process; per-process readers are made on demand.
 
-    def __init__(self, source: str | os.PathLike, *, revision: str | None, episodes: Sequence[int] | None,
-                 delta_timestamps: Mapping[str, Sequence[float]] | None, tolerance_s: float,
-                 return_uint8: bool, image_transforms: Callable | None, video_backend: str | None,
-                 decode_device: str = "cpu", remote_options: Mapping[str, Any] | None = None,
+    Its keywords from ``revision`` to ``download_config`` are the ``SourceOptions`` (mypy checks the
+    TypedDict against this signature), and this signature holds their defaults.
+    """
+
+    @classmethod
+    def for_dataset(cls, owner: type, source: str | os.PathLike, options: SourceOptions, *,
+                    episodes_in_flight: int, local_cache_dir: bool = False) -> DatasetCore:
+        """The core of an ``owner`` dataset built with ``options`` (its ``**options``): any keyword
+        that is not a ``SourceOptions`` key is refused first, naming ``owner`` (nothing is opened)."""
+        check_source_options(owner, options)
+        return cls(source, **options, episodes_in_flight=episodes_in_flight, local_cache_dir=local_cache_dir)
+
+    def __init__(self, source: str | os.PathLike, *, revision: str | None = None,
+                 episodes: Sequence[int] | None = None,
+                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
+                 return_uint8: bool = False, image_transforms: Callable | None = None,
+                 video_backend: str | None = None, decode_device: str = "cpu",
+                 cache_dir: str | os.PathLike | None = None, cache_limit: int | str | None = None,
+                 storage_options: Mapping[str, Any] | None = None, token: str | None = None,
+                 hub_endpoint: str | None = None,
+                 download_config: ControllerConfig | Mapping[str, Any] | None = None,
                  episodes_in_flight: int = 1, local_cache_dir: bool = False) -> None:
         self.source = source
         self.revision = revision
         self.tolerance_s = check_positive_float("tolerance_s", tolerance_s)
         if image_transforms is not None and not callable(image_transforms):
             raise TypeError(f"image_transforms must be callable, got {image_transforms!r}.")
-        self.files = open_source(source, revision=revision, local_cache_dir=local_cache_dir,
-                                 **(remote_options or {}))
+        self.files = open_source(source, revision=revision, local_cache_dir=local_cache_dir, cache_dir=cache_dir,
+                                 cache_limit=cache_limit, storage_options=storage_options, token=token,
+                                 hub_endpoint=hub_endpoint, download_config=download_config)
         self.meta = load_metadata(self.files)
         # A remote cache must hold what one consumer keeps in flight; refuse a smaller budget now
         # rather than stall mid-epoch.
@@ -103,3 +130,54 @@ class DatasetCore:
         """A decoder cache holding ``working_set`` episodes' files of every camera (at most 128)."""
         capacity = max(1, min(MAX_DECODERS, working_set * max(1, len(self.meta.video_keys))))
         return DecoderCache(self.open_video, capacity=capacity)
+
+
+class DatasetFacts:
+    """What both datasets tell about their source and episode selection, read from their
+    ``DatasetCore`` (``_core``); written once here, inherited by each."""
+
+    _core: DatasetCore
+
+    @property
+    def meta(self) -> LeRobotMeta:
+        """``LeRobotMeta``: the metadata as LeRobot's ``LeRobotDatasetMetadata`` gives it (plain
+        feature dicts, numpy ``stats``, ...), for ``make_policy(cfg, ds_meta=dataset.meta)`` and the like."""
+        return self._core.lerobot_meta
+
+    @property
+    def typed_meta(self) -> DatasetMeta:
+        """``DatasetMeta``: this library's typed view (``Feature`` objects, ``EpisodeInfo`` by index)."""
+        return self._core.meta
+
+    @property
+    def num_frames(self) -> int:
+        """Frames of the selected episodes (all ranks together), as LeRobot's ``num_frames``."""
+        return self._core.num_frames
+
+    @property
+    def num_episodes(self) -> int:
+        """Selected episodes, as LeRobot's ``num_episodes``."""
+        return len(self._core.episodes)
+
+    @property
+    def episode_indices(self) -> list[int]:
+        """The selected episodes' indices, ascending (``typed_meta.episodes[i]`` describes each)."""
+        return self._core.episodes.episode_indices.tolist()
+
+    @property
+    def resolved_source(self) -> str:
+        """Where the dataset is read from, as resolved at construction: a local folder's absolute
+        path, or the remote URL with a Hub revision pinned to its commit (credentials left out)."""
+        return self._core.files.description
+
+    @property
+    def node_cache_dir(self) -> Path | None:
+        """The node cache folder a remote source's bytes are fetched into (what ``episodestream
+        cache ls --cache-dir`` takes); None for a local folder, read in place."""
+        return self._core.files.node_cache_dir
+
+    def source_stats(self) -> SourceStats:
+        """What this process's reads of the source have cost so far (requests, bytes, node-cache
+        hits and misses; all zeros for a local folder). Each DataLoader worker counts its own:
+        call it in the worker (e.g. at the end of its iteration) for what the worker fetched."""
+        return self._core.files.stats()

@@ -15,11 +15,33 @@ import abc
 import io
 import os
 import posixpath
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._metadata import DatasetMeta, EpisodeInfo
+
+
+@dataclass(frozen=True)
+class SourceStats:
+    """What this process's reads of a dataset's source cost (``dataset.source_stats()``); all zeros
+    for a local folder, which is read in place. DataLoader workers count their own reads.
+
+    requests, bytes_fetched: ranged reads sent to the remote source and the bytes received for them
+        (metadata, parquet footers and row groups, mp4 headers and spans).
+    cache_hits: node-cache entries (a metadata file, an mp4 header, an episode's span, a whole
+        file) that were already on disk when this process acquired them.
+    cache_misses: node-cache entries this process downloaded.
+    cache_miss_bytes: the bytes of those entries: a span's byte range, a header's stored bytes, a
+        whole file's size (reads that found nothing to cache, such as parquet rows, are not in it).
+    """
+
+    requests: int = 0
+    bytes_fetched: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    cache_miss_bytes: int = 0
 
 
 class EpisodeVideos(abc.ABC):
@@ -51,8 +73,8 @@ class EpisodeVideos(abc.ABC):
 
 
 class DatasetFiles(abc.ABC):
-    """What the format, row and video layers need from a dataset root (eight methods, plus the
-    cache budget check that only sources with a cache need)."""
+    """What the format, row and video layers need from a dataset root (nine methods, plus the
+    cache budget check and the cache folder that only sources with a cache have)."""
 
     description: str  # for error messages: where the dataset lives
 
@@ -88,6 +110,15 @@ class DatasetFiles(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Release what this process holds (remote: its references to cached metadata)."""
+
+    @abc.abstractmethod
+    def stats(self) -> SourceStats:
+        """What this process's reads of the source cost so far (zeros when read in place)."""
+
+    @property
+    def node_cache_dir(self) -> Path | None:
+        """The node cache folder this source's fetched bytes live in; None when read in place."""
+        return None
 
     def check_cache_budget(  # noqa: B027 - a no-op default on purpose: only cached sources override it
             self, meta: DatasetMeta | None = None, *, episodes_in_flight: int = 0) -> None:
@@ -153,6 +184,9 @@ class LocalFiles(DatasetFiles):
 
     def close(self) -> None:
         pass
+
+    def stats(self) -> SourceStats:
+        return SourceStats()  # read in place: nothing is fetched or cached
 
 
 class LocalVideos(EpisodeVideos):

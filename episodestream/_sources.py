@@ -17,9 +17,9 @@ from urllib.parse import unquote
 from ._dataset_files import DatasetFiles, LocalFiles
 
 _FILE_SCHEME = "file://"
-# Frames between the user's call and the warning: open_source <- DatasetCore <- the dataset's
-# constructor <- the user's line.
-_WARN_STACKLEVEL = 4
+# Frames between the user's call and the warning: open_source <- DatasetCore <- DatasetCore.for_dataset <-
+# the dataset's constructor <- the user's line.
+_WARN_STACKLEVEL = 5
 
 
 def open_source(source: str | os.PathLike, *, revision: str | None, cache_dir: str | os.PathLike | None = None,

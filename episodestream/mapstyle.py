@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch.utils.data
 
 from ._columns import ColumnStore, default_columns_dir
-from ._core import DatasetCore
+from ._core import DatasetCore, DatasetFacts
 from ._dataset_files import EpisodeVideos, LocalFiles
-from ._lerobot_meta import LeRobotMeta
-from ._metadata import DatasetMeta
 from ._options import check_bool
 from ._holds import HeldEpisodes
 from ._rows import EpisodeRows
@@ -23,60 +20,48 @@ from .video import DecoderCache
 _ROWS_CACHED = 4  # episodes' rows kept for neighbouring indices (a sampler often walks an episode)
 
 if TYPE_CHECKING:
-    from .remote import ControllerConfig
+    from typing import Unpack  # Python 3.11; annotations are not evaluated at run time
+
+    from ._source_options import SourceOptions
 
 
-class EpisodeDataset(torch.utils.data.Dataset):
+class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
     """Map-style access: ``ds[i]`` is the i-th selected frame (the global ``index`` when episodes=None).
 
-    Arguments mean what they mean for ``EpisodeStreamingDataset``. Readers and decoders are opened
-    lazily in each process that indexes the dataset (DataLoader workers included).
+    Readers and decoders are opened lazily in each process that indexes the dataset (DataLoader
+    workers included).
 
-    column_cache: for local sources, read rows from an Arrow copy of each data file's tabular
-        columns, built the first time one of its episodes is needed and kept under
-        ``cache_dir/columns`` (default ``EPISODESTREAM_CACHE_DIR``, else the user's cache folder).
-        Random access is then ~60x faster at DROID scale, and the bytes are shared by all processes
-        of the node through the page cache (see ``_columns``). False, and remote sources (for now),
-        read each episode's parquet row group instead.
+    What to read:
+        source: as for ``EpisodeStreamingDataset``: a local folder, a URL or a Hub repo id.
+
+    Source options (``**options``, shared with ``EpisodeStreamingDataset``; each is documented,
+    with its default, in ``episodestream.SourceOptions``):
+        what to read: revision, episodes, delta_timestamps, tolerance_s;
+        what a sample looks like: return_uint8, image_transforms, video_backend, decode_device;
+        remote sources: cache_dir, cache_limit, storage_options, token, hub_endpoint, download_config.
+        Any other keyword (the streaming dataset's ``episode_pool_size``, say) raises TypeError.
+
+    Caching:
+        column_cache: for local sources, read rows from an Arrow copy of each data file's tabular
+            columns, built the first time one of its episodes is needed and kept under
+            ``cache_dir/columns`` (default ``EPISODESTREAM_CACHE_DIR``, else the user's cache
+            folder). Random access is then ~60x faster at DROID scale, and the bytes are shared by
+            all processes of the node through the page cache (see ``_columns``). False, and remote
+            sources (for now), read each episode's parquet row group instead.
     """
 
-    def __init__(self, source: str | os.PathLike, *, revision: str | None = None,
-                 episodes: Sequence[int] | None = None,
-                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
-                 return_uint8: bool = False, image_transforms: Callable | None = None,
-                 video_backend: str | None = None, decode_device: str = "cpu",
-                 cache_dir: str | os.PathLike | None = None, cache_limit: int | str | None = None,
-                 storage_options: Mapping[str, Any] | None = None, token: str | None = None,
-                 hub_endpoint: str | None = None,
-                 download_config: ControllerConfig | Mapping[str, Any] | None = None,
-                 column_cache: bool = True) -> None:
+    def __init__(self, source: str | os.PathLike, *, column_cache: bool = True,
+                 **options: Unpack[SourceOptions]) -> None:
         column_cache = check_bool("column_cache", column_cache)
-        self._core = DatasetCore(source, revision=revision, episodes=episodes,
-                                 delta_timestamps=delta_timestamps, tolerance_s=tolerance_s,
-                                 return_uint8=return_uint8, image_transforms=image_transforms,
-                                 video_backend=video_backend, decode_device=decode_device,
-                                 remote_options=dict(cache_dir=cache_dir, cache_limit=cache_limit,
-                                                     storage_options=storage_options, token=token,
-                                                     hub_endpoint=hub_endpoint, download_config=download_config),
-                                 episodes_in_flight=_ROWS_CACHED + 1,
-                                 local_cache_dir=column_cache)
+        self._core = DatasetCore.for_dataset(EpisodeDataset, source, options, episodes_in_flight=_ROWS_CACHED + 1,
+                                             local_cache_dir=column_cache)
         self._starts = np.concatenate([[0], np.cumsum(self._core.episodes.lengths)])
         self._episode_indices = self._core.episodes.episode_indices  # by selection position
         # Local sources only, for now: for a remote source the copy would sit beside the node cache
         # without its budget, refcounts or `cache clear` (see docs/benchmarks.md, issue 13).
         use_columns = column_cache and isinstance(self._core.files, LocalFiles)
-        self._columns_dir = default_columns_dir(cache_dir) if use_columns else None
+        self._columns_dir = default_columns_dir(options.get("cache_dir")) if use_columns else None
         self._process: _PerProcess | None = None
-
-    @property
-    def meta(self) -> LeRobotMeta:
-        """The metadata as LeRobot's ``LeRobotDatasetMetadata`` gives it (see ``EpisodeStreamingDataset.meta``)."""
-        return self._core.lerobot_meta
-
-    @property
-    def typed_meta(self) -> DatasetMeta:
-        """This library's typed view (``Feature`` objects, ``EpisodeInfo`` by index)."""
-        return self._core.meta
 
     def __len__(self) -> int:
         return int(self._starts[-1])

@@ -165,7 +165,7 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
     def meta(self) -> MixtureMeta:
         """Per-source metadata (``meta.sources``) and stats aggregated by frames (``meta.stats``)."""
         if self._meta is None:
-            frames = [d._core.num_frames for d in self.datasets]
+            frames = [d.num_frames for d in self.datasets]
             weights = self.weights or tuple(f / sum(frames) for f in frames)
             self._meta = MixtureMeta(sources=[d.meta for d in self.datasets], renames=self._renames,
                                      weights=weights, frames=frames)
@@ -188,7 +188,7 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
 
     def rank_counts(self) -> list[int]:
         """Samples each component gives every rank in a fresh epoch."""
-        return rank_counts([d._core.num_frames for d in self.datasets], world_size=self.world_size,
+        return rank_counts([d.num_frames for d in self.datasets], world_size=self.world_size,
                            weights=self.weights, stop=self.stop)
 
     def __len__(self) -> int:

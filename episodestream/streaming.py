@@ -6,13 +6,13 @@ import json
 import os
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import torch.utils.data
 
-from ._core import DatasetCore
+from ._core import DatasetCore, DatasetFacts
 from ._dataset_files import EpisodeVideos
 from ._frames import PendingSample, SampleBuilder
 from ._holds import HeldEpisodes
@@ -27,7 +27,9 @@ from ._world import World, current_world, resolve_rank
 from .tracing import set_process_name, trace_instant, trace_span, tracer_enabled
 
 if TYPE_CHECKING:
-    from .remote import ControllerConfig
+    from typing import Unpack  # Python 3.11; annotations are not evaluated at run time
+
+    from ._source_options import SourceOptions
 
 
 def _jsonable(value: Any) -> Any:
@@ -35,36 +37,20 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
-class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
+class EpisodeStreamingDataset(DatasetFacts, torch.utils.data.IterableDataset):
     """Streams frames in random order from a pool of whole episodes, decoding video only on emit.
 
     What to read:
         source: a LeRobot v3.0 dataset: a local (or network-mounted) folder, read in place; a URL
             (``hf://datasets/owner/name``, ``s3://bucket/path``, ``gs://...``, other fsspec URLs);
             or a Hub dataset repo id (``"lerobot/aloha_mobile_cabinet"``).
-        revision: a Hub branch, tag or commit, resolved once to a commit (None for local folders).
-        episodes: episode indices to use (default: all). Honoured by the split, ``len`` and resume.
-        delta_timestamps: ``{feature_key: [seconds, ...]}`` windows, each a multiple of 1/fps.
-        tolerance_s: how far a decoded frame's time, or a delta's rounding, may be from the query.
 
-    What a sample looks like:
-        return_uint8: camera frames as uint8 CHW instead of float32 in [0, 1].
-        image_transforms: a callable applied to every camera frame (or window) after decoding.
-        video_backend: "torchcodec" (default when it loads) or "pyav"; also
-            ``EPISODESTREAM_VIDEO_BACKEND``.
-        decode_device: "cpu", or "cuda"/"cuda:N" to decode on the GPU (NVDEC via torchcodec; frames
-            come out on that device, so iterate in the main process, num_workers=0).
-
-    Remote sources (ignored for local folders):
-        cache_dir: where fetched bytes live (default ``EPISODESTREAM_CACHE_DIR``, else the user's
-            cache directory); shared, refcounted, by every process of the node.
-        cache_limit: disk budget such as "20GB" (default ``EPISODESTREAM_CACHE_LIMIT``); a budget
-            smaller than the pool's working set is refused here, with the minimum.
-        storage_options: fsspec options for bucket URLs (credentials, endpoint).
-        token, hub_endpoint: Hugging Face token and endpoint (default: huggingface_hub's own).
-        download_config: the download controller's knobs (node-wide permits, retries, per-request
-            timeout): a ControllerConfig, a dict of its knobs (the rest from
-            ``EPISODESTREAM_DOWNLOAD_*``) or None. See docs/download-controller.md.
+    Source options (``**options``, shared with ``EpisodeDataset``; each is documented, with its
+    default, in ``episodestream.SourceOptions``):
+        what to read: revision, episodes, delta_timestamps, tolerance_s;
+        what a sample looks like: return_uint8, image_transforms, video_backend, decode_device;
+        remote sources: cache_dir, cache_limit, storage_options, token, hub_endpoint, download_config.
+        Any other keyword raises TypeError, naming the closest valid one.
 
     How to iterate:
         episode_pool_size: whole episodes each consumer holds in RAM (tabular rows only) and
@@ -91,19 +77,10 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
     with one frame fewer repeats one of its own frames once (see ``_sampling``).
     """
 
-    def __init__(self, source: str | os.PathLike, *, revision: str | None = None,
-                 episodes: Sequence[int] | None = None,
-                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
-                 episode_pool_size: int = 16, shuffle: bool = True, seed: int = 0, return_uint8: bool = False,
-                 image_transforms: Callable | None = None, video_backend: str | None = None,
-                 decode_device: str = "cpu",
-                 rank: int | None = None, world_size: int | None = None, decode_group_size: int = 8,
-                 decode_threads: int = 1, prefetch_episodes: int = 4,
-                 cache_dir: str | os.PathLike | None = None, cache_limit: int | str | None = None,
-                 storage_options: Mapping[str, Any] | None = None, token: str | None = None,
-                 hub_endpoint: str | None = None,
-                 download_config: ControllerConfig | Mapping[str, Any] | None = None,
-                 buffer_size: Any = None) -> None:
+    def __init__(self, source: str | os.PathLike, *, episode_pool_size: int = 16, shuffle: bool = True,
+                 seed: int = 0, rank: int | None = None, world_size: int | None = None, decode_group_size: int = 8,
+                 decode_threads: int = 1, prefetch_episodes: int = 4, buffer_size: Any = None,
+                 **options: Unpack[SourceOptions]) -> None:
         super().__init__()
         if buffer_size is not None:
             warnings.warn("buffer_size is ignored: episode_pool_size replaces it (a pool of whole episodes' "
@@ -115,29 +92,13 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         self.seed = check_int("seed", seed, minimum=0)
         self.shuffle = bool(shuffle)
         self.rank, self.world_size = resolve_rank(rank, world_size)
-        self._core = DatasetCore(source, revision=revision, episodes=episodes,
-                                 delta_timestamps=delta_timestamps, tolerance_s=tolerance_s,
-                                 return_uint8=return_uint8, image_transforms=image_transforms,
-                                 video_backend=video_backend, decode_device=decode_device,
-                                 remote_options=dict(cache_dir=cache_dir, cache_limit=cache_limit,
-                                                     storage_options=storage_options, token=token,
-                                                     hub_endpoint=hub_endpoint, download_config=download_config),
-                                 episodes_in_flight=self.episode_pool_size + self.prefetch_episodes + 1)
+        self._core = DatasetCore.for_dataset(
+            EpisodeStreamingDataset, source, options,
+            episodes_in_flight=self.episode_pool_size + self.prefetch_episodes + 1)
         self._epoch = SharedEpoch()
         self._loads_seen = 0  # resume states loaded when this copy was made (see SharedEpoch.for_iteration)
         self._decoder_cache: _CacheStats | None = None  # the current iteration's decoders
         self._resumption: Resumption | None = None  # the loaded state, while its epoch is ahead
-
-    @property
-    def meta(self):
-        """``LeRobotMeta``: the metadata as LeRobot's ``LeRobotDatasetMetadata`` gives it (plain
-        feature dicts, numpy ``stats``, ...), for ``make_policy(cfg, ds_meta=dataset.meta)`` and the like."""
-        return self._core.lerobot_meta
-
-    @property
-    def typed_meta(self):
-        """``DatasetMeta``: this library's typed view (``Feature`` objects, ``EpisodeInfo`` by index)."""
-        return self._core.meta
 
     @property
     def epoch(self) -> int:
@@ -152,7 +113,7 @@ class EpisodeStreamingDataset(torch.utils.data.IterableDataset):
         what is left of a resumed epoch (assuming the saving run's num_workers)."""
         resumption = self._resumption_of(self.epoch)
         if resumption is None:
-            return -(-self._core.num_frames // self.world_size)
+            return -(-self.num_frames // self.world_size)
         point = resumption.point(resumption.request.legs[-1].num_workers)
         return 0 if point is None else point.samples_left(self.world_size, self.rank)
 

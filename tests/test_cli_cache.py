@@ -20,7 +20,7 @@ import pytest  # noqa: E402
 from episodestream import CacheFullError, EpisodeStreamingDataset  # noqa: E402
 from episodestream.cli import main  # noqa: E402
 from episodestream.remote import EntryState, NodeCache, open_remote_source  # noqa: E402
-from episodestream.testing import FakeHub  # noqa: E402
+from episodestream.testing import FakeHub, faults  # noqa: E402
 
 from .remote_streaming.conftest import assert_same_samples, cache_files  # noqa: E402
 
@@ -192,7 +192,8 @@ def test_pinned_cache_fails_fast_at_construction_until_unpinned(hub_root, datase
         capsys.readouterr()
         pinned = NodeCache(cache_dir).usage_bytes()
         unlimited = EpisodeStreamingDataset(REPO, **build)
-        need = unlimited._core.files.minimum_cache_bytes(unlimited._core.meta, episodes_in_flight=6)  # 3 + 2 + 1
+        need = faults.source_files(unlimited).minimum_cache_bytes(unlimited.typed_meta,
+                                                                  episodes_in_flight=6)  # 3 + 2 + 1
         unlimited.close()
         limit = need + pinned // 2  # enough for either source alone, not for "other" beside the pins
         # The prewarmed source itself reads its pins: they do not count twice.

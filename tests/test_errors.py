@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
 import pytest
 
-from episodestream import DatasetFormatError, EpisodeDataset, EpisodeStreamingDataset, VideoDecodeError
+from episodestream import DatasetFormatError, EpisodeDataset, EpisodeStreamingDataset, SourceOptions, VideoDecodeError
 
 
 @pytest.fixture
@@ -137,8 +138,9 @@ def test_episodes_must_be_ints(dataset_root, episodes, bad):
 @pytest.mark.parametrize("episodes", [[np.int64(3), np.int32(1)], np.array([3, 1]), (1, 3)])
 def test_episodes_may_be_numpy_ints(dataset_root, episodes):
     dataset = EpisodeDataset(dataset_root, episodes=episodes)
-    assert [ep.episode_index for ep in dataset._core.episodes] == [1, 3]
-    assert all(type(ep.episode_index) is int for ep in dataset._core.episodes)
+    assert dataset.episode_indices == [1, 3] and dataset.num_episodes == 2
+    selected = [dataset.typed_meta.episodes[e] for e in dataset.episode_indices]
+    assert all(type(ep.episode_index) is int for ep in selected)
 
 
 def test_revision_with_local_folder(dataset_root):
@@ -151,3 +153,38 @@ def test_a_missing_folder_is_not_mistaken_for_a_remote(tmp_path):
     # without any network request.
     with pytest.raises(FileNotFoundError, match="neither an existing local folder"):
         EpisodeDataset(str(tmp_path / "nope"))
+
+
+@pytest.mark.parametrize("dataset,typo,suggestion", [
+    (EpisodeStreamingDataset, "cache_limt", "cache_limit"),
+    (EpisodeStreamingDataset, "episode_pool", "episode_pool_size"),  # the class's own keyword
+    (EpisodeDataset, "delta_timestamp", "delta_timestamps"),
+    (EpisodeDataset, "column_caching", "column_cache"),
+])
+def test_an_unknown_keyword_names_the_class_a_close_match_and_the_valid_ones(dataset, typo, suggestion):
+    # A file:// URL to nothing fails when the source is opened: the keyword is refused before that.
+    with pytest.raises(TypeError) as caught:
+        dataset("file:///no/such/dataset", **{typo: 1})
+    message = str(caught.value)
+    assert message.startswith(f"{dataset.__name__}() got an unexpected keyword argument {typo!r} "
+                              f"(did you mean {suggestion!r}?). Valid keywords: source, "), message
+    for valid in SourceOptions.__annotations__:
+        assert valid in message, valid
+
+
+def test_the_other_datasets_keywords_and_unlike_words_are_refused_too(dataset_root):
+    with pytest.raises(TypeError, match=r"^EpisodeDataset\(\) got an unexpected keyword arguments "
+                                        r"'episode_pool_size'.*, 'colour' *\. Valid keywords: source, column_cache \(its own\)"):
+        EpisodeDataset(dataset_root, episode_pool_size=4, colour="red")
+    with pytest.raises(TypeError, match=r"'column_cache'\. Valid keywords: source, episode_pool_size, shuffle"):
+        EpisodeStreamingDataset(dataset_root, column_cache=False)
+
+
+def test_source_options_are_documented_once_and_named_by_both_datasets():
+    """help(SourceOptions) documents each key; help() on either dataset lists every key's name."""
+    for key in SourceOptions.__annotations__:
+        assert re.search(rf"^ +{key} \(", SourceOptions.__doc__, flags=re.M), key
+        for dataset in (EpisodeStreamingDataset, EpisodeDataset):
+            assert key in dataset.__doc__, (dataset.__name__, key)
+    # The keys' documentation moved: the streaming dataset's docstring no longer repeats it.
+    assert "resolved once to a commit" not in EpisodeStreamingDataset.__doc__

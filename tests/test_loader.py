@@ -12,6 +12,8 @@ import torch
 import torch.utils.data
 
 from episodestream import EpisodeLoader, EpisodeStreamingDataset, VideoDecodeError, stream_state
+from episodestream._frames import SampleBuilder
+from episodestream.testing import faults
 
 from .conftest import CAMERAS
 
@@ -89,8 +91,7 @@ def test_many_threads_many_epochs_same_stream_and_no_shared_decoder(many_episode
     expected = reference_batches(many_episodes_root, 6, epochs=3, seed=9, decode_group_size=1, return_uint8=True)
     dataset = EpisodeStreamingDataset(many_episodes_root, seed=9, decode_group_size=1, return_uint8=True)
     users = defaultdict(set)
-    open_video = dataset._core.open_video
-    dataset._core.open_video = lambda path: _ThreadCheckingReader(open_video(path), users)
+    faults.wrap_video_readers(dataset, lambda reader, path: _ThreadCheckingReader(reader, users))
     loader = EpisodeLoader(dataset, 6, num_threads=8, prefetch_batches=3)
     for epoch in range(3):
         assert_same_batches(list(loader), expected[epoch])
@@ -114,7 +115,8 @@ def test_dataset_decode_threads_keep_the_stream(many_episodes_root, num_workers)
 
 def _new_loader(root, *, num_threads=2, batch_size=4, **kwargs):
     kwargs.setdefault("episodes", list(range(8)))
-    dataset = EpisodeStreamingDataset(root, seed=3, episode_pool_size=3, return_uint8=True, **kwargs)
+    kwargs.setdefault("return_uint8", True)
+    dataset = EpisodeStreamingDataset(root, seed=3, episode_pool_size=3, **kwargs)
     return EpisodeLoader(dataset, batch_size, num_threads=num_threads)
 
 
@@ -235,8 +237,7 @@ def test_a_decode_error_surfaces_in_the_trainer_and_loses_no_sample(many_episode
     epoch0 = list(_new_loader(many_episodes_root))
     loader = _new_loader(many_episodes_root, num_threads=3)
     counter = {"lock": threading.Lock(), "calls": 0}
-    open_video = loader.dataset._core.open_video
-    loader.dataset._core.open_video = lambda path: _FailingReader(open_video(path), counter, fail_at=9)
+    faults.wrap_video_readers(loader.dataset, lambda reader, path: _FailingReader(reader, counter, fail_at=9))
     taken = []
     with pytest.raises(VideoDecodeError, match=r"\.mp4 at .*injected decoder failure") as caught:
         for batch in loader:
@@ -269,8 +270,7 @@ class _RecordingVideos:
 def test_dropping_or_closing_mid_epoch_joins_threads_and_releases_video(many_episodes_root):
     loader = _new_loader(many_episodes_root, num_threads=3)
     closed = []
-    episode_videos = loader.dataset._core.episode_videos
-    loader.dataset._core.episode_videos = lambda: _RecordingVideos(episode_videos(), closed)
+    faults.wrap_episode_videos(loader.dataset, lambda videos: _RecordingVideos(videos, closed))
     iterator = iter(loader)
     next(iterator)
     assert len(_episodestream_threads()) == 3
@@ -323,8 +323,7 @@ def test_pin_memory_gives_pinned_batches(dataset_root):
 
 def test_batch_memory_is_reused_only_once_nothing_refers_to_it(many_episodes_root):
     camera = CAMERAS[0]
-    loader = _new_loader(many_episodes_root, num_threads=2)
-    loader.dataset._core.builder._return_uint8 = False  # float32 frames, the case reuse is for
+    loader = _new_loader(many_episodes_root, num_threads=2, return_uint8=False)  # float32: what reuse is for
     expected = [b[camera].clone() for b in _reference_float_batches(many_episodes_root)]
     kept = {}
     for i, batch in enumerate(loader):
@@ -351,7 +350,7 @@ def test_a_thread_that_cannot_start_its_decoders_fails_the_pass_not_hangs(many_e
     def broken_cache(working_set):
         raise OSError("no decoders today")
 
-    loader.dataset._core.decoder_cache = broken_cache
+    faults.replace_decoder_cache(loader.dataset, broken_cache)
     with pytest.raises(OSError, match="no decoders today"):
         list(loader)
     assert not _episodestream_threads() and loader.state_dict()["batches_consumed"] == 0
@@ -376,7 +375,8 @@ def test_batch_memory_reuses_only_what_nothing_holds():
 
 @pytest.mark.parametrize("return_uint8", [False, True])
 def test_write_frame_equals_finish_conversion_for_every_byte_value(many_episodes_root, return_uint8):
-    builder = EpisodeStreamingDataset(many_episodes_root, return_uint8=return_uint8)._core.builder
+    meta = EpisodeStreamingDataset(many_episodes_root).typed_meta
+    builder = SampleBuilder(meta, offsets={}, tolerance_s=1e-4, return_uint8=return_uint8, image_transforms=None)
     frame = torch.arange(256, dtype=torch.uint8).reshape(1, 16, 16).expand(3, 16, 16)
     out = torch.empty((3, 16, 16), dtype=builder.frame_dtype)
     builder.write_frame(out.numpy(), frame.numpy())

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from episodestream import EpisodeMixture, EpisodeStreamingDataset, write_synthetic_dataset
-from episodestream.testing import HttpServer
+from episodestream.testing import HttpServer, faults
 
 CAMERA = "observation.images.front"
 STREAM = dict(episode_pool_size=2, prefetch_episodes=1, decode_group_size=3)
@@ -67,7 +67,7 @@ def test_remote_components_share_one_cache_dir_and_prefetch(roots, server, tmp_p
     mixture = EpisodeMixture(datasets, seed=5)
     try:
         for dataset in datasets:  # remote video is fetched on admit, ahead of the pool's need
-            videos = dataset._core.episode_videos()
+            videos = faults.open_episode_videos(dataset)
             assert videos.prefetches
             videos.close()
         _same(list(mixture), expected)
@@ -75,6 +75,6 @@ def test_remote_components_share_one_cache_dir_and_prefetch(roots, server, tmp_p
         files = [p.relative_to(cache).as_posix() for p in Path(cache).rglob("*") if p.is_file()]
         folders = {p.split("/")[0] for p in files if "/" in p}
         assert [f.split("_")[-1][:2] for f in sorted(folders)] == ["v1", "v2"], folders
-        assert datasets[0]._core.files.cache.root == datasets[1]._core.files.cache.root
+        assert datasets[0].node_cache_dir == datasets[1].node_cache_dir == cache
     finally:
         mixture.close()

@@ -10,6 +10,7 @@ import torch
 import torch.utils.data
 
 from episodestream import EpisodeStreamingDataset, stream_state
+from episodestream.testing import faults
 
 EPISODES = list(range(8))  # about 80 frames of the 20-episode dataset: 20 batches of 4
 BATCH = 4
@@ -155,9 +156,8 @@ def test_replay_reads_no_video_and_no_consumed_rows(many_episodes_root, monkeypa
                                  into_next=False)
     dataset = make(many_episodes_root, decode_group_size=1)
     dataset.load_state_dict(state)
-    opened, read = [], []
-    open_video = dataset._core.open_video
-    dataset._core.open_video = lambda path: opened.append(path) or _CountingReader(open_video(path))
+    read = []
+    faults.wrap_video_readers(dataset, lambda reader, path: _CountingReader(reader))
     from episodestream import _rows
     original_read = _rows.RowReader.read
     monkeypatch.setattr(_rows.RowReader, "read", lambda self, ep: read.append(ep.episode_index) or original_read(self, ep))
@@ -166,7 +166,7 @@ def test_replay_reads_no_video_and_no_consumed_rows(many_episodes_root, monkeypa
     # One decode call of one frame per resumed sample (decode_group_size=1, one camera): nothing
     # was decoded for the 60 consumed samples.
     assert _CountingReader.calls == [1] * len(resumed)
-    assert len(resumed) + 15 * BATCH == dataset._core.num_frames
+    assert len(resumed) + 15 * BATCH == dataset.num_frames
     assert set(read) == {int(s["episode_index"]) for s in resumed}
 
 
@@ -207,7 +207,7 @@ def test_batches_consumed_beyond_the_epoch_is_refused_or_clamped(many_episodes_r
     with pytest.raises(ValueError, match=rf"batches_consumed'\]=500 is more than epoch 0 has: {epoch_batches} "
                                          rf"batches of {BATCH} per rank.*not a global step"):
         dataset.load_state_dict({**state, "batches_consumed": 500})
-    assert dataset.epoch == 0 and len(dataset) == dataset._core.num_frames  # nothing changed
+    assert dataset.epoch == 0 and len(dataset) == dataset.num_frames  # nothing changed
     dataset.load_state_dict({**state, "batches_consumed": epoch_batches})  # exactly the epoch: fine
     assert dataset.epoch == 1
     with pytest.warns(RuntimeWarning, match="more than epoch 0 has.*Treating the epoch as finished"):
@@ -244,7 +244,7 @@ def test_load_after_persistent_workers_started_is_detected(many_episodes_root):
     # A DataLoader made after the load resumes.
     expected = len(dataset)
     resumed = [s for batch in loader_for(dataset, 2) for s in samples(batch)]
-    assert len(resumed) == expected == dataset._core.num_frames - 2 * BATCH
+    assert len(resumed) == expected == dataset.num_frames - 2 * BATCH
 
 
 def test_out_of_order_delivery_is_refused(camera_less_root):

@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 import pytest  # noqa: E402
 
-from episodestream._dataset_files import DatasetFiles, EpisodeVideos, LocalFiles  # noqa: E402
+from episodestream._dataset_files import DatasetFiles, EpisodeVideos, LocalFiles, SourceStats  # noqa: E402
 from episodestream._metadata import load_metadata  # noqa: E402
 from episodestream.cli import dataset_info  # noqa: E402
 from episodestream.remote import RemoteFiles, open_remote_source  # noqa: E402
@@ -146,6 +146,42 @@ def test_episode_videos_decode_as_the_local_files(files, dataset_root):
             videos.evict(episode)
     finally:
         videos.close()
+
+
+def test_stats_count_reads_and_cache_entries_of_this_process(files, dataset_root):
+    """``stats()``: all zeros for a folder read in place. A source with a node cache counts the
+    requests and bytes it read, and its cache entries: what one consumer acquires for an episode
+    (downloads, on a fresh cache), a second consumer finds on disk, as many hits and no request."""
+    meta = load_metadata(files)
+    episode = meta.episodes[sorted(meta.episodes)[-1]]
+    before = files.stats()
+    first, second = files.episode_videos(), files.episode_videos()
+    try:
+        for key in episode.videos:
+            first.path(episode, key)
+        middle = files.stats()
+        for key in episode.videos:
+            second.path(episode, key)
+        after = files.stats()
+    finally:
+        first.close()
+        second.close()
+    assert all(isinstance(stats, SourceStats) for stats in (before, middle, after))
+    if files.node_cache_dir is None:
+        assert isinstance(files, LocalFiles)
+        assert before == middle == after == SourceStats(0, 0, 0, 0, 0)
+        return
+    assert Path(files.local_path(INFO)).is_relative_to(files.node_cache_dir)  # where the cache is
+    acquired = (middle.cache_hits + middle.cache_misses) - (before.cache_hits + before.cache_misses)
+    downloaded = middle.cache_misses - before.cache_misses
+    assert acquired >= len(episode.videos) and downloaded > 0  # at least one entry per camera
+    assert middle.requests > before.requests and middle.bytes_fetched > before.bytes_fetched
+    # What the entries hold, at most their files (a span each, or a whole file) and a header each.
+    video_bytes = sum((dataset_root / span.relpath).stat().st_size for span in episode.videos.values())
+    assert 0 < middle.cache_miss_bytes - before.cache_miss_bytes <= 2 * video_bytes
+    assert (after.cache_hits - middle.cache_hits, after.cache_misses, after.cache_miss_bytes) == (
+        acquired, middle.cache_misses, middle.cache_miss_bytes)
+    assert (after.requests, after.bytes_fetched) == (middle.requests, middle.bytes_fetched)
 
 
 def test_info_reports_the_same_dataset_local_and_over_http(dataset_root, tmp_path):

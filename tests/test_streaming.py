@@ -10,7 +10,7 @@ import warnings
 import pytest
 import torch.utils.data
 
-from episodestream import EpisodeStreamingDataset
+from episodestream import EpisodeDataset, EpisodeStreamingDataset, SourceStats
 
 from .conftest import EPISODE_LENGTHS
 from .stream_model import expected_samples, pair
@@ -40,7 +40,7 @@ def test_every_frame_once_and_equal_counts(many_episodes_root):
     hundreds of layouts and episode selections."""
     world_size, num_workers = 2, 2
     dataset = EpisodeStreamingDataset(many_episodes_root, world_size=world_size, rank=0)
-    total = dataset._core.num_frames
+    total = dataset.num_frames
     per_rank = [stream_indices(many_episodes_root, rank=r, world_size=world_size, num_workers=num_workers,
                                episode_pool_size=3, seed=7) for r in range(world_size)]
     assert [len(indices) for indices in per_rank] == [len(dataset)] * world_size
@@ -103,7 +103,7 @@ def test_pool_mixes_episodes_uniformly(many_episodes_root):
 
 
 def test_uneven_split_warns_once_and_still_yields_equal_counts(many_episodes_root):
-    frames = EpisodeStreamingDataset(many_episodes_root, episodes=[0])._core.num_frames
+    frames = EpisodeStreamingDataset(many_episodes_root, episodes=[0]).num_frames
     world_size = frames + 1  # one rank more than frames: the last rank owns nothing
 
     def make(rank):
@@ -126,6 +126,28 @@ def test_decoder_cache_is_sized_to_the_pool_and_reports(dataset_root):
     assert stats["capacity"] == 2 * len(dataset.typed_meta.video_keys)
     assert stats["hits"] + stats["misses"] == 2 * count  # one lookup per camera per sample
     assert stats["misses"] >= 5 and stats["hits"] > stats["misses"]
+
+
+@pytest.mark.parametrize("episodes", [None, [4, 1]])
+def test_num_frames_and_num_episodes_count_the_selection(dataset_root, episodes):
+    chosen = range(len(EPISODE_LENGTHS)) if episodes is None else episodes
+    frames = sum(EPISODE_LENGTHS[e] for e in chosen)  # the lengths the fixture wrote
+    streaming = EpisodeStreamingDataset(dataset_root, episodes=episodes, rank=1, world_size=2)
+    mapped = EpisodeDataset(dataset_root, episodes=episodes)
+    for dataset in (streaming, mapped):
+        assert (dataset.num_frames, dataset.num_episodes) == (frames, len(chosen))
+        assert dataset.episode_indices == sorted(chosen)
+    assert len(mapped) == frames and len(streaming) == -(-frames // 2)  # per rank
+
+
+def test_a_local_folder_is_read_in_place_and_costs_no_fetches(dataset_root):
+    streaming = EpisodeStreamingDataset(dataset_root, episodes=[0, 2], return_uint8=True)
+    mapped = EpisodeDataset(dataset_root, episodes=[0, 2], return_uint8=True)
+    assert len(list(streaming)) == len(streaming)
+    assert [int(mapped[i]["index"]) for i in (0, len(mapped) - 1)] == [0, sum(EPISODE_LENGTHS[:3]) - 1]  # episode 0's first frame, 2's last
+    for dataset in (streaming, mapped):
+        assert dataset.source_stats() == SourceStats(0, 0, 0, 0, 0)
+        assert dataset.node_cache_dir is None and dataset.resolved_source == str(dataset_root.resolve())
 
 
 def test_buffer_size_is_deprecated(dataset_root):

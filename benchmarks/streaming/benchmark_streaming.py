@@ -46,18 +46,17 @@ import random
 import resource
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from contextlib import nullcontext
+from dataclasses import astuple
 from pathlib import Path
 
 import numpy as np
 import torch.utils.data
 
-from episodestream import EpisodeLoader, EpisodeStreamingDataset, write_synthetic_dataset
+from episodestream import EpisodeLoader, EpisodeStreamingDataset, SourceStats, write_synthetic_dataset
 from episodestream._world import World
-from episodestream.remote import NodeCache
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # `episodestream bench` runs this file by path
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -106,43 +105,17 @@ def _train_step(kind: str, seconds: float) -> None:
             pass
 
 
-class _CountingCache(NodeCache):
-    """The dataset's node cache, counting in each process the entries it acquired that were local
-    already (hits) or that it downloaded (misses), with the bytes fetched for the misses: a span's
-    byte range, a header's size, a whole file's size (from the entry's name and file)."""
-
-    def __init__(self, cache: NodeCache) -> None:
-        super().__init__(cache.root, limit_bytes=cache.limit_bytes, timeout_s=cache.timeout_s, wait_s=cache.wait_s)
-        self.counts: Counter[str] = Counter()
-        self._count_lock = threading.Lock()
-
-    def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_count_lock"}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _count_lock=threading.Lock())
-
-    def acquire(self, name, holder, fetch, *, size_bytes, what=None, stop=None):
-        fetched = []
-        path = super().acquire(name, holder, lambda tmp: (fetch(tmp), fetched.append(True)),
-                               size_bytes=size_bytes, what=what, stop=stop)
-        if fetched:
-            span = name.rsplit("/", 1)[1].removesuffix(".mp4").split("-") if "/spans/" in name else None
-            miss_bytes = int(span[1]) - int(span[0]) if span else path.stat().st_size
-        with self._count_lock:
-            self.counts["misses" if fetched else "hits"] += 1
-            if fetched:
-                self.counts["miss_bytes"] += miss_bytes
-        return path
-
-
 class _Timed(torch.utils.data.IterableDataset):
     """Wraps the dataset in each worker: records the time to produce each sample, the decoder
-    cache stats, the worker's peak RSS and, for remote sources, what it fetched into ``stats_dir``
+    cache stats, the worker's peak RSS and, for remote sources, what it fetched (its
+    ``source_stats()``: node-cache hits, misses and their bytes, bytes read) into ``stats_dir``
     when its stream ends."""
 
-    def __init__(self, inner: EpisodeStreamingDataset, stats_dir: str) -> None:
-        self.inner, self.stats_dir = inner, stats_dir
+    def __init__(self, inner: EpisodeStreamingDataset, stats_dir: str, *, remote: bool) -> None:
+        self.inner, self.stats_dir, self.remote = inner, stats_dir, remote
+        # What building the dataset fetched, left out when the stream runs in the same process
+        # (num_workers=0); a worker process counts its own reads from zero.
+        self.built = (os.getpid(), inner.source_stats())
 
     def __iter__(self):
         latencies_s = []
@@ -154,10 +127,13 @@ class _Timed(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         record = {"worker": info.id if info else 0, "latencies_s": latencies_s,
                   "decoder_cache": self.inner.decoder_stats(), "peak_rss_mb": _peak_rss_mb()}
-        files = self.inner._core.files
-        if isinstance(getattr(files, "cache", None), _CountingCache):
-            record["node_cache"] = dict(files.cache.counts)
-            record["reader_bytes"] = files.stats().bytes_fetched
+        if self.remote:
+            stats = self.inner.source_stats()
+            if os.getpid() == self.built[0]:
+                stats = SourceStats(*(now - then for now, then in zip(astuple(stats), astuple(self.built[1]))))
+            record["node_cache"] = {"hits": stats.cache_hits, "misses": stats.cache_misses,
+                                    "miss_bytes": stats.cache_miss_bytes}
+            record["reader_bytes"] = stats.bytes_fetched
         Path(self.stats_dir, f"worker-{os.getpid()}.json").write_text(json.dumps(record))
 
 
@@ -185,16 +161,14 @@ def stream(source, *, mode: str, num_workers: int, pool_size: int, batch_size: i
                                       delta_timestamps=delta_timestamps(mode, video_keys), return_uint8=uint8,
                                       decode_device=decode_device, **(remote_options or {}))
     construct_s = time.perf_counter() - built_s
-    files = dataset._core.files
     remote = remote_options is not None
-    if remote:  # counted in every worker (forked or unpickled with the dataset)
-        files.cache = _CountingCache(files.cache)
+    metadata_bytes = dataset.source_stats().bytes_fetched  # fetched while building, in this process
     with tempfile.TemporaryDirectory() as stats_dir:
         if loader_kind == "episode":
             # The loader's decode threads stand in for the DataLoader's worker processes.
             loader = EpisodeLoader(dataset, batch_size, num_threads=max(1, num_workers))
         else:
-            loader = torch.utils.data.DataLoader(_Timed(dataset, stats_dir), batch_size=batch_size,
+            loader = torch.utils.data.DataLoader(_Timed(dataset, stats_dir, remote=remote), batch_size=batch_size,
                                                  num_workers=num_workers)
         start = time.perf_counter()
         arrivals, waits_s = [], []
@@ -239,11 +213,16 @@ def stream(source, *, mode: str, num_workers: int, pool_size: int, batch_size: i
         result["node_cache"] = {"hits": counts["hits"], "misses": counts["misses"], "miss_bytes": counts["miss_bytes"]}
         result["cache_hit_rate"] = counts["hits"] / acquired if acquired else None
         result["reader_bytes"] = sum(w["reader_bytes"] for w in workers)
-        result["metadata_bytes"] = files.stats().bytes_fetched  # fetched while building, in this process
+        result["metadata_bytes"] = metadata_bytes
         dataset.close()
     if keep_dataset:
         result["dataset"] = dataset
     return result
+
+
+def selected_episodes(root: Path, episodes: list[int] | None) -> list[int]:
+    """The episode indices a dataset built with ``episodes=`` streams (all of them for None)."""
+    return EpisodeStreamingDataset(root, episodes=episodes).episode_indices
 
 
 def own_video_bytes(root: Path, episodes) -> int:
@@ -423,7 +402,6 @@ def run_local(args, root: Path, mode: str, episodes, video_keys, common: dict, *
 def _pair(args, root: Path, remote, mode: str, episodes, video_keys, common: dict) -> tuple[dict, dict]:
     """The epoch from the local folder, then from ``remote`` through a fresh node cache (prewarmed,
     untimed, for warmed_bucket)."""
-    from episodestream._core import select_episodes
     from episodestream._metadata import load_metadata
     from episodestream.remote import open_remote_source
     from episodestream.remote._prewarm import prewarm
@@ -436,7 +414,7 @@ def _pair(args, root: Path, remote, mode: str, episodes, video_keys, common: dic
             files = open_remote_source(remote.source, **options)
             try:
                 meta = load_metadata(files)
-                report = prewarm(files, select_episodes(meta, episodes), progress=False)
+                report = prewarm(files, [meta.episodes[e] for e in selected_episodes(root, episodes)], progress=False)
             finally:
                 files.close()
             prewarmed = {"seconds": report.seconds, "bytes_fetched": report.bytes_fetched,
@@ -460,7 +438,8 @@ def run_remote(args, root: Path, remote, mode: str, episodes, video_keys, common
     local, ours = by_ratio[len(pairs) // 2]
     link, prewarmed = ours["link"], ours["prewarm"]
     ratio, warm = ours["remote_over_local"], ours["remote_over_local_warm"]
-    selected = list(EpisodeStreamingDataset(root, episodes=episodes)._core.episodes)
+    probe = EpisodeStreamingDataset(root, episodes=episodes)
+    selected = [probe.typed_meta.episodes[e] for e in probe.episode_indices]
     n = len(selected)
     own = own_video_bytes(root, selected)
     video = ours["node_cache"]["miss_bytes"]

@@ -1,7 +1,7 @@
 """Remote sources: streaming from the Hub, buckets and fsspec URLs through a node-wide cache, the
 adaptive download controller and node-wide download permits."""
 
-from ._node_cache import CacheFullError, EntryState, NodeCache
+from ._node_cache import CacheFullError, CacheStats, EntryState, NodeCache
 from ._config import ControllerConfig
 from ._controller import DownloadController
 from ._download import DownloadFetch, FetchStats, default_fetch, link_name
@@ -17,6 +17,7 @@ from ._retry import DownloadError, RetryPolicy
 
 __all__ = [
     "CacheFullError",
+    "CacheStats",
     "ChunkedReader",
     "ControllerConfig",
     "DownloadController",

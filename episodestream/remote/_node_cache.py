@@ -17,6 +17,10 @@ Budget: a download that does not fit waits (at most ``wait_s``, logging while it
 users to release entries, except when pinned entries alone leave no room: pins stay until a user
 removes them, so that fails at once with a ``CacheFullError`` naming what is pinned.
 
+Counts: each ``NodeCache`` object counts, per process, the entries it acquired that were on disk
+already (hits) and those it downloaded (misses, with the bytes their ``fetch`` reported):
+``stats()``, what ``dataset.source_stats()`` reports.
+
 Every change happens under ``NAME.lock``. flock locks die with their process, so a process killed
 mid-download never leaves a lock held; what it leaves (a ``.tmp-`` file, a ``.bytes`` reservation,
 its marker) is recognised as stale and removed by the next process that takes the lock. A marker
@@ -32,6 +36,7 @@ import logging
 import os
 import secrets
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -39,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._errors import CacheFullError  # defined outside remote/ so `episodestream` exports it cheaply
+from ._process import process_state
 
 logger = logging.getLogger("episodestream.remote")
 
@@ -95,6 +101,25 @@ class CacheEntry:
         return self.name.split("/", 1)[1] if "/" in self.name else ""
 
 
+@dataclass(frozen=True)
+class CacheStats:
+    """One process's acquisitions through one ``NodeCache``: entries found on disk (``hits``),
+    entries it downloaded (``misses``) and the bytes their downloads reported (``miss_bytes``)."""
+
+    hits: int = 0
+    misses: int = 0
+    miss_bytes: int = 0
+
+
+class _Counts:
+    """``CacheStats`` being counted in one process (rebuilt after fork or unpickling: ``_process``)."""
+
+    def __init__(self, cache: NodeCache) -> None:  # made by ``process_state(cache, _Counts)``
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.hits = self.misses = self.miss_bytes = 0
+
+
 def _process_start(pid: int) -> str:
     """A token that tells a process from a later one with the same pid (Linux: start time)."""
     try:
@@ -126,8 +151,9 @@ class NodeCache:
     """The cache under ``root`` with an optional disk budget (``limit_bytes``) for all of it.
 
     ``timeout_s`` bounds waits for an entry's lock (another process downloading it), ``wait_s``
-    waits for disk space. Stateless apart from its settings, so it pickles into DataLoader workers
-    as it is.
+    waits for disk space. Stateless apart from its settings and this process's counts (``stats``),
+    which are left behind when it pickles into DataLoader workers or forks: each process counts
+    its own.
     """
 
     def __init__(self, root: str | os.PathLike, *, limit_bytes: int | None = None,
@@ -138,6 +164,28 @@ class NodeCache:
         self.wait_s = wait_s
         self._host = socket.gethostname().replace("-", "_")
         self._me = (-1, "0")  # (pid, process start) of the process that made the last marker
+        self._process: _Counts | None = None  # this process's counts, made on first use
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_process": None}
+
+    # -- counts ----------------------------------------------------------------------------------
+
+    def stats(self) -> CacheStats:
+        """This process's hits, misses and miss bytes through this object (see the module docstring)."""
+        counts = process_state(self, _Counts)
+        with counts.lock:
+            return CacheStats(counts.hits, counts.misses, counts.miss_bytes)
+
+    def _count(self, *, hit: bool, miss_bytes: int = 0) -> None:
+        """Count an acquisition: an entry found on disk (``hit``), or one downloaded (``miss_bytes``)."""
+        counts = process_state(self, _Counts)
+        with counts.lock:
+            if hit:
+                counts.hits += 1
+            else:
+                counts.misses += 1
+                counts.miss_bytes += miss_bytes
 
     # -- users -----------------------------------------------------------------------------------
 
@@ -225,10 +273,11 @@ class NodeCache:
 
     # -- acquire / release -----------------------------------------------------------------------
 
-    def acquire(self, name: str, holder: str, fetch: Callable[[Path], None], *, size_bytes: int,
+    def acquire(self, name: str, holder: str, fetch: Callable[[Path], int | None], *, size_bytes: int,
                 what: str | None = None, stop: Callable[[], bool] | None = None) -> Path:
         """Register ``holder`` as a user of ``name`` and return its local path, downloading it first
-        (``fetch(temporary_path)`` writes the complete file) when no process on the node has it.
+        (``fetch(temporary_path)`` writes the complete file and returns the bytes it downloaded for
+        it, counted in ``stats().miss_bytes``; None counts as 0) when no process on the node has it.
 
         ``size_bytes`` is what the entry will occupy on disk (reserved against the budget before
         the download). Concurrent acquirers of one entry wait for the one download. ``stop()``
@@ -243,13 +292,14 @@ class NodeCache:
             refs.mkdir(parents=True, exist_ok=True)
             (refs / marker).touch()
             if path.exists():
+                self._count(hit=True)
                 return path
             try:
                 self._remove_partial(name)  # FETCHING left by a dead process
                 self._reserve(name, size_bytes, deadline, what, stop)
                 tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
                 try:
-                    fetch(tmp)
+                    downloaded = fetch(tmp)
                     os.replace(tmp, path)
                     # From here on the budget counts what the file really takes on disk (a
                     # sparse file takes its written blocks only).
@@ -262,6 +312,7 @@ class NodeCache:
                 if not self._path(name).exists():
                     self._delete(name)
                 raise
+            self._count(hit=False, miss_bytes=downloaded or 0)
             return path
 
     def release(self, name: str, holder: str) -> bool:

@@ -48,11 +48,12 @@ def fetch_range(fs: fsspec.AbstractFileSystem, path: str, start: int, end: int) 
 
 @dataclass(frozen=True)
 class ReadStats:
-    """What a reader cost: requests made and bytes received, and reads served from memory."""
+    """What a reader cost: requests made and bytes received, and reads served from its in-memory
+    pieces (``memory_hits``; not the node cache's hits, which ``NodeCache.stats`` counts)."""
 
     requests: int = 0
     bytes_fetched: int = 0
-    cache_hits: int = 0
+    memory_hits: int = 0
 
 
 class ChunkedReader:

@@ -22,13 +22,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._dataset_files import DatasetFiles, check_relpath
+from .._dataset_files import DatasetFiles, SourceStats, check_relpath
 from . import _budget
 from ._failures import as_file_error
 from ._mp4 import Mp4LayoutError
 from ._node_cache import NodeCache, release_all
 from ._process import process_state
-from ._reader import LARGE_READ_BYTES, ChunkedReader, FetchFn, RangedFile, ReadStats, fetch_range
+from ._reader import LARGE_READ_BYTES, ChunkedReader, FetchFn, RangedFile, fetch_range
 from ._remote_videos import RemoteVideos
 from ._resolve import FileEntry, ResolvedSource
 from ._retry import DownloadError
@@ -101,9 +101,16 @@ class RemoteFiles(DatasetFiles):
         """This process's fsspec client for the source (made on first use)."""
         return self._state().fs
 
-    def stats(self) -> ReadStats:
-        """Requests and bytes this process fetched for the dataset (metadata, parquet, video)."""
-        return self._state().reader.stats()
+    def stats(self) -> SourceStats:
+        """What this process's reads cost: requests and bytes fetched for the dataset (metadata,
+        parquet, video; from its reader) and its node-cache hits and misses (from ``cache``)."""
+        read, cached = self._state().reader.stats(), self.cache.stats()
+        return SourceStats(requests=read.requests, bytes_fetched=read.bytes_fetched, cache_hits=cached.hits,
+                           cache_misses=cached.misses, cache_miss_bytes=cached.miss_bytes)
+
+    @property
+    def node_cache_dir(self) -> Path:
+        return self.cache.root
 
     def close(self) -> None:
         """Release this process's metadata entries (the last user on the node deletes them)."""
@@ -174,11 +181,12 @@ class RemoteFiles(DatasetFiles):
         relpath, entry = self._entry(relpath)
         name = self.cache_name("files", relpath)
 
-        def download(tmp: Path) -> None:
+        def download(tmp: Path) -> int:
             with open(tmp, "wb") as out:
                 for start in range(0, entry.size, LARGE_READ_BYTES):
                     end = min(entry.size, start + LARGE_READ_BYTES)
                     out.write(self.read_range(relpath, start, end, exact=True))
+            return entry.size
 
         return self.cache.acquire(name, holder, download, size_bytes=entry.size + _budget.DISK_SLACK_BYTES,
                                   what=f"{self.description}/{relpath}", stop=stop)

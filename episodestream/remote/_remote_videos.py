@@ -249,11 +249,12 @@ class RemoteVideos(EpisodeVideos):
         size = files.size_bytes(relpath)
         found: dict[str, Mp4Header] = {}
 
-        def download(tmp: Path) -> None:
+        def download(tmp: Path) -> int:
             # Small blocks: box headers sit just before megabytes of mdat that are not wanted here.
             header = read_header(lambda s, e: files.read_range(relpath, s, e, block_bytes=HEADER_BLOCK_BYTES), size)
-            tmp.write_bytes(header.to_bytes())
+            stored = tmp.write_bytes(header.to_bytes())
             found["header"] = header
+            return stored  # a header entry's bytes: what it stores
 
         try:
             # Reserved before the header is known; moov is well under 1% of a LeRobot mp4.
@@ -301,7 +302,7 @@ class RemoteVideos(EpisodeVideos):
         pad = min(SPAN_PAD_MAX_BYTES, span.size_bytes // _SPAN_PAD_FRACTION)
         start, end = max(0, span.start - pad), min(header.file_size, span.end + pad)
         name = files.cache_name("spans", relpath, f"/{start}-{end}.mp4")
-        def build(tmp: Path) -> None:
+        def build(tmp: Path) -> int:
             # A sparse file of the original size: the header regions and this span at their
             # offsets, holes elsewhere. The decoder indexes it from moov and reads only our span.
             with open(tmp, "wb") as out:
@@ -313,6 +314,7 @@ class RemoteVideos(EpisodeVideos):
                 for piece in range(start, end, LARGE_READ_BYTES):
                     piece_end = min(end, piece + LARGE_READ_BYTES)
                     out.write(files.read_range(relpath, piece, piece_end, exact=True))
+            return end - start  # the span's byte range (the header regions are counted with the header)
 
         path = self._hold(name, lambda: self._cache.acquire(
             name, self._holder, build, size_bytes=header.size_bytes + (end - start) + DISK_SLACK_BYTES,

@@ -5,6 +5,9 @@
 and ``ShapingProxy`` sits in front of any of them to throttle, delay and break the link. Each binds to
 127.0.0.1 on a free port when started and stops its threads when stopped; importing this package
 starts nothing and imports neither moto nor huggingface_hub.
+
+``episodestream.testing.faults`` (imported on its own) is the test seam into a dataset: where it opens
+video readers, episode videos, decoder caches and downloads, for tests that inject faults there.
 """
 
 from ._fake_hub import FakeHub, HubStats, PathStats

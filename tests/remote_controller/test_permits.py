@@ -32,16 +32,17 @@ def node_dir(tmp_path):
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def _hammer(directory, stop_at_s, counter, lock, results, seed):
+def _hammer(directory, stop, acquired, counter, lock, results, seed):
     """One process: take a permit, note how many are in their critical section, hold, release."""
     permits = NodePermits(directory=directory)
     rng = random.Random(seed)
     log = []
-    while time.monotonic() < stop_at_s:
+    while not stop.is_set():
         started_s = time.monotonic()
         with permits.acquire(timeout_s=5) as slot:
             with lock:
                 counter.value += 1
+                acquired.value += 1
                 in_flight = counter.value
             log.append((started_s, slot, in_flight))
             time.sleep(rng.uniform(0.002, 0.006))
@@ -54,17 +55,26 @@ def test_sum_in_flight_never_exceeds_budget_across_processes(node_dir):
     old_budget, new_budget, processes = 5, 2, 8
     permits = NodePermits(directory=node_dir)
     permits.set_budget(old_budget)
-    counter, lock, results = FORK.Value("i", 0, lock=False), FORK.Lock(), FORK.Queue()
-    start_s = time.monotonic()
-    stop_at_s = start_s + 1.6
-    children = [FORK.Process(target=_hammer, args=(node_dir, stop_at_s, counter, lock, results, seed))
+    counter, acquired = FORK.Value("i", 0, lock=False), FORK.Value("i", 0, lock=False)
+    lock, stop, results = FORK.Lock(), FORK.Event(), FORK.Queue()
+    children = [FORK.Process(target=_hammer, args=(node_dir, stop, acquired, counter, lock, results, seed))
                 for seed in range(processes)]
+
+    def until_acquired(count: int) -> None:
+        # Phases end by what the children did, not by the clock: on a loaded machine (a parallel
+        # test run, coverage) forked children can take most of a second to start.
+        deadline_s = time.monotonic() + 60
+        while acquired.value < count and time.monotonic() < deadline_s:
+            time.sleep(0.005)
+
     for child in children:
         child.start()
-    time.sleep(max(0.0, start_s + 0.8 - time.monotonic()))
+    until_acquired(60)
     in_flight_at_shrink = permits.in_flight()
     permits.set_budget(new_budget)
     shrunk_s = time.monotonic()
+    until_acquired(acquired.value + 60)  # at most 8 of these began before the shrink
+    stop.set()
     logs = [entry for _ in children for entry in results.get(timeout=30)]
     for child in children:
         child.join(timeout=30)

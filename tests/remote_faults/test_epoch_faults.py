@@ -11,6 +11,7 @@ import torch.utils.data
 
 from episodestream import EpisodeStreamingDataset
 from episodestream.testing import FakeHub, LinkSettings, S3Server, ShapingProxy
+from episodestream.testing.faults import download_fetch
 
 from ..conftest import CAMERAS
 from ..remote_streaming.conftest import REPO, remote_dataset
@@ -38,7 +39,7 @@ def _faulty_epoch(hub_root, tmp_path, faults: dict, **stream):
             proxy.update(**faults)
             proxy.reset_stats()
             samples = list(dataset)
-            fetch = dataset._core.files.download
+            fetch = download_fetch(dataset)
             return samples, fetch, proxy.stats()
 
 
@@ -97,7 +98,7 @@ def test_s3_mixed_faults(dataset_root, tmp_path, download_knobs, clean_epoch):
                                 storage_options=options, **STREAM) as dataset:
                 proxy.update(max_in_flight=2, retry_after_s=1, error_503_rate=0.15, reset_rate=0.15)
                 proxy.reset_stats()
-                fetch = dataset._core.files.download
+                fetch = download_fetch(dataset)
                 before = fetch.stats()  # the metadata, read while the dataset was built
                 samples = list(dataset)
                 stats, seen = fetch.stats(), proxy.stats()
@@ -121,7 +122,7 @@ def test_dataloader_workers_share_one_budget_on_a_faulty_link(faults_hub_root, t
             proxy.update(max_in_flight=1, retry_after_s=1, reset_rate=0.2, per_connection_rate_bytes_per_s=1e6)
             got = list(torch.utils.data.DataLoader(dataset, **loader))
             seen = proxy.stats()
-            budget = next(iter(dataset._core.files.download.controllers().values())).budget()
+            budget = next(iter(download_fetch(dataset).controllers().values())).budget()
     assert seen.throttled_429 > 0 and seen.resets > 0
     assert len(got) == len(expected)
     for batch, want in zip(got, expected):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import pickle
 import signal
 import threading
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from episodestream import EpisodeStreamingDataset
-from episodestream.remote import CacheFullError, EntryState, NodeCache, open_remote_source
+from episodestream.remote import CacheFullError, CacheStats, EntryState, NodeCache, open_remote_source
 from episodestream.remote._prewarm import unpin_all
 from episodestream.testing import FakeHub, ShapingProxy
 
@@ -39,6 +40,32 @@ def _acquire_in_child(root: Path, log: Path, holder: str, acquired, release) -> 
     acquired.set()
     release.wait(30)
     cache.release("entry.bin", holder)
+
+
+def _stats_in_child(cache: NodeCache, queue) -> None:
+    cache.acquire("b.bin", "child", lambda tmp: tmp.write_bytes(b"b" * 10), size_bytes=10)
+    queue.put(cache.stats())
+    cache.release("b.bin", "child")
+
+
+def test_hits_and_misses_are_counted_per_process(tmp_path):
+    cache = NodeCache(tmp_path / "cache")
+    cache.acquire("a.bin", "me", lambda tmp: tmp.write_bytes(b"a" * 300), size_bytes=300)  # downloads 300 bytes
+    cache.acquire("a.bin", "other", lambda tmp: pytest.fail("a complete entry is not fetched again"), size_bytes=300)
+    cache.acquire("c.bin", "me", lambda tmp: tmp.touch(), size_bytes=4)  # a fetch that reports no size: 0 bytes
+    assert cache.stats() == CacheStats(hits=1, misses=2, miss_bytes=300)
+    clone = pickle.loads(pickle.dumps(cache))  # as a spawned DataLoader worker receives it
+    assert clone.stats() == CacheStats(0, 0, 0) and clone.root == cache.root
+    queue = FORK.Queue()
+    child = FORK.Process(target=_stats_in_child, args=(cache, queue))
+    child.start()
+    assert queue.get(timeout=30) == CacheStats(hits=0, misses=1, miss_bytes=10)  # a forked child counts its own
+    child.join(30)
+    assert child.exitcode == 0
+    assert cache.stats() == CacheStats(hits=1, misses=2, miss_bytes=300)  # and nothing of it reaches the parent
+    for name, holder in (("a.bin", "me"), ("a.bin", "other"), ("c.bin", "me")):
+        cache.release(name, holder)
+    assert cache_files(tmp_path / "cache") == []
 
 
 def test_one_download_per_entry_across_threads_and_processes(tmp_path):
@@ -172,8 +199,7 @@ def test_pins_that_fill_the_cache_mid_epoch_end_it_at_once(hub_root, tmp_path, m
     with FakeHub(hub_root) as hub, remote_dataset(EpisodeStreamingDataset, REPO, cache_dir=tmp_path / "cache",
                                                   hub_endpoint=hub.url, token=False, cache_limit=limit,
                                                   episode_pool_size=2) as dataset:
-        files = dataset._core.files
-        cache = files.cache
+        cache = NodeCache(dataset.node_cache_dir, limit_bytes=limit)  # a prewarm's, beside the dataset
         for entry in cache.list_entries():  # the metadata the dataset holds
             cache.pin(entry.name)
         room = (limit - cache.usage_bytes() - 4096) // 4096 * 4096  # less than any mp4 header is left

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from episodestream import EpisodeDataset, EpisodeStreamingDataset
-from episodestream.remote import open_remote_source
+from episodestream.remote import NodeCache, open_remote_source
 from episodestream.testing import FakeHub, S3Server
 
 from .conftest import REPO, cache_files, remote_dataset
@@ -131,7 +131,7 @@ def test_cache_limit_too_small_says_the_minimum(hub_root, tmp_path):
         with remote_dataset(EpisodeStreamingDataset, REPO, cache_dir=tmp_path / "c", cache_limit=minimum,
                             **build) as dataset:
             assert len(list(dataset)) == len(dataset)
-            assert dataset._core.files.cache.usage_bytes() <= minimum
+            assert NodeCache(dataset.node_cache_dir).usage_bytes() <= minimum
     with pytest.raises(ValueError, match=r"cache_limit must be a positive size like '20GB'.*got 'lots'"):
         open_remote_source(REPO, cache_dir=tmp_path, cache_limit="lots")
 

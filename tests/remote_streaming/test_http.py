@@ -13,7 +13,7 @@ import pytest
 
 from episodestream import EpisodeStreamingDataset
 from episodestream.remote import open_remote_source
-from episodestream.testing import HttpServer
+from episodestream.testing import HttpServer, faults
 
 from .conftest import assert_same_samples, cache_files, remote_dataset
 
@@ -42,8 +42,8 @@ def test_http_samples_equal_local_with_credentials_nowhere(ranges, served, datas
     with HttpServer(served, ranges=ranges, credentials=(USER, PASSWORD)) as server:
         source = server.url_for("main", user=USER, password=PASSWORD)
         with remote_dataset(EpisodeStreamingDataset, source, cache_dir=tmp_path / "cache", **STREAM) as dataset:
-            files = dataset._core.files
-            assert files.description == f"{server.url}/main"  # no credentials, no doubled scheme
+            files = faults.source_files(dataset)
+            assert dataset.resolved_source == f"{server.url}/main"  # no credentials, no doubled scheme
             assert files.size_bytes("meta/info.json") == (dataset_root / "meta/info.json").stat().st_size
             assert_same_samples(list(dataset), expected)
             names = cache_files(tmp_path / "cache")

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import pytest
 import torch.utils.data
 
-from episodestream import EpisodeDataset, EpisodeStreamingDataset
+from episodestream import EpisodeDataset, EpisodeStreamingDataset, SourceStats
 from episodestream._dataset_files import LocalFiles
-from episodestream.testing import FakeHub, HttpServer, S3Server
+from episodestream.testing import FakeHub, HttpServer, S3Server, faults
 
 from ..conftest import CAMERAS
 from .conftest import REPO, assert_same_samples, cache_files, remote_dataset
@@ -58,13 +58,13 @@ def test_streamed_samples_equal_local_and_cache_empties(remote, dataset_root, tm
     with remote_dataset(EpisodeStreamingDataset, remote.source, cache_dir=cache_dir, **remote.options,
                         **STREAM) as dataset:
         if remote.pins:
-            assert remote.pins in dataset._core.files.description
+            assert remote.pins in dataset.resolved_source
         got = list(dataset)
         assert_same_samples(got, expected)
         # The epoch's video entries (spans, headers) are gone; only the metadata the dataset holds is left.
         left = cache_files(cache_dir)
         assert left and all("/files/meta/" in name for name in left), left
-        assert dataset._core.files.stats().requests > 0
+        assert dataset.source_stats().requests > 0
     assert cache_files(cache_dir) == []
 
 
@@ -75,7 +75,7 @@ def test_file_url_reads_a_local_folder_in_place(form, dataset_root, tmp_path):
     expected = list(itertools.islice(EpisodeStreamingDataset(dataset_root, **STREAM), 12))
     source = form.format(dataset_root) if form != "{}" else dataset_root.as_uri()
     dataset = EpisodeStreamingDataset(source, **STREAM)
-    assert isinstance(dataset._core.files, LocalFiles)
+    assert isinstance(faults.source_files(dataset), LocalFiles) and dataset.node_cache_dir is None
     assert_same_samples(list(itertools.islice(dataset, 12)), expected)
     with pytest.warns(UserWarning, match=r"cache_dir, cache_limit only apply to remote sources; .* ignored"):
         EpisodeStreamingDataset(source, cache_dir=tmp_path / "cache", cache_limit="1GB", **STREAM)
@@ -95,6 +95,34 @@ def test_indexed_samples_equal_local(hub_root, dataset_root, tmp_path):
     assert cache_files(tmp_path / "cache") == []
 
 
+def test_source_stats_count_misses_then_hits_through_a_shared_cache_dir(hub_root, dataset_root, tmp_path):
+    """The first dataset on an empty cache_dir downloads what it reads into the node cache (misses,
+    with their bytes); a second one on the same cache_dir, while the first holds those entries,
+    finds them on disk (hits, no download): the metadata when built, an episode's video when indexed."""
+    metadata = [p.stat().st_size for p in (dataset_root / "meta").rglob("*") if p.is_file()]
+    local = EpisodeDataset(dataset_root)
+    index = local.num_frames - 1  # the last episode's last frame
+    with FakeHub(hub_root) as hub:
+        build = dict(cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False)
+        with remote_dataset(EpisodeDataset, REPO, **build) as first:
+            built = first.source_stats()
+            assert (built.cache_hits, built.cache_misses, built.cache_miss_bytes) == (0, len(metadata), sum(metadata))
+            assert built.requests > 0 and built.bytes_fetched >= sum(metadata)
+            with remote_dataset(EpisodeDataset, REPO, **build) as second:
+                assert second.source_stats() == SourceStats(cache_hits=len(metadata))  # not one request
+                assert_same_samples([first[index]], [local[index]])
+                indexed = first.source_stats()
+                video_entries = indexed.cache_misses - built.cache_misses
+                assert video_entries >= len(CAMERAS) and indexed.cache_miss_bytes > built.cache_miss_bytes
+                assert indexed.requests > built.requests
+                assert_same_samples([second[index]], [local[index]])
+                again = second.source_stats()
+                assert (again.cache_hits, again.cache_misses, again.cache_miss_bytes) == (
+                    len(metadata) + video_entries, 0, 0)
+                assert 0 < again.bytes_fetched < indexed.bytes_fetched - built.bytes_fetched  # its rows only
+    assert cache_files(tmp_path / "cache") == []
+
+
 def test_dataloader_workers_read_s3_through_one_node_cache(dataset_root, tmp_path):
     pytest.importorskip("s3fs")
     loader = dict(batch_size=4, num_workers=2)
@@ -104,7 +132,7 @@ def test_dataloader_workers_read_s3_through_one_node_cache(dataset_root, tmp_pat
         with remote_dataset(EpisodeStreamingDataset, "s3://robot-data/lerobot/main", cache_dir=tmp_path / "cache",
                             storage_options=s3.storage_options(), **STREAM) as dataset:
             # Workers are forked after the main process made its s3fs client: each makes its own.
-            files = dataset._core.files
+            files = faults.source_files(dataset)
             assert files._process is not None
             clone = pickle.loads(pickle.dumps(files))  # as a spawned worker receives it
             assert clone._process is None and clone.read_bytes("meta/info.json") == files.read_bytes("meta/info.json")

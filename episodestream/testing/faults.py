@@ -1,0 +1,89 @@
+"""The package's test seam: where a dataset opens video readers, episode videos, decoder caches and
+downloads, for tests that inject faults there or watch what passes through.
+
+Tests and benchmarks call these instead of reaching into a dataset's private parts, so this module
+is the one place outside the datasets that knows where those parts live. Each function takes an
+``EpisodeStreamingDataset`` or ``EpisodeDataset``; the ``wrap_*`` and ``replace_*`` ones change it
+for the rest of its life, for what it opens after the call: every later iteration of a streaming
+dataset, and the processes where a map-style dataset has not been indexed yet (it opens its
+decoders and videos once per process). DataLoader workers forked after the call inherit the change
+(spawned ones too, when the wrapper pickles). They are for tests: a wrapper that breaks things
+breaks the dataset.
+
+    from episodestream.testing import faults
+
+    faults.wrap_video_readers(dataset, lambda reader, path: FailingReader(reader))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .._core import DatasetCore
+    from .._dataset_files import DatasetFiles, EpisodeVideos
+    from ..mapstyle import EpisodeDataset
+    from ..remote._reader import FetchFn
+    from ..streaming import EpisodeStreamingDataset
+    from ..video import DecoderCache
+
+    Dataset = EpisodeStreamingDataset | EpisodeDataset
+
+__all__ = ["download_fetch", "open_episode_videos", "replace_decoder_cache", "source_files",
+           "wrap_episode_videos", "wrap_video_readers"]
+
+
+def _core(dataset: Dataset) -> DatasetCore:
+    core = getattr(dataset, "_core", None)
+    if core is None:
+        raise TypeError(f"expected an EpisodeStreamingDataset or EpisodeDataset, got {type(dataset).__name__}.")
+    return core
+
+
+def wrap_video_readers(dataset: Dataset, wrap: Callable[[Any, str], Any]) -> None:
+    """Every video reader the dataset opens from now on is ``wrap(reader, path)``: ``reader`` the
+    one its backend opened for the local file ``path``; the result needs ``frames_played_at`` and
+    ``close`` (see ``video.VideoReader``)."""
+    core = _core(dataset)
+    open_video = core.open_video
+    core.open_video = lambda path: wrap(open_video(path), path)
+
+
+def wrap_episode_videos(dataset: Dataset, wrap: Callable[[EpisodeVideos], Any]) -> None:
+    """Every consumer's ``EpisodeVideos`` (where its admitted episodes' video bytes are) is from
+    now on ``wrap(videos)``; the result needs what ``EpisodeVideos`` has (``admit``, ``path``,
+    ``evict``, ``close``, ``prefetches``)."""
+    core = _core(dataset)
+    episode_videos = core.episode_videos
+    core.episode_videos = lambda: wrap(episode_videos())  # type: ignore[method-assign]
+
+
+def replace_decoder_cache(dataset: Dataset, make: Callable[[int], DecoderCache]) -> None:
+    """Each consumer (or decode thread) gets its decoders from ``make(working_set)`` from now on,
+    ``working_set`` being the episodes whose files it keeps open (see ``DatasetCore.decoder_cache``);
+    ``make`` may raise, as a thread that cannot start its decoders would."""
+    _core(dataset).decoder_cache = make  # type: ignore[method-assign]
+
+
+def open_episode_videos(dataset: Dataset) -> EpisodeVideos:
+    """A new ``EpisodeVideos``, as a consumer opens one (close it when done)."""
+    return _core(dataset).episode_videos()
+
+
+def source_files(dataset: Dataset) -> DatasetFiles:
+    """The dataset's ``DatasetFiles``: ``LocalFiles`` for a folder read in place, ``RemoteFiles``
+    (its ``cache``, ``download``, budget estimates, pickling) for a remote source."""
+    return _core(dataset).files
+
+
+def download_fetch(dataset: Dataset) -> FetchFn:
+    """The ``fetch`` every remote read of the dataset goes through: by default a
+    ``remote.DownloadFetch``, whose ``stats()`` counts attempts, throttles and retries and whose
+    ``controllers()`` are the node-wide budgets. TypeError for a local folder (nothing is fetched)."""
+    from ..remote import RemoteFiles  # already loaded when the source is remote
+
+    files = _core(dataset).files
+    if not isinstance(files, RemoteFiles):
+        raise TypeError(f"{files.description} is read in place: it has no downloads.")
+    return files.download
