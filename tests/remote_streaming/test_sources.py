@@ -52,9 +52,15 @@ def remote(request, hub_root, dataset_root):
             yield Remote(server.url_for(dataset_root.name, user="robot", password="pw-0123"))
 
 
-def test_streamed_samples_equal_local_and_cache_empties(remote, dataset_root, tmp_path):
+@pytest.fixture(scope="module")
+def local_samples(dataset_root) -> list[dict]:
+    """The epoch the remote sources must reproduce, streamed once from the local folder."""
+    return list(EpisodeStreamingDataset(dataset_root, **STREAM))
+
+
+def test_streamed_samples_equal_local_and_cache_empties(remote, local_samples, tmp_path):
     cache_dir = tmp_path / "cache"
-    expected = list(EpisodeStreamingDataset(dataset_root, **STREAM))
+    expected = local_samples
     with remote_dataset(EpisodeStreamingDataset, remote.source, cache_dir=cache_dir, **remote.options,
                         **STREAM) as dataset:
         if remote.pins:
@@ -69,10 +75,10 @@ def test_streamed_samples_equal_local_and_cache_empties(remote, dataset_root, tm
 
 
 @pytest.mark.parametrize("form", ["file://{}", "file://localhost{}", "{}"])
-def test_file_url_reads_a_local_folder_in_place(form, dataset_root, tmp_path):
+def test_file_url_reads_a_local_folder_in_place(form, dataset_root, local_samples, tmp_path):
     # The first samples are enough to see the same folder read the same way (whole epochs from
     # remote sources are compared with local ones above).
-    expected = list(itertools.islice(EpisodeStreamingDataset(dataset_root, **STREAM), 12))
+    expected = local_samples[:12]
     source = form.format(dataset_root) if form != "{}" else dataset_root.as_uri()
     dataset = EpisodeStreamingDataset(source, **STREAM)
     assert isinstance(faults.source_files(dataset), LocalFiles) and dataset.node_cache_dir is None
