@@ -132,11 +132,13 @@ def test_source_stats_count_misses_then_hits_through_a_shared_cache_dir(hub_root
 def test_dataloader_workers_read_s3_through_one_node_cache(dataset_root, tmp_path):
     pytest.importorskip("s3fs")
     loader = dict(batch_size=4, num_workers=2)
-    expected = list(torch.utils.data.DataLoader(EpisodeStreamingDataset(dataset_root, **STREAM), **loader))
+    # Four episodes (127 frames) in two mp4 files of each camera: the workers share entries.
+    options = dict(STREAM, episodes=[2, 3, 4, 5])
+    expected = list(torch.utils.data.DataLoader(EpisodeStreamingDataset(dataset_root, **options), **loader))
     with S3Server() as s3:
         s3.upload_folder(dataset_root, "robot-data", "lerobot/main")
         with remote_dataset(EpisodeStreamingDataset, "s3://robot-data/lerobot/main", cache_dir=tmp_path / "cache",
-                            storage_options=s3.storage_options(), **STREAM) as dataset:
+                            storage_options=s3.storage_options(), **options) as dataset:
             # Workers are forked after the main process made its s3fs client: each makes its own.
             files = faults.source_files(dataset)
             assert files._process is not None
