@@ -25,6 +25,8 @@ from episodestream._sampling import (
 )
 from episodestream._world import World
 
+from .stream_model import chunks, sweep
+
 
 def _segments(rng: np.random.Generator) -> list[Segment]:
     """Whole episodes, or (as after an elastic resume) sorted subsets of their frames."""
@@ -63,8 +65,7 @@ def _check_pool(steps, pool_size: int) -> None:
 CONFIGS = list(range(300))
 
 
-@pytest.mark.parametrize("config", CONFIGS)
-def test_skipping_equals_walking(config):
+def _skipping_equals_walking(config):
     rng = np.random.default_rng(config)
     segments = _segments(rng)
     world_size, workers = int(rng.integers(1, 5)), int(rng.integers(1, 4))
@@ -99,8 +100,12 @@ def test_skipping_equals_walking(config):
                 assert got == Counter(emits[:count]), (config, rank, worker, count)
 
 
-@pytest.mark.parametrize("config", range(60))
-def test_every_frame_once_and_remaining_segments(config):
+@pytest.mark.parametrize("configs", chunks(len(CONFIGS), 30), ids=lambda r: f"{r.start}-{r.stop - 1}")
+def test_skipping_equals_walking(configs):
+    sweep(_skipping_equals_walking, configs)
+
+
+def _every_frame_once_and_remaining_segments(config):
     """Across all consumers each frame comes once (fill-ins aside); what is left after removing
     each consumer's consumed pieces is exactly the frames not yet emitted."""
     rng = np.random.default_rng(1000 + config)
@@ -126,6 +131,11 @@ def test_every_frame_once_and_remaining_segments(config):
             fills += more_fills
     left = Counter((s.episode_index, int(f)) for s in remaining_segments(segments, pieces, fills) for f in s.frames)
     assert left == Counter({k: 1 for k in everything if k not in emitted})
+
+
+@pytest.mark.parametrize("configs", chunks(60, 10), ids=lambda r: f"{r.start}-{r.stop - 1}")
+def test_every_frame_once_and_remaining_segments(configs):
+    sweep(_every_frame_once_and_remaining_segments, configs)
 
 
 def test_pool_of_one_and_no_shuffle_keep_episodes_whole():
@@ -156,14 +166,18 @@ def _walked_consumption(counts, *, batch_size, batches, drop_last):
     return [min(c, t * batch_size) for c, t in zip(counts, taken)], turn
 
 
-@pytest.mark.parametrize("config", range(200))
-def test_loader_consumption_by_rounds_equals_walking(config):
+def _loader_consumption_by_rounds_equals_walking(config):
     rng = np.random.default_rng(5000 + config)
     counts = rng.integers(0, 80, size=int(rng.integers(1, 7))).tolist()
     batch_size, drop_last = int(rng.integers(1, 9)), bool(rng.random() < 0.4)
     for batches in range(sum(-(-c // batch_size) for c in counts) + 3):
         assert loader_consumption(counts, batch_size=batch_size, batches=batches, drop_last=drop_last) == \
             _walked_consumption(counts, batch_size=batch_size, batches=batches, drop_last=drop_last)
+
+
+@pytest.mark.parametrize("configs", chunks(200, 25), ids=lambda r: f"{r.start}-{r.stop - 1}")
+def test_loader_consumption_by_rounds_equals_walking(configs):
+    sweep(_loader_consumption_by_rounds_equals_walking, configs)
 
 
 def test_skip_emits_walks_a_schedule_already_started():

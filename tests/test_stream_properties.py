@@ -32,7 +32,7 @@ import torch.utils.data
 from episodestream import EpisodeStreamingDataset, stream_state
 
 from .conftest import TABULAR_LENGTHS
-from .stream_model import loader_batches, pairs, worker_streams
+from .stream_model import chunks, loader_batches, pairs, sweep, worker_streams
 
 # Tiny selections leave some consumers nothing but fill-ins, which warns (tested in test_streaming).
 pytestmark = [pytest.mark.filterwarnings("ignore:The epoch has .* frames for:RuntimeWarning"),
@@ -167,8 +167,7 @@ CONFIGS = 300
 RESUME_CONFIGS = 250
 
 
-@pytest.mark.parametrize("config", range(CONFIGS))
-def test_split_covers_every_frame_once_with_equal_counts(datasets, config):
+def _split_covers_every_frame_once_with_equal_counts(datasets, config):
     rng = np.random.default_rng(config)
     case = Case(datasets, SELECTIONS[config % len(SELECTIONS)], shuffle=rng.random() < 0.85)
     layout, epoch = random_layout(rng), int(rng.integers(0, 3))
@@ -188,6 +187,11 @@ def test_split_covers_every_frame_once_with_equal_counts(datasets, config):
         for a in range(layout.world_size):
             for b in range(a):
                 assert not set(per_rank[a]) & set(per_rank[b])
+
+
+@pytest.mark.parametrize("configs", chunks(CONFIGS, 30), ids=lambda r: f"{r.start}-{r.stop - 1}")
+def test_split_covers_every_frame_once_with_equal_counts(datasets, configs):
+    sweep(lambda config: _split_covers_every_frame_once_with_equal_counts(datasets, config), configs)
 
 
 def save_points(rng: np.random.Generator, batches_per_rank: list[int]) -> list[int]:
@@ -230,8 +234,7 @@ def batch_counts(streams_by_rank: list[list[list]], layout: Layout) -> list[int]
             for streams in streams_by_rank]
 
 
-@pytest.mark.parametrize("config", range(RESUME_CONFIGS))
-def test_resume_exact_or_elastic_and_again(datasets, config):
+def _resume_exact_or_elastic_and_again(datasets, config):
     """Save at several points of a leg, resume under the same or a changed layout; then save again
     in the resumed leg and resume a third time (legs chain)."""
     rng = np.random.default_rng(10_000 + config)
@@ -278,6 +281,11 @@ def test_resume_exact_or_elastic_and_again(datasets, config):
         assert epoch3 == epoch
         check_resumed(case, exact=second.same_stream(third), before=resumed, consumed_per_worker=per_worker2,
                       consumed=taken, resumed=resumed3, lengths=lengths3)
+
+
+@pytest.mark.parametrize("configs", chunks(RESUME_CONFIGS, 25), ids=lambda r: f"{r.start}-{r.stop - 1}")
+def test_resume_exact_or_elastic_and_again(datasets, configs):
+    sweep(lambda config: _resume_exact_or_elastic_and_again(datasets, config), configs)
 
 
 def test_the_simulated_loader_is_the_real_one(many_episodes_root):
