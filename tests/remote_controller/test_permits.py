@@ -32,7 +32,7 @@ def node_dir(tmp_path):
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def _hammer(directory, stop, acquired, counter, lock, results, seed):
+def _hammer(directory, stop, acquired, peak, counter, lock, results, seed):
     """One process: take a permit, note how many are in their critical section, hold, release."""
     permits = NodePermits(directory=directory)
     rng = random.Random(seed)
@@ -44,6 +44,7 @@ def _hammer(directory, stop, acquired, counter, lock, results, seed):
                 counter.value += 1
                 acquired.value += 1
                 in_flight = counter.value
+                peak.value = max(peak.value, in_flight)
             log.append((started_s, slot, in_flight))
             time.sleep(rng.uniform(0.002, 0.006))
             with lock:
@@ -55,21 +56,21 @@ def test_sum_in_flight_never_exceeds_budget_across_processes(node_dir):
     old_budget, new_budget, processes = 5, 2, 8
     permits = NodePermits(directory=node_dir)
     permits.set_budget(old_budget)
-    counter, acquired = FORK.Value("i", 0, lock=False), FORK.Value("i", 0, lock=False)
+    counter, acquired, peak = (FORK.Value("i", 0, lock=False) for _ in range(3))
     lock, stop, results = FORK.Lock(), FORK.Event(), FORK.Queue()
-    children = [FORK.Process(target=_hammer, args=(node_dir, stop, acquired, counter, lock, results, seed))
+    children = [FORK.Process(target=_hammer, args=(node_dir, stop, acquired, peak, counter, lock, results, seed))
                 for seed in range(processes)]
 
-    def until_acquired(count: int) -> None:
+    def until_acquired(count: int, *, in_flight: int = 0) -> None:
         # Phases end by what the children did, not by the clock: on a loaded machine (a parallel
         # test run, coverage) forked children can take most of a second to start.
         deadline_s = time.monotonic() + 60
-        while acquired.value < count and time.monotonic() < deadline_s:
+        while (acquired.value < count or peak.value < in_flight) and time.monotonic() < deadline_s:
             time.sleep(0.005)
 
     for child in children:
         child.start()
-    until_acquired(60)
+    until_acquired(60, in_flight=old_budget)  # demand has filled the old budget at least once
     in_flight_at_shrink = permits.in_flight()
     permits.set_budget(new_budget)
     shrunk_s = time.monotonic()
