@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,12 +24,31 @@ def _summarize_module():
     return module
 
 
+def _script(name: str):
+    """A benchmark script as a module, run in this process: a subprocess would spend ~2 s of CPU
+    importing torch again (the scripts' own entry points are plain ``sys.exit(main())``)."""
+    path = list(sys.path)
+    try:
+        spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = path  # each script puts its own folder first, for its helper modules
+    return module
+
+
+def _main(name: str, argv: list[str]) -> None:
+    path = list(sys.path)
+    try:
+        assert _script(name).main(argv) == 0
+    finally:
+        sys.path[:] = path
+
+
 def _run(tmp_path: Path, source: str, *extra: str) -> dict:
     out = tmp_path / f"out-{source}"
-    result = subprocess.run([sys.executable, str(SCRIPT), "--source", source, *TINY, *extra,
-                             "--cache-dir", str(tmp_path / "datasets"), "--output-dir", str(out)],
-                            capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    _main("benchmark_streaming", ["--source", source, *TINY, *extra, "--cache-dir", str(tmp_path / "datasets"),
+                                  "--output-dir", str(out)])
     row = json.loads((out / f"{source}-single-cpu-float32.json").read_text())
     assert (row["source"], row["mode"], row["decode"], row["status"]) == (source, "single", "cpu", "ok")
     assert row["samples"] == 60 and row["samples_per_s"] > 0 and row["frames_per_s"] == 2 * row["samples_per_s"]
@@ -69,17 +87,8 @@ def test_hub_source_through_a_shaped_link(tmp_path):
 def test_cuda_decoding_without_a_gpu_is_refused_clearly(tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    # In this process: the refusal comes from argument checking, before any work, and a subprocess
-    # would spend ~2 s importing torch for it.
-    spec = importlib.util.spec_from_file_location("benchmark_streaming", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    path = list(sys.path)
-    try:
-        spec.loader.exec_module(module)
-        with pytest.raises(SystemExit) as exited:
-            module.main(["--decode", "cuda", "--output-dir", str(tmp_path)])
-    finally:
-        sys.path[:] = path  # the script puts its own folder first, for its helper modules
+    with pytest.raises(SystemExit) as exited:
+        _main("benchmark_streaming", ["--decode", "cuda", "--output-dir", str(tmp_path)])
     assert exited.value.code == 2
     stderr = capsys.readouterr().err
     assert "--decode cuda needs a CUDA GPU" in stderr and "Use --decode cpu" in stderr
@@ -87,13 +96,10 @@ def test_cuda_decoding_without_a_gpu_is_refused_clearly(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_transfer_breakdown_times_three_ways_against_the_ceiling(tmp_path):
-    script = REPO / "benchmarks" / "streaming" / "benchmark_transfer.py"
     out = tmp_path / "out"
-    result = subprocess.run([sys.executable, str(script), "--episodes", "2", "--episode-length", "30",
-                             "--height", "64", "--width", "96", "--mode", "single", "--batch-size", "8",
-                             "--cache-dir", str(tmp_path / "datasets"), "--output-dir", str(out)],
-                            capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    _main("benchmark_transfer", ["--episodes", "2", "--episode-length", "30", "--height", "64", "--width", "96",
+                                 "--mode", "single", "--batch-size", "8", "--cache-dir", str(tmp_path / "datasets"),
+                                 "--output-dir", str(out)])
     report = json.loads((out / "transfer.json").read_text())["single"]
     assert report["ceiling_frames_per_s"] > 0 and report["unique_frames"] == 2 * 60
     assert set(report["ways"]) == {"decode only", "uint8", "float32"}
