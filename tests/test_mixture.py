@@ -17,6 +17,8 @@ import torch
 from episodestream import EpisodeMixture, EpisodeStreamingDataset, stream_state, write_synthetic_dataset
 from episodestream.synthetic import decode_frame_ids
 
+from .stream_model import shut_down_workers
+
 FRONT, CAM = "observation.images.front", "observation.images.cam"
 
 
@@ -410,6 +412,7 @@ def test_persistent_workers_loaded_after_start_are_detected(tabular):
     mixture.load_state_dict({**state, "epoch": 1})
     with pytest.raises(RuntimeError, match="persistent_workers"):
         list(loader)
+    shut_down_workers(loader)
     assert first
 
 

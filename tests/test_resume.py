@@ -10,6 +10,8 @@ import torch
 import torch.utils.data
 
 from episodestream import EpisodeStreamingDataset, stream_state
+
+from .stream_model import shut_down_workers
 from episodestream.testing import faults
 
 EPISODES = list(range(8))  # about 80 frames of the 20-episode dataset: 20 batches of 4
@@ -241,6 +243,7 @@ def test_load_after_persistent_workers_started_is_detected(many_episodes_root):
     dataset.load_state_dict(state)
     with pytest.raises(RuntimeError, match="load_state_dict\\(\\) was called after this DataLoader's worker"):
         list(loader)
+    shut_down_workers(loader)
     # A DataLoader made after the load resumes.
     expected = len(dataset)
     resumed = [s for batch in loader_for(dataset, 2) for s in samples(batch)]
