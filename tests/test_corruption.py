@@ -118,7 +118,7 @@ def assert_clear_error_or_exact_samples(root: Path, relpath: str, *, match: str 
     """Both datasets either raise a clear error naming ``relpath`` (and matching ``match``) or yield
     exactly the right samples (only when not ``must_fail``)."""
     for face, read in FACES.items():
-        result = _outcome(lambda: read(root))
+        result = _outcome(lambda read=read: read(root))
         if "samples" in result:
             assert not must_fail, f"{face}: {relpath} damaged, yet {len(result['samples'])} samples and no error"
             check_samples(result["samples"])
@@ -132,7 +132,7 @@ def assert_clear_error_or_exact_samples(root: Path, relpath: str, *, match: str 
 
 def assert_exact_samples(root: Path) -> None:
     for face, read in FACES.items():
-        result = _outcome(lambda: read(root))
+        result = _outcome(lambda read=read: read(root))
         assert "samples" in result, f"{face}: {result.get('error')!r}"
         check_samples(result["samples"])
 
@@ -190,7 +190,7 @@ def _setter(**changes: dict[int, object]) -> Callable[[Path], None]:
     """Set ``column[row] = value`` for ``changes = {column: {row: value}}`` in one parquet file."""
     def apply(path: Path) -> None:
         for column, rows in changes.items():
-            _edit_parquet(path, column, lambda values: [rows.get(i, v) for i, v in enumerate(values)])
+            _edit_parquet(path, column, lambda values, rows=rows: [rows.get(i, v) for i, v in enumerate(values)])
     return apply
 
 
