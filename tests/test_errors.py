@@ -188,3 +188,17 @@ def test_source_options_are_documented_once_and_named_by_both_datasets():
             assert key in dataset.__doc__, (dataset.__name__, key)
     # The keys' documentation moved: the streaming dataset's docstring no longer repeats it.
     assert "resolved once to a commit" not in EpisodeStreamingDataset.__doc__
+
+
+def test_source_options_document_the_defaults_the_code_uses():
+    """Each key's documented default, ``key (default): ...`` (text after a colon in the parentheses
+    is a gloss), is the default of DatasetCore's signature, which holds them."""
+    import ast
+    import inspect
+
+    from episodestream import _core
+
+    defaults = {name: parameter.default for name, parameter in inspect.signature(_core.DatasetCore).parameters.items()}
+    for key in SourceOptions.__annotations__:
+        documented = re.search(rf"^ +{key} \(([^)]*)\)", SourceOptions.__doc__, flags=re.M).group(1)
+        assert ast.literal_eval(documented.split(":")[0]) == defaults[key], (key, documented, defaults[key])
