@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -15,7 +16,7 @@ _INSTALL_HINT = "pip install 'moto[s3]>=5' flask flask-cors"
 
 
 class S3Server:
-    """moto's ``ThreadedMotoServer`` on 127.0.0.1 and a free port, with fake credentials.
+    """moto's S3 application served on 127.0.0.1 and a free port, with fake credentials.
 
     Start and stop with ``with S3Server() as s3: s3.url`` or ``start()`` / ``stop()``. moto keeps its
     buckets in process-wide state, so servers running at the same time in one process share them;
@@ -29,23 +30,28 @@ class S3Server:
 
     def __init__(self) -> None:
         self._server = None
+        self._thread: threading.Thread | None = None
         self._url: str | None = None
 
     def start(self) -> S3Server:
         if self._server is not None:
             raise RuntimeError("S3Server is already running.")
         try:
-            from moto.server import ThreadedMotoServer
+            from moto.server import DomainDispatcherApplication, create_backend_app
+            from werkzeug.serving import make_server
         except ImportError as error:
             raise ImportError(f"S3Server needs moto's S3 server: {_INSTALL_HINT}") from error
         werkzeug_logger = logging.getLogger("werkzeug")
         if werkzeug_logger.level == logging.NOTSET:
             # werkzeug prints a line per request unless its logger is configured; tests want quiet.
             werkzeug_logger.setLevel(logging.WARNING)
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        server.start()
-        host, port = server.get_host_and_port()
-        self._server, self._url = server, f"http://{host}:{port}"
+        # The application moto's ThreadedMotoServer serves, on a server of our own: that one serves
+        # with the default 0.5 s poll interval, so every stop waited up to half a second.
+        server = make_server("127.0.0.1", 0, DomainDispatcherApplication(create_backend_app), threaded=True)
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="episodestream-s3-server", daemon=True)
+        self._thread.start()
+        self._server, self._url = server, f"http://127.0.0.1:{server.server_address[1]}"
         S3Server._running += 1
         return self
 
@@ -54,13 +60,11 @@ class S3Server:
             return
         if S3Server._running == 1:
             self.reset()
-        self._server.stop()
-        # ThreadedMotoServer.stop() shuts the server down but leaves its listening socket open.
-        inner = getattr(self._server, "_server", None)
-        if inner is not None:
-            inner.server_close()
+        self._server.shutdown()
+        self._thread.join()
+        self._server.server_close()
         S3Server._running -= 1
-        self._server, self._url = None, None
+        self._server, self._thread, self._url = None, None, None
 
     def __enter__(self) -> S3Server:
         return self.start()
