@@ -100,6 +100,9 @@ def _oid(*parts: object) -> str:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default listen backlog is 5: a client opening more connections at once (the
+    # listing sizes files in parallel) had SYNs dropped, each retried by the kernel 1 s later.
+    request_queue_size = 128
 
     def __init__(self, hub: FakeHub, role: str) -> None:
         self.hub, self.role = hub, role

@@ -92,6 +92,9 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True  # a request thread a client left hanging must not outlive the test
+    # socketserver's default listen backlog is 5: a client opening more connections at once (the
+    # listing sizes files in parallel) had SYNs dropped, each retried by the kernel 1 s later.
+    request_queue_size = 128
 
     def __init__(self, root: Path, *, ranges: bool, credentials: tuple[str, str] | None) -> None:
         super().__init__(("127.0.0.1", 0), functools.partial(_Handler, directory=str(root)))
