@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import threading
+from pathlib import Path
 
 # One OpenMP thread per test process, as PyTorch gives each DataLoader worker. The suite runs one
 # process per core (pytest-xdist, pyproject addopts), and PyTorch's default of a thread per core in
@@ -13,6 +15,7 @@ import threading
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
+from filelock import FileLock  # noqa: E402
 
 from episodestream import write_synthetic_dataset  # noqa: E402
 from episodestream.synthetic import write_tabular_dataset  # noqa: E402
@@ -25,35 +28,49 @@ EPISODE_LENGTHS = (23, 140, 17, 41, 9, 60)
 TABULAR_LENGTHS = (7, 1, 12, 3, 9, 1, 15, 4, 6, 2, 11, 5, 8, 1, 13, 3, 10, 6, 2, 14, 4, 7, 1, 9)
 
 
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """The folder ``build(folder)`` writes, made once per test run. Under pytest-xdist each worker
+    process would encode the same videos again: the first builds into the run's shared temporary
+    folder and the others wait on its lock, then read the same files."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        root = tmp_path_factory.mktemp("datasets") / name
+        build(root)
+        return root
+    shared = tmp_path_factory.getbasetemp().parent / "datasets-built-once"  # one per run, all workers
+    shared.mkdir(exist_ok=True)
+    root = shared / name
+    with FileLock(str(shared / f"{name}.lock")):
+        if not root.exists():
+            partial = shared / f"{name}.partial-{os.getpid()}"
+            shutil.rmtree(partial, ignore_errors=True)
+            build(partial)
+            partial.rename(root)  # whole or not at all: a failed build leaves no root behind
+    return root
+
+
 @pytest.fixture(scope="session")
 def dataset_root(tmp_path_factory):
     """6 episodes, 2 cameras rolling over to new mp4 files at different episodes, 3 data files,
     and a PNG image feature stored in the parquet."""
-    root = tmp_path_factory.mktemp("datasets") / "main"
-    write_synthetic_dataset(
+    return built_once(tmp_path_factory, "main", lambda root: write_synthetic_dataset(
         root, num_episodes=len(EPISODE_LENGTHS), episode_length=EPISODE_LENGTHS, cameras=CAMERAS,
         image_keys=("observation.images.top",), max_episodes_per_data_file=2,
-        max_episodes_per_video_file={CAMERAS[0]: 2, CAMERAS[1]: 4}, seed=0)
-    return root
+        max_episodes_per_video_file={CAMERAS[0]: 2, CAMERAS[1]: 4}, seed=0))
 
 
 @pytest.fixture(scope="session")
 def many_episodes_root(tmp_path_factory):
     """20 short episodes (5..15 frames), one camera: for coverage and split tests across consumers."""
-    root = tmp_path_factory.mktemp("datasets") / "many"
-    write_synthetic_dataset(root, num_episodes=20, episode_length=(5, 15), cameras=CAMERAS[:1],
-                            max_episodes_per_video_file=7, seed=3)
-    return root
+    return built_once(tmp_path_factory, "many", lambda root: write_synthetic_dataset(
+        root, num_episodes=20, episode_length=(5, 15), cameras=CAMERAS[:1], max_episodes_per_video_file=7, seed=3))
 
 
 @pytest.fixture(scope="session")
 def camera_less_root(tmp_path_factory):
     """24 camera-less episodes of TABULAR_LENGTHS frames (no video: written in ~0.1 s), for
     properties of the split, the schedule and resume that need metadata but never decode."""
-    root = tmp_path_factory.mktemp("datasets") / "tabular"
-    write_tabular_dataset(root, num_episodes=len(TABULAR_LENGTHS), episode_length=list(TABULAR_LENGTHS),
-                          episodes_per_data_file=5)
-    return root
+    return built_once(tmp_path_factory, "tabular", lambda root: write_tabular_dataset(
+        root, num_episodes=len(TABULAR_LENGTHS), episode_length=list(TABULAR_LENGTHS), episodes_per_data_file=5))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -25,6 +25,8 @@ from episodestream import (DatasetFormatError, EpisodeDataset, EpisodeStreamingD
                            write_synthetic_dataset)
 from episodestream.synthetic import decode_frame_ids
 
+from .conftest import built_once
+
 FPS = 30
 CAMERA = "observation.images.front"
 IMAGE = "observation.images.top"
@@ -45,11 +47,9 @@ FILES = (INFO, TASKS, STATS, EPISODES, *DATA, *VIDEOS)
 @pytest.fixture(scope="session")
 def tiny_root(tmp_path_factory):
     """4 episodes in 2 data files and 2 mp4 files of one camera, plus a PNG image feature."""
-    root = tmp_path_factory.mktemp("corruption") / "tiny"
-    write_synthetic_dataset(root, num_episodes=len(LENGTHS), episode_length=list(LENGTHS), cameras=(CAMERA,),
-                            image_keys=(IMAGE,), height=64, width=64, max_episodes_per_data_file=2,
-                            max_episodes_per_video_file=2, seed=0)
-    return root
+    return built_once(tmp_path_factory, "corruption-tiny", lambda root: write_synthetic_dataset(
+        root, num_episodes=len(LENGTHS), episode_length=list(LENGTHS), cameras=(CAMERA,), image_keys=(IMAGE,),
+        height=64, width=64, max_episodes_per_data_file=2, max_episodes_per_video_file=2, seed=0))
 
 
 @pytest.fixture

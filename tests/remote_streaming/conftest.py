@@ -16,6 +16,8 @@ import pytest  # noqa: E402
 
 from episodestream import write_synthetic_dataset  # noqa: E402
 
+from ..conftest import built_once  # noqa: E402
+
 REPO = "lerobot/main"
 SPANS_REPO = "lerobot/spans"
 ROWS_REPO = "lerobot/rows"
@@ -25,19 +27,17 @@ ROWS_REPO = "lerobot/rows"
 def spans_root(tmp_path_factory):
     """Episodes of 20..60 frames (long enough that a GOP-2 keyframe and two trailing frames are
     small next to the episode), 5 per mp4, one camera."""
-    root = tmp_path_factory.mktemp("datasets") / "spans"
-    write_synthetic_dataset(root, num_episodes=9, episode_length=(20, 60), cameras=("observation.images.front",),
-                            max_episodes_per_video_file=5, seed=5)
-    return root
+    return built_once(tmp_path_factory, "spans", lambda root: write_synthetic_dataset(
+        root, num_episodes=9, episode_length=(20, 60), cameras=("observation.images.front",),
+        max_episodes_per_video_file=5, seed=5))
 
 
 @pytest.fixture(scope="session")
 def rows_root(tmp_path_factory):
     """No video; one data file of 3 row groups of ~130 KB (a 1024-float state), so an episode's
     rows are a third of its data file."""
-    root = tmp_path_factory.mktemp("datasets") / "rows"
-    write_synthetic_dataset(root, num_episodes=3, episode_length=300, cameras=(), state_dim=1024, seed=1)
-    return root
+    return built_once(tmp_path_factory, "rows", lambda root: write_synthetic_dataset(
+        root, num_episodes=3, episode_length=300, cameras=(), state_dim=1024, seed=1))
 
 
 @pytest.fixture(scope="session")
