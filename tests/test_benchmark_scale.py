@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
+
+from .scripts import run_main
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "scale" / "benchmark_scale.py"
@@ -14,16 +14,9 @@ SCRIPT = REPO / "benchmarks" / "scale" / "benchmark_scale.py"
 def test_scale_benchmark_smoke(tmp_path, capsys):
     # The script's main() runs in this process (another interpreter would cost ~2 s of CPU); each
     # measurement still runs in a fresh interpreter of its own, as the benchmark does.
-    spec = importlib.util.spec_from_file_location("benchmark_scale", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    path = list(sys.path)
-    try:
-        spec.loader.exec_module(module)
-        assert module.main(["--sizes", "40", "--episode-length", "20", "40",
-                            "--kinds", "construct", "resume-elastic-90", "random", "--random-samples", "20",
-                            "--data-dir", str(tmp_path / "data"), "--output-dir", str(out := tmp_path / "out")]) == 0
-    finally:
-        sys.path[:] = path
+    run_main(SCRIPT, ["--sizes", "40", "--episode-length", "20", "40", "--kinds", "construct", "resume-elastic-90",
+                      "random", "--random-samples", "20", "--data-dir", str(tmp_path / "data"),
+                      "--output-dir", str(out := tmp_path / "out")])
     captured = capsys.readouterr()
     (row,) = json.loads((out / "results.json").read_text())
     assert row["episodes"] == 40 and row["len"] > 0 and row["random_samples_per_s"] > 0, captured.err[-4000:]

@@ -3,59 +3,32 @@ from a fake Hub behind a shaped link, writing results that summarize_results.py 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from .scripts import load_script, run_main
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "streaming" / "benchmark_streaming.py"
+SUMMARIZE = SCRIPT.parent / "summarize_results.py"
 TINY = ["--episodes", "2", "--episode-length", "30", "--height", "64", "--width", "96", "--rss-pool-sizes", "",
         "--mode", "single", "--batch-size", "8"]
 
 
-def _summarize_module():
-    spec = importlib.util.spec_from_file_location("summarize_results", SCRIPT.parent / "summarize_results.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _script(name: str):
-    """A benchmark script as a module, run in this process: a subprocess would spend ~2 s of CPU
-    importing torch again (the scripts' own entry points are plain ``sys.exit(main())``)."""
-    path = list(sys.path)
-    try:
-        spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path[:] = path  # each script puts its own folder first, for its helper modules
-    return module
-
-
-def _main(name: str, argv: list[str]) -> None:
-    path = list(sys.path)
-    try:
-        assert _script(name).main(argv) == 0
-    finally:
-        sys.path[:] = path
-
-
 def _run(tmp_path: Path, source: str, *extra: str) -> dict:
     out = tmp_path / f"out-{source}"
-    _main("benchmark_streaming", ["--source", source, *TINY, *extra, "--cache-dir", str(tmp_path / "datasets"),
-                                  "--output-dir", str(out)])
+    run_main(SCRIPT, ["--source", source, *TINY, *extra, "--cache-dir", str(tmp_path / "datasets"),
+                      "--output-dir", str(out)])
     row = json.loads((out / f"{source}-single-cpu-float32.json").read_text())
     assert (row["source"], row["mode"], row["decode"], row["status"]) == (source, "single", "cpu", "ok")
     assert row["samples"] == 60 and row["samples_per_s"] > 0 and row["frames_per_s"] == 2 * row["samples_per_s"]
     assert set(row["latency_ms"]) == {"p50", "p95", "p99"} and row["first_batch_s"] > 0 and row["peak_rss_mb"] > 0
     assert set(row["decoder_cache"]) == {"hits", "misses", "evictions"}
     assert (out / "results.csv").read_text().startswith("source,mode,decode,")
-    rows, malformed, _ = _summarize_module().load_results(out)
+    rows, malformed, _ = load_script(SUMMARIZE).load_results(out)
     assert not malformed and {r["source"] for r in rows} == {source}
     return row
 
@@ -69,7 +42,7 @@ def test_local_source_compares_against_the_decoder_ceiling(tmp_path):
         other = json.loads((out / f"local-single-cpu-float32{suffix}.json").read_text())
         assert other["samples"] == 60 and other["fraction_of_ceiling"] > 0 and other["train_step"] == step
         assert set(other["batch_wait_ms"]) == {"p50", "p95", "p99"} and other["first_batch_s"] > 0
-    rows, malformed, _ = _summarize_module().load_results(out)
+    rows, malformed, _ = load_script(SUMMARIZE).load_results(out)
     assert not malformed and len(rows) == 6
 
 
@@ -88,7 +61,7 @@ def test_cuda_decoding_without_a_gpu_is_refused_clearly(tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     with pytest.raises(SystemExit) as exited:
-        _main("benchmark_streaming", ["--decode", "cuda", "--output-dir", str(tmp_path)])
+        run_main(SCRIPT, ["--decode", "cuda", "--output-dir", str(tmp_path)])
     assert exited.value.code == 2
     stderr = capsys.readouterr().err
     assert "--decode cuda needs a CUDA GPU" in stderr and "Use --decode cpu" in stderr
@@ -97,9 +70,9 @@ def test_cuda_decoding_without_a_gpu_is_refused_clearly(tmp_path, capsys):
 @pytest.mark.slow
 def test_transfer_breakdown_times_three_ways_against_the_ceiling(tmp_path):
     out = tmp_path / "out"
-    _main("benchmark_transfer", ["--episodes", "2", "--episode-length", "30", "--height", "64", "--width", "96",
-                                 "--mode", "single", "--batch-size", "8", "--cache-dir", str(tmp_path / "datasets"),
-                                 "--output-dir", str(out)])
+    run_main(SCRIPT.parent / "benchmark_transfer.py",
+             ["--episodes", "2", "--episode-length", "30", "--height", "64", "--width", "96", "--mode", "single",
+              "--batch-size", "8", "--cache-dir", str(tmp_path / "datasets"), "--output-dir", str(out)])
     report = json.loads((out / "transfer.json").read_text())["single"]
     assert report["ceiling_frames_per_s"] > 0 and report["unique_frames"] == 2 * 60
     assert set(report["ways"]) == {"decode only", "uint8", "float32"}

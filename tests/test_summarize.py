@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,16 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from .scripts import load_script
+
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "streaming" / "summarize_results.py"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
 def summarize():
-    spec = importlib.util.spec_from_file_location("summarize_results", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def _result(source, mode, decode, frames_per_s, **extra):
