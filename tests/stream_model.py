@@ -73,9 +73,13 @@ def sweep(check, configs) -> None:
             raise AssertionError(f"config {config}: {error}") from error
 
 
-def chunks(count: int, size: int) -> list[range]:
-    """``range(count)`` in consecutive ranges of ``size`` (the last may be shorter)."""
-    return [range(start, min(count, start + size)) for start in range(0, count, size)]
+def chunks(count: int, size: int) -> list:
+    """``range(count)`` in consecutive ranges of ``size`` (the last may be shorter), as pytest
+    parameters named by their first and last config."""
+    import pytest
+
+    return [pytest.param(range(start, stop), id=f"{start}-{stop - 1}")
+            for start, stop in ((s, min(count, s + size)) for s in range(0, count, size))]
 
 
 def shut_down_workers(loader) -> None:

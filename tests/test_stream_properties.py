@@ -189,7 +189,7 @@ def _split_covers_every_frame_once_with_equal_counts(datasets, config):
                 assert not set(per_rank[a]) & set(per_rank[b])
 
 
-@pytest.mark.parametrize("configs", chunks(CONFIGS, 30), ids=lambda r: f"{r.start}-{r.stop - 1}")
+@pytest.mark.parametrize("configs", chunks(CONFIGS, 30))
 def test_split_covers_every_frame_once_with_equal_counts(datasets, configs):
     sweep(lambda config: _split_covers_every_frame_once_with_equal_counts(datasets, config), configs)
 
@@ -283,7 +283,7 @@ def _resume_exact_or_elastic_and_again(datasets, config):
                       consumed=taken, resumed=resumed3, lengths=lengths3)
 
 
-@pytest.mark.parametrize("configs", chunks(RESUME_CONFIGS, 25), ids=lambda r: f"{r.start}-{r.stop - 1}")
+@pytest.mark.parametrize("configs", chunks(RESUME_CONFIGS, 25))
 def test_resume_exact_or_elastic_and_again(datasets, configs):
     sweep(lambda config: _resume_exact_or_elastic_and_again(datasets, config), configs)
 
