@@ -55,6 +55,11 @@ def pair(sample) -> tuple[int, int]:
     return int(sample["episode_index"]), int(sample["frame_index"])
 
 
+def unbatch(batch) -> list[dict]:
+    """A collated batch's samples (tensors become their rows; lists, their items)."""
+    return [{key: value[i] for key, value in batch.items()} for i in range(len(batch["index"]))]
+
+
 def pairs(samples) -> list[tuple[int, int]]:
     """(episode_index, frame_index) of real samples."""
     return [pair(sample) for sample in samples]

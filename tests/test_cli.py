@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from episodestream.cli import main
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,18 +10,12 @@ import torch
 import torch.utils.data
 
 from episodestream import EpisodeStreamingDataset, stream_state
-
-from .stream_model import shut_down_workers
 from episodestream.testing import faults
+
+from .stream_model import shut_down_workers, unbatch
 
 EPISODES = list(range(8))  # about 80 frames of the 20-episode dataset: 20 batches of 4
 BATCH = 4
-
-
-def samples(batch) -> list[dict]:
-    """A collated batch's samples. The loaders collate in their workers (a few stacked tensors cross
-    the process boundary instead of every sample's, which cost most of these tests' time)."""
-    return [{key: value[i] for key, value in batch.items()} for i in range(len(batch["index"]))]
 
 
 def make(root, *, rank=0, world_size=1, **kwargs):
@@ -35,12 +29,12 @@ def loader_for(dataset, num_workers):
 
 
 def ids(batches):
-    return [[int(s["index"]) for s in samples(batch)] for batch in batches]
+    return [[int(s["index"]) for s in unbatch(batch)] for batch in batches]
 
 
 def assert_same_samples(a_batches, b_batches):
     assert ids(a_batches) == ids(b_batches)
-    for a, b in zip(itertools.chain(*map(samples, a_batches)), itertools.chain(*map(samples, b_batches))):
+    for a, b in zip(itertools.chain(*map(unbatch, a_batches)), itertools.chain(*map(unbatch, b_batches))):
         assert a.keys() == b.keys()
         for key in a:
             assert torch.equal(a[key], b[key]) if isinstance(a[key], torch.Tensor) else a[key] == b[key], key
@@ -95,7 +89,7 @@ def consumed_and_state(root, *, world_size, num_workers, batches):
     for rank in range(world_size):
         state, batches_seen = save_after(root, rank=rank, world_size=world_size, num_workers=num_workers,
                                          epoch_batches=batches, into_next=False)
-        consumed += [int(s["index"]) for batch in batches_seen for s in samples(batch)]
+        consumed += [int(s["index"]) for batch in batches_seen for s in unbatch(batch)]
         states.append(state)
     assert all(s == states[0] for s in states), "every rank saves the same state"
     return consumed, states[0]
@@ -111,7 +105,7 @@ def test_elastic_resume_covers_the_epoch_once(many_episodes_root):
         dataset = make(many_episodes_root, rank=rank, world_size=new_world)
         dataset.load_state_dict(state)
         expected_len = len(dataset)
-        resumed_per_rank.append([int(s["index"]) for batch in loader_for(dataset, new_workers) for s in samples(batch)])
+        resumed_per_rank.append([int(s["index"]) for batch in loader_for(dataset, new_workers) for s in unbatch(batch)])
         assert len(resumed_per_rank[-1]) == expected_len
     assert len({len(r) for r in resumed_per_rank}) == 1, "equal per-rank counts"
     resumed = [i for r in resumed_per_rank for i in r]
@@ -134,8 +128,8 @@ def test_elastic_resume_saved_again_mid_leg(many_episodes_root):
     assert len(state2["legs"]) == 1
     again = make(many_episodes_root)
     again.load_state_dict(state2)
-    rest = [int(s["index"]) for batch in loader_for(again, 2) for s in samples(batch)]
-    all_ids = consumed + [int(s["index"]) for batch in second for s in samples(batch)] + rest
+    rest = [int(s["index"]) for batch in loader_for(again, 2) for s in unbatch(batch)]
+    all_ids = consumed + [int(s["index"]) for batch in second for s in unbatch(batch)] + rest
     assert sorted(all_ids) == sorted({int(s["index"]) for s in make(many_episodes_root, shuffle=False)})
 
 
@@ -164,7 +158,7 @@ def test_replay_reads_no_video_and_no_consumed_rows(many_episodes_root, monkeypa
     original_read = _rows.RowReader.read
     monkeypatch.setattr(_rows.RowReader, "read", lambda self, ep: read.append(ep.episode_index) or original_read(self, ep))
     _CountingReader.calls = []
-    resumed = [s for batch in loader_for(dataset, 0) for s in samples(batch)]
+    resumed = [s for batch in loader_for(dataset, 0) for s in unbatch(batch)]
     # One decode call of one frame per resumed sample (decode_group_size=1, one camera): nothing
     # was decoded for the 60 consumed samples.
     assert _CountingReader.calls == [1] * len(resumed)
@@ -246,7 +240,7 @@ def test_load_after_persistent_workers_started_is_detected(many_episodes_root):
     shut_down_workers(loader)
     # A DataLoader made after the load resumes.
     expected = len(dataset)
-    resumed = [s for batch in loader_for(dataset, 2) for s in samples(batch)]
+    resumed = [s for batch in loader_for(dataset, 2) for s in unbatch(batch)]
     assert len(resumed) == expected == dataset.num_frames - 2 * BATCH
 
 

@@ -11,6 +11,7 @@ import torch.utils.data
 
 from episodestream import EpisodeLoader, EpisodeStreamingDataset
 
+from ..stream_model import unbatch
 from .conftest import SPANS_REPO, assert_same_samples, cache_files, remote_dataset
 from .test_bytes import RangeLoggingHub
 
@@ -18,7 +19,7 @@ OPTIONS = dict(episode_pool_size=3, prefetch_episodes=2, seed=3, decode_group_si
 
 
 def _unbatch(batches):
-    return [{key: value[i] for key, value in batch.items()} for batch in batches for i in range(len(batch["index"]))]
+    return [sample for batch in batches for sample in unbatch(batch)]
 
 
 def test_threads_share_the_remote_cache_and_fetch_each_range_once(hub_root, spans_root, tmp_path):
