@@ -65,15 +65,20 @@ class Decoders:
         return self._caches[source]
 
     def stats(self) -> dict[str, int]:
-        totals: dict[str, int] = {}
-        for cache in self._caches:
-            for key, value in cache.stats().items():
-                totals[key] = totals.get(key, 0) + value
-        return totals
+        return summed_stats(self._caches)
 
     def close(self) -> None:
         for cache in self._caches:
             cache.close()
+
+
+def summed_stats(decoder_sets: Sequence[DecoderSet]) -> dict[str, int]:
+    """The decoder sets' ``stats()`` (hits, misses, evictions), summed key by key."""
+    totals: dict[str, int] = {}
+    for decoders in list(decoder_sets):  # a copy: decode threads append theirs as they start
+        for key, value in decoders.stats().items():
+            totals[key] = totals.get(key, 0) + value
+    return totals
 
 
 class ConsumerStream(ABC):

@@ -20,7 +20,7 @@ from ._metadata import EpisodeInfo
 from ._epoch import SharedEpoch, StaleWorkerCopy, raising
 from ._options import check_int
 from ._pipeline import stream_samples
-from ._stream import CheckedState, ConsumerStream, Decoders, PlannedGroup
+from ._stream import CheckedState, ConsumerStream, Decoders, PlannedGroup, summed_stats
 from ._resume import STATE_FORMAT, Resumption, consumer_steps, fingerprint_digest, locate, read_request
 from ._sampling import ADMIT, EMIT, EpochPlan, Step
 from ._world import World, current_world, resolve_rank
@@ -97,7 +97,7 @@ class EpisodeStreamingDataset(DatasetFacts, torch.utils.data.IterableDataset):
             episodes_in_flight=self.episode_pool_size + self.prefetch_episodes + 1)
         self._epoch = SharedEpoch()
         self._loads_seen = 0  # resume states loaded when this copy was made (see SharedEpoch.for_iteration)
-        self._decoder_cache: _CacheStats | None = None  # the current iteration's decoders
+        self._decoders: list[Decoders] | None = None  # the current iteration's, one per decode thread
         self._resumption: Resumption | None = None  # the loaded state, while its epoch is ahead
 
     @property
@@ -146,7 +146,7 @@ class EpisodeStreamingDataset(DatasetFacts, torch.utils.data.IterableDataset):
 
     def decoder_stats(self) -> dict[str, int] | None:
         """Hits, misses and evictions of this process's decoder cache (None before iterating)."""
-        return None if self._decoder_cache is None else self._decoder_cache.stats()
+        return None if self._decoders is None else summed_stats(self._decoders)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         # Not a generator itself: the epoch is marked started when the DataLoader asks for the
@@ -272,8 +272,7 @@ class EpisodeStreamingDataset(DatasetFacts, torch.utils.data.IterableDataset):
             yield PlannedGroup(pending, evicted)
 
     def _samples(self, stream: ConsumerStream) -> Iterator[dict[str, Any]]:
-        opened: list[Decoders] = []
-        self._decoder_cache = _CacheStats(opened)
+        self._decoders = opened = []
         yield from stream_samples(stream, decode_threads=self.decode_threads, group_size=self.decode_group_size,
                                   opened=opened)
 
@@ -316,20 +315,6 @@ class _DatasetStream(ConsumerStream):
         if self._groups is not None:
             self._groups.close()  # type: ignore[attr-defined]  # a generator
             self._videos.close()  # type: ignore[union-attr]
-
-
-class _CacheStats:
-    """``decoder_stats()`` summed over the decode threads' caches."""
-
-    def __init__(self, caches: list[Decoders]) -> None:
-        self._caches = caches
-
-    def stats(self) -> dict[str, int]:
-        totals: dict[str, int] = {}
-        for cache in list(self._caches):
-            for key, value in cache.stats().items():
-                totals[key] = totals.get(key, 0) + value
-        return totals
 
 
 def _admit_ahead(steps: Iterator[Step], videos: EpisodeVideos, episodes,
