@@ -22,7 +22,7 @@ from pathlib import Path
 import torch.utils.data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_streaming import ensure_dataset  # noqa: E402  (same benchmark dataset)
+from benchmark_streaming import add_dataset_arguments, ensure_dataset  # noqa: E402  (same benchmark dataset)
 
 from episodestream import EpisodeMixture, EpisodeStreamingDataset  # noqa: E402
 
@@ -57,12 +57,7 @@ def samples_per_s(root: Path, args, *, mixture: bool) -> tuple[float, float, int
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", help="a LeRobot v3.0 folder (default: the synthetic benchmark dataset)")
-    parser.add_argument("--cache-dir", default="/tmp/episodestream-bench")
-    parser.add_argument("--episodes", type=int, default=24)
-    parser.add_argument("--episode-length", type=int, default=300)
-    parser.add_argument("--height", type=int, default=240)
-    parser.add_argument("--width", type=int, default=320)
+    add_dataset_arguments(parser)
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--pool-size", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=32)

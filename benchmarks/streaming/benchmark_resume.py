@@ -18,7 +18,7 @@ from pathlib import Path
 import torch.utils.data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_streaming import ensure_dataset  # noqa: E402  (same benchmark dataset)
+from benchmark_streaming import add_dataset_arguments, ensure_dataset  # noqa: E402  (same benchmark dataset)
 
 from episodestream import EpisodeStreamingDataset  # noqa: E402
 
@@ -35,12 +35,7 @@ def first_batch_s(root: Path, args, state: dict | None) -> float:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset")
-    parser.add_argument("--cache-dir", default="/tmp/episodestream-bench")
-    parser.add_argument("--episodes", type=int, default=24)
-    parser.add_argument("--episode-length", type=int, default=300)
-    parser.add_argument("--height", type=int, default=240)
-    parser.add_argument("--width", type=int, default=320)
+    add_dataset_arguments(parser)
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--pool-size", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=32)

@@ -336,6 +336,18 @@ def regroup(per_worker_calls, per_call: int, seed: int = 0):
     return out
 
 
+def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options ``ensure_dataset`` reads, for the benchmarks that share this one's dataset
+    (mixture, resume, transfer): an existing folder, or the synthetic one and its size."""
+    parser.add_argument("--dataset", help="an existing LeRobot v3.0 folder (default: the synthetic benchmark one)")
+    parser.add_argument("--cache-dir", default=os.path.join(tempfile.gettempdir(), "episodestream-bench"),
+                        help="where the synthetic dataset is written and kept (shared by the streaming benchmarks)")
+    parser.add_argument("--episodes", type=int, default=DEFAULT_SIZE["local"][0])
+    parser.add_argument("--episode-length", type=int, default=DEFAULT_SIZE["local"][1])
+    parser.add_argument("--height", type=int, default=240)
+    parser.add_argument("--width", type=int, default=320)
+
+
 def ensure_dataset(args) -> Path:
     if args.dataset:
         return Path(args.dataset)

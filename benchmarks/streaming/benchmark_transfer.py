@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -31,6 +30,7 @@ if str(Path(__file__).resolve().parent) not in sys.path:
 from benchmark_streaming import (
     DEFAULT_SIZE,
     SARM_STEPS,
+    add_dataset_arguments,
     ceiling,
     decode_calls,
     delta_timestamps,
@@ -72,14 +72,8 @@ def run_way(way: str, root: Path, mode: str, episodes, video_keys, args) -> dict
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", help="an existing LeRobot v3.0 folder (default: the synthetic benchmark one)")
-    parser.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "episodestream-bench"),
-                        help="where the synthetic dataset is written and kept (shared with benchmark_streaming.py)")
-    parser.add_argument("--episodes", type=int, default=DEFAULT_SIZE["local"][0])
-    parser.add_argument("--episode-length", type=int, default=DEFAULT_SIZE["local"][1])
+    add_dataset_arguments(parser)
     parser.add_argument("--sarm-episodes", type=int, default=DEFAULT_SIZE["local"][2])
-    parser.add_argument("--height", type=int, default=240)
-    parser.add_argument("--width", type=int, default=320)
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--pool-size", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=32)
