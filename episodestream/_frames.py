@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ._chw import write_chw
 from ._dataset_files import EpisodeVideos
 from ._metadata import DatasetMeta
 from ._rows import EpisodeRows
@@ -55,9 +56,6 @@ def delta_indices(meta: DatasetMeta, delta_timestamps: Mapping[str, Sequence[flo
                 f"of 1/fps = 1/{meta.fps} s within tolerance_s={tolerance_s} ({meta.description} runs at {meta.fps} fps).")
         offsets[key] = np.round(steps).astype(np.int64)
     return offsets
-
-
-_UINT8_MAX = np.float32(255)  # a float32 divisor keeps numpy's division in float32, as torch's
 
 
 @dataclass
@@ -113,19 +111,17 @@ class SampleBuilder:
 
     def write_frame(self, out: np.ndarray | torch.Tensor, frame_uint8: np.ndarray | torch.Tensor) -> None:
         """Write one decoded CHW frame into ``out`` (batch memory) as ``finish`` would convert it:
-        the same float32 division as ``_image``, bit for bit (tested over all 256 values), in one
-        pass with no temporary. CPU memory comes as numpy arrays, accelerator memory as tensors."""
+        the same float32 division as ``_image``, bit for bit (tested over all 256 values), with no
+        temporary. CPU memory comes as numpy arrays, accelerator memory as tensors."""
         if isinstance(out, torch.Tensor):
             out.copy_(frame_uint8)
             if not self._return_uint8:
                 out.div_(255)
-        # numpy on CPU: one single-threaded pass that releases the GIL. PyTorch would start an
-        # OpenMP team per decode thread for a frame this size and oversubscribe the cores the
-        # decoders need; its thread count cannot be set per thread without changing the trainer's.
-        elif self._return_uint8:
-            np.copyto(out, frame_uint8)
+        # On CPU, one single-threaded pass that releases the GIL (compiled, else numpy). PyTorch would
+        # start an OpenMP team per decode thread for a frame this size and oversubscribe the cores
+        # the decoders need; its thread count cannot be set per thread without changing the trainer's.
         else:
-            np.divide(frame_uint8, _UINT8_MAX, out=out)
+            write_chw(out, frame_uint8, to_float32=not self._return_uint8)
 
     def plan(self, rows: EpisodeRows, frame: int, videos: EpisodeVideos) -> PendingSample:
         episode = rows.episode

@@ -240,6 +240,21 @@ class _BatchWriter:
         builder = self._builders[group.source]
         decoded = builder.decode(decoders[group.source], pendings)
         sources: dict[str, np.ndarray | torch.Tensor] = {}  # per file: its frames as (N, C, H, W)
+        # Each decoded frame is converted once per group: a window padded at an episode's edge,
+        # or overlapping another sample's, copies the slot already written (a plain copy of the
+        # converted frame costs under half the conversion in float32).
+        written: dict[tuple[str, int], np.ndarray | torch.Tensor] = {}
+
+        def write(out: np.ndarray | torch.Tensor, path: str, row: int) -> None:
+            first = written.get((path, row))
+            if first is None:
+                builder.write_frame(out, sources[path][row])
+                written[path, row] = out
+            elif isinstance(out, np.ndarray):
+                np.copyto(out, first)
+            else:  # accelerator memory: ``first`` is a tensor too (as_tensor returns it as it is)
+                out.copy_(torch.as_tensor(first))
+
         for offset, pending in enumerate(pendings):
             index, slot = divmod(first_sample + offset, self._batch_size)
             buffer = self.buffer(index)
@@ -257,9 +272,9 @@ class _BatchWriter:
                                        memory=self._memory, pin_memory=self._pin_memory, query=query)[slot]
                 if windowed:
                     for step, row in enumerate(rows):
-                        builder.write_frame(out[step], source[row])
+                        write(out[step], query.path, row)
                 else:
-                    builder.write_frame(out, source[rows[0]])
+                    write(out, query.path, rows[0])
             if slot == 0:
                 buffer.video_keys = list(pending.video_keys)
             buffer.items[slot] = {**pending.item, "task": pending.task}

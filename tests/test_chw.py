@@ -1,0 +1,121 @@
+"""Decoded (H, W, 3) frames written as (3, H, W): the compiled kernel and the numpy fallback give
+LeRobot's values (``frames / 255.0`` in float32), bit for bit."""
+
+import shutil
+import sysconfig
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from episodestream import _chw
+
+SHAPES = [(1, 1), (1, 7), (7, 13), (16, 16), (31, 33), (240, 320)]
+PATHS = ["compiled", "numpy"]
+
+
+def lerobot(chw_uint8: np.ndarray, to_float32: bool) -> np.ndarray:
+    """What LeRobot's loader gives for these frames: a float32 ``frames / 255.0``, or the bytes."""
+    frames = torch.from_numpy(np.ascontiguousarray(chw_uint8))
+    return (frames / 255.0).numpy() if to_float32 else frames.numpy()
+
+
+def decoded(height: int, width: int, seed: int) -> np.ndarray:
+    """A (3, H, W) view of (H, W, 3) memory, as the loader gets frames from the decoder; every byte
+    value appears in every channel where the frame has room for it."""
+    rgb = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    for channel in range(3):
+        values = np.roll(np.arange(256, dtype=np.uint8), 85 * channel)[:height * width]
+        rgb.reshape(-1, 3)[:len(values), channel] = values
+    return rgb.transpose(2, 0, 1)
+
+
+@pytest.fixture(params=PATHS)
+def path(request, monkeypatch):
+    if request.param == "compiled" and not _chw.compiled():
+        pytest.skip("episodestream._chw_kernel is not built (installed without a C compiler)")
+    if request.param == "numpy":
+        monkeypatch.setattr(_chw, "_kernel", None)
+    return request.param
+
+
+def test_the_kernel_is_built_where_a_c_compiler_is():
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None:
+        pytest.skip(f"no C compiler ({compiler}) here: the package installs without the kernel, numpy does its work")
+    assert _chw.compiled(), ("episodestream._chw_kernel is missing although a C compiler is present: reinstall "
+                             "the package (pip install -e .) and look for the build warning")
+
+
+@pytest.mark.parametrize("to_float32", [True, False], ids=["float32", "uint8"])
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"{h}x{w}" for h, w in SHAPES])
+def test_frames_equal_lerobots_bit_for_bit(path, shape, to_float32):
+    frame = decoded(*shape, seed=shape[0] * 1000 + shape[1])
+    out = np.full(frame.shape, 7, dtype=np.float32 if to_float32 else np.uint8)
+    _chw.write_chw(out, frame, to_float32=to_float32)
+    expected = lerobot(frame, to_float32)
+    assert out.dtype == expected.dtype
+    assert out.tobytes() == expected.tobytes()  # bit for bit, signed zeros included
+
+
+def test_every_byte_value_converts_as_lerobots(path):
+    frame = decoded(16, 16, seed=0)  # 256 pixels: each channel holds every byte value once
+    assert all(len(np.unique(frame[c])) == 256 for c in range(3))
+    out = np.empty(frame.shape, dtype=np.float32)
+    _chw.write_chw(out, frame, to_float32=True)
+    assert out.tobytes() == lerobot(frame, True).tobytes()
+
+
+@pytest.mark.parametrize("case", ["strided-out", "cropped-frame", "one-channel", "four-channels"])
+def test_frames_the_kernel_does_not_take_are_written_by_numpy(path, case):
+    if case == "strided-out":  # every other row of a larger buffer
+        frame = decoded(8, 10, seed=1)
+        out = np.zeros((3, 16, 10), dtype=np.float32)[:, ::2]
+    elif case == "cropped-frame":  # a crop of decoded memory is not contiguous
+        frame = decoded(12, 14, seed=2)[:, 2:9, 3:11]
+        out = np.zeros(frame.shape, dtype=np.float32)
+    else:
+        channels = 1 if case == "one-channel" else 4
+        frame = np.random.default_rng(3).integers(0, 256, (9, 11, channels), dtype=np.uint8).transpose(2, 0, 1)
+        out = np.zeros(frame.shape, dtype=np.float32)
+    _chw.write_chw(out, frame, to_float32=True)
+    assert out.tobytes() == lerobot(frame, True).tobytes()
+
+
+def test_the_kernel_refuses_buffers_it_cannot_fill():
+    if not _chw.compiled():
+        pytest.skip("episodestream._chw_kernel is not built (installed without a C compiler)")
+    kernel = _chw._kernel
+    rgb = np.zeros((4, 5, 3), dtype=np.uint8)
+    with pytest.raises(ValueError, match="dst holds 30 values, src 60"):
+        kernel.hwc_to_chw(rgb, np.zeros((3, 2, 5), dtype=np.float32))
+    with pytest.raises(ValueError, match="dst must be contiguous float32 or uint8, got format d"):
+        kernel.hwc_to_chw(rgb, np.zeros((3, 4, 5), dtype=np.float64))
+    with pytest.raises(ValueError, match="src must be contiguous uint8 RGB"):
+        kernel.hwc_to_chw(np.zeros(7, dtype=np.uint8), np.zeros(7, dtype=np.uint8))
+    with pytest.raises(ValueError, match="not C-contiguous"):  # numpy refuses to export it as the kernel asks
+        kernel.hwc_to_chw(rgb, np.zeros((3, 4, 10), dtype=np.float32)[:, :, ::2])
+
+
+def test_threads_writing_at_once_each_get_their_own_frames(path):
+    # The kernel releases the GIL: decode threads call it together on different frames.
+    frames = [decoded(60, 80, seed=s) for s in range(8)]
+    expected = [lerobot(f, True) for f in frames]
+    outs = [np.empty(f.shape, dtype=np.float32) for f in frames]
+    errors = []
+
+    def write(i):
+        try:
+            for _ in range(50):
+                _chw.write_chw(outs[i], frames[i], to_float32=True)
+                assert outs[i].tobytes() == expected[i].tobytes()
+        except BaseException as error:  # reported in the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(len(frames))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
