@@ -56,6 +56,7 @@ import numpy as np
 import torch.utils.data
 
 from episodestream import EpisodeLoader, EpisodeStreamingDataset, SourceStats, write_synthetic_dataset
+from episodestream import _chw
 from episodestream._world import World
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # `episodestream bench` runs this file by path
@@ -397,7 +398,7 @@ def run_local(args, root: Path, mode: str, episodes, video_keys, common: dict, *
     row = {**ours, "cache_hit_rate": None,
            "ceiling_same_grouping_frames_per_s": same_fps, "fraction_of_ceiling": ours_decoded_fps / same_fps,
            "ceiling_1_per_call_frames_per_s": one_fps, "ceiling_32_sorted_frames_per_s": sorted32_fps,
-           "decoded_frames": decoded}
+           "decoded_frames": decoded, "frame_writer": args.frame_writer if loader_kind == "episode" else None}
     tag = f"[{mode} {common['uint8'] and 'uint8' or 'float32'} {loader_kind}" + (
         f" step {row['train_step']}]" if train_step else "]")
     waits = "/".join(f"{row['batch_wait_ms'][p]:.1f}" for p in ("p50", "p95", "p99"))
@@ -525,6 +526,9 @@ def main(argv=None) -> int:
                         help="also stream single float32 with a simulated training step of this many ms after "
                              "each batch: a sleep (releases the GIL) and a pure-Python busy loop (holds it); "
                              "local source")
+    parser.add_argument("--frame-writer", choices=("compiled", "numpy"),
+                        help="how EpisodeLoader writes frames into batches: compiled (episodestream's C "
+                             "kernel, the default where it was built) or numpy (what runs without a C compiler)")
     parser.add_argument("--warmup-batches", type=int, help="batches left out of the warm throughput "
                         "(default: one per DataLoader worker)")
     link = parser.add_argument_group("remote link (hub, bucket, warmed_bucket)")
@@ -544,6 +548,13 @@ def main(argv=None) -> int:
     args.episodes = size[0] if args.episodes is None else args.episodes
     args.episode_length = size[1] if args.episode_length is None else args.episode_length
     args.sarm_episodes = min(args.episodes, size[2] if args.sarm_episodes is None else args.sarm_episodes)
+    if args.frame_writer == "compiled" and not _chw.compiled():
+        parser.error("--frame-writer compiled: episodestream._chw_kernel is not built here (installed without a "
+                     "C compiler); use --frame-writer numpy")
+    if args.frame_writer == "numpy":
+        _chw._kernel = None  # this process only: EpisodeLoader's decode threads write here
+    args.frame_writer = "compiled" if _chw.compiled() else "numpy"
+    print(f"frames written into EpisodeLoader batches by: {args.frame_writer}", file=sys.stderr)
     decode_device = "cpu"
     if args.decode == "cuda":
         if not torch.cuda.is_available():
