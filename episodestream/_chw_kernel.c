@@ -5,24 +5,30 @@
  * Why C: the work is a de-interleave (every third byte to one plane). numpy and PyTorch do it with
  * a scalar strided loop, about one byte per cycle: 0.13 ms per 240x320 frame into float32 and
  * 0.065 ms into uint8 here, next to ~1.3 ms to decode the frame. A compiler vectorises this loop
- * with byte shuffles (0.042 and 0.016 ms), which moved EpisodeLoader from 1.50 to 1.41 ms of CPU
- * per frame in float32 (docs/benchmarks.md). No library this project uses exposes such a loop.
+ * with byte shuffles (0.037 and 0.011 ms), which moved EpisodeLoader from 1.49-1.52 to 1.42-1.46 ms
+ * of CPU per frame in float32 (docs/benchmarks.md). No library this project uses exposes such a loop.
  *
  * The division is IEEE float32 division of the exact float value of each byte, as numpy's and
- * PyTorch's are: bit for bit the same result (tests check every byte value). Built with the
- * package when a C compiler is present (setuptools' optional extension); without one,
- * episodestream/_chw.py does the same in numpy.
+ * PyTorch's are: bit for bit the same result (tests check every byte value); do not build it with
+ * -ffast-math. Built with the package where a C compiler is present (setuptools' optional
+ * extension: a failed build leaves it out); without it episodestream/_chw.py does the same in numpy.
+ * The caller guarantees src and dst do not overlap (restrict); _chw.py checks it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 
-/* One copy of each loop per instruction set, picked at load time (GCC on x86-64 Linux): the
- * baseline (SSE2) cannot shuffle bytes well; AVX2 and AVX-512 machines get their own. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define PER_ISA __attribute__((target_clones("avx512f", "avx2", "default")))
+/* An AVX2 copy of each loop beside the baseline's (SSE2 cannot shuffle bytes well), picked at load
+ * time: GCC with glibc's ifunc on x86-64 Linux. An AVX-512 (x86-64-v4) copy was slower on this
+ * project's AMD EPYC machines (0.054 vs 0.039 ms per float32 frame), so there is none. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__)
+#define PER_ISA __attribute__((target_clones("avx2", "default")))
 #else
 #define PER_ISA
+#endif
+
+#if defined(_MSC_VER) && !defined(__clang__)
+#define restrict __restrict /* MSVC knows C99's restrict only under /std:c11 */
 #endif
 
 PER_ISA static void planes_float32(const uint8_t *restrict rgb, float *restrict r, float *restrict g,
@@ -102,4 +108,14 @@ static struct PyModuleDef module = {
     "Decoded RGB frames into planar batch memory (see episodestream/_chw.py).", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__chw_kernel(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__chw_kernel(void) {
+    PyObject *m = PyModule_Create(&module);
+#ifdef Py_GIL_DISABLED
+    /* No state and no Python objects touched without the GIL: safe on free-threaded builds. */
+    if (m != NULL && PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+#endif
+    return m;
+}

@@ -67,11 +67,15 @@ def test_every_byte_value_converts_as_lerobots(path):
     assert out.tobytes() == lerobot(frame, True).tobytes()
 
 
-@pytest.mark.parametrize("case", ["strided-out", "cropped-frame", "one-channel", "four-channels"])
+@pytest.mark.parametrize("case", ["strided-out", "unaligned-out", "cropped-frame", "one-channel", "four-channels"])
 def test_frames_the_kernel_does_not_take_are_written_by_numpy(path, case):
     if case == "strided-out":  # every other row of a larger buffer
         frame = decoded(8, 10, seed=1)
         out = np.zeros((3, 16, 10), dtype=np.float32)[:, ::2]
+    elif case == "unaligned-out":  # float32 one byte off its alignment: numpy exports it as "=f"
+        frame = decoded(4, 5, seed=4)
+        out = np.zeros(3 * 4 * 5 * 4 + 1, dtype=np.uint8)[1:].view(np.float32).reshape(3, 4, 5)
+        assert not out.flags.aligned
     elif case == "cropped-frame":  # a crop of decoded memory is not contiguous
         frame = decoded(12, 14, seed=2)[:, 2:9, 3:11]
         out = np.zeros(frame.shape, dtype=np.float32)
@@ -81,6 +85,14 @@ def test_frames_the_kernel_does_not_take_are_written_by_numpy(path, case):
         out = np.zeros(frame.shape, dtype=np.float32)
     _chw.write_chw(out, frame, to_float32=True)
     assert out.tobytes() == lerobot(frame, True).tobytes()
+
+
+def test_a_frame_written_over_its_own_memory_is_right(path):
+    # The kernel assumes its input and output do not overlap; numpy copes when they do.
+    rgb = np.ascontiguousarray(decoded(6, 7, seed=5).transpose(1, 2, 0))
+    expected = lerobot(rgb.copy().transpose(2, 0, 1), False)
+    _chw.write_chw(rgb.reshape(3, 6, 7), rgb.transpose(2, 0, 1), to_float32=False)
+    assert rgb.reshape(3, 6, 7).tobytes() == expected.tobytes()
 
 
 def test_the_kernel_refuses_buffers_it_cannot_fill():
