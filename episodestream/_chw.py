@@ -12,6 +12,7 @@ from __future__ import annotations
 from types import ModuleType
 
 import numpy as np
+import torch
 
 _kernel: ModuleType | None
 try:
@@ -45,3 +46,13 @@ def write_chw(out: np.ndarray, frame_chw: np.ndarray, *, to_float32: bool) -> No
         # ms per 240x320 frame against 0.13 ms, the same values.
         np.copyto(out, frame_chw)
         np.divide(out, _UINT8_MAX, out=out)
+
+
+def divide_by_255_(frames_float32: torch.Tensor) -> torch.Tensor:
+    """``frames_float32 / 255`` in place, as IEEE float32 division (LeRobot's CPU ``frames / 255.0``)
+    on any device. PyTorch's CUDA kernel turns division by a Python number into multiplication by
+    its reciprocal, one bit off for 126 of the 256 byte values; dividing by a 0-dim tensor on the
+    frames' own device keeps it a division there."""
+    if frames_float32.device.type == "cpu":
+        return frames_float32.div_(255)
+    return frames_float32.div_(torch.full((), 255.0, dtype=torch.float32, device=frames_float32.device))

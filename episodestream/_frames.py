@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ._chw import write_chw
+from ._chw import divide_by_255_, write_chw
 from ._dataset_files import EpisodeVideos
 from ._metadata import DatasetMeta
 from ._rows import EpisodeRows
@@ -97,7 +97,7 @@ class SampleBuilder:
     def _image(self, frames_uint8: torch.Tensor) -> torch.Tensor:
         # Bit-identical to LeRobot's ``frames / 255.0`` (a float32 division either way), but the
         # mixed-dtype division takes PyTorch's slow casting loop: converting first is ~2x faster.
-        return frames_uint8 if self._return_uint8 else frames_uint8.to(torch.float32).div_(255)
+        return frames_uint8 if self._return_uint8 else divide_by_255_(frames_uint8.to(torch.float32))
 
     @property
     def frame_dtype(self) -> torch.dtype:
@@ -116,7 +116,7 @@ class SampleBuilder:
         if isinstance(out, torch.Tensor):
             out.copy_(frame_uint8)
             if not self._return_uint8:
-                out.div_(255)
+                divide_by_255_(out)
         # On CPU, one single-threaded pass that releases the GIL (compiled, else numpy). PyTorch would
         # start an OpenMP team per decode thread for a frame this size and oversubscribe the cores
         # the decoders need; its thread count cannot be set per thread without changing the trainer's.

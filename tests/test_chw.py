@@ -131,3 +131,18 @@ def test_threads_writing_at_once_each_get_their_own_frames(path):
     for thread in threads:
         thread.join()
     assert errors == []
+
+
+def test_divide_by_255_gives_lerobots_values():
+    frames = torch.arange(256, dtype=torch.uint8)
+    assert torch.equal(_chw.divide_by_255_(frames.to(torch.float32)), frames / 255.0)
+
+
+@pytest.mark.needs_cuda
+def test_divide_by_255_on_cuda_gives_the_cpus_values():
+    # PyTorch's CUDA kernel multiplies by the reciprocal when the divisor is a Python number.
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU and a CUDA build of torch; this machine has none")
+    frames = torch.arange(256, dtype=torch.uint8)
+    on_gpu = _chw.divide_by_255_(frames.to("cuda", torch.float32)).cpu()
+    assert torch.equal(on_gpu, frames / 255.0)

@@ -116,7 +116,8 @@ def test_uint8_and_transforms(dataset_root):
     flt = EpisodeDataset(dataset_root)[50]
     assert raw[FRONT].dtype == torch.uint8 and raw[FRONT].shape == (3, 64, 96)
     assert torch.equal(raw[FRONT].float() / 255, flt[FRONT])
-    assert torch.equal(raw[FRONT].float().div_(255), flt[FRONT])  # the README's on-device conversion
+    uint8_max = torch.tensor(255.0)  # the README's on-device conversion divides by a tensor
+    assert torch.equal(raw[FRONT].float().div_(uint8_max), flt[FRONT])
     flipped = EpisodeDataset(dataset_root, image_transforms=lambda x: x.flip(-1))[50]
     for camera in CAMERAS + ("observation.images.top",):
         assert torch.equal(flipped[camera], flt[camera].flip(-1)), camera
