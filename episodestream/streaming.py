@@ -216,7 +216,7 @@ class EpisodeStreamingDataset(DatasetFacts, torch.utils.data.IterableDataset):
             message = "The stream state does not match this dataset: " + "; ".join(mismatches) + "."
             if strict:
                 raise ValueError(message + " Pass strict=False to load it anyway.")
-            warnings.warn(message + " Loading anyway (strict=False).", RuntimeWarning, stacklevel=2)
+            warnings.warn(message + " Loading anyway (strict=False).", RuntimeWarning, stacklevel=3)
         request = read_request(state, seed=self.seed, shuffle=self.shuffle)
         return CheckedState(request.epoch, locate(request, self._core.whole_episodes(), strict=strict), request)
 

@@ -177,8 +177,9 @@ def test_fingerprint_mismatch_is_refused(many_episodes_root, change, field):
     other = EpisodeStreamingDataset(many_episodes_root, **kwargs)
     with pytest.raises(ValueError, match=rf"{field}: saved .*Pass strict=False"):
         other.load_state_dict(state)
-    with pytest.warns(RuntimeWarning, match=field):
+    with pytest.warns(RuntimeWarning, match=field) as warned:
         other.load_state_dict(state, strict=False)
+    assert [w.filename for w in warned] == [__file__]  # the warning points at the caller's line
 
 
 def test_other_dataset_is_refused(many_episodes_root, dataset_root):
@@ -206,8 +207,9 @@ def test_batches_consumed_beyond_the_epoch_is_refused_or_clamped(many_episodes_r
     assert dataset.epoch == 0 and len(dataset) == dataset.num_frames  # nothing changed
     dataset.load_state_dict({**state, "batches_consumed": epoch_batches})  # exactly the epoch: fine
     assert dataset.epoch == 1
-    with pytest.warns(RuntimeWarning, match="more than epoch 0 has.*Treating the epoch as finished"):
+    with pytest.warns(RuntimeWarning, match="more than epoch 0 has.*Treating the epoch as finished") as warned:
         dataset.load_state_dict({**state, "batches_consumed": 500}, strict=False)
+    assert [w.filename for w in warned] == [__file__]
     assert dataset.epoch == 1
     fresh = make(many_episodes_root)
     fresh.set_epoch(1)
