@@ -4,6 +4,8 @@ from a fake Hub behind a shaped link, writing results that summarize_results.py 
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -78,3 +80,19 @@ def test_transfer_breakdown_times_three_ways_against_the_ceiling(tmp_path):
     assert set(report["ways"]) == {"decode only", "uint8", "float32"}
     for way in report["ways"].values():
         assert way["samples"] == 60 and way["fraction_of_ceiling"] > 0
+
+
+def test_the_ceiling_reports_a_decode_process_killed_outright():
+    # Regression: the parent waited forever for a result from a process killed by a signal, and the
+    # other process waited forever at the start barrier for it.
+    bench = load_script(SCRIPT)  # a fresh module: the patch below stays in it
+
+    def decode(calls, device, ready=None):
+        if calls == "killed":
+            os.kill(os.getpid(), signal.SIGKILL)
+        ready.wait()
+        return (0.0, 1.0, 1)
+
+    bench._decode_worker = decode
+    with pytest.raises(RuntimeError, match=r"died without reporting \(exit codes \[-9\]"):
+        bench.ceiling(["killed", "waits at the barrier"])

@@ -309,7 +309,20 @@ def ceiling(per_worker_calls, device: str = "cpu") -> tuple[float, int]:
                      for calls in per_worker_calls]
         for process in processes:
             process.start()
-        results = [queue.get() for _ in processes]
+        results = []
+        while len(results) < len(processes):
+            if not queue.empty():
+                results.append(queue.get())
+                continue
+            # A process killed outright (the OOM killer, a crash in FFmpeg) reports nothing, and the
+            # others wait at the barrier for it: look for one that died rather than wait forever.
+            dead = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
+            if dead:
+                for process in processes:
+                    process.kill()
+                raise RuntimeError(f"a ceiling decode process died without reporting (exit codes {dead}; "
+                                   f"negative: killed by that signal)")
+            time.sleep(0.05)  # the processes time themselves: this wait does not change the result
         for process in processes:
             process.join()
         failed = [r for r in results if isinstance(r, str)]
