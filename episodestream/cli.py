@@ -265,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="episode: EpisodeLoader, decode threads in this process (default); dataloader: "
                            "torch DataLoader worker processes")
     demo.add_argument("--num-threads", type=int, default=None,
-                      help="EpisodeLoader decode threads (default: the cores this process may use)")
+                      help="EpisodeLoader decode threads (default: the cores this process may use, at most 16)")
     demo.add_argument("--num-workers", type=int, default=2, help="DataLoader worker processes")
     demo.add_argument("--batch-size", type=int, default=32)
     demo.add_argument("--pool-size", type=int, default=8)
