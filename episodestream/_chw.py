@@ -31,14 +31,17 @@ def compiled() -> bool:
 def write_chw(out: np.ndarray, frame_chw: np.ndarray, *, to_float32: bool) -> None:
     """Write ``frame_chw`` (a (C, H, W) uint8 view of decoded (H, W, C) memory) into ``out``, as
     float32 ``frame / 255`` when ``to_float32`` (LeRobot's conversion, bit for bit), else as uint8."""
-    if (_kernel is not None and frame_chw.ndim == 3 and frame_chw.shape[0] == 3 and frame_chw.dtype == np.uint8
-            and out.shape == frame_chw.shape and out.dtype == (np.float32 if to_float32 else np.uint8)
-            # The kernel reads and writes plain contiguous memory (an unaligned float32 array exports
-            # another format, which it refuses) and assumes the two do not overlap.
-            and out.flags.c_contiguous and out.flags.aligned and out.flags.writeable
-            and frame_chw.transpose(1, 2, 0).flags.c_contiguous and not np.may_share_memory(out, frame_chw)):
-        _kernel.hwc_to_chw(frame_chw.transpose(1, 2, 0), out)
-    elif not to_float32:
+    if _kernel is not None and frame_chw.ndim == 3:
+        rgb = frame_chw.transpose(1, 2, 0)  # the decoder's own (H, W, C) layout
+        if (frame_chw.shape[0] == 3 and frame_chw.dtype == np.uint8 and rgb.flags.c_contiguous
+                and out.shape == frame_chw.shape and out.dtype == (np.float32 if to_float32 else np.uint8)
+                # The kernel reads and writes plain contiguous memory (an unaligned float32 array
+                # exports another format, which it refuses) and assumes the two do not overlap.
+                and out.flags.c_contiguous and out.flags.aligned and out.flags.writeable
+                and not np.may_share_memory(out, frame_chw)):
+            _kernel.hwc_to_chw(rgb, out)
+            return
+    if not to_float32:
         np.copyto(out, frame_chw)
     else:
         # Two numpy passes over ``out``: the strided cast, then the in-place (vectorised) division.
