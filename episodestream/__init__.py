@@ -1,16 +1,27 @@
-"""Stream LeRobot v3.0 episode datasets (parquet rows + mp4 video) into PyTorch training."""
+"""Stream LeRobot v3.0 episode datasets (parquet rows + mp4 video) into PyTorch training.
 
-from ._dataset_files import SourceStats
-from ._errors import CacheFullError
-from ._metadata import DatasetFormatError
-from ._source_options import SourceOptions
-from .loader import EpisodeLoader
-from .mapstyle import EpisodeDataset
-from .mixture import EpisodeMixture
-from .streaming import EpisodeStreamingDataset, stream_state
-from .synthetic import write_synthetic_dataset
-from .tracing import disable_tracer, enable_tracer, load_trace, set_process_name
-from .video import VideoDecodeError
+The public API is the names below. Tooling has its own modules: ``episodestream.tools.synthetic``
+(synthetic datasets), ``episodestream.tools.tracing`` (Chrome traces), ``episodestream.testing``
+(offline stand-ins for remote services); ``episodestream.remote`` and ``episodestream.video`` hold
+the remote cache's and the decoders' public names. Modules and packages whose names start with an
+underscore are private.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
+
+from episodestream._base.errors import CacheFullError
+from episodestream._format.files import SourceStats
+from episodestream._format.metadata import DatasetFormatError
+from episodestream._runtime.source_options import SourceOptions
+from episodestream._sample.video.decoder_cache import VideoDecodeError
+from episodestream.loader import EpisodeLoader
+from episodestream.mapstyle import EpisodeDataset
+from episodestream.mixture import EpisodeMixture
+from episodestream.streaming import EpisodeStreamingDataset, stream_state
 
 __all__ = [
     "CacheFullError",
@@ -22,10 +33,23 @@ __all__ = [
     "SourceOptions",
     "SourceStats",
     "VideoDecodeError",
-    "disable_tracer",
-    "enable_tracer",
-    "load_trace",
-    "set_process_name",
     "stream_state",
-    "write_synthetic_dataset",
 ]
+
+# Tooling that was importable from the top level until 0.1; still there for one release, with a warning.
+_MOVED = {
+    "write_synthetic_dataset": "episodestream.tools.synthetic",
+    "enable_tracer": "episodestream.tools.tracing",
+    "disable_tracer": "episodestream.tools.tracing",
+    "load_trace": "episodestream.tools.tracing",
+    "set_process_name": "episodestream.tools.tracing",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MOVED.get(name)
+    if module is None:
+        raise AttributeError(f"module 'episodestream' has no attribute {name!r}")
+    warnings.warn(f"episodestream.{name} moved to {module}.{name}; the top-level name goes in the next release.",
+                  DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(module), name)

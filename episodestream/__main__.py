@@ -1,3 +1,3 @@
-from .cli import main
+from episodestream.tools.cli import main
 
 raise SystemExit(main())

@@ -25,12 +25,12 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from ._batch_memory import BatchMemory
-from ._options import check_int
-from ._pipeline import GroupPipeline
-from ._stream import ConsumerStream, Decoders, PlannedGroup, StreamSource
-from ._world import World
-from .video import FrameQuery
+from episodestream._runtime.batch_memory import BatchMemory
+from episodestream._base.options import check_int
+from episodestream._runtime.pipeline import GroupPipeline
+from episodestream._runtime.stream import ConsumerStream, Decoders, PlannedGroup, StreamSource
+from episodestream._base.world import World
+from episodestream._sample.video.decoder_cache import FrameQuery
 
 _MAX_DEFAULT_THREADS = 16
 

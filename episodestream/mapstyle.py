@@ -9,20 +9,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch.utils.data
 
-from ._columns import ColumnStore, default_columns_dir
-from ._core import DatasetCore, DatasetFacts
-from ._dataset_files import EpisodeVideos, LocalFiles
-from ._options import check_bool
-from ._holds import HeldEpisodes
-from ._rows import EpisodeRows
-from .video import DecoderCache
+from episodestream._format.columns import ColumnStore, default_columns_dir
+from episodestream._runtime.core import DatasetCore, DatasetFacts
+from episodestream._format.files import EpisodeVideos, LocalFiles
+from episodestream._base.options import check_bool
+from episodestream._sample.holds import HeldEpisodes
+from episodestream._format.rows import EpisodeRows
+from episodestream._sample.video.decoder_cache import DecoderCache
 
 _ROWS_CACHED = 4  # episodes' rows kept for neighbouring indices (a sampler often walks an episode)
 
 if TYPE_CHECKING:
     from typing import Unpack  # Python 3.11; annotations are not evaluated at run time
 
-    from ._source_options import SourceOptions
+    from episodestream._runtime.source_options import SourceOptions
 
 
 class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):

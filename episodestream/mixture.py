@@ -16,18 +16,26 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from ._epoch import SharedEpoch, StaleWorkerCopy, raising
-from ._mixing import LegPlan, MixLeg, MixResume, Source, initial_passes, plan_mixture_resume, rank_counts
-from ._mixture_meta import MixtureMeta
-from ._mixture_stream import MixtureStream
-from ._options import check_bool, check_int
-from ._pipeline import stream_samples
-from ._resume import BeyondEpochError, chain_legs
-from ._sampling import Step
-from ._stream import CheckedState, ConsumerStream
-from ._world import World, current_world
-from .streaming import EpisodeStreamingDataset
-from .tracing import set_process_name, tracer_enabled
+from episodestream._runtime.epoch import SharedEpoch, StaleWorkerCopy, raising
+from episodestream._plan.mixing import (
+    LegPlan,
+    MixLeg,
+    MixResume,
+    Source,
+    initial_passes,
+    plan_mixture_resume,
+    rank_counts,
+)
+from episodestream._runtime.mixture_meta import MixtureMeta
+from episodestream._runtime.mixture_stream import MixtureStream
+from episodestream._base.options import check_bool, check_int
+from episodestream._runtime.pipeline import stream_samples
+from episodestream._plan.resume import BeyondEpochError, chain_legs
+from episodestream._plan.sampling import Step
+from episodestream._runtime.stream import CheckedState, ConsumerStream
+from episodestream._base.world import World, current_world
+from episodestream.streaming import EpisodeStreamingDataset
+from episodestream._base.tracing import set_process_name, tracer_enabled
 
 MIXTURE_STATE_FORMAT = "episodestream.mixture_state/1"
 _STOPS = ("all", "first")

@@ -12,24 +12,31 @@ from typing import TYPE_CHECKING, Any
 
 import torch.utils.data
 
-from ._core import DatasetCore, DatasetFacts
-from ._dataset_files import EpisodeVideos
-from ._frames import PendingSample, SampleBuilder
-from ._holds import HeldEpisodes
-from ._metadata import EpisodeInfo
-from ._epoch import SharedEpoch, StaleWorkerCopy, raising
-from ._options import check_int
-from ._pipeline import stream_samples
-from ._stream import CheckedState, ConsumerStream, Decoders, PlannedGroup, summed_stats
-from ._resume import STATE_FORMAT, Resumption, consumer_steps, fingerprint_digest, locate, read_request
-from ._sampling import ADMIT, EMIT, EpochPlan, Step
-from ._world import World, current_world, resolve_rank
-from .tracing import set_process_name, trace_instant, trace_span, tracer_enabled
+from episodestream._runtime.core import DatasetCore, DatasetFacts
+from episodestream._format.files import EpisodeVideos
+from episodestream._sample.builder import PendingSample, SampleBuilder
+from episodestream._sample.holds import HeldEpisodes
+from episodestream._format.metadata import EpisodeInfo
+from episodestream._runtime.epoch import SharedEpoch, StaleWorkerCopy, raising
+from episodestream._base.options import check_int
+from episodestream._runtime.pipeline import stream_samples
+from episodestream._runtime.stream import CheckedState, ConsumerStream, Decoders, PlannedGroup, summed_stats
+from episodestream._plan.resume import (
+    STATE_FORMAT,
+    Resumption,
+    consumer_steps,
+    fingerprint_digest,
+    locate,
+    read_request,
+)
+from episodestream._plan.sampling import ADMIT, EMIT, EpochPlan, Step
+from episodestream._base.world import World, current_world, resolve_rank
+from episodestream._base.tracing import set_process_name, trace_instant, trace_span, tracer_enabled
 
 if TYPE_CHECKING:
     from typing import Unpack  # Python 3.11; annotations are not evaluated at run time
 
-    from ._source_options import SourceOptions
+    from episodestream._runtime.source_options import SourceOptions
 
 
 def _jsonable(value: Any) -> Any:
@@ -338,7 +345,7 @@ def _admit_ahead(steps: Iterator[Step], videos: EpisodeVideos, episodes,
 def stream_state(loader: torch.utils.data.DataLoader, batches_consumed: int) -> dict[str, Any]:
     """The resume state for a DataLoader over an ``EpisodeStreamingDataset``: the dataset's
     ``state_dict()`` plus the batches consumed this epoch and the loader's batching settings."""
-    from .mixture import EpisodeMixture  # here: mixture imports this module
+    from episodestream.mixture import EpisodeMixture  # here: mixture imports this module
 
     dataset = loader.dataset
     if not isinstance(dataset, (EpisodeStreamingDataset, EpisodeMixture)):

@@ -50,9 +50,9 @@ if [ -n "$EXTRAS" ]; then
     FSSPEC_VERSION=$("$PYTHON" -c "import fsspec; print(fsspec.__version__)")
     pip_install "s3fs==${FSSPEC_VERSION}" "fsspec==${FSSPEC_VERSION}"
 fi
-# The compiled frame writer (episodestream/_chw_kernel.c) is built only where pip finds a C compiler
+# The compiled frame writer (episodestream/_sample/_chw_kernel.c) is built only where pip finds a C compiler
 # and Python's headers; without it numpy writes the frames, bit for bit the same but slower.
-if ! "$PYTHON" -c "import episodestream._chw_kernel" >/dev/null 2>&1; then
+if ! "$PYTHON" -c "import episodestream._sample._chw_kernel" >/dev/null 2>&1; then
     echo "setup: episodestream's compiled frame writer was not built (pip's build_ext warning says why; usually" \
          "no C compiler or no Python headers): frames are written by numpy, bit for bit the same, ~0.1 ms more" \
          "per float32 frame. Install gcc and python3-dev, then rerun." >&2

@@ -17,8 +17,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import pytest  # noqa: E402
 from filelock import FileLock  # noqa: E402
 
-from episodestream import write_synthetic_dataset  # noqa: E402
-from episodestream.synthetic import write_tabular_dataset  # noqa: E402
+from episodestream.tools.synthetic import write_synthetic_dataset  # noqa: E402
+from episodestream.tools.synthetic import write_tabular_dataset  # noqa: E402
 
 CAMERAS = ("observation.images.front", "observation.images.wrist")
 # Lengths chosen so that one episode is longer than the 100+ frame windows the parity tests use,

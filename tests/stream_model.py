@@ -7,8 +7,8 @@ against real DataLoaders with worker processes.
 
 from __future__ import annotations
 
-from episodestream._sampling import EMIT
-from episodestream._world import World
+from episodestream._plan.sampling import EMIT
+from episodestream._base.world import World
 
 
 def emits(steps) -> list[tuple[int, int]]:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from episodestream import _chw
+from episodestream._sample import chw as _chw
 
 SHAPES = [(1, 1), (1, 7), (7, 13), (16, 16), (31, 33), (240, 320)]
 PATHS = ["compiled", "numpy"]
@@ -34,7 +34,7 @@ def decoded(height: int, width: int, seed: int) -> np.ndarray:
 @pytest.fixture(params=PATHS)
 def path(request, monkeypatch):
     if request.param == "compiled" and not _chw.compiled():
-        pytest.skip("episodestream._chw_kernel is not built (installed without a C compiler)")
+        pytest.skip("episodestream._sample._chw_kernel is not built (installed without a C compiler)")
     if request.param == "numpy":
         monkeypatch.setattr(_chw, "_kernel", None)
     return request.param
@@ -44,7 +44,7 @@ def test_the_kernel_is_built_where_a_c_compiler_is():
     compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(compiler) is None:
         pytest.skip(f"no C compiler ({compiler}) here: the package installs without the kernel, numpy does its work")
-    assert _chw.compiled(), ("episodestream._chw_kernel is missing although a C compiler is present: reinstall "
+    assert _chw.compiled(), ("episodestream._sample._chw_kernel is missing although a C compiler is present: reinstall "
                              "the package (pip install -e .) and look for the build warning")
 
 
@@ -97,7 +97,7 @@ def test_a_frame_written_over_its_own_memory_is_right(path):
 
 def test_the_kernel_refuses_buffers_it_cannot_fill():
     if not _chw.compiled():
-        pytest.skip("episodestream._chw_kernel is not built (installed without a C compiler)")
+        pytest.skip("episodestream._sample._chw_kernel is not built (installed without a C compiler)")
     kernel = _chw._kernel
     rgb = np.zeros((4, 5, 3), dtype=np.uint8)
     with pytest.raises(ValueError, match="dst holds 30 values, src 60"):

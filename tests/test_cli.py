@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from episodestream.cli import main
+from episodestream.tools.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -18,8 +18,9 @@ os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
 import pytest  # noqa: E402
 
 from episodestream import CacheFullError, EpisodeStreamingDataset  # noqa: E402
-from episodestream.cli import main  # noqa: E402
-from episodestream.remote import EntryState, NodeCache, open_remote_source  # noqa: E402
+from episodestream.tools.cli import main  # noqa: E402
+from episodestream._remote.cache.node_cache import EntryState, NodeCache  # noqa: E402
+from episodestream._remote.source.open import open_remote_source
 from episodestream.testing import FakeHub, faults  # noqa: E402
 
 from .remote_streaming.conftest import assert_same_samples, cache_files  # noqa: E402
@@ -132,8 +133,8 @@ def test_prewarm_arguments_and_local_folders(dataset_root, capsys):
 def _prewarm_needs(source: str, cache_dir, hub_url: str) -> tuple[int, int, int]:
     """Metadata bytes; metadata + every episode's video as estimated from above (what `prewarm`
     checks) and from the episodes' share of their files only (what `prewarm()` without meta checks)."""
-    from episodestream._metadata import load_metadata
-    from episodestream.remote._budget import video_share_bytes
+    from episodestream._format.metadata import load_metadata
+    from episodestream._remote.cache.budget import video_share_bytes
 
     files = open_remote_source(source, cache_dir=cache_dir, hub_endpoint=hub_url, token=False)
     try:
@@ -146,8 +147,8 @@ def _prewarm_needs(source: str, cache_dir, hub_url: str) -> tuple[int, int, int]
 
 
 def test_prewarm_beyond_cache_limit_ends_with_a_clear_error(hub_root, tmp_path, capsys):
-    from episodestream._metadata import load_metadata
-    from episodestream.remote._prewarm import prewarm
+    from episodestream._format.metadata import load_metadata
+    from episodestream._remote.cache.prewarm import prewarm
 
     cache_dir = tmp_path / "cache"
     with FakeHub(hub_root) as hub:

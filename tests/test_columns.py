@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from episodestream import EpisodeDataset
-from episodestream.synthetic import write_tabular_dataset
+from episodestream.tools.synthetic import write_tabular_dataset
 
 WINDOW = {"action": [k / 30 for k in range(-2, 5)], "observation.state": [-0.1, 0.0]}
 

@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from episodestream import (DatasetFormatError, EpisodeDataset, EpisodeStreamingDataset, VideoDecodeError,
-                           write_synthetic_dataset)
-from episodestream.synthetic import decode_frame_ids
+from episodestream import DatasetFormatError, EpisodeDataset, EpisodeStreamingDataset, VideoDecodeError
+from episodestream.tools.synthetic import write_synthetic_dataset
+from episodestream.tools.synthetic import decode_frame_ids
 
 from .conftest import built_once
 

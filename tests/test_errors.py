@@ -196,7 +196,7 @@ def test_source_options_document_the_defaults_the_code_uses():
     import ast
     import inspect
 
-    from episodestream import _core
+    from episodestream._runtime import core as _core
 
     defaults = {name: parameter.default for name, parameter in inspect.signature(_core.DatasetCore).parameters.items()}
     for key in SourceOptions.__annotations__:

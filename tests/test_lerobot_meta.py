@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from episodestream import DatasetFormatError, EpisodeDataset, EpisodeStreamingDataset
-from episodestream.cli import main
+from episodestream.tools.cli import main
 
 LEROBOT_STATS = {"min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99"}
 

@@ -12,7 +12,7 @@ import torch
 import torch.utils.data
 
 from episodestream import EpisodeLoader, EpisodeStreamingDataset, VideoDecodeError, stream_state
-from episodestream._frames import SampleBuilder
+from episodestream._sample.builder import SampleBuilder
 from episodestream.testing import faults
 
 from .conftest import CAMERAS
@@ -357,7 +357,7 @@ def test_a_thread_that_cannot_start_its_decoders_fails_the_pass_not_hangs(many_e
 
 
 def test_batch_memory_reuses_only_what_nothing_holds():
-    from episodestream._batch_memory import BatchMemory
+    from episodestream._runtime.batch_memory import BatchMemory
 
     memory = BatchMemory(capacity=4)
     options = dict(dtype=torch.float32, device=torch.device("cpu"), pin_memory=False)

@@ -14,8 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from episodestream import EpisodeMixture, EpisodeStreamingDataset, stream_state, write_synthetic_dataset
-from episodestream.synthetic import decode_frame_ids
+from episodestream import EpisodeMixture, EpisodeStreamingDataset, stream_state
+from episodestream.tools.synthetic import write_synthetic_dataset
+from episodestream.tools.synthetic import decode_frame_ids
 
 from .stream_model import shut_down_workers
 

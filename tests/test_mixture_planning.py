@@ -12,7 +12,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from episodestream._mixing import (
+from episodestream._plan.mixing import (
     LegPlan,
     MixLeg,
     Source,
@@ -21,9 +21,9 @@ from episodestream._mixing import (
     plan_mixture_resume,
     rank_counts,
 )
-from episodestream._resume import loader_consumption
-from episodestream._sampling import ADMIT, EVICT, Segment
-from episodestream._world import World
+from episodestream._plan.resume import loader_consumption
+from episodestream._plan.sampling import ADMIT, EVICT, Segment
+from episodestream._base.world import World
 
 
 def _source(rng: np.random.Generator, seed: int, episodes: int | None = None) -> Source:
@@ -330,7 +330,7 @@ def test_resume_after_the_whole_epoch_is_none_and_beyond_is_refused():
     assert plan_mixture_resume(sources, legs=[MixLeg(2, 2, (2, 2), 4, available)], **kwargs) is None
     assert plan_mixture_resume(sources, legs=[MixLeg(2, 2, (2, 2), 4, available)],
                                **{**kwargs, "world_size": 3}) is None
-    from episodestream._resume import BeyondEpochError
+    from episodestream._plan.resume import BeyondEpochError
 
     with pytest.raises(BeyondEpochError):
         plan_mixture_resume(sources, legs=[MixLeg(2, 2, (2, 2), 4, available + 1)], **kwargs)

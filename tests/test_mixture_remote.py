@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from episodestream import EpisodeMixture, EpisodeStreamingDataset, write_synthetic_dataset
+from episodestream import EpisodeMixture, EpisodeStreamingDataset
+from episodestream.tools.synthetic import write_synthetic_dataset
 from episodestream.testing import HttpServer, faults
 
 CAMERA = "observation.images.front"

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from episodestream import EpisodeDataset, EpisodeStreamingDataset
-from episodestream.synthetic import decode_frame_ids
+from episodestream.tools.synthetic import decode_frame_ids
 
 from .conftest import CAMERAS, EPISODE_LENGTHS
 

@@ -154,7 +154,7 @@ def test_replay_reads_no_video_and_no_consumed_rows(many_episodes_root, monkeypa
     dataset.load_state_dict(state)
     read = []
     faults.wrap_video_readers(dataset, lambda reader, path: _CountingReader(reader))
-    from episodestream import _rows
+    from episodestream._format import rows as _rows
     original_read = _rows.RowReader.read
     monkeypatch.setattr(_rows.RowReader, "read", lambda self, ep: read.append(ep.episode_index) or original_read(self, ep))
     _CountingReader.calls = []

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from episodestream._metadata import load_metadata
-from episodestream._rows import RowReader
-from episodestream._sources import open_source
-from episodestream.synthetic import write_tabular_dataset
+from episodestream._format.metadata import load_metadata
+from episodestream._format.rows import RowReader
+from episodestream._runtime.sources import open_source
+from episodestream.tools.synthetic import write_tabular_dataset
 
 
 def _rss_mb() -> float:

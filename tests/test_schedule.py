@@ -13,17 +13,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from episodestream._resume import _walk_skip, loader_consumption, remaining_segments
-from episodestream._sampling import (
-    ADMIT,
-    EMIT,
-    EVICT,
-    EpochPlan,
-    Segment,
-    consumer_rng,
-    consumer_schedule,
-)
-from episodestream._world import World
+from episodestream._plan.resume import _walk_skip, loader_consumption, remaining_segments
+from episodestream._plan.sampling import ADMIT, EMIT, EVICT, EpochPlan, Segment, consumer_rng, consumer_schedule
+from episodestream._base.world import World
 
 from .stream_model import chunks, sweep
 
@@ -181,7 +173,7 @@ def test_loader_consumption_by_rounds_equals_walking(configs):
 
 
 def test_skip_emits_walks_a_schedule_already_started():
-    from episodestream._resume import skip_emits
+    from episodestream._plan.resume import skip_emits
 
     segments = [Segment(e, range(n)) for e, n in enumerate([6, 4, 9, 3])]
     plan = EpochPlan(segments, seed=1, epoch=0, shuffle=True, world_size=1)

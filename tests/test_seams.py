@@ -22,12 +22,13 @@ import numpy as np  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 import pytest  # noqa: E402
 
-from episodestream._dataset_files import DatasetFiles, EpisodeVideos, LocalFiles, SourceStats  # noqa: E402
-from episodestream._metadata import load_metadata  # noqa: E402
-from episodestream.cli import dataset_info  # noqa: E402
-from episodestream.remote import RemoteFiles, open_remote_source  # noqa: E402
+from episodestream._format.files import DatasetFiles, EpisodeVideos, LocalFiles, SourceStats  # noqa: E402
+from episodestream._format.metadata import load_metadata  # noqa: E402
+from episodestream.tools.cli import dataset_info  # noqa: E402
+from episodestream._remote.source.files import RemoteFiles  # noqa: E402
+from episodestream._remote.source.open import open_remote_source
 from episodestream.testing import FakeHub, HttpServer, S3Server  # noqa: E402
-from episodestream.video import resolve_backend  # noqa: E402
+from episodestream._sample.video.backends import resolve_backend  # noqa: E402
 
 REPO = "lerobot/main"
 SOURCES = ["local", "file", "hub", "s3", "http"]

@@ -169,7 +169,7 @@ def test_rank_defaults_and_validation(dataset_root):
 
 
 def test_pipeline_is_traced_across_workers(many_episodes_root, tmp_path):
-    from episodestream import disable_tracer, enable_tracer, load_trace
+    from episodestream._base.tracing import disable_tracer, enable_tracer, load_trace
 
     path = tmp_path / "trace.json"
     enable_tracer(path, level="basic")
@@ -202,7 +202,7 @@ def test_decode_device_is_validated(dataset_root):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU with CUDA builds of torch and "
                     "torchcodec; this machine has none")
 def test_cuda_decoding_gives_the_cpu_frames(dataset_root):
-    from episodestream.synthetic import decode_frame_ids
+    from episodestream.tools.synthetic import decode_frame_ids
 
     gpu = EpisodeStreamingDataset(dataset_root, decode_device="cuda", seed=0, return_uint8=True)
     for sample in gpu:

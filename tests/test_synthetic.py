@@ -11,8 +11,8 @@ import pytest
 import torch
 from PIL import Image
 
-from episodestream import synthetic
-from episodestream.synthetic import decode_frame_ids, encode_frame_ids, write_synthetic_dataset
+from episodestream.tools import synthetic
+from episodestream.tools.synthetic import decode_frame_ids, encode_frame_ids, write_synthetic_dataset
 
 FRONT, WRIST, TOP = "observation.images.front", "observation.images.wrist", "observation.images.top"
 FPS = 30
@@ -262,7 +262,7 @@ def test_texture_makes_realistic_files_and_keeps_ids(tmp_path):
 def test_tabular_writer_past_2048_episodes(tmp_path):
     """The bulk writer: thousands of episodes, one row group each, readable by both datasets."""
     from episodestream import EpisodeDataset, EpisodeStreamingDataset
-    from episodestream.synthetic import write_tabular_dataset
+    from episodestream.tools.synthetic import write_tabular_dataset
 
     root = write_tabular_dataset(tmp_path / "ds", num_episodes=2100, episode_length=(1, 4), episodes_per_data_file=700)
     info = _info(root)

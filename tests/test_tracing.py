@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from episodestream import tracing
-from episodestream.tracing import (
+from episodestream._base import tracing
+from episodestream._base.tracing import (
     TRACE_ENV,
     TRACE_LEVEL_ENV,
     disable_tracer,

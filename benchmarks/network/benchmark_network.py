@@ -51,13 +51,11 @@ from typing import Any
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
 
-from episodestream.remote import (
-    ChunkedReader,
-    ControllerConfig,
-    DownloadFetch,
-    NodePermits,
-)
-from episodestream.remote._resolve import list_source, resolve_source
+from episodestream._remote.transport.reader import ChunkedReader
+from episodestream._remote.transport.config import ControllerConfig
+from episodestream._remote.transport.download import DownloadFetch
+from episodestream._remote.transport.permits import NodePermits
+from episodestream._remote.source.resolve import list_source, resolve_source
 
 MB = 1e6
 REPO = "bench/spans"

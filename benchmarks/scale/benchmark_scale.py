@@ -1,7 +1,7 @@
 """How construction, first sample, resume, random access and memory grow with the episode count.
 
 For each size (camera-less datasets of ``--episode-length`` (min, max) frames per episode, written
-once with ``episodestream.synthetic.write_tabular_dataset``) it measures, each in a fresh Python
+once with ``episodestream.tools.synthetic.write_tabular_dataset``) it measures, each in a fresh Python
 process so that RSS and cold caches mean something, for rank 0 of ``--world-size`` with a 16-step
 action window:
 
@@ -170,7 +170,7 @@ COLUMNS = [("episodes", "episodes", "{:,}"), ("len", "len (rank 0)", "{:,}"),
 def ensure_dataset(data_dir: Path, episodes: int, length: tuple[int, int]) -> Path:
     root = data_dir / f"tabular-{episodes}-{length[0]}-{length[1]}"
     if not (root / "meta/info.json").exists():
-        from episodestream.synthetic import write_tabular_dataset
+        from episodestream.tools.synthetic import write_tabular_dataset
         start = time.perf_counter()
         write_tabular_dataset(root, num_episodes=episodes, episode_length=length, overwrite=True)
         print(f"wrote {root} in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)

@@ -55,9 +55,10 @@ from pathlib import Path
 import numpy as np
 import torch.utils.data
 
-from episodestream import EpisodeLoader, EpisodeStreamingDataset, SourceStats, write_synthetic_dataset
-from episodestream import _chw
-from episodestream._world import World
+from episodestream import EpisodeLoader, EpisodeStreamingDataset, SourceStats
+from episodestream.tools.synthetic import write_synthetic_dataset
+from episodestream._sample import chw as _chw
+from episodestream._base.world import World
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # `episodestream bench` runs this file by path
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -428,9 +429,9 @@ def run_local(args, root: Path, mode: str, episodes, video_keys, common: dict, *
 def _pair(args, root: Path, remote, mode: str, episodes, video_keys, common: dict) -> tuple[dict, dict]:
     """The epoch from the local folder, then from ``remote`` through a fresh node cache (prewarmed,
     untimed, for warmed_bucket)."""
-    from episodestream._metadata import load_metadata
-    from episodestream.remote import open_remote_source
-    from episodestream.remote._prewarm import prewarm
+    from episodestream._format.metadata import load_metadata
+    from episodestream._remote.source.open import open_remote_source
+    from episodestream._remote.cache.prewarm import prewarm
 
     local = stream(root, mode=mode, video_keys=video_keys, episodes=episodes, **common)
     with tempfile.TemporaryDirectory(prefix="episodestream-bench-cache-") as cache_dir:
@@ -562,7 +563,7 @@ def main(argv=None) -> int:
     args.episode_length = size[1] if args.episode_length is None else args.episode_length
     args.sarm_episodes = min(args.episodes, size[2] if args.sarm_episodes is None else args.sarm_episodes)
     if args.frame_writer == "compiled" and not _chw.compiled():
-        parser.error("--frame-writer compiled: episodestream._chw_kernel is not built here (installed without a "
+        parser.error("--frame-writer compiled: episodestream._sample._chw_kernel is not built here (installed without a "
                      "C compiler); use --frame-writer numpy")
     if args.frame_writer == "numpy":
         _chw._kernel = None  # this process only: EpisodeLoader's decode threads write here

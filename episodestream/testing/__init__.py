@@ -10,10 +10,10 @@ starts nothing and imports neither moto nor huggingface_hub.
 video readers, episode videos, decoder caches and downloads, for tests that inject faults there.
 """
 
-from ._fake_hub import FakeHub, HubStats, PathStats
-from ._http import HttpServer, HttpStats
-from ._s3 import S3Server
-from ._shaping_proxy import LinkSettings, ProxyStats, ShapingProxy
+from episodestream.testing._fake_hub import FakeHub, HubStats, PathStats
+from episodestream.testing._http import HttpServer, HttpStats
+from episodestream.testing._s3 import S3Server
+from episodestream.testing._shaping_proxy import LinkSettings, ProxyStats, ShapingProxy
 
 __all__ = [
     "FakeHub",

@@ -21,12 +21,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .._core import DatasetCore
-    from .._dataset_files import DatasetFiles, EpisodeVideos
-    from ..mapstyle import EpisodeDataset
-    from ..remote._reader import FetchFn
-    from ..streaming import EpisodeStreamingDataset
-    from ..video import DecoderCache
+    from episodestream._runtime.core import DatasetCore
+    from episodestream._format.files import DatasetFiles, EpisodeVideos
+    from episodestream.mapstyle import EpisodeDataset
+    from episodestream._remote.transport.reader import FetchFn
+    from episodestream.streaming import EpisodeStreamingDataset
+    from episodestream._sample.video.decoder_cache import DecoderCache
 
     Dataset = EpisodeStreamingDataset | EpisodeDataset
 
@@ -81,7 +81,7 @@ def download_fetch(dataset: Dataset) -> FetchFn:
     """The ``fetch`` every remote read of the dataset goes through: by default a
     ``remote.DownloadFetch``, whose ``stats()`` counts attempts, throttles and retries and whose
     ``controllers()`` are the node-wide budgets. TypeError for a local folder (nothing is fetched)."""
-    from ..remote import RemoteFiles  # already loaded when the source is remote
+    from episodestream._remote.source.files import RemoteFiles  # already loaded when the source is remote
 
     files = _core(dataset).files
     if not isinstance(files, RemoteFiles):

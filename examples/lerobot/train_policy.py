@@ -30,7 +30,8 @@ from typing import Any
 import torch
 import torch.utils.data
 
-from episodestream import EpisodeLoader, EpisodeStreamingDataset, write_synthetic_dataset
+from episodestream import EpisodeLoader, EpisodeStreamingDataset
+from episodestream.tools.synthetic import write_synthetic_dataset
 
 INSTALL_HINT = "This example needs LeRobot: pip install lerobot (LeRobot needs Python >= 3.12)."
 

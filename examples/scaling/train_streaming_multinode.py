@@ -25,7 +25,8 @@ import torch.nn as nn
 import torch.utils.data
 from accelerate import Accelerator
 
-from episodestream import EpisodeLoader, EpisodeStreamingDataset, stream_state, write_synthetic_dataset
+from episodestream import EpisodeLoader, EpisodeStreamingDataset, stream_state
+from episodestream.tools.synthetic import write_synthetic_dataset
 
 
 class TinyPolicy(nn.Module):

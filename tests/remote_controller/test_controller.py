@@ -19,22 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from episodestream.remote import (
-    ControllerConfig,
-    DownloadController,
-    DownloadError,
-    LinkEstimator,
-    NodePermits,
-    RetryPolicy,
-)
-from episodestream.remote._config import env_var
-from episodestream.remote._controller import (
-    LOGGER_NAME,
-    STATE_FLUSH_INTERVAL_S,
-    STATE_FLUSH_TRANSFERS,
-)
-from episodestream.remote._failures import parse_retry_after
-from episodestream.remote._retry import redact_url
+from episodestream._remote.transport.config import ControllerConfig
+from episodestream._remote.transport.controller import DownloadController
+from episodestream._remote.transport.retry import DownloadError, RetryPolicy
+from episodestream._remote.transport.estimator import LinkEstimator
+from episodestream._remote.transport.permits import NodePermits
+from episodestream._remote.transport.config import env_var
+from episodestream._remote.transport.controller import LOGGER_NAME, STATE_FLUSH_INTERVAL_S, STATE_FLUSH_TRANSFERS
+from episodestream._remote.transport.failures import parse_retry_after
+from episodestream._remote.transport.retry import redact_url
 
 KIB = 1024
 BANDWIDTH = 20e6   # bytes/s of the "normal" link in these tests
@@ -875,7 +868,7 @@ def test_which_failures_retry():
 def test_client_errors_are_classified_as_the_download_path_normalises_them():
     """One classification for raw and normalised errors: a transport error of any client, a status
     botocore hides in s3fs's OSError, a timeout in the cause chain."""
-    from episodestream.remote._failures import classify, normalise
+    from episodestream._remote.transport.failures import classify, normalise
 
     read_error = type("ReadError", (Exception,), {})("httpx: connection lost mid-body")
     hidden_503 = OSError("SlowDown")

@@ -15,7 +15,7 @@ os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
 
 import pytest
 
-from episodestream.remote._config import env_var
+from episodestream._remote.transport.config import env_var
 
 from ..remote_streaming.conftest import REPO, assert_same_samples
 

@@ -13,7 +13,8 @@ import traceback
 import pytest
 
 from episodestream import EpisodeStreamingDataset
-from episodestream.remote import DownloadError, open_remote_source
+from episodestream._remote.transport.retry import DownloadError
+from episodestream._remote.source.open import open_remote_source
 from episodestream.testing import FakeHub, S3Server, ShapingProxy
 
 from ..remote_streaming.conftest import REPO, remote_dataset

@@ -9,13 +9,9 @@ import pickle
 import fsspec
 import pytest
 
-from episodestream.remote import (
-    ControllerConfig,
-    DownloadFetch,
-    default_fetch,
-    link_name,
-    open_remote_source,
-)
+from episodestream._remote.transport.config import ControllerConfig
+from episodestream._remote.transport.download import DownloadFetch, default_fetch, link_name
+from episodestream._remote.source.open import open_remote_source
 from episodestream.testing import FakeHub
 
 from ..remote_streaming.conftest import REPO

@@ -14,7 +14,7 @@ os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
 
 import pytest  # noqa: E402
 
-from episodestream import write_synthetic_dataset  # noqa: E402
+from episodestream.tools.synthetic import write_synthetic_dataset  # noqa: E402
 
 from ..conftest import built_once  # noqa: E402
 

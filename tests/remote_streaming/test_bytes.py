@@ -13,10 +13,10 @@ import av
 import torch.utils.data
 
 from episodestream import EpisodeStreamingDataset
-from episodestream._dataset_files import LocalFiles
-from episodestream._metadata import load_metadata
-from episodestream._rows import RowReader
-from episodestream.remote import open_remote_source
+from episodestream._format.files import LocalFiles
+from episodestream._format.metadata import load_metadata
+from episodestream._format.rows import RowReader
+from episodestream._remote.source.open import open_remote_source
 from episodestream.testing import FakeHub
 
 from .conftest import ROWS_REPO, SPANS_REPO, assert_same_samples, cache_files, remote_dataset

@@ -10,7 +10,8 @@ import urllib.request
 import pytest
 
 from episodestream import EpisodeDataset, EpisodeStreamingDataset
-from episodestream.remote import NodeCache, open_remote_source
+from episodestream._remote.cache.node_cache import NodeCache
+from episodestream._remote.source.open import open_remote_source
 from episodestream.testing import FakeHub, S3Server
 
 from .conftest import REPO, cache_files, remote_dataset

@@ -12,7 +12,7 @@ import traceback
 import pytest
 
 from episodestream import EpisodeStreamingDataset
-from episodestream.remote import open_remote_source
+from episodestream._remote.source.open import open_remote_source
 from episodestream.testing import HttpServer, faults
 
 from .conftest import assert_same_samples, cache_files, remote_dataset

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from episodestream import write_synthetic_dataset
-from episodestream._metadata import EpisodeInfo, VideoSpan
-from episodestream.remote import Mp4LayoutError, open_remote_source
-from episodestream.remote._mp4 import Mp4Header, VideoTrack, read_header
-from episodestream.video._backends import PyAVReader, TorchCodecReader
+from episodestream.tools.synthetic import write_synthetic_dataset
+from episodestream._format.metadata import EpisodeInfo, VideoSpan
+from episodestream._remote.source.mp4 import Mp4LayoutError
+from episodestream._remote.source.open import open_remote_source
+from episodestream._remote.source.mp4 import Mp4Header, VideoTrack, read_header
+from episodestream._sample.video.backends import PyAVReader, TorchCodecReader
 
 from .conftest import cache_files
 

@@ -13,7 +13,7 @@ import pytest
 import torch.utils.data
 
 from episodestream import EpisodeDataset, EpisodeStreamingDataset, SourceStats
-from episodestream._dataset_files import LocalFiles
+from episodestream._format.files import LocalFiles
 from episodestream.testing import FakeHub, HttpServer, S3Server, faults
 
 from ..conftest import CAMERAS

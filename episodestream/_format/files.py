@@ -1,0 +1,210 @@
+"""The seam between a dataset's files and everything that reads them: ``DatasetFiles`` and
+``EpisodeVideos``, with the local implementations (``LocalFiles``, ``LocalVideos``).
+
+Everything above this module names files by their dataset-relative path (``meta/info.json``,
+``videos/<key>/chunk-000/file-000.mp4``); only implementations of ``DatasetFiles`` turn those into
+real locations. A remote source (``remote/_remote_files.py``) plugs in by subclassing the same two
+abstract base classes, so a missing or misspelt method fails when the class is instantiated (and
+in the type checker), not when a caller first needs it; ``tests/test_seams.py`` runs one
+conformance suite against every implementation (local, ``file://``, Hub, S3).
+"""
+
+from __future__ import annotations
+
+import abc
+import io
+import os
+import posixpath
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from episodestream._format.metadata import DatasetMeta, EpisodeInfo
+
+
+@dataclass(frozen=True)
+class SourceStats:
+    """What this process's reads of a dataset's source cost (``dataset.source_stats()``); all zeros
+    for a local folder, which is read in place. DataLoader workers count their own reads.
+
+    requests, bytes_fetched: ranged reads sent to the remote source and the bytes received for them
+        (metadata, parquet footers and row groups, mp4 headers and spans).
+    cache_hits: node-cache entries (a metadata file, an mp4 header, an episode's span, a whole
+        file) that were already on disk when this process acquired them.
+    cache_misses: node-cache entries this process downloaded.
+    cache_miss_bytes: the bytes of those entries: a span's byte range, a header's stored bytes, a
+        whole file's size (reads that found nothing to cache, such as parquet rows, are not in it).
+    """
+
+    requests: int = 0
+    bytes_fetched: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    cache_miss_bytes: int = 0
+
+
+class EpisodeVideos(abc.ABC):
+    """One consumer's view of where its admitted episodes' video bytes are, locally.
+
+    The streaming loop calls ``admit`` ahead of need (when ``prefetches``), ``path`` when it builds
+    a sample, and ``evict`` once the episode's samples are decoded. A local dataset needs none of
+    this; a remote one fetches the bytes on admit into a refcounted cache.
+    """
+
+    prefetches: bool = False  # True when admit() starts work worth doing ahead of need
+
+    @abc.abstractmethod
+    def admit(self, episode: EpisodeInfo) -> None:
+        """Start making the episode's video bytes local (may return before they are)."""
+
+    @abc.abstractmethod
+    def path(self, episode: EpisodeInfo, key: str) -> str:
+        """A local file the decoder can read this episode's frames of camera ``key`` from (admits
+        the episode first if it was not admitted; the caller evicts it)."""
+
+    @abc.abstractmethod
+    def evict(self, episode: EpisodeInfo) -> None:
+        """The episode's samples are decoded: release what one ``admit`` took."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop work in flight and release everything this consumer holds."""
+
+
+class DatasetFiles(abc.ABC):
+    """What the format, row and video layers need from a dataset root (nine methods, plus the
+    cache budget check and the cache folder that only sources with a cache have)."""
+
+    description: str  # for error messages: where the dataset lives
+
+    @abc.abstractmethod
+    def exists(self, relpath: str) -> bool:
+        """Whether the dataset has this file."""
+
+    @abc.abstractmethod
+    def read_bytes(self, relpath: str) -> bytes:
+        """The whole file (small metadata files)."""
+
+    @abc.abstractmethod
+    def list_files(self, reldir: str, *, suffix: str) -> list[str]:
+        """Dataset-relative paths under ``reldir`` ending in ``suffix``, sorted."""
+
+    @abc.abstractmethod
+    def local_path(self, relpath: str) -> str:
+        """A local filesystem path holding the whole file (metadata files)."""
+
+    @abc.abstractmethod
+    def size_bytes(self, relpath: str) -> int:
+        """The file's size in bytes."""
+
+    @abc.abstractmethod
+    def open_input(self, relpath: str) -> str | io.IOBase:
+        """What pyarrow should read a data parquet from: a local path, or a file object that
+        reads byte ranges on demand (so an episode's row group is fetched without the file)."""
+
+    @abc.abstractmethod
+    def episode_videos(self) -> EpisodeVideos:
+        """A new per-consumer ``EpisodeVideos`` (made inside the consumer's process)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release what this process holds (remote: its references to cached metadata)."""
+
+    @abc.abstractmethod
+    def stats(self) -> SourceStats:
+        """What this process's reads of the source cost so far (zeros when read in place)."""
+
+    @property
+    def node_cache_dir(self) -> Path | None:
+        """The node cache folder this source's fetched bytes live in; None when read in place."""
+        return None
+
+    def check_cache_budget(  # noqa: B027 - a no-op default on purpose: only cached sources override it
+            self, meta: DatasetMeta | None = None, *, episodes_in_flight: int = 0) -> None:
+        """Refuse, before streaming, a cache too small for what one consumer keeps in flight.
+
+        Sources read in place keep no cache: nothing to check. Remote sources override it.
+        """
+
+
+def check_relpath(relpath: str, *, what: str) -> str:
+    """Normalise a dataset-relative path; refuse absolute paths and ones that escape the root.
+
+    Paths come from templates and values inside the dataset's own metadata, which we do not trust:
+    ``{video_key}`` = ``../../etc`` must not read outside the dataset.
+    """
+    normalised = posixpath.normpath(relpath.replace("\\", "/"))
+    if posixpath.isabs(normalised) or normalised == ".." or normalised.startswith("../"):
+        raise ValueError(f"{what} {relpath!r} escapes the dataset root; refusing to read it.")
+    return normalised
+
+
+class LocalFiles(DatasetFiles):
+    """A dataset folder on a local or network filesystem, read in place (never copied)."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root).resolve()
+        self.description = str(self.root)
+        self._resolved: dict[str, Path] = {}  # resolving symlinks costs a syscall per path component
+
+    def _path(self, relpath: str) -> Path:
+        path = self._resolved.get(relpath)
+        if path is None:
+            path = (self.root / check_relpath(relpath, what="Path")).resolve()
+            # A symlink inside the dataset may still point outside it.
+            if path != self.root and self.root not in path.parents:
+                raise ValueError(f"Path {relpath!r} resolves to {path}, outside the dataset root {self.root}.")
+            self._resolved[relpath] = path
+        return path
+
+    def exists(self, relpath: str) -> bool:
+        return self._path(relpath).is_file()
+
+    def read_bytes(self, relpath: str) -> bytes:
+        return self._path(relpath).read_bytes()
+
+    def list_files(self, reldir: str, *, suffix: str) -> list[str]:
+        base = self._path(reldir)
+        if not base.is_dir():
+            return []
+        return sorted(p.relative_to(self.root).as_posix() for p in base.rglob(f"*{suffix}") if p.is_file())
+
+    def local_path(self, relpath: str) -> str:
+        return str(self._path(relpath))
+
+    def open_input(self, relpath: str) -> str:
+        return self.local_path(relpath)
+
+    def size_bytes(self, relpath: str) -> int:
+        return self._path(relpath).stat().st_size
+
+    def episode_videos(self) -> LocalVideos:
+        return LocalVideos(self)
+
+    def close(self) -> None:
+        pass
+
+    def stats(self) -> SourceStats:
+        return SourceStats()  # read in place: nothing is fetched or cached
+
+
+class LocalVideos(EpisodeVideos):
+    """Local videos are read in place: nothing to fetch, keep or release."""
+
+    prefetches = False
+
+    def __init__(self, files: LocalFiles) -> None:
+        self._files = files
+
+    def admit(self, episode: EpisodeInfo) -> None:
+        pass
+
+    def path(self, episode: EpisodeInfo, key: str) -> str:
+        return self._files.local_path(episode.videos[key].relpath)
+
+    def evict(self, episode: EpisodeInfo) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

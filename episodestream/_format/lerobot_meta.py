@@ -1,0 +1,267 @@
+"""``dataset.meta``: the dataset's metadata in the shape LeRobot's own code reads it.
+
+LeRobot's training code hands ``LeRobotDatasetMetadata`` to ``make_policy(cfg, ds_meta=...)`` (which
+reads ``features`` as plain dicts and ``stats``), passes ``meta.stats`` to
+``make_pre_post_processors`` (which turns every array into a tensor), builds ``delta_timestamps``
+from ``features`` and ``fps``, and gives its samplers the per-episode columns
+``meta.episodes["dataset_from_index"]`` / ``["dataset_to_index"]``. ``LeRobotMeta`` answers those
+with the same types: features as info.json's dicts with tuple shapes, stats as numpy arrays.
+
+It is built once, in the process that builds the dataset, from what ``_metadata`` already read plus
+``meta/stats.json`` and the episodes parquet files (read again without their ``stats/`` columns,
+as LeRobot does; a remote source serves them from its cache). It holds plain data and a pyarrow
+table, so it pickles into DataLoader workers without touching the source again.
+
+The library's own typed view stays ``DatasetMeta`` (``dataset.typed_meta``).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Iterator, Mapping
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from episodestream._format.files import DatasetFiles, LocalFiles
+from episodestream._format.metadata import EPISODES_DIR, DatasetMeta
+from episodestream._format.stats import load_stats
+
+
+class InfoDict(dict):
+    """``meta/info.json`` as a dict whose keys also read as attributes.
+
+    LeRobot 0.4/0.5 keep ``info`` as the JSON dict (``info["fps"]``); later releases wrap it in a
+    ``DatasetInfo`` dataclass read by attribute (``info.fps``). Both spellings work here.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # pickle and copy probe dunders; they must not look like keys
+            raise AttributeError(name)
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"info.json has no field {name!r} (fields: {sorted(self)})") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form, shapes back to lists (as ``DatasetInfo.to_dict``)."""
+        data = copy.deepcopy(dict(self))
+        for spec in data.get("features", {}).values():
+            if isinstance(spec.get("shape"), tuple):
+                spec["shape"] = list(spec["shape"])
+        return data
+
+
+class EpisodeTable:
+    """The episodes parquet files' rows without their ``stats/`` columns, sorted by ``episode_index``.
+
+    Reads like the Hugging Face ``datasets.Dataset`` LeRobot keeps there: ``table["column"]`` is
+    the column as a list, ``table[i]`` the i-th row as a dict, ``len(table)`` the number of episodes.
+    """
+
+    def __init__(self, table: pa.Table) -> None:
+        self._table = table
+
+    @property
+    def column_names(self) -> list[str]:
+        return self._table.column_names
+
+    @property
+    def num_rows(self) -> int:
+        return self._table.num_rows
+
+    def __len__(self) -> int:
+        return self._table.num_rows
+
+    def __getitem__(self, key: str | int) -> Any:
+        if isinstance(key, str):
+            if key not in self._table.column_names:
+                raise KeyError(f"episodes have no column {key!r} (columns: {self._table.column_names})")
+            return self._table.column(key).to_pylist()
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            position = int(key) + (self.num_rows if key < 0 else 0)
+            if not 0 <= position < self.num_rows:
+                raise IndexError(f"episode row {key} is out of range ({self.num_rows} episodes)")
+            return self._table.slice(position, 1).to_pylist()[0]
+        raise TypeError(f"episodes are indexed by a column name or a row number, got {key!r}")
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self._table.to_pylist())
+
+    def to_arrow(self) -> pa.Table:
+        return self._table
+
+    def to_pandas(self):
+        return self._table.to_pandas()
+
+    def __repr__(self) -> str:
+        return f"EpisodeTable({self.num_rows} episodes, columns {self.column_names})"
+
+
+def _read_episode_table(files: DatasetFiles) -> pa.Table:
+    tables = []
+    for relpath in files.list_files(EPISODES_DIR, suffix=".parquet"):
+        path = files.local_path(relpath)
+        columns = [c for c in pq.read_schema(path).names if not c.startswith("stats/")]
+        tables.append(pq.read_table(path, columns=columns))
+    # Files written by different LeRobot versions may differ in column types (int32 vs int64).
+    table = pa.concat_tables(tables, promote_options="permissive")
+    return table.sort_by("episode_index")
+
+
+def _repo_id(source: str | os.PathLike) -> str:
+    """A Hub repo id as given; ``hf://datasets/owner/name[@rev][/sub]`` -> ``owner/name``;
+    anything else (a folder, another URL) as given."""
+    text = os.fspath(source)
+    prefix = "hf://datasets/"
+    if text.startswith(prefix):
+        parts = text[len(prefix):].split("/")
+        if len(parts) >= 2:
+            return f"{parts[0]}/{parts[1].split('@')[0]}"
+    return text
+
+
+def _lerobot_features(info: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    # LeRobot's load_info (and DatasetInfo) turn JSON shape lists into tuples; everything else as in the file.
+    features = copy.deepcopy(dict(info["features"]))
+    for spec in features.values():
+        if isinstance(spec.get("shape"), list):
+            spec["shape"] = tuple(spec["shape"])
+    return features
+
+
+class LeRobotMeta:
+    """What LeRobot's code asks of ``LeRobotDatasetMetadata`` (see the module docstring).
+
+    Attributes as in LeRobot: ``repo_id``, ``root`` (the dataset folder as a ``Path``; for a remote
+    source its URL, since no folder holds the whole dataset), ``revision``, ``info``, ``features``,
+    ``stats`` (None without ``meta/stats.json``), ``tasks`` (a pandas DataFrame indexed by task,
+    column ``task_index``; a dict ``{task: task_index}`` where pandas is not installed), ``episodes``
+    (``EpisodeTable``) and the properties below.
+    """
+
+    def __init__(self, *, typed: DatasetMeta, files: DatasetFiles, source: str | os.PathLike,
+                 revision: str | None) -> None:
+        self._typed = typed
+        self.repo_id = _repo_id(source)
+        # A remote source has no local folder holding the whole dataset: its URL stands in.
+        self.root: Path | str = files.root if isinstance(files, LocalFiles) else files.description
+        self.revision = revision
+        self.info = InfoDict(copy.deepcopy(dict(typed.info)))
+        self.info["features"] = _lerobot_features(typed.info)
+        self.stats = load_stats(files)
+        self.episodes = EpisodeTable(_read_episode_table(files))
+
+    # -- LeRobot's properties, read from info.json ------------------------------------------------
+
+    @property
+    def features(self) -> dict[str, dict[str, Any]]:
+        return self.info["features"]
+
+    @property
+    def fps(self) -> int:
+        return self._typed.fps
+
+    @property
+    def robot_type(self) -> str | None:
+        return self.info.get("robot_type")
+
+    @property
+    def total_episodes(self) -> int:
+        return int(self.info.get("total_episodes", len(self._typed.episodes)))
+
+    @property
+    def total_frames(self) -> int:
+        return int(self.info.get("total_frames", self._typed.total_frames))
+
+    @property
+    def total_tasks(self) -> int:
+        return int(self.info.get("total_tasks", len(self._typed.tasks)))
+
+    @property
+    def chunks_size(self) -> int | None:
+        return self.info.get("chunks_size")
+
+    @property
+    def data_files_size_in_mb(self) -> int | None:
+        return self.info.get("data_files_size_in_mb")
+
+    @property
+    def video_files_size_in_mb(self) -> int | None:
+        return self.info.get("video_files_size_in_mb")
+
+    @property
+    def data_path(self) -> str:
+        return self.info["data_path"]
+
+    @property
+    def video_path(self) -> str | None:
+        return self.info.get("video_path")
+
+    @property
+    def video_keys(self) -> list[str]:
+        return [key for key, spec in self.features.items() if spec["dtype"] == "video"]
+
+    @property
+    def image_keys(self) -> list[str]:
+        return [key for key, spec in self.features.items() if spec["dtype"] == "image"]
+
+    @property
+    def camera_keys(self) -> list[str]:
+        return [key for key, spec in self.features.items() if spec["dtype"] in ("video", "image")]
+
+    @property
+    def depth_keys(self) -> list[str]:
+        def is_depth(spec: Mapping[str, Any]) -> bool:
+            info = spec.get("info") or {}
+            return bool(info.get("is_depth_map") or info.get("video.is_depth_map"))
+
+        return [key for key, spec in self.features.items() if is_depth(spec)]
+
+    @property
+    def names(self) -> dict[str, Any]:
+        return {key: spec.get("names") for key, spec in self.features.items()}
+
+    @property
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {key: tuple(spec["shape"]) for key, spec in self.features.items()}
+
+    @cached_property
+    def tasks(self):
+        """LeRobot's task table: index ``task`` (the string), column ``task_index``."""
+        try:
+            import pandas as pd
+        except ImportError:  # LeRobot itself always has pandas; without it a plain mapping will do
+            return {task: index for index, task in enumerate(self._typed.tasks)}
+        return pd.DataFrame({"task_index": range(len(self._typed.tasks))},
+                            index=pd.Index(list(self._typed.tasks), name="task"))
+
+    # -- LeRobot's look-ups ------------------------------------------------------------------------
+
+    def get_task_index(self, task: str) -> int | None:
+        return self._typed.tasks.index(task) if task in self._typed.tasks else None
+
+    def get_data_file_path(self, ep_index: int) -> Path:
+        return Path(self._episode(ep_index).data_relpath)
+
+    def get_video_file_path(self, ep_index: int, vid_key: str) -> Path:
+        episode = self._episode(ep_index)
+        if vid_key not in episode.videos:
+            raise KeyError(f"{vid_key!r} is not a video key of {self.repo_id} (video keys: {self.video_keys})")
+        return Path(episode.videos[vid_key].relpath)
+
+    def _episode(self, ep_index: int):
+        try:
+            return self._typed.episodes[ep_index]
+        except KeyError:
+            raise IndexError(f"episode {ep_index} is not in {self.repo_id} "
+                             f"({len(self._typed.episodes)} episodes)") from None
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(repo_id={self.repo_id!r}, total_episodes={self.total_episodes}, "
+                f"total_frames={self.total_frames}, features={list(self.features)})")

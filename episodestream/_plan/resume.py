@@ -1,0 +1,408 @@
+"""Deterministic fast-forward resume: what a trainer consumed, and where each consumer restarts.
+
+A stream is fully determined by (seed, epoch, shuffle, pool size, world size, num_workers) and the
+episode selection, and ``_sampling`` replays it without rows or video. From the trainer's
+``batches_consumed`` and ``batch_size`` we replay how the DataLoader handed batches out:
+with ``num_workers`` w > 0, each worker batches its own stream and the loader takes one batch from
+each worker in turn (worker 0 first), skipping workers that are exhausted (in-order delivery, the
+DataLoader default). That gives, per worker, how many of its samples were consumed.
+
+Exact resume (same world size, workers and pool size): each worker skips its consumed samples,
+tabular-free, and the workers are rotated so the loader's first batch comes from the worker whose
+turn was next. The resumed stream is the uninterrupted one, sample for sample.
+
+Elastic resume (anything else changed): the consumed samples are removed from the epoch and the
+remaining frames are split afresh across the new ranks and workers, as a new "leg" of the same
+epoch. Every unconsumed frame is emitted exactly once, nothing consumed is repeated (fill-ins
+aside), and every rank still yields the same count. ``batches_consumed`` keeps counting from the
+start of the epoch across legs, so a state saved during a resumed epoch resumes again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+import warnings
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from episodestream._base.options import check_bool, check_int
+from episodestream._plan.sampling import (
+    ADMIT,
+    EMIT,
+    NO_FRAME,
+    ConsumerSchedule,
+    Step,
+    EpochPlan,
+    Segment,
+    consumer_rng,
+    consumer_schedule,
+)
+from episodestream._base.world import World
+
+# /2: the pool schedule became a sliding window of keyed frames (``_sampling.ConsumerSchedule``), so
+# a resume point is found arithmetically; the same (seed, epoch, rank, worker) emits a different
+# order than under /1, so a /1 state cannot be resumed exactly.
+STATE_FORMAT = "episodestream.stream_state/2"
+
+
+@dataclass(frozen=True)
+class Leg:
+    """One stretch of an epoch streamed under one configuration, and the batches consumed in it."""
+
+    world_size: int
+    num_workers: int  # as passed to the DataLoader (0: the main process iterates)
+    pool_size: int
+    batch_size: int
+    batches: int
+    drop_last: bool = False
+
+    @property
+    def workers(self) -> int:
+        return max(1, self.num_workers)
+
+    def same_stream(self, other: "Leg") -> bool:
+        return (self.world_size, self.workers, self.pool_size) == (other.world_size, other.workers, other.pool_size)
+
+    @classmethod
+    def from_state(cls, value: Any, where: str) -> "Leg":
+        """A leg saved by ``state_dict`` (``where`` names it in errors), every field checked."""
+        # drop_last is optional: states saved before it existed lack it.
+        if not isinstance(value, Mapping) or not _LEG_FIELDS - {"drop_last"} <= set(value) <= _LEG_FIELDS:
+            raise ValueError(f"{where} must be a dict with keys {sorted(_LEG_FIELDS)}, got {value!r:.200}.")
+        minimum = {"world_size": 1, "pool_size": 1, "batch_size": 1}
+        ints = {k: check_int(f"{where}[{k!r}]", value[k], minimum=minimum.get(k, 0))
+                for k in _LEG_FIELDS - {"drop_last"}}
+        return cls(**ints, drop_last=check_bool(f"{where}['drop_last']", value.get("drop_last", False)))
+
+
+class BeyondEpochError(ValueError):
+    """A leg says more batches were consumed than its epoch had."""
+
+    def __init__(self, leg_index: int, batches: int, available: int) -> None:
+        super().__init__(f"leg {leg_index}: {batches} batches consumed, but the epoch had {available}")
+        self.leg_index, self.batches, self.available = leg_index, batches, available
+
+
+_LEG_FIELDS = {"world_size", "num_workers", "pool_size", "batch_size", "batches", "drop_last"}
+
+
+def fingerprint_digest(values: Sequence[int]) -> str:
+    return hashlib.sha1(json.dumps(list(values)).encode()).hexdigest()[:16]
+
+
+def consumer_schedule_of(plan: EpochPlan, world: World, *, pool_size: int, leg: int) -> ConsumerSchedule:
+    """A consumer's schedule; no rows, no video."""
+    return consumer_schedule(plan.share(world), pool_size=pool_size, shuffle=plan.shuffle,
+                             rng=consumer_rng(plan.seed, plan.epoch, world, leg=leg))
+
+
+def consumer_emits(plan: EpochPlan, world: World, *, pool_size: int, leg: int) -> list[tuple[int, int]]:
+    """The (episode_index, frame) pairs a consumer emits, in order (walks every step: for tests)."""
+    steps = consumer_schedule_of(plan, world, pool_size=pool_size, leg=leg)
+    return [(episode, frame) for kind, episode, frame in steps if kind == EMIT]
+
+
+def loader_consumption(counts: Sequence[int], *, batch_size: int, batches: int,
+                       drop_last: bool = False) -> tuple[list[int], int]:
+    """Given each worker's sample count, how many samples of each the first ``batches`` batches took,
+    and which worker's turn comes next (the DataLoader's in-order round robin)."""
+    # Batches each worker produces: with drop_last every worker drops its own partial batch.
+    left = [c // batch_size if drop_last else -(-c // batch_size) for c in counts]
+    taken = [0] * len(counts)
+    turn = 0
+    # Whole rounds (one batch from every worker not yet exhausted) arithmetically, all but the last
+    # one or two rounds, which are walked below: an epoch has ~10^5 batches, a round only a few.
+    rounds = _full_rounds(left, batches)
+    if rounds > 1:
+        skipped = rounds - 1
+        taken = [min(n, skipped) for n in left]
+        batches -= sum(taken)
+        # After a whole round, the turn passes the last worker that still had a batch in it.
+        turn = (max(w for w, n in enumerate(left) if n >= skipped) + 1) % len(counts)
+        left = [n - t for n, t in zip(left, taken)]
+    for _ in range(batches):
+        if not any(left):
+            break
+        while not left[turn]:
+            turn = (turn + 1) % len(counts)
+        taken[turn] += 1
+        left[turn] -= 1
+        turn = (turn + 1) % len(counts)
+    consumed = [min(c, t * batch_size) for c, t in zip(counts, taken)]
+    return consumed, turn
+
+
+def _full_rounds(batches_per_worker: Sequence[int], batches: int) -> int:
+    """The most whole rounds of the round robin that fit in ``batches`` (batches in r rounds:
+    ``sum(min(n, r))``), by bisection."""
+    lo, hi = 0, max(batches_per_worker, default=0)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if sum(min(n, mid) for n in batches_per_worker) <= batches:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def skip_emits(steps: Iterator[Step], count: int) -> Iterator[Step]:
+    """Drop the first ``count`` EMITs, then re-admit whatever the pool holds at that point.
+
+    A fresh ``ConsumerSchedule`` is skipped arithmetically (``ConsumerSchedule.skip``); any other
+    step iterator is walked. Either way no episode rows are read and nothing is decoded.
+    """
+    if isinstance(steps, ConsumerSchedule) and not steps.started:
+        return steps.skip(count)
+    return _walk_skip(steps, count)
+
+
+def _walk_skip(steps: Iterator[Step], count: int) -> Iterator[Step]:
+    admitted: dict[int, int] = {}
+    skipped = 0
+    for step in steps:
+        if skipped == count:
+            for episode, times in admitted.items():
+                for _ in range(times):
+                    yield Step(ADMIT, episode, NO_FRAME)
+            yield step
+            yield from steps
+            return
+        kind, episode, _ = step
+        if kind == EMIT:
+            skipped += 1
+        elif kind == ADMIT:
+            admitted[episode] = admitted.get(episode, 0) + 1
+        else:
+            admitted[episode] -= 1
+            if not admitted[episode]:
+                del admitted[episode]
+
+
+def remaining_segments(segments: Sequence[Segment], consumed: Sequence[tuple[int, range | np.ndarray]],
+                       repeated: Sequence[tuple[int, np.ndarray]] = ()) -> list[Segment]:
+    """``segments`` without the consumed frames, in the same order.
+
+    ``consumed`` pieces never hold a frame twice (each frame belongs to one consumer, which emits it
+    once), so an episode whose pieces add up to its frame count is dropped without comparing
+    frames: at 90% of a 92,000-episode epoch that is nearly every episode. The rest (what the
+    pools held, and episodes with ``repeated`` frames, the fill-ins) are compared frame by frame.
+    """
+    pieces: dict[int, list] = {}
+    for episode, frames in consumed:
+        if len(frames):
+            pieces.setdefault(episode, []).append(frames)
+    compare = {episode for episode, _ in repeated}
+    for episode, frames in repeated:
+        pieces.setdefault(episode, []).append(frames)
+    out = []
+    for seg in segments:
+        taken = pieces.get(seg.episode_index)
+        if taken is None:
+            out.append(seg)
+            continue
+        if seg.episode_index not in compare and sum(len(t) for t in taken) == len(seg.frames):
+            continue
+        frames = np.asarray(seg.frames)
+        keep = ~np.isin(frames, np.concatenate([np.asarray(t) for t in taken]))
+        if keep.any():
+            out.append(Segment(seg.episode_index, frames[keep]))
+    return out
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where iteration restarts within ``epoch``: the current leg's frames and, in exact mode, the
+    per-rank skips (consumed samples per worker role, and the role whose turn comes first)."""
+
+    epoch: int
+    leg_index: int
+    segments: tuple[Segment, ...]
+    skips: dict[int, tuple[list[int], int]] | None
+    seed: int = 0
+    shuffle: bool = True
+
+    def plan(self, world_size: int) -> EpochPlan:
+        """The plan of the leg that resumes here."""
+        return EpochPlan(self.segments, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
+                         world_size=world_size, leg=self.leg_index)
+
+    def samples_left(self, world_size: int, rank: int) -> int:
+        """Samples ``rank`` yields from here to the end of the epoch."""
+        total = self.plan(world_size).samples_per_rank
+        return total if self.skips is None else total - sum(self.skips[rank][0])
+
+    def share_for(self, plan: EpochPlan, world: World) -> tuple[World, int]:
+        """The worker role this consumer plays and how many of its samples to skip."""
+        if self.skips is None:
+            return world, 0
+        consumed, first_role = self.skips[world.rank]
+        role = (first_role + world.worker) % world.num_workers
+        return World(world.rank, world.world_size, role, world.num_workers), consumed[role]
+
+
+def _worker_counts(plan: EpochPlan, rank: int, workers: int) -> list[int]:
+    return [plan.share(World(rank, plan.world_size, k, workers)).num_samples for k in range(workers)]
+
+
+def plan_resume(segments: Sequence[Segment], *, seed: int, epoch: int, shuffle: bool, legs: Sequence[Leg],
+                world_size: int, num_workers: int, pool_size: int) -> ResumePoint | None:
+    """Where to restart ``epoch`` after ``legs`` (the last one holding the batches consumed so far),
+    for a run with ``world_size`` ranks, ``num_workers`` workers and ``pool_size``. None when the
+    legs consumed the whole epoch."""
+    new = Leg(world_size, num_workers, pool_size, 1, 0)
+    segments = tuple(segments)
+    for index, leg in enumerate(legs):
+        plan = EpochPlan(segments, seed=seed, epoch=epoch, shuffle=shuffle, world_size=leg.world_size, leg=index)
+        counts = {r: _worker_counts(plan, r, leg.workers) for r in range(leg.world_size)}
+        available = max(sum(c // leg.batch_size if leg.drop_last else -(-c // leg.batch_size) for c in rank_counts)
+                        for rank_counts in counts.values())
+        if leg.batches > available:
+            raise BeyondEpochError(index, leg.batches, available)
+        per_rank = {r: loader_consumption(counts[r], batch_size=leg.batch_size, batches=leg.batches,
+                                          drop_last=leg.drop_last)
+                    for r in range(leg.world_size)}
+        if index == len(legs) - 1 and leg.same_stream(new):
+            produced = {r: loader_consumption(counts[r], batch_size=leg.batch_size, batches=10**12,
+                                              drop_last=leg.drop_last)[0] for r in per_rank}
+            if all(per_rank[r][0] == produced[r] for r in per_rank):
+                return None
+            return ResumePoint(epoch, index, segments, per_rank, seed, shuffle)
+        consumed: list[tuple[int, range | np.ndarray]] = []
+        repeated: list[tuple[int, np.ndarray]] = []
+        for rank, (taken, _) in per_rank.items():
+            for worker, count in enumerate(taken):
+                if count:
+                    world = World(rank, leg.world_size, worker, leg.workers)
+                    pieces, fills = consumer_schedule_of(plan, world, pool_size=leg.pool_size, leg=index).consumed(count)
+                    consumed += pieces
+                    repeated += fills
+        segments = tuple(remaining_segments(segments, consumed, repeated))
+    if not segments:
+        return None
+    return ResumePoint(epoch, len(legs), segments, None, seed, shuffle)
+
+
+def consumer_steps(plan: EpochPlan, world: World, *, pool_size: int,
+                   point: ResumePoint | None = None) -> tuple[Iterator[Step], int]:
+    """The one place a consumer's schedule is made: its steps for ``plan`` (from ``point`` when the
+    epoch is resumed: the worker role it takes over and the samples it skips, tabular-free) and
+    how many samples they emit."""
+    role, skip = point.share_for(plan, world) if point is not None else (world, 0)
+    share = plan.share(role)
+    steps = consumer_schedule(share, pool_size=pool_size, shuffle=plan.shuffle,
+                              rng=consumer_rng(plan.seed, plan.epoch, role, leg=plan.leg))
+    return (skip_emits(steps, skip) if skip else steps), share.num_samples - skip
+
+
+@dataclass(frozen=True)
+class ResumeRequest:
+    """A loaded state's epoch and the legs it was streamed in (the last: the one it was saved in)."""
+
+    epoch: int
+    seed: int
+    shuffle: bool
+    legs: tuple[Leg, ...]
+
+
+class Resumption:
+    """A loaded state applied to a dataset: where each consumer of ``request.epoch`` restarts, per
+    DataLoader worker count (computed when first asked: the trainer's ``num_workers`` is known only
+    when iteration starts)."""
+
+    def __init__(self, request: ResumeRequest, segments: Sequence[Segment], *, world_size: int,
+                 pool_size: int) -> None:
+        self.request = request
+        self._segments = segments
+        self._world_size = world_size
+        self._pool_size = pool_size
+        self._points: dict[int, ResumePoint | None] = {}
+
+    def point(self, num_workers: int) -> ResumePoint | None:
+        key = max(1, num_workers)
+        if key not in self._points:
+            request = self.request
+            self._points[key] = plan_resume(
+                self._segments, seed=request.seed, epoch=request.epoch, shuffle=request.shuffle,
+                legs=request.legs, world_size=self._world_size, num_workers=key, pool_size=self._pool_size)
+        return self._points[key]
+
+
+def read_request(state: Mapping[str, Any], *, seed: int, shuffle: bool) -> ResumeRequest:
+    """The epoch and legs of a saved stream state (fields checked; the trainer's ``batches_consumed``
+    counts from the start of the epoch, across legs)."""
+    epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
+    seed = check_int("state['seed']", state.get("seed", seed), minimum=0)
+    shuffle = check_bool("state['shuffle']", state.get("shuffle", shuffle))
+    batch_size = check_int("state['batch_size']", state["batch_size"], minimum=1)
+    batches = check_int("state['batches_consumed']", state["batches_consumed"], minimum=0)
+    current = Leg(check_int("state['world_size']", state.get("world_size"), minimum=1),
+                  check_int("state['num_workers']", state["num_workers"], minimum=0),
+                  check_int("state['episode_pool_size']", state.get("episode_pool_size"), minimum=1),
+                  batch_size, 0, check_bool("state['drop_last']", state.get("drop_last", False)))
+    return ResumeRequest(epoch, seed, shuffle, chain_legs(state, current, batches, Leg.from_state))
+
+
+class _AnyLeg(Protocol):
+    """What ``chain_legs`` needs of a leg (``Leg``, a mixture's ``MixLeg``): a frozen dataclass."""
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def batches(self) -> int: ...
+
+    @property
+    def drop_last(self) -> bool: ...
+
+    def same_stream(self, other: Any) -> bool: ...
+
+
+_L = TypeVar("_L", bound=_AnyLeg)
+
+
+def chain_legs(state: Mapping[str, Any], current: _L, batches: int,
+               read_leg: Callable[[Any, str], _L]) -> tuple[_L, ...]:
+    """The epoch's legs from a saved state: ``state['legs']`` (read by ``read_leg``) then
+    ``current``, which holds what ``batches`` (counted from the start of the epoch) leaves. A saved
+    last leg that the saving run continued exactly is the same stream as ``current``: merged."""
+    saved_legs = state.get("legs", [])
+    if not isinstance(saved_legs, (list, tuple)):
+        raise ValueError(f"state['legs'] must be a list of legs, got {saved_legs!r:.200}.")
+    earlier = [read_leg(leg, f"state['legs'][{i}]") for i, leg in enumerate(saved_legs)]
+    if earlier and earlier[-1].same_stream(current):  # the saving run continued that leg exactly
+        last = earlier.pop()
+        if (last.batch_size, last.drop_last) != (current.batch_size, current.drop_last):
+            raise ValueError(f"The saving run resumed an epoch with batch_size={last.batch_size}, "
+                             f"drop_last={last.drop_last} and continued it with batch_size={current.batch_size}, "
+                             f"drop_last={current.drop_last}; batches_consumed cannot be mapped to samples.")
+    current = replace(current, batches=batches - sum(leg.batches for leg in earlier))  # type: ignore[type-var]
+    if current.batches < 0:
+        raise ValueError(f"state['batches_consumed']={batches} is fewer than the {batches - current.batches} "
+                         f"batches of the epoch's earlier legs: it counts from the start of the epoch.")
+    return tuple(earlier + [current])
+
+
+def locate(request: ResumeRequest, segments: Sequence[Segment], *, strict: bool) -> bool:
+    """Check that ``request``'s legs fit its epoch; whether the epoch is finished. A last leg that
+    claims more batches than the epoch had is an error, or with ``strict=False`` a finished epoch."""
+    current = request.legs[-1]
+    batches = sum(leg.batches for leg in request.legs)
+    try:
+        point = plan_resume(segments, seed=request.seed, epoch=request.epoch, shuffle=request.shuffle,
+                            legs=request.legs, world_size=current.world_size, num_workers=current.num_workers,
+                            pool_size=current.pool_size)
+    except BeyondEpochError as beyond:
+        earlier_batches = batches - current.batches
+        message = (f"state['batches_consumed']={batches} is more than epoch {request.epoch} has: "
+                   f"{earlier_batches + beyond.available} batches of {current.batch_size} per rank"
+                   + (f" ({earlier_batches} in earlier legs)" if earlier_batches else "")
+                   + ". It counts the batches taken in the saved epoch, not a global step.")
+        if strict or beyond.leg_index != len(request.legs) - 1:
+            raise ValueError(message) from None
+        warnings.warn(message + " Treating the epoch as finished (strict=False).", RuntimeWarning, stacklevel=4)
+        point = None
+    return point is None

@@ -1,0 +1,368 @@
+"""Which frames each consumer emits, and in what order: the epoch split and the episode pool.
+
+Everything here is pure and tabular-free (it sees episode indices and frame counts only), so the
+same code drives streaming, counts ``len()``, and replays a stream for resume without touching
+rows or video.
+
+The split: the epoch's episodes are permuted from (seed, epoch) and their frames laid end to end;
+that sequence is cut into ``world_size`` equal contiguous parts (sizes differ by at most one), and
+each rank's part into ``num_workers`` equal parts. Equal cuts may fall inside an episode: the two
+consumers then each own a disjoint range of its frames (each loads the episode's rows, so windows
+still see the whole episode). Every rank emits ``ceil(frames / world_size)`` samples; a rank one
+short repeats one of its own frames (a "fill-in"), so distributed training never hangs on an
+uneven split.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import NamedTuple
+
+import numpy as np
+
+from episodestream._base.world import World
+
+
+
+class StepKind(IntEnum):
+    """What a schedule step does to the consumer's pool."""
+
+    ADMIT = 0  # read the episode's rows and admit its video (admissions are counted per episode)
+    EMIT = 1  # emit one sample: ``frame`` of the episode
+    EVICT = 2  # undo one admission; the last one drops the rows and, once decoded, the video
+
+
+ADMIT, EMIT, EVICT = StepKind.ADMIT, StepKind.EMIT, StepKind.EVICT
+NO_FRAME = -1  # the frame of an ADMIT or EVICT step
+
+
+class Step(NamedTuple):
+    """One step of a consumer's schedule (a tuple: ``kind, episode_index, frame = step``)."""
+
+    kind: StepKind
+    episode_index: int
+    frame: int  # the frame offset an EMIT emits; NO_FRAME otherwise
+_PERMUTE, _CONSUMER, _FILL = 0, 1, 2  # rng purposes: fixed-length spawn keys never collide
+
+
+_PURPOSES = 3
+
+
+def make_rng(seed: int, epoch: int, purpose: int, rank: int = 0, worker: int = 0, *,
+             leg: int = 0) -> np.random.Generator:
+    """A generator for one purpose; ``leg`` > 0 marks the later legs of an elastically resumed epoch."""
+    key = (epoch, purpose + _PURPOSES * leg, rank, worker)
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
+
+
+def consumer_rng(seed: int, epoch: int, world: World, *, leg: int = 0) -> np.random.Generator:
+    """Each consumer's RNG derives from (seed, epoch, rank, worker)."""
+    return make_rng(seed, epoch, _CONSUMER, world.rank, world.worker, leg=leg)
+
+
+class Segment:
+    """Frames of one episode owned by one consumer: offsets within the episode (a range, or an array).
+
+    A plain slotted class rather than a frozen dataclass: an epoch builds one per episode (92,000 for
+    DROID) several times per plan, and a frozen dataclass's ``__init__`` costs ~4x as much.
+    """
+
+    __slots__ = ("episode_index", "frames", "length")
+
+    def __init__(self, episode_index: int, frames: range | np.ndarray) -> None:
+        self.episode_index, self.frames, self.length = episode_index, frames, len(frames)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Segment) and self.episode_index == other.episode_index
+                and np.array_equal(np.asarray(self.frames), np.asarray(other.frames)))
+
+    def __repr__(self) -> str:
+        return f"Segment({self.episode_index}, {self.frames!r})"
+
+
+def _frames_of(segments: Sequence[Segment]) -> np.ndarray:
+    return np.fromiter((s.length for s in segments), np.int64, len(segments))
+
+
+@dataclass(frozen=True)
+class ConsumerShare:
+    segments: tuple[Segment, ...]
+    fill_ins: int  # extra samples repeated at the end so every rank emits the same count
+    fill_pool: tuple[Segment, ...]  # where fill-ins are drawn from
+    frames: int = -1  # frames of ``segments``, when the maker knows it
+    lengths: np.ndarray | None = field(default=None, compare=False)  # each segment's frames, if known
+
+    @property
+    def num_samples(self) -> int:
+        frames = self.frames if self.frames >= 0 else sum(s.length for s in self.segments)
+        return frames + self.fill_ins
+
+
+def _cut(segments: Sequence[Segment], parts: int,
+         lengths: np.ndarray) -> tuple[list[list[Segment]], list[np.ndarray], list[int]]:
+    """Cut the concatenated frames of ``segments`` (of ``lengths`` frames) into ``parts``
+    contiguous, equal-sized parts: each part's segments, their lengths and the part's frame count.
+    Whole segments inside a part are shared, not copied; only the two ends are cut."""
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    total = int(starts[-1])
+    bounds = [p * total // parts for p in range(parts + 1)]
+    out: list[list[Segment]] = []
+    out_lengths: list[np.ndarray] = []
+    for p in range(parts):
+        lo, hi = bounds[p], bounds[p + 1]
+        if lo == hi:
+            out.append([])
+            out_lengths.append(np.zeros(0, np.int64))
+            continue
+        first = int(np.searchsorted(starts, lo, side="right")) - 1  # segment holding frame lo
+        last = int(np.searchsorted(starts, hi, side="left")) - 1  # segment holding frame hi - 1
+        part = list(segments[first:last + 1])
+        part_lengths = lengths[first:last + 1].copy()
+        for k in ((0, last - first) if last > first else (0,)):
+            seg, seg_start = part[k], int(starts[first + k])
+            take_lo, take_hi = max(lo, seg_start) - seg_start, min(hi, seg_start + seg.length) - seg_start
+            if (take_lo, take_hi) != (0, seg.length):
+                part[k] = Segment(seg.episode_index, seg.frames[take_lo:take_hi])
+                part_lengths[k] = take_hi - take_lo
+        out.append(part)
+        out_lengths.append(part_lengths)
+    return out, out_lengths, [bounds[p + 1] - bounds[p] for p in range(parts)]
+
+
+class EpochPlan:
+    """The split of one epoch's frames across ranks and workers.
+
+    ``segments`` lists what the epoch must cover, in selection order: normally one whole-episode
+    segment per selected episode; after an elastic resume, the frames not yet consumed.
+    """
+
+    def __init__(self, segments: Sequence[Segment], *, seed: int, epoch: int, shuffle: bool,
+                 world_size: int, leg: int = 0) -> None:
+        lengths = _frames_of(segments)
+        if not lengths.all():
+            segments = [s for s in segments if s.length]
+            lengths = lengths[lengths > 0]
+        if shuffle:
+            order = make_rng(seed, epoch, _PERMUTE, leg=leg).permutation(len(segments))
+            segments = [segments[i] for i in order.tolist()]
+            lengths = lengths[order]
+        self.segments = tuple(segments)
+        self.seed, self.epoch, self.shuffle, self.world_size, self.leg = seed, epoch, shuffle, world_size, leg
+        self.rank_parts, self._rank_lengths, self._rank_frames = _cut(self.segments, world_size, lengths)
+        self.total_frames = sum(self._rank_frames)
+        # Each rank's cut into workers, by (rank, workers): resume asks for every worker of every rank.
+        self._worker_parts: dict[tuple[int, int], tuple[list[list[Segment]], list[np.ndarray], list[int]]] = {}
+
+    @property
+    def samples_per_rank(self) -> int:
+        return -(-self.total_frames // self.world_size)
+
+    def share(self, world: World) -> ConsumerShare:
+        rank_part = self.rank_parts[world.rank]
+        rank_frames = self._rank_frames[world.rank]
+        key = (world.rank, world.num_workers)
+        if key not in self._worker_parts:
+            self._worker_parts[key] = _cut(rank_part, world.num_workers, self._rank_lengths[world.rank])
+        parts, part_lengths, counts = self._worker_parts[key]
+        # The shortfall (0 or 1 by construction) goes to the last of the least-loaded workers.
+        filler = max(range(world.num_workers), key=lambda w: (-counts[w], w))
+        fill_ins = self.samples_per_rank - rank_frames if world.worker == filler else 0
+        # A rank with no frames at all (fewer frames than ranks) repeats frames of the whole epoch.
+        fill_pool = tuple(rank_part) if rank_frames else self.segments
+        return ConsumerShare(tuple(parts[world.worker]), fill_ins, fill_pool, counts[world.worker],
+                             part_lengths[world.worker])
+
+    def uneven_warning(self, num_workers: int) -> str | None:
+        """A one-line explanation when some consumer gets nothing to emit, else None."""
+        consumers = self.world_size * num_workers
+        if self.total_frames < consumers:
+            return (f"The epoch has {self.total_frames} frames for {consumers} consumers "
+                    f"({self.world_size} rank(s) x {num_workers} worker(s)): some consumers emit only "
+                    f"fill-ins or nothing. Use fewer workers or select more episodes.")
+        return None
+
+
+class ConsumerSchedule:
+    """The ``(ADMIT|EMIT|EVICT, episode_index, frame_offset)`` steps of one consumer; iterating
+    yields them all, ``skip(count)`` yields what follows the first ``count`` EMITs.
+
+    Shuffled, the schedule is a sliding window over the share's segments, in share order: segment
+    ``i`` gets a window ``[a_i, b_i)`` of slots, normally ``[i, i + pool_size)`` (the first ones start
+    at slot 0 and the last ones end at slot n, so the epoch's start and end mix as many segments as
+    its middle), and each of its frames a key drawn uniformly in its window. Frames are emitted in
+    key order, slot by slot; a segment is admitted when its window opens and evicted when it closes,
+    so the pool never holds more than ``pool_size`` segments and every slot's frames are drawn from
+    up to ``pool_size`` episodes. Without ``shuffle``, segments and frames come in order (windows of
+    one slot, keys in frame order).
+
+    Why keys rather than one draw per emit: a segment's keys come from its own counter-based
+    generator (Philox, counter = segment number), so where a consumer stands after ``count`` emits
+    is found arithmetically from the segments' lengths plus the keys of the ~2 x pool_size
+    segments around that point: resuming costs O(segments), never O(frames) (``docs/resume.md``).
+    """
+
+    def __init__(self, share: ConsumerShare, *, pool_size: int, shuffle: bool, rng: np.random.Generator) -> None:
+        self.share, self.shuffle = share, shuffle
+        self._segments = share.segments
+        n = len(self._segments)
+        self._lengths = share.lengths if share.lengths is not None else _frames_of(self._segments)
+        self._before = np.concatenate([[0], np.cumsum(self._lengths)])  # frames of segments < i
+        self.pool_frames = int(self._before[-1])
+        # Both drawn first, so that neither depends on how far the consumer walks.
+        self._key_seed, self._fill_seed = (int(v) for v in rng.integers(2**63, size=2))
+        index = np.arange(n, dtype=np.int64)
+        width = pool_size if shuffle else 1
+        self._a = np.where(index < width - 1, 0, index)  # window [a_i, b_i) of slots; a, b non-decreasing
+        self._b = np.minimum(index + width, n)
+        self._slots = n
+        self._steps: Iterator[Step] | None = None
+
+    # -- keys ---------------------------------------------------------------------------------
+
+    def _keys(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Segment ``i``'s frames sorted by key, and their keys."""
+        frames = np.asarray(self._segments[i].frames, dtype=np.int64)
+        a, b = int(self._a[i]), int(self._b[i])
+        if not self.shuffle:
+            return frames, a + (np.arange(len(frames)) + 0.5) / len(frames)
+        bits = np.random.Philox(key=self._key_seed, counter=[0, i, 0, 0])
+        keys = a + (b - a) * np.random.Generator(bits).random(len(frames))
+        order = np.argsort(keys, kind="stable")
+        return frames[order], keys[order]
+
+    # -- where a consumer stands after ``count`` emits -----------------------------------------
+
+    def _position(self, count: int) -> tuple[int, int]:
+        """(slot, emits into that slot) after ``count`` < pool_frames emits."""
+        slots = np.arange(self._slots)
+        # Frames before slot k: at least those of segments whose window closed by k, at most
+        # those of segments whose window opened before k.
+        lower = self._before[np.searchsorted(self._b, slots, side="right")]
+        upper = self._before[np.searchsorted(self._a, slots, side="left")]
+        k_hi = int(np.searchsorted(lower, count, side="right")) - 1
+        k_lo = int(np.searchsorted(upper, count, side="right")) - 1
+        partial = range(int(np.searchsorted(self._b, k_lo, side="right")),
+                        int(np.searchsorted(self._a, k_hi, side="left")))
+        keys = {i: self._keys(i)[1] for i in partial}
+        # count(<k_lo) <= upper(k_lo) <= count, so k_lo qualifies; no k > k_hi does.
+        best, best_before = k_lo, 0
+        for k in range(k_lo, k_hi + 1):
+            before = int(lower[k]) + sum(int(np.searchsorted(keys[i], k)) for i in partial
+                                         if self._a[i] < k < self._b[i])
+            if before <= count:
+                best, best_before = k, before
+        return best, count - best_before
+
+    # -- the steps ----------------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        """Whether iterating has begun (``skip`` always starts from the beginning of the schedule)."""
+        return self._steps is not None
+
+    def __iter__(self) -> Iterator[Step]:
+        return self
+
+    def __next__(self) -> Step:
+        if self._steps is None:
+            self._steps = self.skip(0)
+        return next(self._steps)
+
+    def skip(self, count: int) -> Iterator[Step]:
+        """The steps after the first ``count`` EMITs, starting by admitting what the pool holds then."""
+        if count < self.pool_frames:
+            slot, offset = self._position(count)
+            yield from self._pool_steps(slot, offset)
+            count = 0
+        else:
+            count -= self.pool_frames
+        for i, step in enumerate(self._fill_steps()):
+            if i >= 3 * count:
+                yield step
+
+    def consumed(self, count: int) -> tuple[list[tuple[int, range | np.ndarray]], list[tuple[int, np.ndarray]]]:
+        """What the first ``count`` EMITs took: ``(episode_index, frames)`` pieces of the share's
+        segments (each frame at most once; whole segments as their own ``frames``), and the
+        fill-ins among them (repeats of frames of this rank's part)."""
+        if count >= self.pool_frames:
+            fills = list(self._fill_steps())[1::3][:count - self.pool_frames]
+            return ([(s.episode_index, s.frames) for s in self._segments],
+                    [(episode, np.array([frame])) for _, episode, frame in fills])
+        slot, offset = self._position(count)
+        done = int(np.searchsorted(self._b, slot, side="right"))
+        pieces: list[tuple[int, range | np.ndarray]] = [(s.episode_index, s.frames) for s in self._segments[:done]]
+        emitted = []
+        for i in range(done, int(np.searchsorted(self._a, slot, side="right"))):
+            frames, keys = self._keys(i)
+            cut = int(np.searchsorted(keys, slot))
+            pieces.append((self._segments[i].episode_index, frames[:cut]))
+            upto = int(np.searchsorted(keys, slot + 1))
+            emitted += [(keys[j], self._segments[i].episode_index, int(frames[j])) for j in range(cut, upto)]
+        # The slot's first ``offset`` frames in emission order (a stable sort by key, as emitted).
+        for _, episode, frame in sorted(emitted, key=lambda e: e[0])[:offset]:
+            pieces.append((episode, np.array([frame])))
+        return pieces, []
+
+    def _pool_steps(self, first_slot: int, offset: int) -> Iterator[Step]:
+        a, b, segments = self._a, self._b, self._segments
+        live: dict[int, list] = {}  # segment -> [frames by key, keys, next position]
+        for i in range(int(np.searchsorted(b, first_slot, side="right")),
+                       int(np.searchsorted(a, first_slot, side="right"))):
+            frames, keys = self._keys(i)
+            live[i] = [frames, keys, int(np.searchsorted(keys, first_slot))]
+            yield Step(ADMIT, segments[i].episode_index, NO_FRAME)
+        for slot in range(first_slot, self._slots):
+            if slot > first_slot:
+                for i in range(int(np.searchsorted(b, slot - 1, side="right")),
+                               int(np.searchsorted(b, slot, side="right"))):
+                    del live[i]
+                    yield Step(EVICT, segments[i].episode_index, NO_FRAME)
+                for i in range(int(np.searchsorted(a, slot, side="left")), int(np.searchsorted(a, slot, side="right"))):
+                    frames, keys = self._keys(i)
+                    live[i] = [frames, keys, 0]
+                    yield Step(ADMIT, segments[i].episode_index, NO_FRAME)
+            parts_keys, parts_episodes, parts_frames = [], [], []
+            for i, entry in live.items():
+                frames, keys, pos = entry
+                end = int(np.searchsorted(keys, slot + 1, side="left"))
+                if end > pos:
+                    parts_keys.append(keys[pos:end])
+                    parts_frames.append(frames[pos:end])
+                    parts_episodes.append(np.full(end - pos, segments[i].episode_index, np.int64))
+                    entry[2] = end
+            if not parts_keys:
+                continue
+            order = np.argsort(np.concatenate(parts_keys), kind="stable")
+            episodes = np.concatenate(parts_episodes)[order].tolist()
+            frames = np.concatenate(parts_frames)[order].tolist()
+            start = offset if slot == first_slot else 0
+            for episode, frame in zip(episodes[start:], frames[start:]):
+                yield Step(EMIT, episode, frame)
+        for i in live:
+            yield Step(EVICT, segments[i].episode_index, NO_FRAME)
+
+    def _fill_steps(self) -> Iterator[Step]:
+        share = self.share
+        if not share.fill_ins:
+            return
+        fill_rng = make_rng(self._fill_seed % 2**32, 0, _FILL)
+        starts = np.concatenate([[0], np.cumsum(_frames_of(share.fill_pool))])
+        picks = fill_rng.choice(int(starts[-1]), size=share.fill_ins, replace=starts[-1] < share.fill_ins)
+        for i in picks:
+            k = bisect.bisect_right(starts, i) - 1
+            seg = share.fill_pool[k]
+            yield Step(ADMIT, seg.episode_index, NO_FRAME)
+            yield Step(EMIT, seg.episode_index, int(seg.frames[i - starts[k]]))
+            yield Step(EVICT, seg.episode_index, NO_FRAME)
+
+
+def consumer_schedule(share: ConsumerShare, *, pool_size: int, shuffle: bool,
+                      rng: np.random.Generator) -> ConsumerSchedule:
+    """The steps of one consumer (see ``ConsumerSchedule``); ``rng`` is the consumer's generator."""
+    return ConsumerSchedule(share, pool_size=pool_size, shuffle=shuffle, rng=rng)

@@ -1,0 +1,1 @@
+"""The node-wide refcounted cache of remote bytes, its budget and prewarming."""

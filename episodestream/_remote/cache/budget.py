@@ -1,0 +1,132 @@
+"""How much cache a remote dataset needs, estimated from its listing before anything is fetched.
+
+Used by ``RemoteFiles.check_cache_budget`` (a dataset refuses a ``cache_limit`` too small for one
+consumer) and by ``_prewarm`` (a prewarm refuses pins that cannot fit); both count the same
+metadata files and the same per-episode estimate, defined here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from episodestream._remote.cache.node_cache import CacheFullError, describe_pins, unpin_hint
+
+if TYPE_CHECKING:
+    from episodestream._format.metadata import DatasetMeta, EpisodeInfo
+    from episodestream._remote.source.files import RemoteFiles
+
+METADATA_FILES = ("meta/info.json", "meta/tasks.parquet", "meta/stats.json")  # downloaded whole, with meta/episodes/
+EPISODES_METADATA = "meta/episodes"
+DISK_SLACK_BYTES = 2 * 4096  # a sparse file's two written regions round up to filesystem blocks
+_SPAN_MARGIN = 1.25  # an episode's span is padded and cut at sample boundaries: more than its share
+_HEADER_BASE_BYTES = 16 * 1024  # an mp4 header: a few boxes, then ~16 bytes of tables per frame
+_HEADER_BYTES_PER_FRAME = 16
+
+
+def metadata_files(files: RemoteFiles) -> list[str]:
+    """The files a dataset downloads whole into the cache: ``METADATA_FILES`` it has, and the
+    episodes parquet files."""
+    return ([p for p in METADATA_FILES if files.exists(p)]
+            + files.list_files(EPISODES_METADATA, suffix=".parquet"))
+
+
+def metadata_bytes(files: RemoteFiles) -> int:
+    """What the metadata files this dataset downloads whole occupy in the cache."""
+    relpaths = [p for p in METADATA_FILES if files.exists(p)] + files.list_files(EPISODES_METADATA, suffix="")
+    return sum(files.size_bytes(p) + DISK_SLACK_BYTES for p in relpaths)
+
+
+def _file_ends_s(episodes: Iterable[EpisodeInfo]) -> dict[str, float]:
+    """Each mp4's duration as far as ``episodes`` tell (the latest ``to_timestamp_s`` in it)."""
+    ends: dict[str, float] = {}
+    for episode in episodes:
+        for span in episode.videos.values():
+            ends[span.relpath] = max(ends.get(span.relpath, 0.0), span.to_timestamp_s)
+    return ends
+
+
+def video_share_bytes(files: RemoteFiles, episodes: Iterable[EpisodeInfo]) -> int:
+    """The episodes' share of their mp4s (by duration): what fetching their video costs, roughly
+    (a progress bar's total)."""
+    episodes = list(episodes)
+    ends = _file_ends_s(episodes)
+    total = 0
+    for episode in episodes:
+        for span in episode.videos.values():
+            share = (span.to_timestamp_s - span.from_timestamp_s) / max(ends[span.relpath], 1e-9)
+            total += int(min(1.0, share) * files.size_bytes(span.relpath))
+    return total
+
+
+def episode_cache_bytes(files: RemoteFiles, meta: DatasetMeta) -> dict[int, int]:
+    """An upper estimate of the cache each episode's video takes, by episode index: its spans
+    (1.25x its share of its files' bytes) with their files' headers (twice: the header entry and
+    its copy in the sparse file), for every camera."""
+    ends = _file_ends_s(meta.episodes.values())
+    per_episode = {}
+    for episode in meta.episodes.values():
+        total = 0
+        for span in episode.videos.values():
+            if not files.exists(span.relpath):
+                continue
+            size = files.size_bytes(span.relpath)
+            share = (span.to_timestamp_s - span.from_timestamp_s) / max(ends[span.relpath], 1e-9)
+            header = min(size, _HEADER_BASE_BYTES + _HEADER_BYTES_PER_FRAME * int(ends[span.relpath] * meta.fps))
+            total += int(_SPAN_MARGIN * share * size) + 2 * header + 2 * DISK_SLACK_BYTES
+        per_episode[episode.episode_index] = total
+    return per_episode
+
+
+def minimum_cache_bytes(files: RemoteFiles, meta: DatasetMeta, episodes_in_flight: int) -> int:
+    """An estimate of the cache one consumer needs: the metadata, and the ``episodes_in_flight``
+    largest episodes' video (``episode_cache_bytes``)."""
+    largest = sorted(episode_cache_bytes(files, meta).values(), reverse=True)
+    return metadata_bytes(files) + sum(largest[:episodes_in_flight])
+
+
+def check_cache_budget(files: RemoteFiles, meta: DatasetMeta | None, episodes_in_flight: int) -> None:
+    """Refuse a ``cache_limit`` below ``minimum_cache_bytes`` (the metadata alone without ``meta``)
+    (``ValueError``), or one that pinned entries already in the cache leave too little of
+    (``CacheFullError``). ``files`` is closed before either error (the dataset will not be built)."""
+    limit = files.cache.limit_bytes
+    if limit is None:
+        return
+    if meta is None:
+        need, holds = metadata_bytes(files), "the dataset's metadata files alone take"
+    else:
+        need = minimum_cache_bytes(files, meta, episodes_in_flight)
+        holds = (f"one consumer holds the metadata and up to {episodes_in_flight} episodes' video bytes "
+                 f"(episode_pool_size + prefetch_episodes + 1), about")
+    if limit < need:
+        files.close()  # the dataset will not be built: let go of the metadata it downloaded
+        raise ValueError(
+            f"cache_limit={limit} bytes ({limit / 1e6:.1f} MB) is too small for {files.description}: {holds} "
+            f"{need} bytes ({need / 1e6:.1f} MB). Pass cache_limit of at least {need} bytes (plus the same "
+            f"video share again for each further DataLoader worker on a node), or lower episode_pool_size.")
+    try:
+        check_pinned_room(files, need, f"{holds} {need} bytes ({need / 1e6:.1f} MB)")
+    except CacheFullError:
+        files.close()
+        raise
+
+
+def check_pinned_room(files: RemoteFiles, need: int, needs: str) -> None:
+    """Raise ``CacheFullError`` when pinned entries leave ``files.cache`` less than ``need`` bytes.
+
+    Pins never go by themselves, so this is certain to stall and better said now. Other sources'
+    pins take their bytes; this source's pins are entries the run reads (its metadata, prewarmed
+    episodes), so they count only beyond what it needs.
+    """
+    cache = files.cache
+    if cache.limit_bytes is None:
+        return
+    pins, own, others = files.pinned_bytes()
+    if others + max(own, need) <= cache.limit_bytes:
+        return
+    free = max(0, cache.limit_bytes - others - own)
+    raise CacheFullError(
+        f"cache_limit={cache.limit_bytes} bytes ({cache.limit_bytes / 1e6:.1f} MB) of the cache {cache.root} is "
+        f"full of pinned (prewarmed) entries: {others + own} bytes pinned ({describe_pins(pins)}), {free} bytes "
+        f"free, and {files.description} needs more: {needs}. "
+        f"{unpin_hint(cache.root)}, or raise cache_limit.")

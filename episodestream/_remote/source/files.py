@@ -1,0 +1,237 @@
+"""``RemoteFiles``: a remote dataset behind the ``DatasetFiles`` seam, through the node cache.
+
+Metadata files are downloaded whole into the cache (``local_path``); data parquet files are read in
+place by ranged reads (``open_input``), so admitting an episode fetches its footer once and then its
+row group(s) only. ``episode_videos()`` gives each consumer a ``RemoteVideos`` (``_remote_videos``).
+How much cache that takes is estimated in ``_budget``; client errors are translated in
+``_failures``; ``open_remote_source`` (``_open``) builds one.
+
+Process model: a ``RemoteFiles`` is built (and lists the source) once, in the process that builds the
+dataset, and pickles into DataLoader workers without its clients; each process makes its own
+filesystem client, reader and cache holder on first use (nothing is opened before that).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import threading
+import weakref
+from collections.abc import Callable, Mapping
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from episodestream._format.files import DatasetFiles, SourceStats, check_relpath
+from episodestream._remote.cache import budget as _budget
+from episodestream._remote.transport.failures import as_file_error
+from episodestream._remote.source.mp4 import Mp4LayoutError
+from episodestream._remote.cache.node_cache import NodeCache, release_all
+from episodestream._remote.transport.process import process_state
+from episodestream._remote.transport.reader import LARGE_READ_BYTES, ChunkedReader, FetchFn, RangedFile, fetch_range
+from episodestream._remote.source.videos import RemoteVideos
+from episodestream._remote.source.resolve import FileEntry, ResolvedSource
+from episodestream._remote.transport.retry import DownloadError
+
+if TYPE_CHECKING:
+    import fsspec
+
+    from episodestream._format.metadata import DatasetMeta
+
+T = TypeVar("T")
+
+
+def _versioned(relpath: str, entry: FileEntry) -> str:
+    """A cache name for ``relpath`` that changes when the remote file does (keeps the extension)."""
+    version = hashlib.sha256(f"{entry.version}\0{entry.size}".encode()).hexdigest()[:8]
+    path = PurePosixPath(relpath)
+    return str(path.with_name(f"{path.stem}@{version}{path.suffix}"))
+
+
+class _ProcessState:
+    """What one process needs to read: its own client, reader and cache holder."""
+
+    def __init__(self, files: RemoteFiles) -> None:
+        self.pid = os.getpid()
+        self.fs = files._resolved.filesystem()
+        self.reader = ChunkedReader(self.fs, files._remote_size, fetch=files._fetch)
+        self.holder = secrets.token_hex(6)
+        self.held: set[str] = set()
+        self.lock = threading.Lock()
+        # Metadata entries stay referenced while this process may read them; released at close
+        # or exit (a killed process's reference is recognised as stale by the next user).
+        self.finalizer = weakref.finalize(self, release_all, files.cache, self.holder, self.held)
+
+
+class RemoteFiles(DatasetFiles):
+    """A remote LeRobot v3.0 dataset (see the module docstring). Built by ``open_remote_source``."""
+
+    def __init__(self, resolved: ResolvedSource, listing: Mapping[str, FileEntry], *, cache: NodeCache,
+                 fetch_threads: int = 4, fetch: FetchFn = fetch_range) -> None:
+        self._resolved = resolved
+        self._listing = dict(listing)
+        self.description = resolved.description
+        self.cache = cache
+        self.fetch_threads = fetch_threads
+        self._fetch = fetch
+        self._process: _ProcessState | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_process"] = None  # clients, threads and cache holders never cross a process boundary
+        return state
+
+    # -- per process -----------------------------------------------------------------------------
+
+    def _state(self) -> _ProcessState:
+        return process_state(self, _ProcessState)
+
+    @property
+    def reader(self) -> ChunkedReader:
+        return self._state().reader
+
+    @property
+    def download(self) -> FetchFn:
+        """The ``fetch(fs, path, start, end)`` every read goes through: by default a
+        ``DownloadFetch``, whose ``stats()`` (``FetchStats``: attempts, throttles, retries, bytes)
+        and ``controllers()`` describe this process's downloads."""
+        return self._fetch
+
+    def filesystem(self) -> fsspec.AbstractFileSystem:
+        """This process's fsspec client for the source (made on first use)."""
+        return self._state().fs
+
+    def stats(self) -> SourceStats:
+        """What this process's reads cost: requests and bytes fetched for the dataset (metadata,
+        parquet, video; from its reader) and its node-cache hits and misses (from ``cache``)."""
+        read, cached = self._state().reader.stats(), self.cache.stats()
+        return SourceStats(requests=read.requests, bytes_fetched=read.bytes_fetched, cache_hits=cached.hits,
+                           cache_misses=cached.misses, cache_miss_bytes=cached.miss_bytes)
+
+    @property
+    def node_cache_dir(self) -> Path:
+        return self.cache.root
+
+    def close(self) -> None:
+        """Release this process's metadata entries (the last user on the node deletes them)."""
+        if self._process is not None and self._process.pid == os.getpid():
+            self._process.finalizer()
+
+    # -- naming ----------------------------------------------------------------------------------
+
+    def _entry(self, relpath: str) -> tuple[str, FileEntry]:
+        relpath = check_relpath(relpath, what="Path")
+        entry = self._listing.get(relpath)
+        if entry is None:
+            raise FileNotFoundError(f"{self.description}/{relpath} does not exist (the dataset lists "
+                                    f"{len(self._listing)} files; none has this path).")
+        return relpath, entry
+
+    def _remote_path(self, relpath: str) -> str:
+        return self._resolved.path(relpath)
+
+    def _remote_size(self, remote_path: str) -> int:
+        root = self._resolved.root
+        return self._listing[remote_path[len(root) + 1:] if root else remote_path].size
+
+    def cache_name(self, kind: str, relpath: str, suffix: str = "") -> str:
+        relpath, entry = self._entry(relpath)
+        return f"{self._resolved.cache_key}/{kind}/{_versioned(relpath, entry)}{suffix}"
+
+    def secrets(self) -> list[str]:
+        return self._resolved.secrets()
+
+    def pinned_bytes(self) -> tuple[dict[str, tuple[int, int]], int, int]:
+        """The cache's pins by source (``NodeCache.pinned``), and the bytes pinned for this source
+        and for all others."""
+        pins = self.cache.pinned()
+        own = pins.get(self._resolved.cache_key, (0, 0))[1]
+        return pins, own, sum(total for _, total in pins.values()) - own
+
+    # -- DatasetFiles ----------------------------------------------------------------------------
+
+    def exists(self, relpath: str) -> bool:
+        return check_relpath(relpath, what="Path") in self._listing
+
+    def size_bytes(self, relpath: str) -> int:
+        return self._entry(relpath)[1].size
+
+    def read_bytes(self, relpath: str) -> bytes:
+        return Path(self.local_path(relpath)).read_bytes()
+
+    def list_files(self, reldir: str, *, suffix: str) -> list[str]:
+        prefix = check_relpath(reldir, what="Folder").rstrip("/") + "/"
+        return sorted(p for p in self._listing if p.startswith(prefix) and p.endswith(suffix))
+
+    def local_path(self, relpath: str) -> str:
+        """Download ``relpath`` whole into the cache once per node; this process holds it until
+        ``close()`` or exit."""
+        relpath, _ = self._entry(relpath)
+        name = self.cache_name("files", relpath)
+        state = self._state()
+        with state.lock:
+            if name in state.held:  # one marker per holder: acquiring again would not add a reference
+                return str(self.cache.path(name))
+            path = self.fetch_whole(relpath, holder=state.holder)
+            state.held.add(name)
+        return str(path)
+
+    def fetch_whole(self, relpath: str, *, holder: str, stop: Callable[[], bool] | None = None) -> Path:
+        """Acquire the whole-file cache entry of ``relpath`` for ``holder`` (downloading it if absent)."""
+        relpath, entry = self._entry(relpath)
+        name = self.cache_name("files", relpath)
+
+        def download(tmp: Path) -> int:
+            with open(tmp, "wb") as out:
+                for start in range(0, entry.size, LARGE_READ_BYTES):
+                    end = min(entry.size, start + LARGE_READ_BYTES)
+                    out.write(self.read_range(relpath, start, end, exact=True))
+            return entry.size
+
+        return self.cache.acquire(name, holder, download, size_bytes=entry.size + _budget.DISK_SLACK_BYTES,
+                                  what=f"{self.description}/{relpath}", stop=stop)
+
+    def open_input(self, relpath: str) -> RangedFile:
+        relpath, _ = self._entry(relpath)
+        return self.reader.open(self._remote_path(relpath))
+
+    def episode_videos(self) -> RemoteVideos:
+        return RemoteVideos(self, threads=self.fetch_threads)
+
+    def read_range(self, relpath: str, start: int, end: int, *, exact: bool = False,
+                   block_bytes: int | None = None) -> bytes:
+        """Bytes ``[start, end)`` of ``relpath`` through this process's reader (``ChunkedReader.read``);
+        client errors come back naming the file, with secrets redacted (``_failures.as_file_error``);
+        a ``DownloadError`` (it names the URL, the status and the attempts) as it is."""
+        remote = self._remote_path(relpath)
+        return self._translate_errors(
+            lambda: self.reader.read(remote, start, end, exact=exact, block_bytes=block_bytes), relpath)
+
+    def _translate_errors(self, call: Callable[[], T], relpath: str) -> T:
+        try:
+            return call()
+        except (Mp4LayoutError, DownloadError):
+            raise  # a DownloadError already names the URL (no credentials), the status and the attempts
+        except Exception as error:  # each client has its own hierarchy (OSError, httpx, botocore)
+            raise as_file_error(error, where=f"{self.description}/{relpath}", secrets=self.secrets()) from None
+
+    # -- budget ----------------------------------------------------------------------------------
+
+    def metadata_bytes(self) -> int:
+        """What the metadata files this dataset downloads whole occupy in the cache (``_budget``)."""
+        return _budget.metadata_bytes(self)
+
+    def episode_cache_bytes(self, meta: DatasetMeta) -> dict[int, int]:
+        """An upper estimate of the cache each episode's video takes, by episode index (``_budget``)."""
+        return _budget.episode_cache_bytes(self, meta)
+
+    def minimum_cache_bytes(self, meta: DatasetMeta, episodes_in_flight: int) -> int:
+        """An estimate of the cache one consumer needs: the metadata and the ``episodes_in_flight``
+        largest episodes' video (``_budget``)."""
+        return _budget.minimum_cache_bytes(self, meta, episodes_in_flight)
+
+    def check_cache_budget(self, meta: DatasetMeta | None = None, *, episodes_in_flight: int = 0) -> None:
+        """Refuse a ``cache_limit`` below ``minimum_cache_bytes`` (the metadata alone without ``meta``)
+        (``ValueError``), or one that pinned entries already in the cache leave too little of
+        (``CacheFullError``); see ``_budget.check_cache_budget``."""
+        _budget.check_cache_budget(self, meta, episodes_in_flight)

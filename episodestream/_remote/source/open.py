@@ -1,0 +1,80 @@
+"""``open_remote_source``: the factory that turns a remote ``source`` into a ``RemoteFiles``.
+
+Validates the options once (errors name the argument), resolves the source (a Hub revision to a
+commit), lists its files once, prunes what killed processes left in the cache and checks the cache
+budget can hold the metadata, all in the process that builds the dataset.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from episodestream._remote.transport.config import ControllerConfig
+from episodestream._remote.transport.download import default_fetch
+from episodestream._remote.cache.node_cache import DEFAULT_WAIT_S, NodeCache
+from episodestream._remote.source.files import RemoteFiles
+from episodestream._remote.source.resolve import (
+    CACHE_LIMIT_ENV,
+    CACHE_WAIT_ENV,
+    default_cache_dir,
+    list_source,
+    resolve_source,
+)
+
+
+def open_remote_source(source: str, *, revision: str | None = None, cache_dir: str | os.PathLike | None = None,
+                       cache_limit: int | str | None = None, storage_options: Mapping[str, Any] | None = None,
+                       hub_endpoint: str | None = None, token: Any = None, fetch_threads: int = 4,
+                       fetch_timeout_s: float = 600.0, cache_wait_s: float | None = None,
+                       download_config: ControllerConfig | Mapping[str, Any] | None = None) -> RemoteFiles:
+    """Open a remote dataset: resolve ``source`` (Hub revisions to a commit), list its files once,
+    and return a ``RemoteFiles`` reading through the node cache.
+
+    What to read:
+        source: ``owner/name`` (Hub dataset), ``hf://datasets/owner/name[@revision][/folder]``,
+            ``s3://bucket/prefix``, ``gs://...``, ``file:///path`` or any fsspec URL.
+        revision: Hub branch, tag or commit (default ``main``), resolved here to a commit sha.
+    Credentials:
+        token: Hub token (default: huggingface_hub's lookup, ``HF_TOKEN`` or the stored login;
+            ``False`` sends none). hub_endpoint: default ``$HF_ENDPOINT``, else huggingface.co.
+        storage_options: passed to the fsspec filesystem (s3fs, gcsfs, ...), whose own lookup of
+            environment and config files applies too.
+    Caching:
+        cache_dir: default ``$EPISODESTREAM_CACHE_DIR``, else the user's cache folder.
+        cache_limit: disk budget for the whole ``cache_dir``, e.g. "20GB" (default
+            ``$EPISODESTREAM_CACHE_LIMIT``, else unlimited; entries are deleted when released anyway).
+        fetch_threads: background downloads per consumer. fetch_timeout_s: how long a consumer waits
+            for a lock on an entry another process downloads.
+        cache_wait_s: how long a download waits for other users to release cache space before a
+            ``CacheFullError`` (default ``$EPISODESTREAM_CACHE_WAIT_S``, else 300); no wait when
+            pinned entries alone leave no room.
+    Downloading:
+        download_config: the download controller's knobs (node-wide permits, retries, timeouts): a
+            ``ControllerConfig``, a dict of its knobs (the rest from ``EPISODESTREAM_DOWNLOAD_*``) or
+            None (all from the environment, else defaults). See docs/download-controller.md.
+    """
+    from episodestream._base.options import check_int, check_positive_float, env_override, parse_size_bytes
+
+    if cache_limit is None:
+        cache_limit = env_override("cache_limit", None, CACHE_LIMIT_ENV, lambda raw: parse_size_bytes("cache_limit", raw))
+    limit_bytes = None if cache_limit is None else parse_size_bytes("cache_limit", cache_limit)
+    check_int("fetch_threads", fetch_threads, minimum=1)
+    timeout_s = check_positive_float("fetch_timeout_s", fetch_timeout_s)
+    wait_s = env_override("cache_wait_s", cache_wait_s, CACHE_WAIT_ENV,
+                          lambda raw: check_positive_float("cache_wait_s", float(raw)))
+    wait_s = DEFAULT_WAIT_S if wait_s is None else check_positive_float("cache_wait_s", wait_s)
+    if storage_options is not None and not isinstance(storage_options, Mapping):
+        raise TypeError(f"storage_options must be a dict of fsspec options, got {type(storage_options).__name__}.")
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    fetch = default_fetch(download_config)  # validates the knobs (and reads the environment) up front
+    resolved = resolve_source(source, revision=revision, storage_options=storage_options,
+                              hub_endpoint=hub_endpoint, token=token)
+    listing = list_source(resolved)
+    cache = NodeCache(root, limit_bytes=limit_bytes, timeout_s=timeout_s, wait_s=wait_s)
+    cache.prune()  # leftovers of processes killed in earlier runs
+    files = RemoteFiles(resolved, listing, cache=cache, fetch_threads=fetch_threads, fetch=fetch)
+    files.check_cache_budget()  # before downloading metadata that would not fit
+    return files

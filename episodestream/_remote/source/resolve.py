@@ -1,0 +1,358 @@
+"""From a remote ``source`` to an fsspec filesystem, the dataset's root in it and a pinned revision.
+
+Hub sources (``owner/name`` or ``hf://datasets/owner/name[@revision][/subfolder]``) resolve
+``revision`` (default ``main``) once, here, to a commit sha; the root then names that sha, so every
+process that unpickles the result reads the same bytes even if the branch moves. Other URLs go to
+the fsspec filesystem of their scheme (``s3://`` s3fs, ``gs://`` gcsfs, ``file://``, ...), with
+``storage_options`` and the clients' usual credential lookup (AWS/GCP environment and config).
+
+Plain ``http(s)://`` servers list folders as HTML pages of links, without sizes: the listing then
+asks each file's size (HEAD, else a ranged GET), in parallel.
+
+Secrets (the Hub token, keys inside ``storage_options``, the ``user:password@`` of an http URL,
+which becomes an ``Authorization`` header) are never put into a description, an error message, a
+repr or a cache folder name; errors from the clients are re-raised with them redacted and their
+chain cut, so no traceback shows a header either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import logging
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlparse, urlsplit
+
+import fsspec
+from fsspec.asyn import AsyncFileSystem
+
+from episodestream._base.paths import CACHE_DIR_ENV, default_cache_dir  # noqa: F401  (re-exported)
+from episodestream._remote.transport.failures import error_line, redact, status_of
+from episodestream._remote.transport.retry import redact_url
+
+DEFAULT_HUB_ENDPOINT = "https://huggingface.co"
+CACHE_LIMIT_ENV = "EPISODESTREAM_CACHE_LIMIT"
+CACHE_WAIT_ENV = "EPISODESTREAM_CACHE_WAIT_S"
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+_SECRET_KEYS = ("token", "secret", "key", "password", "credential", "session", "authorization")
+_HTTP = ("http", "https")
+_SIZE_REQUESTS_IN_FLIGHT = 16  # concurrent HEADs while sizing an HTTP listing
+SUPPORTED_SOURCES = ("a local folder (or file:// URL), a Hub repo id 'owner/name', hf://datasets/owner/name, "
+                     "s3://bucket/prefix, gs://bucket/prefix, http(s)://server/folder (a server that lists "
+                     "folders), or another fsspec URL whose filesystem needs only the path and storage_options")
+
+logger = logging.getLogger("episodestream.remote")
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file of the listing: its size and a version (Hub blob id, S3 ETag, mtime) for cache keys."""
+
+    size: int
+    version: str
+
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    """Where a remote dataset is, as plain picklable data; ``filesystem()`` makes a client."""
+
+    protocol: str  # fsspec protocol: "hf", "s3", "gs", "file", ...
+    root: str  # the dataset root inside the filesystem, without protocol (http: the URL, without credentials)
+    description: str  # for messages, e.g. "hf://datasets/lerobot/pusht@<sha>" (never a secret)
+    cache_key: str  # the cache folder of this source (and revision)
+    revision_sha: str | None = None  # Hub only: the commit every process reads
+    endpoint: str | None = None  # Hub only
+    token: Any = field(default=None, repr=False)
+    storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def filesystem(self) -> fsspec.AbstractFileSystem:
+        """A new client (not fsspec's per-process instance cache: each process makes its own)."""
+        if self.protocol == "hf":
+            from huggingface_hub import HfFileSystem
+
+            return HfFileSystem(endpoint=self.endpoint, token=self.token, skip_instance_cache=True,
+                                **dict(self.storage_options))
+        return fsspec.filesystem(self.protocol, skip_instance_cache=True, **dict(self.storage_options))
+
+    def secrets(self) -> list[str]:
+        return _secrets(self.token, self.storage_options)
+
+    def path(self, relpath: str) -> str:
+        return f"{self.root}/{relpath}" if relpath else self.root
+
+
+def _secrets(token: Any, options: Mapping[str, Any]) -> list[str]:
+    found = [token] if isinstance(token, str) and token else []
+
+    def walk(value: Any, key: str = "") -> None:
+        if isinstance(value, Mapping):
+            for k, v in value.items():
+                walk(v, str(k))
+        elif isinstance(value, str) and len(value) >= 4 and any(s in key.lower() for s in _SECRET_KEYS):
+            found.append(value)
+
+    walk(options)
+    return found
+
+
+def _userinfo(url: str) -> list[str]:
+    """The ``user:password`` of a URL (and its parts, decoded too) as secrets to redact."""
+    netloc = urlsplit(url).netloc
+    if "@" not in netloc:
+        return []
+    userinfo = netloc.rsplit("@", 1)[0]
+    password = userinfo.partition(":")[2]
+    found = {userinfo, unquote(userinfo)} | ({password, unquote(password)} if len(password) >= 3 else set())
+    return sorted(found, key=len, reverse=True)  # the longest first, so no part is left half-redacted
+
+
+def _with_basic_auth(parsed: Any, options: dict) -> dict:
+    """``storage_options`` with the URL's ``user:password`` as a Basic ``Authorization`` header on
+    every request (fsspec's HTTP filesystem sends ``headers`` with each); the caller's own
+    ``Authorization`` header wins."""
+    if parsed.username is None:
+        return options
+    pair = f"{unquote(parsed.username)}:{unquote(parsed.password or '')}"
+    headers = dict(options.get("headers") or {})
+    headers.setdefault("Authorization", "Basic " + base64.b64encode(pair.encode()).decode())
+    return {**options, "headers": headers}
+
+
+def _cache_key(*parts: str, readable: str) -> str:
+    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
+    slug = re.sub(r"[^A-Za-z0-9._]+", "_", readable).strip("_")[:80]
+    return f"{slug}-{digest}"
+
+
+def looks_like_hub_repo(source: str) -> bool:
+    return bool(_REPO_ID.match(source))
+
+
+def resolve_source(source: str, *, revision: str | None, storage_options: Mapping[str, Any] | None,
+                   hub_endpoint: str | None, token: Any) -> ResolvedSource:
+    """Resolve a URL or Hub repo id; Hub revisions become a commit sha (one request)."""
+    options = dict(storage_options or {})
+    parsed = urlparse(source)
+    if parsed.scheme in ("", "hf"):
+        if parsed.scheme == "":
+            if not looks_like_hub_repo(source):
+                raise FileNotFoundError(
+                    f"source {source!r} is neither an existing local folder, nor a URL with a scheme "
+                    f"(hf://, s3://, gs://, file://, ...), nor a Hub repo id like 'lerobot/pusht'.")
+            repo_id, subfolder, url_revision = source, "", None
+        else:
+            repo_id, subfolder, url_revision = _parse_hf_url(source)
+        if url_revision is not None and revision is not None and url_revision != revision:
+            raise ValueError(f"source {source!r} names revision {url_revision!r} but revision={revision!r} "
+                             f"was passed; give it once.")
+        return _resolve_hub(repo_id, subfolder, revision or url_revision, options, hub_endpoint, token)
+    if revision is not None:
+        raise ValueError(f"revision={revision!r} applies to Hub datasets; {source!r} is a "
+                         f"{parsed.scheme}:// URL, read as it is. Pass revision=None.")
+    if token is not None:
+        raise ValueError(f"token= is for Hub datasets; pass credentials for {parsed.scheme}:// in "
+                         f"storage_options (or the client's usual environment and config).")
+    protocol = parsed.scheme
+    shown = redact_url(source)
+    try:
+        fs_class = fsspec.get_filesystem_class(protocol)
+    except (ImportError, ValueError) as error:
+        hint = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs"}.get(protocol)
+        raise ImportError(f"source {shown!r} needs the fsspec filesystem for {protocol}://"
+                          + (f": pip install {hint}" if hint else "") + f" ({redact(str(error), _userinfo(source))}). "
+                          f"Sources are {SUPPORTED_SOURCES}.") from None
+    if protocol in _HTTP:
+        # fsspec's HTTP paths are whole URLs. Credentials move from the URL to a header sent with
+        # every request, so no path, log line or message of ours or fsspec's holds them.
+        options = _with_basic_auth(parsed, options)
+        root = redact_url(source).rstrip("/") if parsed.username is not None else source.rstrip("/")
+        description = root
+    else:
+        root = fs_class._strip_protocol(source).rstrip("/")
+        description = f"{protocol}://{root.lstrip('/')}" if protocol != "file" else f"file://{root}"
+    identity = (protocol, root, repr(sorted((k, repr(v)) for k, v in options.items()
+                                              if k in ("endpoint_url", "client_kwargs"))))
+    # The folder is named after the description, which never holds credentials.
+    resolved = ResolvedSource(protocol, root, description,
+                              _cache_key(*identity, readable=f"{protocol}_{description.split('://', 1)[-1]}"),
+                              storage_options=options)
+    try:
+        resolved.filesystem()  # made again, per process, when read; this is the check that it can be
+    except Exception as error:  # a filesystem that needs more than the path (ftp: host=, ...), a bad option
+        raise ValueError(f"source {shown!r}: the fsspec filesystem for {protocol}:// cannot be made from this URL "
+                         f"and storage_options ({type(error).__name__}: {error_line(error, resolved.secrets())}). "
+                         f"Sources are {SUPPORTED_SOURCES}.") from None
+    return resolved
+
+
+def _parse_hf_url(source: str) -> tuple[str, str, str | None]:
+    # hf://datasets/owner/name[@revision][/path]; revisions may be percent-encoded ("refs%2Fpr%2F1").
+    rest = source[len("hf://"):]
+    parts = rest.split("/")
+    if len(parts) < 3 or parts[0] != "datasets":
+        raise ValueError(f"source {source!r}: Hub URLs look like hf://datasets/<owner>/<name>[@revision]"
+                         f"[/folder] (episodestream reads dataset repos).")
+    owner, name = parts[1], parts[2]
+    revision = None
+    if "@" in name:
+        name, revision = name.split("@", 1)
+        revision = unquote(revision)
+    return f"{owner}/{name}", "/".join(p for p in parts[3:] if p), revision
+
+
+def _hub_endpoint(hub_endpoint: str | None) -> str:
+    # Read when needed: huggingface_hub reads HF_ENDPOINT once at import, too early for a process
+    # (or a test) that sets it before building a dataset.
+    return (hub_endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_HUB_ENDPOINT).rstrip("/")
+
+
+def _resolve_hub(repo_id: str, subfolder: str, revision: str | None, options: dict, hub_endpoint: str | None,
+                 token: Any) -> ResolvedSource:
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+    endpoint = _hub_endpoint(hub_endpoint)
+    secrets = _secrets(token, options)
+    shown_revision = revision or "main"
+    where = f"Hub dataset {repo_id!r} at {endpoint}"
+    try:
+        info = HfApi(endpoint=endpoint, token=token).dataset_info(repo_id, revision=revision)
+    except RevisionNotFoundError:
+        raise FileNotFoundError(f"revision {shown_revision!r} not found in {where}: pass a branch, tag or "
+                                f"commit sha that exists.") from None
+    except RepositoryNotFoundError as error:
+        status = status_of(error)
+        raise FileNotFoundError(
+            f"{where} not found" + (f" (HTTP {status})" if status else "") + ". Check the repo id; a private "
+            "or gated dataset needs a token with access (token=, HF_TOKEN or `hf auth login`).") from None
+    except HfHubHTTPError as error:
+        status = status_of(error)
+        message = error_line(error, secrets)
+        if status in (401, 403):
+            raise PermissionError(f"{where} refused the credentials given (HTTP {status}: {message}). Check "
+                                  f"the token (token=, HF_TOKEN or `hf auth login`); it is not shown "
+                                  f"here.") from None
+        raise ConnectionError(f"Reading {where} (revision {shown_revision!r}) failed: {message}") from None
+    except Exception as error:  # connection refused, DNS, timeouts: httpx's own classes, not OSError
+        raise ConnectionError(f"Could not reach {where}: {type(error).__name__}: "
+                              f"{redact(str(error), secrets)}") from None
+    sha = info.sha
+    if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{40}", sha):
+        raise ConnectionError(f"{where} answered revision {shown_revision!r} without a commit sha ({sha!r}).")
+    root = f"datasets/{repo_id}@{sha}" + (f"/{subfolder}" if subfolder else "")
+    description = f"hf://datasets/{repo_id}@{sha}" + (f"/{subfolder}" if subfolder else "")
+    key = _cache_key(endpoint, repo_id, sha, subfolder, readable=f"hub_{repo_id}_{sha[:12]}_{subfolder}")
+    return ResolvedSource("hf", root, description, key, revision_sha=sha, endpoint=endpoint, token=token,
+                          storage_options=options)
+
+
+def list_source(resolved: ResolvedSource) -> dict[str, FileEntry]:
+    """Every file below the root with its size and version: one recursive listing (paged by the client)."""
+    fs = resolved.filesystem()
+    secrets_ = resolved.secrets()
+    try:
+        found = fs.find(resolved.root, detail=True, withdirs=False)
+    except Exception as error:  # each client has its own hierarchy (OSError, httpx, botocore)
+        status = status_of(error)
+        message = error_line(error, secrets_)
+        if isinstance(error, PermissionError) or status in (401, 403):
+            raise PermissionError(f"Listing {resolved.description} was refused: {message}. Check the credentials "
+                                  f"(storage_options=, or the client's environment and config files); they are "
+                                  f"not shown here.") from None
+        if isinstance(error, FileNotFoundError) or status == 404:
+            raise FileNotFoundError(f"{resolved.description} not found: {message}") from None
+        raise ConnectionError(f"Listing {resolved.description} failed: {type(error).__name__}: {message}") from None
+    root = resolved.root.rstrip("/")
+    infos = {}
+    for path, info in found.items():
+        path = fs._strip_protocol(path) if "://" in path else path
+        if path.startswith(root + "/") and info.get("type", "file") == "file":
+            infos[path[len(root) + 1:]] = info
+    if not infos:
+        raise FileNotFoundError(f"{resolved.description} holds no files: check the path (a LeRobot v3.0 dataset "
+                                f"has meta/info.json below its root).")
+    unsized = sorted(relpath for relpath, info in infos.items() if info.get("size") is None)
+    if unsized:  # an HTML folder listing (plain HTTP servers) has links, not sizes
+        infos.update(_sized(fs, resolved, unsized))
+    listing = {}
+    for relpath, info in infos.items():
+        version = next((str(info[k]) for k in ("blob_id", "ETag", "etag", "md5Hash", "generation", "mtime", "oid",
+                                                "Last-Modified") if info.get(k)), "")
+        listing[relpath] = FileEntry(int(info["size"]), version)
+    return listing
+
+
+def _sized(fs: fsspec.AbstractFileSystem, resolved: ResolvedSource, relpaths: list[str]) -> dict[str, dict]:
+    """``info`` (with a size) of each file: HEAD, else a GET's headers (fsspec's ``info``), else a
+    ranged GET's ``Content-Range``; requests in parallel on async filesystems."""
+    urls = [resolved.path(relpath) for relpath in relpaths]
+    if isinstance(fs, AsyncFileSystem):
+        async def all_infos() -> list:
+            gate = asyncio.Semaphore(_SIZE_REQUESTS_IN_FLIGHT)
+
+            async def one(url: str) -> Any:
+                async with gate:
+                    try:
+                        info = await fs._info(url)
+                        if info.get("size") is None and resolved.protocol in _HTTP:
+                            info["size"] = await _ranged_size(fs, url)
+                        return info
+                    except Exception as error:  # returned, so one failure does not leave others running
+                        return error
+
+            return await asyncio.gather(*(one(url) for url in urls))
+
+        results = fsspec.asyn.sync(fs.loop, all_infos)
+    else:
+        results = []
+        for url in urls:
+            try:
+                results.append(fs.info(url))
+            except Exception as error:
+                results.append(error)
+    infos = {}
+    for relpath, result in zip(relpaths, results):
+        where = f"{resolved.description}/{relpath}"
+        if isinstance(result, BaseException):
+            raise ConnectionError(f"Asking the size of {where} failed: {type(result).__name__}: "
+                                  f"{error_line(result, resolved.secrets())}") from None
+        if result.get("size") is None:
+            raise OSError(f"{where}: the server gives no size for it (no Content-Length on HEAD or GET, no "
+                          f"Content-Range on a ranged GET); episodestream needs file sizes to read byte ranges.")
+        infos[relpath] = result
+    if resolved.protocol in _HTTP and isinstance(fs, AsyncFileSystem):
+        _warn_without_ranges(fs, resolved, relpaths)
+    return infos
+
+
+async def _first_byte(fs: Any, url: str) -> tuple[int, Any]:
+    """Status and headers of a GET of ``url``'s first byte (the body is not read)."""
+    options = dict(fs.kwargs)
+    headers = {**options.pop("headers", {}), "Range": "bytes=0-0"}
+    session = await fs.set_session()
+    async with session.get(fs.encode_url(url), headers=headers, **options) as response:
+        return response.status, response.headers
+
+
+async def _ranged_size(fs: Any, url: str) -> int | None:
+    _, headers = await _first_byte(fs, url)
+    total = headers.get("Content-Range", "").rpartition("/")[2]
+    return int(total) if total.isdigit() else None
+
+
+def _warn_without_ranges(fs: Any, resolved: ResolvedSource, relpaths: list[str]) -> None:
+    """One ranged GET: a server that ignores ``Range`` works (reads are cut from whole bodies) but
+    sends the whole file for every read, which a user should know."""
+    try:
+        status, _ = fsspec.asyn.sync(fs.loop, _first_byte, fs, resolved.path(relpaths[0]))
+    except Exception:  # the reads will say what is wrong, naming the file
+        return
+    if status == 200:
+        logger.warning("%s ignores HTTP Range requests (it answered a ranged GET of %s with the whole file): "
+                       "every read downloads whole files. Serve it with a server that supports Range.",
+                       resolved.description, relpaths[0])

@@ -1,0 +1,325 @@
+"""``RemoteVideos``: one consumer's video bytes of a remote dataset (the ``EpisodeVideos`` seam).
+
+Admitting an episode fetches, on a few background threads (``DaemonPool``), a sparse copy of each
+camera's mp4 holding the header and the episode's byte span (found from the mp4's sample tables,
+``_mp4``), which the decoder reads like the whole file. Entries live in the node cache
+(``NodeCache``), referenced once per consumer however many of its episodes share one.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import secrets
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from episodestream._format.files import EpisodeVideos
+from episodestream._remote.cache.budget import DISK_SLACK_BYTES
+from episodestream._remote.transport.daemon_pool import DaemonPool
+from episodestream._remote.source.mp4 import Mp4Header, Mp4LayoutError, VideoTrack, read_header
+from episodestream._remote.cache.node_cache import release_all
+from episodestream._remote.transport.reader import LARGE_READ_BYTES
+
+if TYPE_CHECKING:
+    from episodestream._format.metadata import EpisodeInfo
+    from episodestream._remote.source.files import RemoteFiles
+
+logger = logging.getLogger("episodestream.remote")
+
+SPAN_PAD_MAX_BYTES = 64 * 1024
+HEADER_BLOCK_BYTES = 4096
+_SPAN_PAD_FRACTION = 64  # pad each side by 1/64 of the span, at most SPAN_PAD_MAX_BYTES
+_CLOSE_JOIN_S = 60.0
+
+
+@dataclass(frozen=True)
+class VideoStats:
+    """One consumer's video fetching: spans and whole files it acquired, and how often ``path``
+    had to wait for bytes that were not local yet."""
+
+    spans: int = 0
+    whole_files: int = 0
+    waits: int = 0
+    wait_s: float = 0.0
+
+
+class _Task:
+    """Getting one camera's bytes of one admitted episode local."""
+
+    def __init__(self, episode: EpisodeInfo, key: str) -> None:
+        self.episode, self.key = episode, key
+        self.done = threading.Event()
+        self.started = False
+        self.cancelled = False  # evicted (or closed) before or while running
+        self.path: str | None = None
+        self.entry: str | None = None
+        self.error: BaseException | None = None
+
+
+class RemoteVideos(EpisodeVideos):
+    """One consumer's prefetch-on-admit video cache (``EpisodeVideos``).
+
+    ``admit`` queues a task per camera; ``path`` waits for it (running it in the caller when no
+    thread has started it yet); ``evict`` releases the episode's cache entries once its
+    admissions are all evicted. mp4 headers stay referenced until ``close``, so each file's header
+    is fetched once while the consumer runs.
+    """
+
+    prefetches = True
+
+    def __init__(self, files: RemoteFiles, *, threads: int = 4) -> None:
+        self._files = files
+        self._cache = files.cache
+        self._holder = secrets.token_hex(6)
+        self._lock = threading.Lock()
+        self._admitted: dict[int, int] = {}
+        self._tasks: dict[tuple[int, str], _Task] = {}
+        self._counts: dict[str, int] = {}  # this consumer's references per cache entry
+        self._entry_locks: dict[str, threading.Lock] = {}
+        self._headers: dict[str, tuple[Mp4Header, VideoTrack] | None] = {}
+        self._header_locks: dict[str, threading.Lock] = {}
+        self._header_entries: set[str] = set()
+        self._pool = DaemonPool(threads)
+        self._counts_by_kind = {"spans": 0, "whole_files": 0, "waits": 0}
+        self._wait_s = 0.0
+        # A task waits for a lock (timeout_s) and twice for space (the header, the span): path()
+        # waits longer, so the task's own error (a CacheFullError naming the pins) is what surfaces.
+        self._timeout_s = self._cache.timeout_s + 2 * self._cache.wait_s
+        # A consumer dropped without close() (a map-style dataset's, at exit) still lets go.
+        weakref.finalize(self, release_all, self._cache, self._holder, self._counts)
+
+    # -- EpisodeVideos ---------------------------------------------------------------------------
+
+    def admit(self, episode: EpisodeInfo) -> None:
+        tasks = []
+        with self._lock:
+            count = self._admitted.get(episode.episode_index, 0)
+            self._admitted[episode.episode_index] = count + 1
+            if count:
+                return
+            for key in episode.videos:
+                task = self._tasks[(episode.episode_index, key)] = _Task(episode, key)
+                tasks.append(task)
+        for task in tasks:
+            self._pool.submit(functools.partial(self._run, task))
+
+    def path(self, episode: EpisodeInfo, key: str) -> str:
+        with self._lock:
+            task = self._tasks.get((episode.episode_index, key))
+        if task is None:  # not admitted (or evicted meanwhile): admit now, the caller evicts later
+            self.admit(episode)
+            with self._lock:
+                task = self._tasks.get((episode.episode_index, key))
+            if task is None:
+                raise KeyError(f"episode {episode.episode_index} has no video key {key!r} "
+                               f"(keys: {sorted(episode.videos)}).")
+        if not task.done.is_set():
+            self._run(task)  # no-op when a thread has started it
+            start_s = time.monotonic()
+            finished = task.done.wait(self._timeout_s)
+            with self._lock:
+                self._counts_by_kind["waits"] += 1
+                self._wait_s += time.monotonic() - start_s
+            if not finished:
+                relpath = episode.videos[key].relpath
+                raise TimeoutError(f"The video bytes of episode {episode.episode_index} ({key}) from "
+                                   f"{self._files.description}/{relpath} were not local after "
+                                   f"{self._timeout_s:.0f} s.")
+        if task.error is not None:
+            raise task.error
+        return task.path
+
+    def evict(self, episode: EpisodeInfo) -> None:
+        releases = []
+        with self._lock:
+            count = self._admitted.get(episode.episode_index, 0) - 1
+            if count > 0:
+                self._admitted[episode.episode_index] = count
+                return
+            self._admitted.pop(episode.episode_index, None)
+            for key in episode.videos:
+                task = self._tasks.pop((episode.episode_index, key), None)
+                if task is None:
+                    continue
+                task.cancelled = True
+                if task.done.is_set() and task.entry is not None:
+                    releases.append(task.entry)
+                    task.entry = None
+        for name in releases:
+            self._unhold(name)
+
+    def close(self) -> None:
+        """Stop fetching; release every entry this consumer holds (the last user deletes it)."""
+        with self._lock:
+            tasks = list(self._tasks.values())
+            self._tasks.clear()
+            self._admitted.clear()
+            for task in tasks:
+                task.cancelled = True
+        self._pool.close(_CLOSE_JOIN_S)
+        releases = []
+        with self._lock:
+            for task in tasks:
+                if task.done.is_set() and task.entry is not None:
+                    releases.append(task.entry)
+                    task.entry = None
+            headers, self._header_entries = sorted(self._header_entries), set()
+            self._headers.clear()
+        for name in releases:
+            self._unhold(name)
+        for name in headers:
+            self._unhold(name)
+
+    def stats(self) -> VideoStats:
+        with self._lock:
+            return VideoStats(**self._counts_by_kind, wait_s=self._wait_s)
+
+    # -- fetching --------------------------------------------------------------------------------
+
+    def _run(self, task: _Task) -> None:
+        with self._lock:
+            if task.started:
+                return
+            task.started = True
+            skip = task.cancelled
+        if skip:
+            task.done.set()
+            return
+        entry = path = error = None
+        try:
+            entry, path = self._fetch(task.episode, task.key, stop=lambda: task.cancelled)
+        except BaseException as caught:  # handed to path(); this thread must keep serving
+            error = caught
+        with self._lock:
+            task.error, task.path = error, path
+            orphan = entry if task.cancelled else None
+            if not task.cancelled:
+                task.entry = entry
+            task.done.set()
+        if orphan is not None:
+            self._unhold(orphan)
+
+    def _hold(self, name: str, acquire: Callable[[], Path]) -> Path:
+        """One node-wide reference per entry for this consumer, however many episodes share it."""
+        with self._lock:
+            entry_lock = self._entry_locks.setdefault(name, threading.Lock())
+        with entry_lock:
+            if self._counts.get(name, 0) == 0:
+                path = acquire()
+            else:
+                path = self._cache.path(name)
+            with self._lock:
+                self._counts[name] = self._counts.get(name, 0) + 1
+            return path
+
+    def _unhold(self, name: str) -> None:
+        with self._lock:
+            entry_lock = self._entry_locks.setdefault(name, threading.Lock())
+        with entry_lock:
+            with self._lock:
+                count = self._counts.get(name, 0) - 1
+                if count > 0:
+                    self._counts[name] = count
+                    return
+                self._counts.pop(name, None)
+            self._cache.release(name, self._holder)
+
+    def _header(self, relpath: str, stop: Callable[[], bool]) -> tuple[Mp4Header, VideoTrack] | None:
+        """The mp4's header and sample tables (None: a layout we do not map; fetch it whole)."""
+        with self._lock:
+            lock = self._header_locks.setdefault(relpath, threading.Lock())
+        with lock:
+            with self._lock:
+                if relpath in self._headers:
+                    return self._headers[relpath]
+            parsed = self._load_header(relpath, stop)
+            with self._lock:
+                self._headers[relpath] = parsed
+            return parsed
+
+    def _load_header(self, relpath: str, stop: Callable[[], bool]) -> tuple[Mp4Header, VideoTrack] | None:
+        files = self._files
+        name = files.cache_name("headers", relpath, ".hdr")
+        size = files.size_bytes(relpath)
+        found: dict[str, Mp4Header] = {}
+
+        def download(tmp: Path) -> int:
+            # Small blocks: box headers sit just before megabytes of mdat that are not wanted here.
+            header = read_header(lambda s, e: files.read_range(relpath, s, e, block_bytes=HEADER_BLOCK_BYTES), size)
+            stored = tmp.write_bytes(header.to_bytes())
+            found["header"] = header
+            return stored  # a header entry's bytes: what it stores
+
+        try:
+            # Reserved before the header is known; moov is well under 1% of a LeRobot mp4.
+            path = self._hold(name, lambda: self._cache.acquire(
+                name, self._holder, download, size_bytes=min(size, 1024 * 1024),
+                what=f"the header of {files.description}/{relpath}", stop=stop))
+        except Mp4LayoutError as error:
+            logger.warning("%s/%s: %s; fetching the whole file for its episodes instead of their spans.",
+                           files.description, relpath, error)
+            return None
+        header = found.get("header") or Mp4Header.from_bytes(path.read_bytes())
+        try:
+            parsed = (header, VideoTrack.parse(header.moov))
+        except Mp4LayoutError as error:
+            logger.warning("%s/%s: %s; fetching the whole file for its episodes instead of their spans.",
+                           files.description, relpath, error)
+            self._unhold(name)
+            return None
+        with self._lock:
+            self._header_entries.add(name)
+        return parsed
+
+    def _fetch(self, episode: EpisodeInfo, key: str, stop: Callable[[], bool]) -> tuple[str, str]:
+        files = self._files
+        video = episode.videos[key]
+        relpath = video.relpath
+        if not files.exists(relpath):
+            raise FileNotFoundError(f"Video file {files.description}/{relpath} (episode {episode.episode_index}, "
+                                    f"{key}) is missing.")
+        parsed = self._header(relpath, stop)
+        span = None
+        if parsed is not None:
+            header, track = parsed
+            try:
+                span = track.span(video.from_timestamp_s, video.to_timestamp_s)
+            except Mp4LayoutError as error:
+                logger.warning("%s/%s (episode %d): %s; fetching the whole file.", files.description, relpath,
+                               episode.episode_index, error)
+        if span is None:
+            name = files.cache_name("files", relpath)
+            path = self._hold(name, lambda: files.fetch_whole(relpath, holder=self._holder, stop=stop))
+            with self._lock:
+                self._counts_by_kind["whole_files"] += 1
+            return name, str(path)
+        pad = min(SPAN_PAD_MAX_BYTES, span.size_bytes // _SPAN_PAD_FRACTION)
+        start, end = max(0, span.start - pad), min(header.file_size, span.end + pad)
+        name = files.cache_name("spans", relpath, f"/{start}-{end}.mp4")
+        def build(tmp: Path) -> int:
+            # A sparse file of the original size: the header regions and this span at their
+            # offsets, holes elsewhere. The decoder indexes it from moov and reads only our span.
+            with open(tmp, "wb") as out:
+                out.truncate(header.file_size)
+                for offset, data in header.regions:
+                    out.seek(offset)
+                    out.write(data)
+                out.seek(start)
+                for piece in range(start, end, LARGE_READ_BYTES):
+                    piece_end = min(end, piece + LARGE_READ_BYTES)
+                    out.write(files.read_range(relpath, piece, piece_end, exact=True))
+            return end - start  # the span's byte range (the header regions are counted with the header)
+
+        path = self._hold(name, lambda: self._cache.acquire(
+            name, self._holder, build, size_bytes=header.size_bytes + (end - start) + DISK_SLACK_BYTES,
+            what=f"{files.description}/{relpath} bytes {start}..{end} (episode {episode.episode_index})",
+            stop=stop))
+        with self._lock:
+            self._counts_by_kind["spans"] += 1
+        return name, str(path)

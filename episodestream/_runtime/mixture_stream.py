@@ -1,0 +1,212 @@
+"""A mixture consumer's pass as a ``ConsumerStream``: the components' planned samples, interleaved
+in the consumer's order, keys renamed and ``dataset_index`` added.
+
+Each component plans its own steps through its own pool (``_DatasetStream``). The mixture's order
+switches component every sample or two, so groups of one component's samples would be one or two
+samples long and decoding would lose its grouping (one decoder call per file per group: an epoch
+in groups of 1 took 1.6x as long as in groups of 8, measured once on a loaded machine). So the mixture's groups are runs of
+``decode_group_size`` consecutive samples of any components, all given to one extra source
+(index ``len(components)``) whose builder decodes each component's part with that component's
+builder and decoders (``MixedBuilder``). A component group's evicted episodes travel with its last
+sample and are released, per component, once that sample is decoded.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from episodestream._sample.builder import PendingSample
+from episodestream._format.metadata import EpisodeInfo
+from episodestream._runtime.stream import ConsumerStream, Decoders, GroupBuilder, PlannedGroup
+from episodestream._sample.video.decoder_cache import DecodedFile, DecoderCache, FrameQuery
+
+
+@dataclass
+class _MixedGroup(PlannedGroup):
+    """A group of one component's samples whose evictions may be any component's: ``evicted``
+    lists them all, ``evicted_by`` says whose (what ``release`` needs)."""
+
+    evicted_by: list[tuple[int, EpisodeInfo]] = field(default_factory=list)
+
+
+class _Renamer:
+    """A component's keys to the mixture's (``{its key: mixture key}``), pad masks alike."""
+
+    def __init__(self, rename: Mapping[str, str]) -> None:
+        self.forward = {**rename, **{f"{k}_is_pad": f"{v}_is_pad" for k, v in rename.items()}}
+        self.backward = {v: k for k, v in self.forward.items()}
+
+    def keys(self, mapping: Mapping[str, Any], table: Mapping[str, str]) -> dict[str, Any]:
+        return {table.get(k, k): v for k, v in mapping.items()}
+
+
+class SourceBuilder:
+    """A component's ``SampleBuilder`` for samples whose keys the mixture renamed: decoding and
+    in-place frame writes as the component's; ``finish`` runs the component's own (its
+    ``image_transforms`` name its own keys) and renames the result."""
+
+    def __init__(self, inner: GroupBuilder, renamer: _Renamer | None) -> None:
+        self._inner, self._renamer = inner, renamer
+        self.frame_dtype = inner.frame_dtype
+        self.writes_in_place = inner.writes_in_place
+        self.decode = inner.decode
+        self.write_frame = inner.write_frame
+
+    def finish(self, pending: PendingSample, frames: Sequence[torch.Tensor]) -> dict[str, Any]:
+        renamer = self._renamer
+        if renamer is None:
+            return self._inner.finish(pending, frames)
+        own = PendingSample(renamer.keys(pending.item, renamer.backward),
+                            [renamer.backward.get(k, k) for k in pending.video_keys],
+                            pending.windowed, pending.queries, pending.task)
+        return renamer.keys(self._inner.finish(own, frames), renamer.forward)
+
+    def build(self, cache, pendings: Sequence[PendingSample]) -> list[dict[str, Any]]:
+        decoded = self.decode(cache, pendings)
+        return [self.finish(p, [decoded[q.path].gather(q) for q in p.queries]) for p in pendings]
+
+
+class _CacheBundle:
+    """One decode thread's decoder caches of every component, as the mixed source's "cache"
+    (the caches themselves are closed and counted as the components' own)."""
+
+    def __init__(self, caches: Sequence[DecoderCache]) -> None:
+        self._caches = list(caches)
+
+    def __getitem__(self, component: int) -> DecoderCache:
+        return self._caches[component]
+
+    def stats(self) -> dict[str, int]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+class MixedBuilder:
+    """The builder of groups mixing components: each sample decoded and finished by its own
+    component's builder (``dataset_index`` says which), files decoded once per component part."""
+
+    def __init__(self, builders: Sequence[SourceBuilder]) -> None:
+        self._builders = list(builders)
+        # In-place frame writes need one conversion for all (the loader checks every builder).
+        self.frame_dtype = builders[0].frame_dtype
+        self.writes_in_place = all(b.writes_in_place for b in builders)
+        self.write_frame = builders[0].write_frame
+
+    def decode(self, caches: _CacheBundle, pendings: Sequence[PendingSample]) -> dict[str, DecodedFile]:
+        # Each file once, by the first component that wants it: two components may select episodes
+        # of one folder, and one decoder call for all its frames beats one per component.
+        owner: dict[str, int] = {}
+        queries: dict[int, list[FrameQuery]] = {}
+        for pending in pendings:
+            component = int(pending.item["dataset_index"])
+            for query in pending.queries:
+                queries.setdefault(owner.setdefault(query.path, component), []).append(query)
+        decoded: dict[str, DecodedFile] = {}
+        for component, wanted in queries.items():
+            carrier = PendingSample({}, [], [], wanted, "")  # SampleBuilder.decode reads only the queries
+            decoded.update(self._builders[component].decode(caches[component], [carrier]))
+        return decoded
+
+    def finish(self, pending: PendingSample, frames: Sequence[torch.Tensor]) -> dict[str, Any]:
+        return self._builders[int(pending.item["dataset_index"])].finish(pending, frames)
+
+    def build(self, caches: _CacheBundle, pendings: Sequence[PendingSample]) -> list[dict[str, Any]]:
+        decoded = self.decode(caches, pendings)
+        return [self.finish(p, [decoded[q.path].gather(q) for q in p.queries]) for p in pendings]
+
+
+class MixtureStream(ConsumerStream):
+    """One consumer's pass over a mixture (see the module docstring)."""
+
+    def __init__(self, streams: Sequence[ConsumerStream], order: np.ndarray, *,
+                 renames: Sequence[Mapping[str, str]], group_size: int, finished: Callable[[], None]) -> None:
+        self._streams = list(streams)
+        self._order = order
+        self._group_size = group_size
+        self._renamers = [_Renamer(r) if r else None for r in renames]
+        own = [SourceBuilder(s.builder(0), r) for s, r in zip(self._streams, self._renamers)]
+        self._builders: list[SourceBuilder | MixedBuilder] = [*own, MixedBuilder(own)]
+        self._mixed = len(self._streams)  # the source index of mixed groups
+        self._indices = [torch.tensor(i, dtype=torch.int64) for i in range(len(self._streams))]
+        self._finished = finished
+        self.num_samples = len(order)
+        self.num_cameras = self._streams[0].num_cameras
+        self.num_sources = len(self._streams) + 1
+        self._groups: Iterator[PlannedGroup] | None = None
+
+    def groups(self) -> Iterator[PlannedGroup]:
+        if self._groups is None:
+            self._groups = self._interleave()
+        return self._groups
+
+    def _pending(self, component: int, pending: PendingSample) -> PendingSample:
+        renamer = self._renamers[component]
+        item = pending.item if renamer is None else renamer.keys(pending.item, renamer.forward)
+        item["dataset_index"] = self._indices[component].clone()
+        keys = pending.video_keys if renamer is None else [renamer.forward.get(k, k) for k in pending.video_keys]
+        return PendingSample(item, keys, pending.windowed, pending.queries, pending.task)
+
+    def _interleave(self) -> Iterator[PlannedGroup]:
+        # Per component: its planned samples not yet handed on, each with the episodes its group
+        # evicted (on the group's last sample) and the component's groups not yet pulled.
+        ready: list[deque[tuple[PendingSample, list]]] = [deque() for _ in self._streams]
+        sources = [s.groups() if s.num_samples else iter(()) for s in self._streams]
+        carried: list[tuple[int, EpisodeInfo]] = []  # evictions of sample-less groups, handed on with the next group
+
+        def pull(component: int) -> None:
+            while not ready[component]:
+                group = next(sources[component])
+                gone = [(component, episode) for episode in group.evicted]
+                if not group.pendings:
+                    carried.extend(gone)
+                    continue
+                last = len(group.pendings) - 1
+                ready[component].extend((p, gone if i == last else []) for i, p in enumerate(group.pendings))
+
+        order = self._order.tolist()
+        for start in range(0, len(order), self._group_size):
+            pendings, evicted = [], carried[:]
+            carried.clear()
+            for component in order[start:start + self._group_size]:
+                pull(component)
+                pending, gone = ready[component].popleft()
+                pendings.append(self._pending(component, pending))
+                evicted.extend(gone)
+            yield _MixedGroup(pendings, [e for _, e in evicted], self._mixed, evicted)
+        # What the components still evict after their last samples.
+        for component, groups in enumerate(sources):
+            for group in groups:
+                carried.extend((component, episode) for episode in group.evicted)
+        if carried:
+            yield _MixedGroup([], [e for _, e in carried], self._mixed, carried)
+
+    def builder(self, source: int) -> SourceBuilder | MixedBuilder:
+        return self._builders[source]
+
+    def open_decoders(self) -> Decoders:
+        caches = [stream.open_decoders()[0] for stream in self._streams]
+        return Decoders([*caches, _CacheBundle(caches)])
+
+    def release(self, group: PlannedGroup) -> None:
+        by_component: dict[int, list[EpisodeInfo]] = {}
+        for component, episode in group.evicted_by:  # type: ignore[attr-defined]  # groups() makes _MixedGroup
+            by_component.setdefault(component, []).append(episode)
+        for component, episodes in by_component.items():
+            self._streams[component].release(PlannedGroup([], episodes, component))
+
+    def finished(self) -> None:
+        self._finished()
+
+    def close(self) -> None:
+        if self._groups is not None:
+            self._groups.close()  # type: ignore[attr-defined]  # a generator
+        for stream in self._streams:
+            stream.close()

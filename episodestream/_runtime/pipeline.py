@@ -1,0 +1,211 @@
+"""Plan decode groups in order on one thread at a time, decode them on several, hand them out in order.
+
+The engine of ``EpisodeLoader`` and of ``EpisodeStreamingDataset(decode_threads=N)``.
+
+Why threads: torchcodec's decode calls release the GIL (two threads decode 1.9-2.0x the frames of
+one on two cores, docs/benchmarks.md), so a process can use its cores for decoding without a
+process boundary to cross, and batches can be built where the trainer is.
+
+Why the standard library rather than torchdata.nodes or SPDL: the work is one stage whose threads
+each keep their own decoders (a decoder must never be used by two threads at once), whose results
+must come out in order, and whose writes go to batch memory chosen at planning time. A Condition and
+a lock say exactly that in this module, without a dependency that would own the threads' state.
+
+Determinism: planning (the pool schedule, reading rows, admitting video) runs under ``_plan_lock``,
+one thread at a time, in the order of the single-threaded stream; each group gets its sequence
+number and the stream position of its first sample while that lock is held. Threads only decode
+and build, so the samples and their order never depend on thread timing or on the thread count.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from episodestream._runtime.stream import ConsumerStream, Decoders, PlannedGroup
+from episodestream._base.tracing import trace_span
+
+
+@dataclass
+class DecodedGroup:
+    """One planned group: its samples start at stream position ``first_sample``."""
+
+    first_sample: int
+    group: PlannedGroup
+    result: Any = None
+    error: BaseException | None = None
+    done: bool = False
+    count: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.count = len(self.group.pendings)
+
+
+def _failed(first_sample: int, error: BaseException) -> DecodedGroup:
+    return DecodedGroup(first_sample, PlannedGroup([], []), error=error, done=True)
+
+
+class GroupPipeline:
+    """Decode the groups of ``groups`` on ``num_threads`` threads; ``next_group`` returns them in order.
+
+    ``work(decoders, first_sample, group)`` runs in a decode thread with that thread's own
+    ``Decoders`` (from ``open_decoders``); its return value (or exception) is the group's result. Threads plan ahead
+    only while fewer than ``allow(samples)`` samples are planned, which bounds memory.
+    """
+
+    def __init__(self, groups: Iterator[PlannedGroup], *, work: Callable[[Decoders, int, PlannedGroup], Any],
+                 open_cache: Callable[[], Decoders], num_threads: int, allowed_samples: int,
+                 name: str = "episodestream-decode") -> None:
+        self._groups = groups
+        self._work = work
+        self._open_cache = open_cache
+        self._plan_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._queue: deque[DecodedGroup] = deque()  # planned, not yet handed out, in order
+        self._planned_samples = 0
+        self._allowed_samples = allowed_samples
+        self._exhausted = False  # planning ended (the stream's end, or an error while planning)
+        self._stopping = False
+        self._threads = [threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
+                         for i in range(num_threads)]
+        # Daemon threads: a loader the trainer never closes must not keep the interpreter from
+        # exiting. close() joins them; tests' thread police checks none outlives its loader.
+        for thread in self._threads:
+            thread.start()
+
+    def allow(self, samples: int) -> None:
+        """Let threads plan until ``samples`` samples (counted from the stream's start) are planned."""
+        with self._cond:
+            if samples > self._allowed_samples:
+                self._allowed_samples = samples
+                self._cond.notify_all()
+
+    def next_group(self) -> DecodedGroup | None:
+        """The next group in stream order, once decoded (None after the last). Raises the error
+        that planning or decoding it raised, in the caller's thread."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._stopping or (self._queue and self._queue[0].done)
+                                or (self._exhausted and not self._queue))
+            if not self._queue or not self._queue[0].done:
+                return None
+            group = self._queue.popleft()
+        if group.error is not None:
+            raise group.error
+        return group
+
+    def close(self) -> None:
+        """Stop planning, let groups being decoded finish, join the threads."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join()
+        close = getattr(self._groups, "close", None)
+        if close is not None:
+            close()
+
+    # -- decode threads ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            cache = self._open_cache()
+        except BaseException as error:  # the consumer must hear of it, not wait for this thread
+            with self._cond:
+                self._queue.append(_failed(self._planned_samples, error))
+                self._exhausted = True
+                self._cond.notify_all()
+            return
+        try:
+            while (group := self._plan_next()) is not None:
+                try:
+                    group.result = self._work(cache, group.first_sample, group.group)
+                except BaseException as error:  # handed to the consumer's thread by next_group
+                    group.error = error
+                with self._cond:
+                    group.done = True
+                    self._cond.notify_all()
+        finally:
+            cache.close()
+
+    def _plan_next(self) -> DecodedGroup | None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._stopping or self._exhausted
+                                    or self._planned_samples < self._allowed_samples)
+                if self._stopping or self._exhausted:
+                    return None
+            with self._plan_lock:
+                with self._cond:  # another thread may have planned while this one waited for the lock
+                    if self._stopping or self._exhausted:
+                        return None
+                    if self._planned_samples >= self._allowed_samples:
+                        continue
+                try:
+                    planned = next(self._groups)
+                except StopIteration:
+                    with self._cond:
+                        self._exhausted = True
+                        self._cond.notify_all()
+                    return None
+                except BaseException as error:
+                    # Planning is sequential: nothing after a failed group can be planned.
+                    with self._cond:
+                        self._queue.append(_failed(self._planned_samples, error))
+                        self._exhausted = True
+                        self._cond.notify_all()
+                    return None
+                with self._cond:
+                    group = DecodedGroup(self._planned_samples, planned)
+                    self._queue.append(group)
+                    self._planned_samples += group.count
+                    return group
+
+
+def stream_samples(stream: ConsumerStream, *, decode_threads: int, group_size: int,
+                   opened: list[Decoders] | None = None) -> Iterator[dict[str, Any]]:
+    """A stream's samples, in order, for a dataset's (or mixture's) own ``__iter__``: groups built
+    in this thread when ``decode_threads`` is 1, else on a ``GroupPipeline``; ``opened`` collects
+    the decoders opened (for ``decoder_stats``). Marks the epoch finished after the last sample."""
+
+    def open_decoders() -> Decoders:
+        decoders = stream.open_decoders()
+        if opened is not None:
+            opened.append(decoders)  # list.append is atomic; read only for stats
+        return decoders
+
+    def build(decoders: Decoders, first_sample: int, group: PlannedGroup) -> list[dict[str, Any]]:
+        if not group.pendings:
+            return []
+        with trace_span("build", cat="samples", samples=len(group.pendings)):
+            return stream.builder(group.source).build(decoders[group.source], group.pendings)
+
+    if decode_threads == 1:  # no thread to hand groups to: build them here
+        decoders = open_decoders()
+        try:
+            for group in stream.groups():
+                yield from build(decoders, 0, group)
+                stream.release(group)
+        finally:
+            decoders.close()
+            stream.close()
+        stream.finished()
+        return
+    # Enough groups in flight to keep every thread busy while the consumer takes samples.
+    ahead = 2 * decode_threads * group_size
+    pipeline = GroupPipeline(stream.groups(), work=build, open_cache=open_decoders,
+                             num_threads=decode_threads, allowed_samples=ahead)
+    try:
+        done = 0
+        while (decoded := pipeline.next_group()) is not None:
+            done += decoded.count
+            pipeline.allow(done + ahead)
+            yield from decoded.result
+            stream.release(decoded.group)
+    finally:
+        pipeline.close()
+        stream.close()
+    stream.finished()

@@ -1,0 +1,93 @@
+"""The options both datasets share (``SourceOptions``), declared and documented once, and the check
+that refuses any other keyword.
+
+``EpisodeStreamingDataset`` and ``EpisodeDataset`` take ``**options: Unpack[SourceOptions]`` next to
+their own keyword-only arguments and hand them to ``DatasetCore``, whose signature holds the
+defaults. A ``**options`` swallows any keyword, so ``check_source_options`` refuses the unknown ones
+before anything is opened, as Python would for an explicit signature, with the closest valid one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    from episodestream._remote.transport.config import ControllerConfig
+
+
+class SourceOptions(TypedDict, total=False):
+    """Options both datasets take as keywords (each optional; the default follows its name).
+
+    What to read:
+        revision (None): a Hub branch, tag or commit, resolved once to a commit (None for local
+            folders).
+        episodes (None: all): episode indices to use. Honoured by the split, ``len`` and resume.
+        delta_timestamps (None): ``{feature_key: [seconds, ...]}`` windows, each a multiple of 1/fps.
+        tolerance_s (1e-4): how far a decoded frame's time, or a delta's rounding, may be from the
+            query.
+
+    What a sample looks like:
+        return_uint8 (False): camera frames as uint8 CHW instead of float32 in [0, 1].
+        image_transforms (None): a callable applied to every camera frame (or window) after decoding.
+        video_backend (None): "torchcodec" (the default when it loads) or "pyav"; also
+            ``EPISODESTREAM_VIDEO_BACKEND``.
+        decode_device ("cpu"): "cpu", or "cuda"/"cuda:N" to decode on the GPU (NVDEC via
+            torchcodec; frames come out on that device, so iterate in the main process,
+            num_workers=0).
+
+    Remote sources (given for a local folder, they are ignored with a warning):
+        cache_dir (None): where fetched bytes live (default ``EPISODESTREAM_CACHE_DIR``, else the
+            user's cache directory); shared, refcounted, by every process of the node.
+            ``EpisodeDataset`` also keeps a local folder's column cache there.
+        cache_limit (None): disk budget such as "20GB" (default ``EPISODESTREAM_CACHE_LIMIT``); a
+            budget smaller than what one consumer keeps in flight is refused at construction, with
+            the minimum.
+        storage_options (None): fsspec options for bucket URLs (credentials, endpoint).
+        token (None): the Hugging Face token (default: huggingface_hub's own).
+        hub_endpoint (None): the Hugging Face Hub's endpoint (default: huggingface_hub's own).
+        download_config (None): the download controller's knobs (node-wide permits, retries,
+            per-request timeout): a ControllerConfig, a dict of its knobs (the rest from
+            ``EPISODESTREAM_DOWNLOAD_*``) or None. See docs/download-controller.md.
+    """
+
+    revision: str | None
+    episodes: Sequence[int] | None
+    delta_timestamps: Mapping[str, Sequence[float]] | None
+    tolerance_s: float
+    return_uint8: bool
+    image_transforms: Callable | None
+    video_backend: str | None
+    decode_device: str
+    cache_dir: str | os.PathLike | None
+    cache_limit: int | str | None
+    storage_options: Mapping[str, Any] | None
+    token: str | None
+    hub_endpoint: str | None
+    download_config: ControllerConfig | Mapping[str, Any] | None
+
+
+SOURCE_OPTION_NAMES: tuple[str, ...] = tuple(SourceOptions.__annotations__)  # in the order documented
+
+
+def check_source_options(owner: type, options: Mapping[str, Any]) -> None:
+    """Refuse keywords that are neither ``owner``'s own constructor arguments nor ``SourceOptions``
+    keys: a TypeError naming the class, each such keyword with its closest valid one, and the
+    valid keywords."""
+    unknown = [key for key in options if key not in SOURCE_OPTION_NAMES]
+    if not unknown:
+        return
+    own = [name for name, parameter in inspect.signature(owner.__init__).parameters.items()  # type: ignore[misc]
+           if name != "self" and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)]
+    valid = own + list(SOURCE_OPTION_NAMES)
+    described = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, valid, n=1)
+        described.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    plural = "s" if len(unknown) > 1 else ""
+    raise TypeError(f"{owner.__name__}() got an unexpected keyword argument{plural} {', '.join(described)}. "
+                    f"Valid keywords: {', '.join(own)} (its own) and {', '.join(SOURCE_OPTION_NAMES)} "
+                    f"(SourceOptions).")

@@ -1,0 +1,121 @@
+/*
+ * episodestream._sample._chw_kernel: a decoded RGB frame, (H, W, 3) uint8 as FFmpeg lays it out, written
+ * into batch memory as (3, H, W) uint8, or float32 divided by 255 (LeRobot's `frames / 255.0`).
+ *
+ * Why C: the work is a de-interleave (every third byte to one plane). numpy and PyTorch do it with
+ * a scalar strided loop, about one byte per cycle: 0.13 ms per 240x320 frame into float32 and
+ * 0.065 ms into uint8 here, next to ~1.3 ms to decode the frame. A compiler vectorises this loop
+ * with byte shuffles (0.037 and 0.011 ms), which moved EpisodeLoader from 1.49-1.52 to 1.42-1.46 ms
+ * of CPU per frame in float32 (docs/benchmarks.md). No library this project uses exposes such a loop.
+ *
+ * The division is IEEE float32 division of the exact float value of each byte, as numpy's and
+ * PyTorch's are: bit for bit the same result (tests check every byte value); do not build it with
+ * -ffast-math. Built with the package where a C compiler is present (setuptools' optional
+ * extension: a failed build leaves it out); without it episodestream/_sample/chw.py does the same in numpy.
+ * The caller guarantees src and dst do not overlap (restrict); _chw.py checks it.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+/* An AVX2 copy of each loop beside the baseline's (SSE2 cannot shuffle bytes well), picked at load
+ * time: GCC with glibc's ifunc on x86-64 Linux. An AVX-512 (x86-64-v4) copy was slower on this
+ * project's AMD EPYC machines (0.054 vs 0.039 ms per float32 frame), so there is none. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__)
+#define PER_ISA __attribute__((target_clones("avx2", "default")))
+#else
+#define PER_ISA
+#endif
+
+#if defined(_MSC_VER) && !defined(__clang__)
+#define restrict __restrict /* MSVC knows C99's restrict only under /std:c11 */
+#endif
+
+PER_ISA static void planes_float32(const uint8_t *restrict rgb, float *restrict r, float *restrict g,
+                                   float *restrict b, Py_ssize_t pixels) {
+    const float max = 255.0f;
+    for (Py_ssize_t i = 0; i < pixels; i++) {
+        r[i] = (float)rgb[3 * i] / max;
+        g[i] = (float)rgb[3 * i + 1] / max;
+        b[i] = (float)rgb[3 * i + 2] / max;
+    }
+}
+
+PER_ISA static void planes_uint8(const uint8_t *restrict rgb, uint8_t *restrict r, uint8_t *restrict g,
+                                 uint8_t *restrict b, Py_ssize_t pixels) {
+    for (Py_ssize_t i = 0; i < pixels; i++) {
+        r[i] = rgb[3 * i];
+        g[i] = rgb[3 * i + 1];
+        b[i] = rgb[3 * i + 2];
+    }
+}
+
+static PyObject *hwc_to_chw(PyObject *module, PyObject *args) {
+    PyObject *src_obj, *dst_obj;
+    if (!PyArg_ParseTuple(args, "OO:hwc_to_chw", &src_obj, &dst_obj)) {
+        return NULL;
+    }
+    Py_buffer src, dst;
+    if (PyObject_GetBuffer(src_obj, &src, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(dst_obj, &dst, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&src);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const char *src_format = src.format ? src.format : "B";
+    const char *dst_format = dst.format ? dst.format : "B";
+    Py_ssize_t pixels = src.len / 3;
+    int to_float32 = dst.itemsize == 4 && dst_format[0] == 'f' && dst_format[1] == '\0';
+    int to_uint8 = dst.itemsize == 1 && dst_format[0] == 'B' && dst_format[1] == '\0';
+    if (src.itemsize != 1 || src_format[0] != 'B' || src_format[1] != '\0' || src.len % 3 != 0) {
+        PyErr_Format(PyExc_ValueError, "hwc_to_chw: src must be contiguous uint8 RGB (a multiple of 3 bytes), "
+                     "got format %s, itemsize %zd, %zd bytes", src_format, src.itemsize, src.len);
+    } else if (!to_float32 && !to_uint8) {
+        PyErr_Format(PyExc_ValueError, "hwc_to_chw: dst must be contiguous float32 or uint8, got format %s, "
+                     "itemsize %zd", dst_format, dst.itemsize);
+    } else if (dst.len != src.len * dst.itemsize) {
+        PyErr_Format(PyExc_ValueError, "hwc_to_chw: dst holds %zd values, src %zd", dst.len / dst.itemsize, src.len);
+    } else {
+        const uint8_t *rgb = (const uint8_t *)src.buf;
+        /* The decode threads call this concurrently: the loop needs no Python object. */
+        Py_BEGIN_ALLOW_THREADS
+        if (to_float32) {
+            float *out = (float *)dst.buf;
+            planes_float32(rgb, out, out + pixels, out + 2 * pixels, pixels);
+        } else {
+            uint8_t *out = (uint8_t *)dst.buf;
+            planes_uint8(rgb, out, out + pixels, out + 2 * pixels, pixels);
+        }
+        Py_END_ALLOW_THREADS
+        result = Py_None;
+        Py_INCREF(result);
+    }
+    PyBuffer_Release(&dst);
+    PyBuffer_Release(&src);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"hwc_to_chw", hwc_to_chw, METH_VARARGS,
+     "hwc_to_chw(src, dst): contiguous (H, W, 3) uint8 into contiguous (3, H, W) uint8, or float32 / 255."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_chw_kernel",
+    "Decoded RGB frames into planar batch memory (see episodestream/_sample/chw.py).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__chw_kernel(void) {
+    PyObject *m = PyModule_Create(&module);
+#ifdef Py_GIL_DISABLED
+    /* No state and no Python objects touched without the GIL: safe on free-threaded builds. */
+    if (m != NULL && PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+#endif
+    return m;
+}

@@ -1,0 +1,186 @@
+"""Building one sample from an episode's rows: values, windows, padding masks, video and task.
+
+Both datasets build samples here, so streamed and map-style samples cannot drift apart. The
+result matches LeRobot's map-style ``LeRobotDataset.__getitem__`` key for key, dtype for dtype.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from episodestream._sample.chw import divide_by_255_, write_chw
+from episodestream._format.files import EpisodeVideos
+from episodestream._format.metadata import DatasetMeta
+from episodestream._format.rows import EpisodeRows
+from episodestream._sample.video.decoder_cache import DecodedFile, DecoderCache, FrameQuery, decode_files
+
+
+def delta_indices(meta: DatasetMeta, delta_timestamps: Mapping[str, Sequence[float]] | None,
+                  tolerance_s: float) -> dict[str, np.ndarray]:
+    """Check ``delta_timestamps`` once and turn it into frame offsets (``round(delta * fps)``)."""
+    if delta_timestamps is None:
+        return {}
+    if not isinstance(delta_timestamps, Mapping):
+        raise TypeError(f"delta_timestamps must be a dict {{feature_key: [seconds, ...]}}, got {delta_timestamps!r}.")
+    offsets = {}
+    for key, deltas in delta_timestamps.items():
+        if key not in meta.features:
+            raise ValueError(f"delta_timestamps key {key!r} is not a feature of {meta.description}. "
+                             f"Valid keys are {sorted(meta.features)}.")
+        if isinstance(deltas, (str, bytes)) or not isinstance(deltas, Sequence) or not deltas:
+            raise ValueError(f"delta_timestamps[{key!r}] must be a non-empty list of seconds, got {deltas!r}.")
+        not_numbers = [d for d in deltas if isinstance(d, (bool, np.bool_))
+                       or not isinstance(d, (int, float, np.integer, np.floating))]
+        if not_numbers:
+            raise ValueError(f"delta_timestamps[{key!r}] must be a list of numbers (seconds); {not_numbers[0]!r} "
+                             f"is not one.")
+        seconds = np.asarray(deltas, dtype=np.float64)
+        # NaN or inf would round to garbage offsets and silently come back as padded frame 0.
+        not_finite = [float(d) for d, finite in zip(deltas, np.isfinite(seconds)) if not finite]
+        if not_finite:
+            raise ValueError(f"delta_timestamps[{key!r}] has non-finite values {not_finite}; every delta must be "
+                             f"a finite number of seconds.")
+        steps = seconds * meta.fps
+        # Same test as LeRobot's check_delta_timestamps: the time error of rounding to a frame.
+        off = np.abs(steps - np.round(steps)) / meta.fps > tolerance_s
+        if off.any():
+            raise ValueError(
+                f"delta_timestamps[{key!r}] has values {[d for d, bad in zip(deltas, off) if bad]} that are not multiples "
+                f"of 1/fps = 1/{meta.fps} s within tolerance_s={tolerance_s} ({meta.description} runs at {meta.fps} fps).")
+        offsets[key] = np.round(steps).astype(np.int64)
+    return offsets
+
+
+@dataclass
+class PendingSample:
+    """A sample whose tabular part is built and whose video frames are still to decode."""
+
+    item: dict[str, Any]
+    video_keys: list[str]  # parallel to ``queries``
+    windowed: list[bool]
+    queries: list[FrameQuery]
+    task: str
+
+
+def _decode_png(data: bytes, where: str) -> torch.Tensor:
+    try:
+        array = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    except Exception as error:
+        raise ValueError(f"{where}: image bytes cannot be decoded ({error})") from error
+    return torch.from_numpy(array.copy()).permute(2, 0, 1)
+
+
+class SampleBuilder:
+    def __init__(self, meta: DatasetMeta, *, offsets: Mapping[str, np.ndarray], tolerance_s: float,
+                 return_uint8: bool, image_transforms: Callable | None) -> None:
+        self._meta = meta
+        self._offsets = offsets
+        self._tolerance_s = tolerance_s
+        self._return_uint8 = return_uint8
+        self._image_transforms = image_transforms
+
+    def _rows_at(self, key: str, frame: int, length: int) -> tuple[np.ndarray | int, np.ndarray | None]:
+        offsets = self._offsets.get(key)
+        if offsets is None:
+            return frame, None
+        wanted = frame + offsets
+        # Out-of-episode rows repeat the boundary frame and are flagged, as LeRobot pads.
+        return np.clip(wanted, 0, length - 1), (wanted < 0) | (wanted >= length)
+
+    def _image(self, frames_uint8: torch.Tensor) -> torch.Tensor:
+        # Bit-identical to LeRobot's ``frames / 255.0`` (a float32 division either way), but the
+        # mixed-dtype division takes PyTorch's slow casting loop: converting first is ~2x faster.
+        return frames_uint8 if self._return_uint8 else divide_by_255_(frames_uint8.to(torch.float32))
+
+    @property
+    def frame_dtype(self) -> torch.dtype:
+        """The dtype of camera frames in a sample."""
+        return torch.uint8 if self._return_uint8 else torch.float32
+
+    @property
+    def writes_in_place(self) -> bool:
+        """Whether ``write_frame`` gives what ``finish`` would (no ``image_transforms`` to apply)."""
+        return self._image_transforms is None
+
+    def write_frame(self, out: np.ndarray | torch.Tensor, frame_uint8: np.ndarray | torch.Tensor) -> None:
+        """Write one decoded CHW frame into ``out`` (batch memory) as ``finish`` would convert it:
+        the same float32 division as ``_image``, bit for bit (tested over all 256 values), with no
+        temporary. CPU memory comes as numpy arrays, accelerator memory as tensors."""
+        if isinstance(out, torch.Tensor):
+            out.copy_(frame_uint8)
+            if not self._return_uint8:
+                divide_by_255_(out)
+        # On CPU, one single-threaded pass that releases the GIL (compiled, else numpy). PyTorch would
+        # start an OpenMP team per decode thread for a frame this size and oversubscribe the cores
+        # the decoders need; its thread count cannot be set per thread without changing the trainer's.
+        else:
+            write_chw(out, frame_uint8, to_float32=not self._return_uint8)
+
+    def plan(self, rows: EpisodeRows, frame: int, videos: EpisodeVideos) -> PendingSample:
+        episode = rows.episode
+        item: dict[str, Any] = {}
+        pads: dict[str, torch.Tensor] = {}
+        for name, column in rows.columns.items():
+            at, pad = self._rows_at(name, frame, rows.length)
+            # np.array copies the value (the tensor must not share the pool's rows) and keeps its
+            # dtype and shape, as torch.tensor would, at a third of its cost.
+            item[name] = torch.from_numpy(column[at] if pad is not None else np.array(column[at]))
+            if pad is not None:
+                pads[f"{name}_is_pad"] = torch.from_numpy(pad)
+        for name, values in rows.strings.items():
+            at, pad = self._rows_at(name, frame, rows.length)
+            if self._meta.features[name].dtype != "image":
+                item[name] = [values[i] for i in at] if pad is not None else values[at]
+            else:
+                where = f"{self._meta.description} episode {episode.episode_index} frame {frame} key {name!r}"
+                images = [_decode_png(values[i], where) for i in np.atleast_1d(at)]
+                item[name] = self._image(torch.stack(images) if pad is not None else images[0])
+            if pad is not None:
+                pads[f"{name}_is_pad"] = torch.from_numpy(pad)
+        video_keys, windowed, queries = [], [], []
+        timestamps = rows.columns["timestamp"]
+        for key, span in episode.videos.items():
+            at, pad = self._rows_at(key, frame, rows.length)
+            stamps = np.atleast_1d(timestamps[at])
+            video_keys.append(key)
+            windowed.append(pad is not None)
+            # Time within the file: the episode's start in it plus the row's own timestamp, never index/fps.
+            queries.append(FrameQuery(videos.path(episode, key),
+                                      [span.from_timestamp_s + float(t) for t in stamps],
+                                      f"episode {episode.episode_index} key {key!r}"))
+            if pad is not None:
+                pads[f"{key}_is_pad"] = torch.from_numpy(pad)
+        item.update(pads)
+        task_index = int(rows.columns["task_index"][frame])
+        if not 0 <= task_index < len(self._meta.tasks):
+            raise ValueError(f"{self._meta.description} episode {episode.episode_index} frame {frame}: task_index "
+                             f"{task_index} is not in meta/tasks.parquet ({len(self._meta.tasks)} tasks).")
+        return PendingSample(item, video_keys, windowed, queries, self._meta.tasks[task_index])
+
+    def finish(self, pending: PendingSample, frames: Sequence[torch.Tensor]) -> dict[str, Any]:
+        item = {}
+        for key, window, decoded in zip(pending.video_keys, pending.windowed, frames):
+            item[key] = self._image(decoded if window else decoded[0])
+        item.update(pending.item)
+        if self._image_transforms is not None:
+            for key in self._meta.camera_keys:
+                item[key] = self._image_transforms(item[key])
+        item["task"] = pending.task
+        return item
+
+    def decode(self, cache: DecoderCache, pendings: Sequence[PendingSample]) -> dict[str, DecodedFile]:
+        """Decode the frames of several samples together: one decoder call per file."""
+        return decode_files(cache, [q for p in pendings for q in p.queries], fps=self._meta.fps,
+                            tolerance_s=self._tolerance_s)
+
+    def build(self, cache: DecoderCache, pendings: Sequence[PendingSample]) -> list[dict[str, Any]]:
+        """Decode the frames of several samples together (one call per file) and finish them."""
+        decoded = self.decode(cache, pendings)
+        return [self.finish(p, [decoded[q.path].gather(q) for q in p.queries]) for p in pendings]

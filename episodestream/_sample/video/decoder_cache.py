@@ -1,0 +1,131 @@
+"""A per-consumer LRU of open video decoders, and grouped, tolerance-checked frame queries."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from episodestream._sample.chw import write_chw
+from episodestream._base.tracing import trace_span
+from episodestream._sample.video.backends import VideoReader
+
+MAX_DECODERS = 128
+
+
+class VideoDecodeError(RuntimeError):
+    """A video could not be decoded at the requested times."""
+
+
+@dataclass
+class FrameQuery:
+    """Frames wanted from one video file; ``who`` says what asked (for error messages)."""
+
+    path: str
+    timestamps_s: list[float]
+    who: str
+
+
+class DecoderCache:
+    """Open decoders by file path, least recently used closed first.
+
+    One per consumer (DataLoader worker or main process), never module-level: decoders hold FFmpeg
+    state that must not be shared across processes.
+    """
+
+    def __init__(self, open_reader: Callable[[str], VideoReader], *, capacity: int) -> None:
+        if not 1 <= capacity <= MAX_DECODERS:
+            raise ValueError(f"decoder cache capacity must be in 1..{MAX_DECODERS}, got {capacity!r}.")
+        self._open_reader = open_reader
+        self.capacity = capacity
+        self._readers: OrderedDict[str, VideoReader] = OrderedDict()
+        self._hits = self._misses = self._evictions = 0
+
+    def get(self, path: str) -> VideoReader:
+        reader = self._readers.get(path)
+        if reader is not None:
+            self._hits += 1
+            self._readers.move_to_end(path)
+            return reader
+        self._misses += 1
+        reader = self._open_reader(path)
+        self._readers[path] = reader
+        if len(self._readers) > self.capacity:
+            _, old = self._readers.popitem(last=False)
+            old.close()
+            self._evictions += 1
+        return reader
+
+    def stats(self) -> dict[str, int]:
+        return {"hits": self._hits, "misses": self._misses, "evictions": self._evictions,
+                "open": len(self._readers), "capacity": self.capacity}
+
+    def close(self) -> None:
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
+
+
+@dataclass
+class DecodedFile:
+    """All frames decoded from one file for a group of queries: (N, H, W, C) uint8, one per time."""
+
+    frames: torch.Tensor
+    row_of: dict[float, int]  # query time (s) -> row in ``frames``
+
+    def gather(self, query: FrameQuery) -> torch.Tensor:
+        """The query's frames as one contiguous uint8 (T, C, H, W) tensor."""
+        rows = [self.row_of[t] for t in query.timestamps_s]
+        if self.frames.device.type != "cpu":
+            # One gathering, transposing copy to contiguous CHW: later float conversion and batch
+            # collation run on contiguous memory.
+            index = torch.tensor(rows, device=self.frames.device)
+            return self.frames.permute(0, 3, 1, 2).index_select(0, index).contiguous()
+        # On CPU the compiled de-interleave (``_chw``): 0.011 ms per 240x320 frame against 0.068 ms
+        # for PyTorch's transposing copy.
+        _, height, width, channels = self.frames.shape
+        out = torch.empty((len(rows), channels, height, width), dtype=self.frames.dtype)
+        frames, written = self.frames.numpy(), out.numpy()
+        for i, row in enumerate(rows):
+            write_chw(written[i], frames[row].transpose(2, 0, 1), to_float32=False)
+        return out
+
+
+def decode_files(cache: DecoderCache, queries: Sequence[FrameQuery], *, fps: float,
+                 tolerance_s: float) -> dict[str, DecodedFile]:
+    """Decode every query; all timestamps wanted from one file are decoded in one call, and every
+    frame is checked to be within ``tolerance_s`` of its query."""
+    wanted: dict[str, set[float]] = {}
+    for q in queries:
+        wanted.setdefault(q.path, set()).update(q.timestamps_s)
+    decoded: dict[str, DecodedFile] = {}
+    half_frame_s = 0.5 / fps
+    for path, stamps in wanted.items():
+        seconds = sorted(stamps)
+        try:
+            # Asking for the frame played half a frame after the query returns the frame *nearest*
+            # to it, so float32 timestamps a hair below a frame's pts do not land on the previous one.
+            with trace_span("decode", cat="video", file=path, frames=len(seconds)):
+                frames, pts_s = cache.get(path).frames_played_at([t + half_frame_s for t in seconds])
+        except Exception as error:
+            whos = sorted({q.who for q in queries if q.path == path})
+            raise VideoDecodeError(f"Decoding {path} at {len(seconds)} timestamp(s) "
+                                   f"{_preview(seconds)} for {'; '.join(whos)} failed: {error}") from error
+        off = np.abs(pts_s - np.asarray(seconds)) > tolerance_s
+        if off.any():
+            bad = [(seconds[i], float(pts_s[i])) for i in np.flatnonzero(off)]
+            whos = sorted({q.who for q in queries if q.path == path})
+            raise VideoDecodeError(
+                f"{path}: decoded frames are more than tolerance_s={tolerance_s} from the query for "
+                f"{'; '.join(whos)}: (query s, frame pts s) {_preview(bad)}. The video may be shorter "
+                f"than its metadata says, or encoded at another frame rate.")
+        decoded[path] = DecodedFile(frames, {t: i for i, t in enumerate(seconds)})
+    return decoded
+
+
+def _preview(values: Sequence, limit: int = 6) -> str:
+    shown = ", ".join(str(v) for v in values[:limit])
+    return f"[{shown}{', ...' if len(values) > limit else ''}]"

@@ -1,0 +1,333 @@
+"""The ``episodestream`` command line. ``demo`` is the main job: write, stream, report throughput.
+
+``info`` describes a dataset, ``bench`` runs the streaming benchmark, ``cache ls|unpin|clear`` inspects,
+unpins and empties the node cache of remote sources and ``prewarm`` fills it (pinned) ahead of training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def _demo(args: argparse.Namespace) -> int:
+    import torch.utils.data
+
+    from episodestream.loader import EpisodeLoader
+    from episodestream.streaming import EpisodeStreamingDataset
+    from episodestream.tools.synthetic import write_synthetic_dataset
+
+    with tempfile.TemporaryDirectory(prefix="episodestream-demo-") as tmp:
+        root = Path(args.out) if args.out else Path(tmp) / "synthetic"
+        print(f"writing a synthetic dataset ({args.episodes} episodes x {args.episode_length} frames, "
+              f"2 cameras {args.height}x{args.width} AV1) to {root}", flush=True)
+        write_synthetic_dataset(root, num_episodes=args.episodes, episode_length=args.episode_length,
+                                height=args.height, width=args.width, overwrite=True, progress=True)
+        dataset = EpisodeStreamingDataset(root, episode_pool_size=args.pool_size, seed=0)
+        if args.loader == "episode":
+            loader = EpisodeLoader(dataset, args.batch_size, num_threads=args.num_threads)
+            how = f"EpisodeLoader ({loader.num_threads} decode threads)"
+        else:
+            loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=args.num_workers)
+            how = f"a DataLoader ({args.num_workers} worker processes)"
+        cameras = len(dataset.typed_meta.video_keys)
+        print(f"streaming {len(dataset)} samples with {how}, batch size {args.batch_size}, "
+              f"episode pool {args.pool_size}", flush=True)
+        start = time.perf_counter()
+        first_batch_s = None
+        samples = 0
+        for batch in loader:
+            first_batch_s = first_batch_s or time.perf_counter() - start
+            samples += len(batch["index"])
+        elapsed_s = time.perf_counter() - start
+        if samples != len(dataset):
+            raise RuntimeError(f"streamed {samples} samples, expected {len(dataset)}")
+    print(f"samples: {samples}  first batch: {first_batch_s:.2f} s  total: {elapsed_s:.2f} s")
+    print(f"throughput: {samples / elapsed_s:.1f} samples/s, {samples * cameras / elapsed_s:.1f} frames/s")
+    return 0
+
+
+def _human_bytes(size_bytes: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size_bytes < 1000 or unit == "TB":
+            return f"{size_bytes:.1f} {unit}" if unit != "B" else f"{int(size_bytes)} B"
+        size_bytes /= 1000
+    raise AssertionError("unreachable")
+
+
+def dataset_info(source: str, *, revision: str | None = None) -> dict:
+    """What ``episodestream info`` prints, as data: counts, cameras, codecs, files and sizes, and a
+    summary of ``meta/stats.json`` (None without the file)."""
+    from episodestream._format.metadata import load_metadata
+    from episodestream._runtime.sources import open_source
+    from episodestream._format.stats import load_stats, summarize_stats
+
+    files = open_source(source, revision=revision)
+    meta = load_metadata(files)
+    stats = summarize_stats(load_stats(files))
+    size_bytes = files.size_bytes
+    episodes = list(meta.episodes.values())
+    data_files = sorted({ep.data_relpath for ep in episodes})
+    cameras = {}
+    for key in meta.video_keys:
+        video_files = sorted({ep.videos[key].relpath for ep in episodes})
+        spec = meta.features[key]
+        cameras[key] = {"shape": list(spec.shape), "codec": spec.info.get("video.codec"),
+                        "pix_fmt": spec.info.get("video.pix_fmt"), "gop": spec.info.get("video.g"),
+                        "files": len(video_files),
+                        "size_bytes": sum(size_bytes(f) for f in video_files)}
+    return {"source": files.description, "codebase_version": meta.info.get("codebase_version"),
+            "robot_type": meta.info.get("robot_type"), "fps": meta.fps, "episodes": len(episodes),
+            "frames": meta.total_frames, "tasks": len(meta.tasks),
+            "features": {k: {"dtype": f.dtype, "shape": list(f.shape)} for k, f in meta.features.items()},
+            "image_keys": meta.image_keys, "cameras": cameras, "data_files": len(data_files),
+            "data_size_bytes": sum(size_bytes(f) for f in data_files), "stats": stats}
+
+
+def _info(args: argparse.Namespace) -> int:
+    info = dataset_info(args.source, revision=args.revision)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"{info['source']}  (LeRobot {info['codebase_version']}, robot {info['robot_type']})")
+    print(f"episodes {info['episodes']}, frames {info['frames']}, fps {info['fps']}, tasks {info['tasks']}")
+    print(f"data: {info['data_files']} parquet file(s), {_human_bytes(info['data_size_bytes'])}")
+    for key, camera in info["cameras"].items():
+        height, width = camera["shape"][:2]
+        print(f"camera {key}: {width}x{height} {camera['codec']} {camera['pix_fmt']} GOP {camera['gop']}, "
+              f"{camera['files']} file(s), {_human_bytes(camera['size_bytes'])}")
+    for key in info["image_keys"]:
+        print(f"image {key}: PNG in the data parquet")
+    print("features: " + ", ".join(f"{k} {v['dtype']}{v['shape']}" for k, v in info["features"].items()))
+    if info["stats"] is None:
+        print("stats: none (the dataset has no meta/stats.json; LeRobot's normalizers need it)")
+    for key, entry in (info["stats"] or {}).items():
+        more = " ..." if entry.get("size", 0) > len(entry.get("mean", [])) else ""
+        print(f"stats {key}: mean {entry.get('mean')}{more} std {entry.get('std')}{more} "
+              f"min {entry.get('min')} max {entry.get('max')}")
+    return 0
+
+
+def _cache_root(args: argparse.Namespace) -> Path:
+    from episodestream._base.paths import default_cache_dir
+
+    return Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir()
+
+
+def _cache_ls(args: argparse.Namespace) -> int:
+    from episodestream._remote.cache.node_cache import NodeCache
+    from episodestream._remote.cache.prewarm import source_matches
+
+    root = _cache_root(args)
+    entries = [e for e in NodeCache(root).list_entries() if source_matches(e.source, args.source)]
+    totals = {"entries": len(entries), "size_bytes": sum(e.size_bytes for e in entries),
+              "pinned": sum(e.pinned for e in entries), "in_use": sum(e.users > 0 for e in entries)}
+    if args.json:
+        print(json.dumps({"cache_dir": str(root), "totals": totals, "entries": [
+            {"source": e.source, "file": e.file, "state": e.state.value, "size_bytes": e.size_bytes,
+             "users": e.users, "pinned": e.pinned} for e in entries]}, indent=2))
+        return 0
+    print(f"cache {root}")
+    by_source: dict[str, list] = {}
+    for entry in entries:
+        by_source.setdefault(entry.source, []).append(entry)
+    for source, group in by_source.items():
+        print(f"\nsource {source}: {len(group)} entries, {_human_bytes(sum(e.size_bytes for e in group))}")
+        print(f"  {'state':<9} {'size':>9} {'users':>5} {'pinned':<6} file")
+        for e in group:
+            pinned = "yes" if e.pinned else "no"
+            print(f"  {e.state.value:<9} {_human_bytes(e.size_bytes):>9} {e.users:>5} {pinned:<6} {e.file}")
+    print(f"\ntotal: {totals['entries']} entries, {_human_bytes(totals['size_bytes'])} on disk; "
+          f"{totals['pinned']} pinned; {totals['in_use']} in use by live processes")
+    return 0
+
+
+def _cache_clear(args: argparse.Namespace) -> int:
+    from episodestream._remote.cache.node_cache import NodeCache
+    from episodestream._remote.cache.prewarm import clear
+
+    root = _cache_root(args)
+    report = clear(NodeCache(root), source=args.source)
+    print(f"removed {report.removed} entries ({_human_bytes(report.removed_bytes)}) from {root}"
+          + (f" (sources matching {args.source!r})" if args.source else "")
+          + f"; skipped {report.skipped_in_use} in use by live processes")
+    for name in report.skipped_names[:10]:
+        print(f"  in use: {name}")
+    if report.skipped_in_use > 10:
+        print(f"  ... and {report.skipped_in_use - 10} more")
+    return 0
+
+
+def _cache_unpin(args: argparse.Namespace) -> int:
+    from episodestream._remote.cache.node_cache import NodeCache
+    from episodestream._remote.cache.prewarm import unpin_all
+
+    root = _cache_root(args)
+    report = unpin_all(NodeCache(root), source=args.source)
+    print(f"unpinned {report.unpinned} entries ({_human_bytes(report.unpinned_bytes)}) in {root}"
+          + (f" (sources matching {args.source!r})" if args.source else "")
+          + f"; deleted {report.deleted} no live process uses, the rest go when their users release them")
+    return 0
+
+
+def _episode_list(text: str) -> list[int]:
+    """'0,3,5-9' -> [0, 3, 5, 6, 7, 8, 9]."""
+    episodes = []
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            first, _, last = part.partition("-")
+            episodes += range(int(first), int(last or first) + 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid episode list ({text!r}): expected indices and ranges like "
+                                         f"'0,3,5-9'") from None
+    if not episodes:
+        raise argparse.ArgumentTypeError(f"invalid episode list ({text!r}): it names no episode")
+    return sorted(set(episodes))
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"invalid JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object of fsspec options, got {text!r}")
+    return value
+
+
+def _prewarm(args: argparse.Namespace) -> int:
+    import sys
+
+    from episodestream._runtime.core import select_episodes
+    from episodestream._format.metadata import load_metadata
+    from episodestream._remote.cache.node_cache import CacheFullError
+    from episodestream._remote.source.open import open_remote_source
+    from episodestream._remote.cache.prewarm import prewarm
+
+    from episodestream._runtime.sources import local_folder
+
+    try:
+        local = local_folder(args.source)
+    except FileNotFoundError as error:  # a file:// URL naming nothing
+        print(f"episodestream prewarm: {error}", file=sys.stderr)
+        return 1
+    if local is not None:
+        print(f"{args.source} is a local folder, read in place and never cached: nothing to prewarm.")
+        return 0
+    try:
+        files = open_remote_source(args.source, revision=args.revision, cache_dir=args.cache_dir,
+                                   cache_limit=args.cache_limit, storage_options=args.storage_options,
+                                   hub_endpoint=args.hub_endpoint, cache_wait_s=args.cache_wait_s)
+        try:
+            meta = load_metadata(files)
+            episodes = select_episodes(meta, args.episodes)
+            report = prewarm(files, episodes, progress=not args.no_progress, meta=meta)
+        finally:
+            files.close()
+    except (OSError, ValueError, CacheFullError) as error:  # not found, refused, unreachable, bad options
+        print(f"episodestream prewarm: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    print(f"prewarmed {report.episodes} episodes of {report.description}: fetched "
+          f"{_human_bytes(report.bytes_fetched)} in {report.seconds:.1f} s; {report.entries_pinned} entries "
+          f"({_human_bytes(report.bytes_pinned)}) pinned in {report.cache_dir}")
+    print("runs with this cache_dir now read these episodes' metadata and video locally (rows are still read "
+          "from the source); `episodestream cache unpin` (or `cache clear`) unpins them.")
+    return 0
+
+
+def _bench(bench_args: list[str]) -> int:
+    import runpy
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "streaming" / "benchmark_streaming.py"
+    if not script.exists():
+        print(f"episodestream bench runs {script.relative_to(script.parents[2])} from a source checkout "
+              f"(pip install -e .); it is not part of the installed package.", file=sys.stderr)
+        return 2
+    sys.argv = [str(script), *bench_args]
+    runpy.run_path(str(script), run_name="__main__")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="episodestream", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="write a small synthetic dataset and stream it (EpisodeLoader)")
+    demo.add_argument("--out", help="where to write the dataset (default: a temporary folder, removed after)")
+    demo.add_argument("--episodes", type=int, default=24)
+    demo.add_argument("--episode-length", type=int, default=100)
+    demo.add_argument("--height", type=int, default=96)
+    demo.add_argument("--width", type=int, default=128)
+    demo.add_argument("--loader", choices=("episode", "dataloader"), default="episode",
+                      help="episode: EpisodeLoader, decode threads in this process (default); dataloader: "
+                           "torch DataLoader worker processes")
+    demo.add_argument("--num-threads", type=int, default=None,
+                      help="EpisodeLoader decode threads (default: the cores this process may use, at most 16)")
+    demo.add_argument("--num-workers", type=int, default=2, help="DataLoader worker processes")
+    demo.add_argument("--batch-size", type=int, default=32)
+    demo.add_argument("--pool-size", type=int, default=8)
+    demo.set_defaults(run=_demo)
+
+    info = commands.add_parser("info", help="episodes, frames, fps, cameras, codecs, GOP, files and sizes")
+    info.add_argument("source", help="a LeRobot v3.0 dataset")
+    info.add_argument("--revision")
+    info.add_argument("--json", action="store_true", help="print JSON instead of text")
+    info.set_defaults(run=_info)
+
+    bench = commands.add_parser("bench", add_help=False,
+                                help="run benchmarks/streaming/benchmark_streaming.py (its --help lists options)")
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER)
+    bench.set_defaults(run=lambda args: _bench(args.bench_args))
+
+    cache_dir_help = "the node cache (default: $EPISODESTREAM_CACHE_DIR, else ~/.cache/episodestream)"
+    source_help = ("only sources matching: a cache key as `cache ls` prints it, a glob over keys, or text the key "
+                   "contains ('lerobot/pusht', 's3://bucket/prefix')")
+    cache = commands.add_parser("cache", help="list, unpin or clear the node cache of remote sources")
+    cache_commands = cache.add_subparsers(dest="cache_command", required=True)
+    ls = cache_commands.add_parser("ls", help="entries (source, file, state, size, users, pinned) and totals")
+    ls.add_argument("--cache-dir", help=cache_dir_help)
+    ls.add_argument("--source", help=source_help)
+    ls.add_argument("--json", action="store_true", help="print JSON instead of text")
+    ls.set_defaults(run=_cache_ls)
+    unpin = cache_commands.add_parser("unpin", help="remove the pins of prewarmed entries, in use or not: unused ones "
+                                                    "are deleted now, the others when their users release them")
+    unpin.add_argument("--cache-dir", help=cache_dir_help)
+    unpin.add_argument("--source", help=source_help)
+    unpin.set_defaults(run=_cache_unpin)
+    clear = cache_commands.add_parser("clear", help="unpin and remove entries no live process uses")
+    clear.add_argument("--cache-dir", help=cache_dir_help)
+    clear.add_argument("--source", help=source_help)
+    clear.set_defaults(run=_cache_clear)
+
+    prewarm = commands.add_parser(
+        "prewarm", help="fetch a remote dataset's metadata and episodes' video bytes into the node cache and pin "
+                        "them there, so later runs read them locally")
+    prewarm.add_argument("source", help="owner/name (Hub), hf://datasets/..., s3://bucket/prefix or another URL")
+    prewarm.add_argument("--cache-dir", help=cache_dir_help)
+    prewarm.add_argument("--cache-limit", help="disk budget for the whole cache dir, e.g. 20GB "
+                                               "(default: $EPISODESTREAM_CACHE_LIMIT, else none)")
+    prewarm.add_argument("--cache-wait-s", type=float,
+                         help="how long a download waits for other processes to release cache space before failing "
+                              "(default: $EPISODESTREAM_CACHE_WAIT_S, else 300); no wait when pins fill the cache")
+    prewarm.add_argument("--episodes", type=_episode_list, help="episode indices, e.g. 0,3,5-9 (default: all)")
+    prewarm.add_argument("--revision", help="Hub branch, tag or commit (default: main)")
+    prewarm.add_argument("--hub-endpoint", help="Hub endpoint (default: $HF_ENDPOINT, else huggingface.co)")
+    prewarm.add_argument("--storage-options", type=_json_object,
+                         help='fsspec options for bucket URLs as JSON, e.g. \'{"anon": true}\'')
+    prewarm.add_argument("--no-progress", action="store_true", help="no progress bar")
+    prewarm.set_defaults(run=_prewarm)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:  # every option after "bench" is the benchmark's, --help included
+        return _bench(argv[1:])
+    args = build_parser().parse_args(argv)
+    return args.run(args)
