@@ -66,6 +66,18 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
     def __len__(self) -> int:
         return int(self._starts[-1])
 
+    @property
+    def absolute_to_relative_idx(self) -> dict[int, int] | None:
+        """``{global index: item position}`` for a selection of episodes (None for all of them, where
+        the two agree), as LeRobot's, which its ``EpisodeAwareSampler`` uses to turn the episodes
+        table's global indices into ``ds[i]`` positions."""
+        if self._core.requested_episodes is None:
+            return None
+        starts = self._core.episodes.from_indices.tolist()
+        lengths = self._core.episodes.lengths.tolist()
+        positions = self._starts.tolist()
+        return {start + k: position + k for start, n, position in zip(starts, lengths, positions) for k in range(n)}
+
     def locate(self, i: int) -> tuple[int, int]:
         """(episode_index, frame offset in the episode) of item ``i``."""
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)):

@@ -180,10 +180,44 @@ def test_episodes_are_what_lerobots_samplers_read(dataset_root):
     assert dataset.meta.get_data_file_path(3).as_posix() == typed[3].data_relpath
     assert dataset.meta.get_video_file_path(3, "observation.images.wrist").as_posix() == \
         typed[3].videos["observation.images.wrist"].relpath
-    with pytest.raises(KeyError, match="no column 'nope'"):
+    # LeRobot's meta.episodes is a datasets.Dataset: its own errors, its own filter and column selection.
+    import datasets
+
+    assert isinstance(episodes, datasets.Dataset)
+    with pytest.raises(ValueError, match="Column 'nope' doesn't exist"):
         episodes["nope"]
-    with pytest.raises(IndexError, match="out of range"):
+    with pytest.raises(IndexError, match="out of bounds"):
         episodes[6]
+    assert episodes.select_columns(["episode_index", "length"])[2] == {"episode_index": 2, "length": 17}
+    assert dataset.meta.filter_episodes(lambda ep: ep["length"] > 30) == [1, 3, 5]
+    assert dataset.meta.filter_episodes(lambda ep: ep["length"] > 30, candidates=[0, 1, 2]) == [1]
+
+
+def test_lerobot_train_reads_what_it_asks_for(dataset_root, tmp_path):
+    """lerobot_train: ``meta.has_language_columns`` (collate), ``dataset.episodes`` and
+    ``dataset.absolute_to_relative_idx`` (EpisodeAwareSampler), ``meta.episodes["tasks"]`` (eval split)."""
+    full = EpisodeDataset(dataset_root)
+    assert full.meta.has_language_columns is False and full.episodes is None
+    assert full.absolute_to_relative_idx is None
+    assert full.meta.tools[0]["function"]["name"] == "say" and full.meta.url_root == f"hf://datasets/{dataset_root}"
+    assert str(full.meta._version) == "3.0" and full.meta.repo_type == "dataset" and full.meta.latest_episode is None
+    assert list(full.meta.episodes["tasks"]) == [["synthetic task 0"], ["synthetic task 1"]] * 3
+    some = EpisodeDataset(dataset_root, episodes=[3, 1])
+    assert some.episodes == [3, 1] and len(some.meta.episodes) == 6  # the meta keeps every episode, as LeRobot's
+    mapping = some.absolute_to_relative_idx
+    starts = some.meta.episodes["dataset_from_index"]
+    assert len(mapping) == len(some) == 140 + 41
+    assert mapping[starts[1]] == 0 and mapping[starts[3]] == 140 and mapping[starts[3] + 40] == 180
+    assert some[mapping[starts[3] + 5]]["index"].item() == starts[3] + 5
+    # A dataset that declares a language column is collated by LeRobot's language-aware collate.
+    root = tmp_path / "copy"
+    shutil.copytree(dataset_root, root)
+    info = _file(root, "meta/info.json")
+    info["features"]["language_events"] = {"dtype": "string", "shape": [1], "names": None}
+    info["tools"] = [{"type": "function", "function": {"name": "wave"}}]
+    (root / "meta/info.json").write_text(json.dumps(info))
+    meta = EpisodeDataset(root).meta
+    assert meta.has_language_columns is True and meta.tools == [{"type": "function", "function": {"name": "wave"}}]
 
 
 def test_tasks_as_lerobot_keeps_them(dataset_root):

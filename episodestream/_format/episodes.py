@@ -126,6 +126,11 @@ class EpisodeSelection(Sequence):
     def lengths(self) -> np.ndarray:
         return self._table.length[self.rows]
 
+    @property
+    def from_indices(self) -> np.ndarray:
+        """Each selected episode's first global ``index`` (``dataset_from_index``)."""
+        return self._table.from_index[self.rows]
+
     def __getitem__(self, k):
         if isinstance(k, slice):
             return EpisodeSelection(self._table, self.rows[k])

@@ -4,13 +4,23 @@ LeRobot's training code hands ``LeRobotDatasetMetadata`` to ``make_policy(cfg, d
 reads ``features`` as plain dicts and ``stats``), passes ``meta.stats`` to
 ``make_pre_post_processors`` (which turns every array into a tensor), builds ``delta_timestamps``
 from ``features`` and ``fps``, and gives its samplers the per-episode columns
-``meta.episodes["dataset_from_index"]`` / ``["dataset_to_index"]``. ``LeRobotMeta`` answers those
-with the same types: features as info.json's dicts with tuple shapes, stats as numpy arrays.
+``meta.episodes["dataset_from_index"]`` / ``["dataset_to_index"]``; ``lerobot_train`` asks
+``meta.has_language_columns`` to pick its collate function, and ``make_train_eval_datasets`` (with an
+``eval_split``) reads ``meta.episodes["tasks"]``. ``LeRobotMeta`` answers those with the same types:
+features as info.json's dicts with tuple shapes, stats as numpy arrays, and ``episodes`` as the
+Hugging Face ``datasets.Dataset`` LeRobot keeps there (``ds["column"]`` a list-like ``Column``,
+``ds[i]`` a row dict, ``ds.filter(...)``, ``ds.select_columns(...)``).
 
 It is built once, in the process that builds the dataset, from what ``_metadata`` already read plus
 ``meta/stats.json`` and the episodes parquet files (read again without their ``stats/`` columns,
 as LeRobot does; a remote source serves them from its cache). It holds plain data and a pyarrow
-table, so it pickles into DataLoader workers without touching the source again.
+table, so it pickles into DataLoader workers without touching the source again. The
+``datasets.Dataset`` is made from that table on the first read of ``meta.episodes`` and is not
+pickled: importing ``datasets`` costs ~1.5 s, which a worker that never reads ``meta.episodes``
+(and a trainer that never hands the meta to LeRobot) should not pay. It is held in memory rather
+than memory-mapped from an Arrow cache file as LeRobot's ``Dataset.from_parquet`` does: the
+episodes table is small (one row per episode, without the ``stats/`` columns), and a cache file
+would be written into the user's Hugging Face cache by merely opening a dataset.
 
 The library's own typed view stays ``DatasetMeta`` (``dataset.typed_meta``).
 """
@@ -19,12 +29,11 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -55,52 +64,6 @@ class InfoDict(dict):
             if isinstance(spec.get("shape"), tuple):
                 spec["shape"] = list(spec["shape"])
         return data
-
-
-class EpisodeTable:
-    """The episodes parquet files' rows without their ``stats/`` columns, sorted by ``episode_index``.
-
-    Reads like the Hugging Face ``datasets.Dataset`` LeRobot keeps there: ``table["column"]`` is
-    the column as a list, ``table[i]`` the i-th row as a dict, ``len(table)`` the number of episodes.
-    """
-
-    def __init__(self, table: pa.Table) -> None:
-        self._table = table
-
-    @property
-    def column_names(self) -> list[str]:
-        return self._table.column_names
-
-    @property
-    def num_rows(self) -> int:
-        return self._table.num_rows
-
-    def __len__(self) -> int:
-        return self._table.num_rows
-
-    def __getitem__(self, key: str | int) -> Any:
-        if isinstance(key, str):
-            if key not in self._table.column_names:
-                raise KeyError(f"episodes have no column {key!r} (columns: {self._table.column_names})")
-            return self._table.column(key).to_pylist()
-        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-            position = int(key) + (self.num_rows if key < 0 else 0)
-            if not 0 <= position < self.num_rows:
-                raise IndexError(f"episode row {key} is out of range ({self.num_rows} episodes)")
-            return self._table.slice(position, 1).to_pylist()[0]
-        raise TypeError(f"episodes are indexed by a column name or a row number, got {key!r}")
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return iter(self._table.to_pylist())
-
-    def to_arrow(self) -> pa.Table:
-        return self._table
-
-    def to_pandas(self):
-        return self._table.to_pandas()
-
-    def __repr__(self) -> str:
-        return f"EpisodeTable({self.num_rows} episodes, columns {self.column_names})"
 
 
 def _read_episode_table(files: DatasetFiles) -> pa.Table:
@@ -135,15 +98,35 @@ def _lerobot_features(info: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return features
 
 
+# lerobot.datasets.language: the features that mark a dataset with language annotations, and the
+# tool list ``meta.tools`` falls back to when info.json declares none (LeRobot's DEFAULT_TOOLS).
+LANGUAGE_COLUMNS = ("language_persistent", "language_events")
+DEFAULT_TOOLS: tuple[dict[str, Any], ...] = ({
+    "type": "function",
+    "function": {
+        "name": "say",
+        "description": "Speak a short utterance to the user via the TTS executor.",
+        "parameters": {"type": "object",
+                       "properties": {"text": {"type": "string", "description": "The verbatim text to speak."}},
+                       "required": ["text"]},
+    },
+},)
+
+
 class LeRobotMeta:
     """What LeRobot's code asks of ``LeRobotDatasetMetadata`` (see the module docstring).
 
-    Attributes as in LeRobot: ``repo_id``, ``root`` (the dataset folder as a ``Path``; for a remote
-    source its URL, since no folder holds the whole dataset), ``revision``, ``info``, ``features``,
-    ``stats`` (None without ``meta/stats.json``), ``tasks`` (a pandas DataFrame indexed by task,
-    column ``task_index``; a dict ``{task: task_index}`` where pandas is not installed), ``episodes``
-    (``EpisodeTable``) and the properties below.
+    Attributes as in LeRobot: ``repo_id``, ``repo_type`` ("dataset"), ``root`` (the dataset folder
+    as a ``Path``; for a remote source its URL, since no folder holds the whole dataset),
+    ``revision``, ``info``, ``features``, ``stats`` (None without ``meta/stats.json``; a plain dict
+    that ``use_imagenet_stats`` may overwrite entries of), ``tasks`` (a pandas DataFrame indexed by
+    task, column ``task_index``; a dict ``{task: task_index}`` where pandas is not installed),
+    ``episodes`` (a ``datasets.Dataset``, every episode of the dataset whatever the selection, as in
+    LeRobot) and the properties below. Writing (``save_episode`` and the like) is LeRobot's alone.
     """
+
+    repo_type = "dataset"
+    latest_episode = None  # LeRobot's writer sets it; a read-only meta never has one
 
     def __init__(self, *, typed: DatasetMeta, files: DatasetFiles, source: str | os.PathLike,
                  revision: str | None) -> None:
@@ -155,7 +138,43 @@ class LeRobotMeta:
         self.info = InfoDict(copy.deepcopy(dict(typed.info)))
         self.info["features"] = _lerobot_features(typed.info)
         self.stats = load_stats(files)
-        self.episodes = EpisodeTable(_read_episode_table(files))
+        self._episode_table = _read_episode_table(files)
+        self._episodes = None  # the datasets.Dataset over _episode_table, made on first read
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The datasets.Dataset is remade on first read in the new process (see the module docstring).
+        return {**self.__dict__, "_episodes": None}
+
+    @property
+    def episodes(self):
+        """The episodes parquet files' rows without their ``stats/`` columns, sorted by
+        ``episode_index``, as the ``datasets.Dataset`` LeRobot's ``load_episodes`` returns."""
+        if self._episodes is None:
+            try:
+                import datasets
+                from datasets.table import InMemoryTable
+            except ImportError as error:  # a dependency; only a broken install lacks it
+                raise ImportError("meta.episodes is a Hugging Face datasets.Dataset, as in LeRobot, and needs the "
+                                  "'datasets' package: pip install datasets") from error
+            self._episodes = datasets.Dataset(InMemoryTable(self._episode_table))
+        return self._episodes
+
+    @episodes.setter
+    def episodes(self, value) -> None:
+        # LeRobot's own code reassigns meta.episodes (e.g. after reloading); keep what it sets.
+        self._episodes = value
+
+    def ensure_readable(self) -> None:
+        """LeRobot's guard before reading metadata it is writing: everything here is read already."""
+
+    def filter_episodes(self, predicate, candidates: list[int] | None = None) -> list[int]:
+        """The sorted episode indices whose row satisfies ``predicate`` (among ``candidates``), as LeRobot."""
+        if candidates is not None:
+            chosen = set(candidates)
+            rows = (row for row in self.episodes if row["episode_index"] in chosen)
+        else:
+            rows = iter(self.episodes)
+        return sorted(int(row["episode_index"]) for row in rows if predicate(row))
 
     # -- LeRobot's properties, read from info.json ------------------------------------------------
 
@@ -212,14 +231,38 @@ class LeRobotMeta:
         return [key for key, spec in self.features.items() if spec["dtype"] == "image"]
 
     @property
+    def has_language_columns(self) -> bool:
+        """Whether the dataset declares a language column (``lerobot_train`` then collates with
+        ``lerobot_collate_fn``)."""
+        return any(column in self.features for column in LANGUAGE_COLUMNS)
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """info.json's ``tools`` (OpenAI-style tool schemas), else LeRobot's default ``say`` tool; a copy."""
+        declared = self.info.get("tools")
+        return [copy.deepcopy(dict(tool)) for tool in (declared or DEFAULT_TOOLS)]
+
+    @property
+    def url_root(self) -> str:
+        return f"hf://datasets/{self.repo_id}"
+
+    @property
+    def _version(self):
+        """The codebase version the dataset was written with, as ``packaging.version.Version``."""
+        import packaging.version  # LeRobot's own dependency; only LeRobot's code asks for this
+
+        return packaging.version.parse(str(self.info.get("codebase_version")))
+
+    @property
     def camera_keys(self) -> list[str]:
         return [key for key, spec in self.features.items() if spec["dtype"] in ("video", "image")]
 
     @property
     def depth_keys(self) -> list[str]:
         def is_depth(spec: Mapping[str, Any]) -> bool:
-            info = spec.get("info") or {}
-            return bool(info.get("is_depth_map") or info.get("video.is_depth_map"))
+            info, video_info = spec.get("info") or {}, spec.get("video_info") or {}
+            return bool(info.get("is_depth_map") or info.get("video.is_depth_map")
+                        or video_info.get("video.is_depth_map"))
 
         return [key for key, spec in self.features.items() if is_depth(spec)]
 

@@ -95,6 +95,8 @@ class DatasetCore:
         self.files.check_cache_budget(self.meta, episodes_in_flight=episodes_in_flight)
         self.lerobot_meta = LeRobotMeta(typed=self.meta, files=self.files, source=source, revision=revision)
         self.episodes = select_episodes(self.meta, episodes)
+        # As given (validated above), for LeRobot's ``dataset.episodes``: None selects every episode.
+        self.requested_episodes = None if episodes is None else [int(e) for e in episodes]
         # Validated before it is copied: copying a list or None-per-key would fail with a bare error.
         self.offsets = delta_indices(self.meta, delta_timestamps, self.tolerance_s)
         self.delta_timestamps = {k: list(v) for k, v in (delta_timestamps or {}).items()}
@@ -159,6 +161,11 @@ class DatasetFacts:
     def num_episodes(self) -> int:
         """Selected episodes, as LeRobot's ``num_episodes``."""
         return len(self._core.episodes)
+
+    @property
+    def episodes(self) -> list[int] | None:
+        """The ``episodes`` argument as given (None: every episode), as LeRobot's ``dataset.episodes``."""
+        return self._core.requested_episodes
 
     @property
     def episode_indices(self) -> list[int]:
