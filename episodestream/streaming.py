@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch.utils.data
 
+from episodestream._runtime.accelerate_guard import accelerate_resharding
 from episodestream._runtime.core import DatasetCore, DatasetFacts
 from episodestream._format.files import EpisodeVideos
 from episodestream._sample.builder import PendingSample, SampleBuilder
@@ -159,6 +160,8 @@ class EpisodeStreamingDataset(DatasetFacts, torch.utils.data.IterableDataset):
         # Not a generator itself: the epoch is marked started when the DataLoader asks for the
         # iterator, so a checkpoint taken before the first batch already names this epoch.
         world = current_world(self.rank, self.world_size)
+        if (resharded := accelerate_resharding(self.rank, self.world_size)) is not None:
+            return raising(resharded)
         try:
             epoch = self._epoch.for_iteration(self._loads_seen, "dataset")
         except StaleWorkerCopy as error:
