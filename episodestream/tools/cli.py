@@ -286,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     cache_dir_help = "the node cache (default: $EPISODESTREAM_CACHE_DIR, else ~/.cache/episodestream)"
     source_help = ("only sources matching: a cache key as `cache ls` prints it, a glob over keys, or text the key "
                    "contains ('lerobot/pusht', 's3://bucket/prefix')")
+    commands.add_parser("lerobot-train", add_help=False,
+                        help="LeRobot's lerobot-train on episodestream's datasets (same arguments; resumes the data "
+                             "stream exactly; multi-GPU with accelerate launch -m episodestream lerobot-train ...)")
     cache = commands.add_parser("cache", help="list, unpin or clear the node cache of remote sources")
     cache_commands = cache.add_subparsers(dest="cache_command", required=True)
     ls = cache_commands.add_parser("ls", help="entries (source, file, state, size, users, pinned) and totals")
@@ -329,5 +332,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:  # every option after "bench" is the benchmark's, --help included
         return _bench(argv[1:])
+    if argv[:1] == ["lerobot-train"]:  # every argument after it is lerobot-train's, --help included
+        from episodestream.tools.lerobot_train import main as lerobot_train
+
+        return lerobot_train(argv[1:])
     args = build_parser().parse_args(argv)
     return args.run(args)
