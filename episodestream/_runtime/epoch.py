@@ -27,7 +27,10 @@ class SharedEpoch:
     def __init__(self, epoch: int = 0) -> None:
         initial = [epoch, *_INITIAL[1:]]
         self._shared = sharedctypes.RawArray("q", initial)
-        self._lock = multiprocessing.Lock()
+        # A spawn-context lock: DataLoader workers started with "spawn" or "forkserver" (LeRobot's
+        # trainer asks for spawn) receive it pickled, which a fork-context lock refuses; forked
+        # workers inherit it either way.
+        self._lock = multiprocessing.get_context("spawn").Lock()
         self._local = list(initial)
 
     def _slots(self):
