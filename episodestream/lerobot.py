@@ -49,7 +49,13 @@ def resolve_source(dataset_cfg: Any) -> str | Path:
         raise NotImplementedError(f"dataset.repo_id must name one dataset, got {dataset_cfg.repo_id!r}: LeRobot's "
                                   f"MultiLeRobotDataset is not supported (nor is it by LeRobot's own factory).")
     if dataset_cfg.root is not None:
-        return Path(dataset_cfg.root)
+        root = Path(dataset_cfg.root).expanduser()
+        if not root.is_dir():
+            raise FileNotFoundError(f"dataset.root={os.fspath(dataset_cfg.root)!r} is not a folder: "
+                                    f"{'it is a file' if root.exists() else 'nothing is there'}. Pass the folder "
+                                    f"holding the dataset's meta/info.json, or no root to read dataset.repo_id "
+                                    f"from the Hub.")
+        return root
     from lerobot.utils.constants import HF_LEROBOT_HOME
 
     local = Path(HF_LEROBOT_HOME) / dataset_cfg.repo_id
