@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
+from episodestream._runtime.position import without_consumer
 from episodestream._runtime.batch_memory import BatchMemory
 from episodestream._base.options import check_int
 from episodestream._runtime.pipeline import GroupPipeline
@@ -138,7 +139,7 @@ class EpisodeLoader:
         """The stream state at the batches handed out so far: ``load_state_dict`` on a new loader
         (any ``num_threads``; the same or another world size) continues after them. The same
         format as ``stream_state`` for a DataLoader, so either can resume the other."""
-        state = self.dataset.state_dict()
+        state = without_consumer(self.dataset.state_dict())  # the batches handed out say where it stands
         epoch = state["epoch"]
         if self._consumed[0] == epoch:
             batches = self._consumed[1]

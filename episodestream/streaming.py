@@ -14,6 +14,8 @@ import torch.utils.data
 
 from episodestream._runtime.accelerate_guard import accelerate_resharding
 from episodestream._runtime.core import DatasetCore, DatasetFacts
+from episodestream._runtime.position import (StreamPosition, is_consumer_state, load_consumer_state,
+                                             without_consumer)
 from episodestream._format.files import EpisodeVideos
 from episodestream._sample.builder import PendingSample, SampleBuilder
 from episodestream._sample.holds import HeldEpisodes
@@ -107,6 +109,7 @@ class EpisodeStreamingDataset(DatasetFacts, torch.utils.data.IterableDataset):
         self._loads_seen = 0  # resume states loaded when this copy was made (see SharedEpoch.for_iteration)
         self._decoders: list[Decoders] | None = None  # the current iteration's, one per decode thread
         self._resumption: Resumption | None = None  # the loaded state, while its epoch is ahead
+        self._position = StreamPosition()  # this process's own iteration, for state_dict (``_position``)
 
     @property
     def epoch(self) -> int:
@@ -146,7 +149,8 @@ class EpisodeStreamingDataset(DatasetFacts, torch.utils.data.IterableDataset):
                           world_size=self.world_size))
         if world.consumer == 0 and (message := plan.uneven_warning(world.num_workers)):
             warnings.warn(message, RuntimeWarning, stacklevel=4)
-        return consumer_steps(plan, world, pool_size=self.episode_pool_size, point=point)
+        return consumer_steps(plan, world, pool_size=self.episode_pool_size, point=point,
+                              then_skip=self._position.begin(world, epoch))
 
     def close(self) -> None:
         """Release this process's hold on a remote source's cached metadata (no-op when local)."""
@@ -163,7 +167,8 @@ class EpisodeStreamingDataset(DatasetFacts, torch.utils.data.IterableDataset):
         if (resharded := accelerate_resharding(self.rank, self.world_size)) is not None:
             return raising(resharded)
         try:
-            epoch = self._epoch.for_iteration(self._loads_seen, "dataset")
+            epoch = self._position.pending_epoch()  # a worker given its own snapshot (StatefulDataLoader)
+            epoch = self._epoch.for_iteration(self._loads_seen, "dataset") if epoch is None else epoch
         except StaleWorkerCopy as error:
             return raising(error)  # from the first next(), where the trainer hears of it
         if tracer_enabled():
@@ -196,7 +201,8 @@ class EpisodeStreamingDataset(DatasetFacts, torch.utils.data.IterableDataset):
         legs = resumption.request.legs if resumption is not None else ()
         return {"format": STATE_FORMAT, "epoch": epoch, "seed": self.seed, "shuffle": self.shuffle,
                 "world_size": self.world_size, "episode_pool_size": self.episode_pool_size,
-                "legs": [asdict(leg) for leg in legs], "fingerprint": self._fingerprint()}
+                "legs": [asdict(leg) for leg in legs], "fingerprint": self._fingerprint(),
+                "consumer": self._position.state(epoch)}
 
     def load_state_dict(self, state: Mapping[str, Any], *, strict: bool = True) -> None:
         """Resume from ``state`` (``state_dict()`` plus ``batches_consumed``, ``batch_size``,
@@ -205,6 +211,15 @@ class EpisodeStreamingDataset(DatasetFacts, torch.utils.data.IterableDataset):
         A state whose seed, shuffle or fingerprint (source, revision, episode selection, windows,
         dataset size) differ from this dataset's is refused unless ``strict=False``.
         """
+        if is_consumer_state(state):  # dataset.state_dict() itself, as StatefulDataLoader saves it per consumer
+            epoch, self._resumption = load_consumer_state(
+                state, self._position, strict=strict, seed=self.seed, shuffle=self.shuffle,
+                fingerprint=self._fingerprint(), segments=self._core.whole_episodes(), world_size=self.world_size,
+                pool_size=self.episode_pool_size)
+            if torch.utils.data.get_worker_info() is None:  # the main process: later workers copy the position
+                self._epoch.set(epoch)
+                self._loads_seen = self._epoch.state_loaded()
+            return
         self.apply_state(self.check_state(state, strict=strict))
 
     def check_state(self, state: Mapping[str, Any], *, strict: bool = True) -> CheckedState:
@@ -283,8 +298,11 @@ class EpisodeStreamingDataset(DatasetFacts, torch.utils.data.IterableDataset):
 
     def _samples(self, stream: ConsumerStream) -> Iterator[dict[str, Any]]:
         self._decoders = opened = []
-        yield from stream_samples(stream, decode_threads=self.decode_threads, group_size=self.decode_group_size,
-                                  opened=opened)
+        position = self._position
+        for sample in stream_samples(stream, decode_threads=self.decode_threads, group_size=self.decode_group_size,
+                                     opened=opened):
+            position.samples_yielded += 1  # before the yield: a state taken once the sample is out counts it
+            yield sample
 
 
 class _DatasetStream(ConsumerStream):
@@ -360,6 +378,7 @@ def stream_state(loader: torch.utils.data.DataLoader, batches_consumed: int) -> 
         raise ValueError(f"stream_state needs the DataLoader's in-order delivery with num_workers="
                          f"{loader.num_workers}, got in_order=False: batches_consumed cannot be mapped to "
                          f"each worker's samples. Use in_order=True (the default), or num_workers <= 1.")
-    return {**dataset.state_dict(), "batches_consumed": check_int("batches_consumed", batches_consumed, minimum=0),
+    return {**without_consumer(dataset.state_dict()),
+            "batches_consumed": check_int("batches_consumed", batches_consumed, minimum=0),
             # batch_size=None hands out single samples: the same round robin as batches of one.
             "batch_size": loader.batch_size or 1, "num_workers": loader.num_workers, "drop_last": loader.drop_last}

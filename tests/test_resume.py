@@ -190,8 +190,10 @@ def test_other_dataset_is_refused(many_episodes_root, dataset_root):
 
 def test_state_without_trainer_fields_is_explained(many_episodes_root):
     dataset = make(many_episodes_root)
+    dataset.load_state_dict(dataset.state_dict())  # a per-consumer state (tests/test_stateful_dataloader.py)
+    trainer_state = {k: v for k, v in dataset.state_dict().items() if k != "consumer"}
     with pytest.raises(ValueError, match="lacks 'batches_consumed'"):
-        dataset.load_state_dict(dataset.state_dict())
+        dataset.load_state_dict(trainer_state)
     with pytest.raises(ValueError, match="Not an episodestream stream state"):
         dataset.load_state_dict({"epoch": 1})
 

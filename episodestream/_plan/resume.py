@@ -287,11 +287,13 @@ def plan_resume(segments: Sequence[Segment], *, seed: int, epoch: int, shuffle: 
 
 
 def consumer_steps(plan: EpochPlan, world: World, *, pool_size: int,
-                   point: ResumePoint | None = None) -> tuple[Iterator[Step], int]:
+                   point: ResumePoint | None = None, then_skip: int = 0) -> tuple[Iterator[Step], int]:
     """The one place a consumer's schedule is made: its steps for ``plan`` (from ``point`` when the
     epoch is resumed: the worker role it takes over and the samples it skips, tabular-free) and
-    how many samples they emit."""
+    how many samples they emit. ``then_skip``: samples of those steps to skip as well (what a
+    per-consumer state says this consumer yielded, ``_runtime.position``)."""
     role, skip = point.share_for(plan, world) if point is not None else (world, 0)
+    skip += then_skip
     share = plan.share(role)
     steps = consumer_schedule(share, pool_size=pool_size, shuffle=plan.shuffle,
                               rng=consumer_rng(plan.seed, plan.epoch, role, leg=plan.leg))

@@ -90,7 +90,8 @@ class SharedEpoch:
     def finished(self, epoch: int) -> None:
         """Called by every consumer that reaches the end of ``epoch``; advances the counter once."""
         with self._locked():
-            if self.get() == epoch:
+            # Below ``epoch`` only where a per-consumer state chose the epoch (``_runtime.position``).
+            if self.get() <= epoch:
                 self._slots()[_NEXT] = epoch + 1
 
     def state_loaded(self) -> int:

@@ -1,0 +1,156 @@
+"""Where this process's own iteration of a streaming dataset stands, for ``state_dict()`` to carry.
+
+torchdata's ``StatefulDataLoader`` snapshots ``dataset.state_dict()`` inside each consumer (the
+main process with ``num_workers=0``, else every worker after each batch it makes) and, on resume,
+hands each consumer its own snapshot: ``dataset.load_state_dict(snapshot)`` in that process, then
+``iter(dataset)``. So a state must say, per consumer, how many samples its iteration has yielded:
+``state["consumer"]`` = ``{"epoch", "rank", "world_size", "worker", "num_workers", "samples_yielded"}``.
+
+Loading such a state (one without the trainer's ``batches_consumed``; ``dataset.state_dict()``
+itself is one) makes the next iteration of the same consumer, in the same epoch, skip those samples,
+tabular-free, on top of whatever resume that iteration itself continued (the state's ``legs``). It
+resumes the same consumer only: a DataLoader worker cannot know what its siblings yielded, so another
+worker count (or rank count) is refused with what to save instead (``stream_state``, which counts
+batches and resumes elastically).
+
+In a DataLoader worker the loaded state also names the epoch (a new process's shared counter still
+reads 0); all of that iteration's workers get their snapshot, so none of them claims an epoch from
+the counter (``SharedEpoch.claim``), and the counter moves past the epoch when they finish it.
+
+States: NONE (nothing loaded) -> PENDING (``load``) -> NONE (the matching iteration starts and
+takes the skip, or another epoch starts: the state no longer applies).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch.utils.data
+
+from episodestream._base.options import check_int
+from episodestream._base.world import World
+from episodestream._plan.resume import STATE_FORMAT, Leg, ResumeRequest, Resumption
+
+_FIELDS = ("epoch", "rank", "world_size", "worker", "num_workers", "samples_yielded")
+
+
+def is_consumer_state(state: Any) -> bool:
+    """A per-consumer snapshot (``dataset.state_dict()``), as opposed to a trainer's state
+    (``stream_state``, ``EpisodeLoader.state_dict``), which adds ``batches_consumed``."""
+    return isinstance(state, Mapping) and "batches_consumed" not in state and "consumer" in state
+
+
+def without_consumer(state: Mapping[str, Any]) -> dict[str, Any]:
+    """``state`` less its ``consumer`` section: a trainer's state (the batches it took) is the same
+    on every rank and resumes any of them; one consumer's position would only make them differ."""
+    return {key: value for key, value in state.items() if key != "consumer"}
+
+
+@dataclass(frozen=True)
+class ConsumerPosition:
+    epoch: int
+    rank: int
+    world_size: int
+    worker: int
+    num_workers: int
+    samples_yielded: int
+
+    @classmethod
+    def from_state(cls, value: Any) -> ConsumerPosition:
+        if not isinstance(value, Mapping) or set(value) != set(_FIELDS):
+            raise ValueError(f"state['consumer'] must be a dict with keys {sorted(_FIELDS)}, got {value!r:.200}.")
+        minimum = {"world_size": 1, "num_workers": 1}
+        return cls(**{k: check_int(f"state['consumer'][{k!r}]", value[k], minimum=minimum.get(k, 0)) for k in _FIELDS})
+
+    def same_consumer(self, world: World) -> bool:
+        return (self.rank, self.world_size, self.worker, self.num_workers) == (
+            world.rank, world.world_size, world.worker, world.num_workers)
+
+
+class StreamPosition:
+    """One dataset copy's position: its current iteration's count, and a loaded one still to apply."""
+
+    def __init__(self) -> None:
+        self._world: World | None = None
+        self._epoch = -1
+        self.samples_yielded = 0
+        self._pending: ConsumerPosition | None = None
+
+    def state(self, epoch: int) -> dict[str, Any]:
+        """This process's consumer in ``epoch`` (the one a checkpoint names) and what it yielded."""
+        if self._world is not None and self._epoch == epoch:
+            world, count = self._world, self.samples_yielded
+        elif self._pending is not None and self._pending.epoch == epoch:
+            return asdict(self._pending)  # loaded, not iterated yet: the same position again
+        else:
+            world, count = World(0, 1), 0
+        return {"epoch": epoch, "rank": world.rank, "world_size": world.world_size, "worker": world.worker,
+                "num_workers": world.num_workers, "samples_yielded": count}
+
+    def load(self, value: Any) -> ConsumerPosition:
+        self._pending = ConsumerPosition.from_state(value)
+        return self._pending
+
+    def pending_epoch(self) -> int | None:
+        """In a DataLoader worker, the epoch a loaded state resumes (see the module docstring)."""
+        if self._pending is None or torch.utils.data.get_worker_info() is None:
+            return None
+        return self._pending.epoch
+
+    def begin(self, world: World, epoch: int) -> int:
+        """An iteration of ``world`` over ``epoch`` starts: how many of its samples to skip."""
+        self._world, self._epoch, self.samples_yielded = world, epoch, 0
+        pending, self._pending = self._pending, None
+        if pending is None or pending.epoch != epoch:
+            return 0
+        if not pending.same_consumer(world):
+            raise ValueError(
+                f"The loaded state is consumer {pending.worker} of {pending.num_workers} (rank {pending.rank} of "
+                f"{pending.world_size}) in epoch {epoch}, but this iteration is consumer {world.worker} of "
+                f"{world.num_workers} (rank {world.rank} of {world.world_size}). A per-consumer state (what "
+                f"dataset.state_dict() and StatefulDataLoader save) resumes the same num_workers and world size "
+                f"only; to change them, save stream_state(loader, batches_consumed) instead, which resumes "
+                f"elastically.")
+        self.samples_yielded = pending.samples_yielded
+        return pending.samples_yielded
+
+
+def fingerprint_mismatches(state: Mapping[str, Any], *, seed: int, shuffle: bool,
+                           fingerprint: Mapping[str, Any]) -> list[str]:
+    """``field: saved X, this dataset Y`` for every checked field of ``state`` that differs."""
+    saved = state.get("fingerprint", {})
+    saved = saved if isinstance(saved, Mapping) else {}
+    checks = [("seed", state.get("seed"), seed), ("shuffle", state.get("shuffle"), shuffle)]
+    checks += [(f"fingerprint.{k}", saved.get(k), v) for k, v in fingerprint.items()]
+    return [f"{name}: saved {was!r}, this dataset {now!r}" for name, was, now in checks
+            if json.loads(json.dumps(was)) != json.loads(json.dumps(now))]
+
+
+def load_consumer_state(state: Mapping[str, Any], position: StreamPosition, *, strict: bool, seed: int,
+                        shuffle: bool, fingerprint: Mapping[str, Any], segments, world_size: int,
+                        pool_size: int) -> tuple[int, Resumption | None]:
+    """Check a per-consumer ``state`` against the dataset's ``seed``, ``shuffle`` and ``fingerprint``
+    and make it ``position``'s pending one: the epoch it resumes, and the resume that iteration
+    itself continued (its ``legs``; None when it streamed the epoch from the start)."""
+    if state.get("format") != STATE_FORMAT:
+        raise ValueError(f"Not an episodestream stream state (expected format {STATE_FORMAT!r}): {state!r:.200}")
+    mismatches = fingerprint_mismatches(state, seed=seed, shuffle=shuffle, fingerprint=fingerprint)
+    if mismatches:
+        message = "The stream state does not match this dataset: " + "; ".join(mismatches) + "."
+        if strict:
+            raise ValueError(message + " Pass strict=False to load it anyway.")
+        warnings.warn(message + " Loading anyway (strict=False).", RuntimeWarning, stacklevel=3)
+    saved_legs = state.get("legs", [])
+    if not isinstance(saved_legs, (list, tuple)):
+        raise ValueError(f"state['legs'] must be a list of legs, got {saved_legs!r:.200}.")
+    legs = tuple(Leg.from_state(leg, f"state['legs'][{i}]") for i, leg in enumerate(saved_legs))
+    loaded = position.load(state["consumer"])
+    if loaded.epoch != state.get("epoch"):
+        raise ValueError(f"state['consumer']['epoch']={loaded.epoch} differs from state['epoch']={state.get('epoch')!r}.")
+    request = ResumeRequest(loaded.epoch, seed, shuffle, legs)
+    resumption = Resumption(request, segments, world_size=world_size, pool_size=pool_size) if legs else None
+    return loaded.epoch, resumption
