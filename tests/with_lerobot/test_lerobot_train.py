@@ -5,14 +5,13 @@ checkpoint, refuses another run's checkpoint before training, and trains on 2 pr
 
 CI has no LeRobot (it needs Python >= 3.12 and torchvision): every test here skips with the reason
 there. Locally: /work/shared/tools/lerobot-venv.sh builds a venv with it; then
-``HF_HUB_OFFLINE=1 VENV/bin/python -m pytest -o addopts= -p no:cacheprovider tests/lerobot``.
+``HF_HUB_OFFLINE=1 VENV/bin/python -m pytest -o addopts= -p no:cacheprovider tests/with_lerobot``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -162,7 +161,7 @@ def _ok(result: subprocess.CompletedProcess) -> None:
 
 @pytest.mark.slow
 def test_lerobot_train_resumes_the_stream_exactly(root, tmp_path):
-    data = [f"--dataset.repo_id=local/ds", f"--dataset.root={root}", "--dataset.streaming=true", "--batch_size=4"]
+    data = ["--dataset.repo_id=local/ds", f"--dataset.root={root}", "--dataset.streaming=true", "--batch_size=4"]
     # 18 steps of 4 from 65 frames: the epoch ends after step 17 (a batch of 1), so the resume
     # below at step 16 continues epoch 0 and goes on into epoch 1.
     _ok(_train(tmp_path / "whole", *data, *TINY_ACT, "--num_workers=0", f"--output_dir={tmp_path / 'out'}",
@@ -205,7 +204,7 @@ def test_lerobot_train_resumes_the_stream_exactly(root, tmp_path):
 def test_lerobot_train_on_two_processes_covers_the_epoch(root, tmp_path):
     if (os.cpu_count() or 1) < 2:
         pytest.skip(f"this machine has {os.cpu_count()} CPU(s): 2 processes cannot run side by side")
-    args = [f"--dataset.repo_id=local/ds", f"--dataset.root={root}", "--dataset.streaming=true", "--batch_size=4",
+    args = ["--dataset.repo_id=local/ds", f"--dataset.root={root}", "--dataset.streaming=true", "--batch_size=4",
             *TINY_ACT, "--num_workers=0", f"--output_dir={tmp_path / 'out'}", "--steps=9", "--save_freq=9"]
     _ok(_train(tmp_path / "two", *args, processes=2))
     ranks = [_steps(tmp_path / "two", rank) for rank in (0, 1)]
