@@ -2,7 +2,7 @@
 (a DataLoaderDispatcher by default, an IterableDatasetShard with dispatch_batches=False); our dataset
 already streams only its rank's share, so the first batch raises instead of silently training on 1/N
 of the epoch. The wrappers are built here in one process (the dataset told it is rank 0 of 2), as
-Accelerate builds them on each of N; tests/datasets/test_accelerate_launch.py launches 2 processes."""
+Accelerate builds them on each of N; tests/datasets/test_accelerate_prepare.py launches 2 processes."""
 
 from __future__ import annotations
 
