@@ -2,11 +2,17 @@
 # Installs everything episodestream needs on a fresh Debian/Ubuntu machine; safe to run again.
 #   bash scripts/setup.sh          # the library, its decoders and FFmpeg's shared libraries
 #   bash scripts/setup.sh --test   # the same plus what the test command needs (pytest, ruff, mypy, ...)
-# PYTHON picks the interpreter (default: python3). A torch that is already installed is kept, so
-# GPU clusters keep their own CUDA build.
+# Everything goes into the virtual environment .venv in the checkout (made on the first run), so
+# .venv/bin/python is the interpreter to run afterwards, wherever setup.sh was started from:
+# a distribution's Python refuses pip installs outside a venv (PEP 668, Debian's "externally
+# managed" /usr/bin/python3), and one command for every case keeps the README true.
+# PYTHON picks the interpreter the venv is made from (default: python3). The venv sees that
+# interpreter's packages (--system-site-packages), and those of the venv or conda env setup.sh runs
+# in, if any: a torch that is already installed is kept, so GPU clusters keep their own CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
+BASE_PYTHON=${PYTHON:-python3}
+VENV=.venv
 EXTRAS=""
 [ "${1:-}" = "--test" ] && EXTRAS="[test]"
 
@@ -26,6 +32,28 @@ if [ -n "$APT_PACKAGES" ]; then
     # shellcheck disable=SC2086  # a list of package names
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $APT_PACKAGES >/dev/null
 fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "setup: creating the virtual environment $VENV (from $("$BASE_PYTHON" -c 'import sys; print(sys.executable)'))" >&2
+    if ! "$BASE_PYTHON" -m venv --system-site-packages "$VENV" 2>/dev/null; then
+        # Debian/Ubuntu ship venv's ensurepip separately.
+        SUDO=""
+        [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+        VERSION=$("$BASE_PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+        echo "setup: installing python${VERSION}-venv (apt-get), which python -m venv needs" >&2
+        $SUDO apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "python${VERSION}-venv" >/dev/null
+        rm -rf "$VENV"
+        "$BASE_PYTHON" -m venv --system-site-packages "$VENV"
+    fi
+    # Run from inside a venv, the new one sees the base interpreter's packages but not that venv's
+    # (a conda env is its own base, so --system-site-packages covers it): a .pth file adds them.
+    OUTER_SITE=$("$BASE_PYTHON" -c 'import sys, sysconfig; print(sysconfig.get_path("purelib") if sys.prefix != sys.base_prefix else "")')
+    if [ -n "$OUTER_SITE" ]; then
+        "$VENV/bin/python" -c 'import sys, sysconfig, pathlib; pathlib.Path(sysconfig.get_path("purelib"), "_setup_outer_env.pth").write_text(sys.argv[1] + "\n")' "$OUTER_SITE"
+    fi
+fi
+PYTHON="$VENV/bin/python"
 
 pip_install() { "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore "$@"; }
 
@@ -57,3 +85,4 @@ if ! "$PYTHON" -c "import episodestream._sample._chw_kernel" >/dev/null 2>&1; th
          "no C compiler or no Python headers): frames are written by numpy, bit for bit the same, ~0.1 ms more" \
          "per float32 frame. Install gcc and python3-dev, then rerun." >&2
 fi
+echo "setup: done; run with $VENV/bin/python (e.g. $VENV/bin/python -m episodestream demo)" >&2

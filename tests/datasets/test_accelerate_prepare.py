@@ -6,15 +6,15 @@ in tests/test_accelerate_guard.py; with LeRobot, tests/with_lerobot trains on 2 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from .test_streaming_distributed import _free_port
+from .test_streaming_distributed import ACCELERATE_LAUNCH, _free_port
 
 pytestmark = pytest.mark.distributed
 
@@ -23,13 +23,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_prepare_is_refused_and_lerobot_trains_accelerator_covers_the_epoch(camera_less_root, tmp_path):
-    if shutil.which("accelerate") is None:
+    if importlib.util.find_spec("accelerate") is None:
         pytest.skip("accelerate is not installed (pip install 'episodestream[test]'): cannot launch 2 processes")
     if (os.cpu_count() or 1) < 2:
         pytest.skip(f"this machine has {os.cpu_count()} CPU(s): 2 processes cannot run side by side")
     env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    command = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+    command = [*ACCELERATE_LAUNCH, "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
                str(SCRIPT), str(camera_less_root), str(tmp_path)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, cwd=REPO)

@@ -5,10 +5,11 @@ the remaining samples, a DataLoader resuming EpisodeLoader's state."""
 from __future__ import annotations
 
 import json
+import importlib.util
 import os
-import shutil
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.distributed
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "scaling" / "train_streaming_multinode.py"
+ACCELERATE_LAUNCH = [sys.executable, "-m", "accelerate.commands.launch"]
 
 
 def _free_port() -> int:
@@ -32,14 +34,17 @@ def _free_port() -> int:
 
 
 def _launch(out: Path, dataset: Path, *extra: str) -> None:
-    if shutil.which("accelerate") is None:
+    if importlib.util.find_spec("accelerate") is None:
         pytest.skip("accelerate is not installed (pip install 'episodestream[test]'): cannot launch 2 processes")
     if (os.cpu_count() or 1) < 2:
         pytest.skip(f"this machine has {os.cpu_count()} CPU(s): 2 processes cannot run side by side")
     # Accelerate runs several CPU processes only through its multi-GPU launcher with
     # ACCELERATE_USE_CPU set; each process then joins a gloo process group.
-    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
-    command = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+    # This interpreter's accelerate (not the first on PATH), and this checkout's episodestream in
+    # the processes it starts (not another install's).
+    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    command = [*ACCELERATE_LAUNCH, "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
                str(EXAMPLE), "--dataset", str(dataset), "--output-dir", str(out), "--record-indices",
                "--num-workers", "1", "--num-threads", "1", "--batch-size", "8", "--epochs", "1", *extra]

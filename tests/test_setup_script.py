@@ -1,0 +1,59 @@
+"""``bash scripts/setup.sh`` on a distribution's Python (PEP 668, "externally managed": pip refuses
+to install into it) makes and uses ``.venv``, and the README's first command then works exactly as
+written, in a fresh clone with only /usr/bin/python3 on PATH. Slow: pip installs torch and the rest
+into the new venv (from this machine's local wheel index), then the demo encodes video."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+
+def _readme_commands() -> list[str]:
+    block = re.search(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S).group(1)
+    return [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    ci = [line for line in (REPO / ".ci/run").read_text().splitlines() if line and not line.startswith(("#", "set ", "cd "))]
+    assert ci == [_readme_commands()[1]]
+
+
+@pytest.mark.slow
+def test_setup_on_an_externally_managed_python_uses_a_venv(tmp_path):
+    if not SYSTEM_PYTHON.exists():
+        pytest.skip("no /usr/bin/python3 here (a distribution's Python) to run setup.sh with")
+    stdlib = subprocess.run([str(SYSTEM_PYTHON), "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    if not (Path(stdlib) / "EXTERNALLY-MANAGED").exists():
+        pytest.skip(f"{SYSTEM_PYTHON} is not externally managed (no {stdlib}/EXTERNALLY-MANAGED): nothing to show")
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed: cannot clone the checkout")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    # Only the system's tools on PATH: python3 is Debian's; ffprobe is there already (else apt runs).
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "VIRTUAL_ENV", "CONDA"))}
+    env["PATH"] = "/usr/bin:/bin"
+    env["HOME"] = str(tmp_path / "home")
+    assert subprocess.run(["python3", "-c", "import sys; print(sys.executable)"], env=env, capture_output=True,
+                          text=True).stdout.strip() in ("/usr/bin/python3", "/bin/python3")
+    refused = subprocess.run(["python3", "-m", "pip", "install", "--dry-run", "-q", "tqdm"], env=env,
+                             capture_output=True, text=True, cwd=clone)
+    assert refused.returncode != 0 and "externally-managed-environment" in refused.stderr + refused.stdout
+    demo_command = _readme_commands()[0]  # bash scripts/setup.sh && .venv/bin/python -m episodestream demo
+    result = subprocess.run(["bash", "-c", demo_command], env=env, capture_output=True, text=True, cwd=clone,
+                            timeout=1500)
+    assert result.returncode == 0, f"{demo_command!r} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert "creating the virtual environment .venv" in result.stderr and "samples/s" in result.stdout
+    venv_python = clone / ".venv/bin/python"
+    where = subprocess.run([str(venv_python), "-c", "import episodestream, sys; print(episodestream.__file__, sys.prefix)"],
+                           env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert where == [str(clone / "episodestream/__init__.py"), str(clone / ".venv")]
