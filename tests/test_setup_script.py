@@ -53,7 +53,7 @@ def test_setup_on_an_externally_managed_python_uses_a_venv(tmp_path):
                             timeout=1500)
     assert result.returncode == 0, f"{demo_command!r} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     assert "creating the virtual environment .venv" in result.stderr and "samples/s" in result.stdout
-    venv_python = clone / ".venv/bin/python"
+    venv_python = clone / ".venv/bin/python"  # run outside the clone: the venv's install, not the folder, answers
     where = subprocess.run([str(venv_python), "-c", "import episodestream, sys; print(episodestream.__file__, sys.prefix)"],
-                           env=env, capture_output=True, text=True, check=True).stdout.split()
+                           env=env, capture_output=True, text=True, check=True, cwd=tmp_path).stdout.split()
     assert where == [str(clone / "episodestream/__init__.py"), str(clone / ".venv")]
