@@ -10,6 +10,8 @@ import torch
 from episodestream import EpisodeStreamingDataset, stream_state
 
 stateful = pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata is not installed (test extra)")
+# torchdata 0.11 calls a torch function that torch 2.13 deprecates, on every StatefulDataLoader.
+pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")
 
 MIDPOINTS = [0, 3, 7]  # batches taken before the state is saved (of 11-13 per epoch below)
 
