@@ -49,6 +49,14 @@ def state_path(checkpoint_dir: str | os.PathLike) -> Path:
     return Path(checkpoint_dir) / TRAINING_STATE_DIR / STATE_FILE
 
 
+class _BeforeTraining(Exception):
+    """What the configuration or checkpoint got wrong, found before the first step: ``main`` prints
+    it as one line (its message names the field) instead of LeRobot's traceback."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+
+
 class _Run:
     """What one process of a training run keeps: its streaming dataset, the loader the trainer
     loops over, and the batches it has taken from the current epoch (from the epoch's start)."""
@@ -62,11 +70,14 @@ class _Run:
     def make_train_eval_datasets(self, cfg: Any):
         from episodestream.lerobot import make_train_eval_datasets
 
-        train, held_out = make_train_eval_datasets(cfg)
-        if isinstance(train, EpisodeStreamingDataset):
-            self.dataset = train
-            if cfg.resume:
-                self._resume(cfg.checkpoint_path, train)
+        try:
+            train, held_out = make_train_eval_datasets(cfg)
+            if isinstance(train, EpisodeStreamingDataset):
+                self.dataset = train
+                if cfg.resume:
+                    self._resume(cfg.checkpoint_path, train)
+        except (OSError, ValueError, TypeError, NotImplementedError) as error:
+            raise _BeforeTraining(error) from error
         return train, held_out
 
     def _resume(self, checkpoint_path: str | os.PathLike, dataset: EpisodeStreamingDataset) -> None:
@@ -153,5 +164,9 @@ def main(argv: list[str]) -> int:
         patches.enter_context(mock.patch.object(accelerate, "Accelerator", _accelerator_class(accelerate.Accelerator)))
         # LeRobot's config parser reads sys.argv itself (draccus, plugins, --config_path).
         patches.enter_context(mock.patch.object(sys, "argv", ["lerobot-train", *argv]))
-        lerobot_train.main()
+        try:
+            lerobot_train.main()
+        except _BeforeTraining as error:
+            print(f"episodestream lerobot-train: {error}", file=sys.stderr)
+            return 1
     return 0

@@ -195,8 +195,15 @@ def test_lerobot_train_resumes_the_stream_exactly(root, tmp_path):
 
     # Another run's checkpoint (here: another seed) is refused before the first step, naming the field.
     refused = _train(tmp_path / "refused", f"--config_path={config}", "--resume=true", "--seed=7", "--steps=4")
-    assert refused.returncode != 0 and "seed: saved 1000, this dataset 7" in refused.stderr
-    assert not (tmp_path / "refused/rank0.jsonl").exists()
+    assert refused.returncode == 1 and "seed: saved 1000, this dataset 7" in refused.stderr
+    assert "Traceback" not in refused.stderr and not (tmp_path / "refused/rank0.jsonl").exists()
+    nowhere = _train(tmp_path / "unread", "--dataset.repo_id=local/ds", f"--dataset.root={tmp_path / 'nowhere'}",
+                     "--dataset.streaming=true", *TINY_ACT, f"--output_dir={tmp_path / 'out3'}", "--steps=4")
+    assert nowhere.returncode == 1 and "Traceback" not in nowhere.stderr
+    assert nowhere.stderr.strip().splitlines()[-1] == (
+        f"episodestream lerobot-train: FileNotFoundError: dataset.root='{tmp_path / 'nowhere'}' is not a folder: "
+        f"nothing is there. Pass the folder holding the dataset's meta/info.json, or no root to read "
+        f"dataset.repo_id from the Hub.")
 
 
 @pytest.mark.slow
