@@ -3,7 +3,8 @@
 The public API is the names below. Tooling has its own modules: ``episodestream.tools.synthetic``
 (synthetic datasets), ``episodestream.tools.tracing`` (Chrome traces), ``episodestream.testing``
 (offline stand-ins for remote services); ``episodestream.remote`` and ``episodestream.video`` hold
-the remote cache's and the decoders' public names. Modules and packages whose names start with an
+the remote cache's and the decoders' public names; ``episodestream.lerobot`` is LeRobot's dataset
+factory on these datasets (it needs LeRobot). Modules and packages whose names start with an
 underscore are private.
 """
 

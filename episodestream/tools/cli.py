@@ -2,6 +2,7 @@
 
 ``info`` describes a dataset, ``bench`` runs the streaming benchmark, ``cache ls|unpin|clear`` inspects,
 unpins and empties the node cache of remote sources and ``prewarm`` fills it (pinned) ahead of training.
+``lerobot-train ARGS`` runs LeRobot's trainer on these datasets (``tools/lerobot_train``).
 """
 
 from __future__ import annotations
