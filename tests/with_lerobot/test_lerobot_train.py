@@ -208,14 +208,23 @@ def test_lerobot_train_resumes_the_stream_exactly(root, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_lerobot_train_on_two_processes_covers_the_epoch(root, tmp_path):
+def test_lerobot_train_on_two_processes_covers_the_epoch_and_resumes_on_one(root, tmp_path):
     if (os.cpu_count() or 1) < 2:
         pytest.skip(f"this machine has {os.cpu_count()} CPU(s): 2 processes cannot run side by side")
     args = ["--dataset.repo_id=local/ds", f"--dataset.root={root}", "--dataset.streaming=true", "--batch_size=4",
-            *TINY_ACT, "--num_workers=0", f"--output_dir={tmp_path / 'out'}", "--steps=9", "--save_freq=9"]
-    _ok(_train(tmp_path / "two", *args, processes=2))
+            *TINY_ACT, "--num_workers=0", f"--output_dir={tmp_path / 'out'}"]
+    _ok(_train(tmp_path / "two", *args, "--steps=9", "--save_freq=4", processes=2))
     ranks = [_steps(tmp_path / "two", rank) for rank in (0, 1)]
     # 65 frames over 2 ranks: 33 each (one fill-in), 9 batches of 4, 4, ..., 1 per rank.
     assert [len(b) for b in ranks[0]] == [len(b) for b in ranks[1]] == [4] * 8 + [1]
     seen = [i for rank in ranks for b in rank for i in b]
     assert len(seen) == 66 and set(seen) == set(range(65)), "every frame once (and one fill-in)"
+
+    # Elastic: the step-4 checkpoint of the 2 processes resumed on 1 process. The 32 samples the two
+    # ranks took in steps 1-4 are not seen again; the other 33 frames come once each, in 9 steps.
+    config = tmp_path / "out/checkpoints/000004/pretrained_model/train_config.json"
+    _ok(_train(tmp_path / "one", f"--config_path={config}", "--resume=true", "--steps=13"))
+    resumed = _steps(tmp_path / "one")
+    taken = [i for rank in ranks for b in rank[:4] for i in b]
+    assert [len(b) for b in resumed] == [4] * 8 + [1]
+    assert sorted(taken + [i for b in resumed for i in b]) == list(range(65))
