@@ -26,9 +26,10 @@ import torch
 from torch.utils.data import default_collate
 
 from episodestream._runtime.batch_memory import BatchMemory
-from episodestream._base.options import check_int
+from episodestream._base.options import check_bool, check_int
 from episodestream._runtime.pipeline import GroupPipeline
-from episodestream._runtime.stream import ConsumerStream, Decoders, PlannedGroup, StreamSource
+from episodestream._runtime.stream import ConsumerStream, Decoders, PlannedGroup
+from episodestream._runtime.stream_source import StreamingFace, source_of
 from episodestream._base.world import World
 from episodestream._sample.video.decoder_cache import FrameQuery
 
@@ -66,43 +67,39 @@ class EpisodeLoader:
     dropping the iterator, stops the threads and releases cached video.
     """
 
-    def __init__(self, dataset: StreamSource, batch_size: int, *, num_threads: int | None = None,
+    def __init__(self, dataset: StreamingFace, batch_size: int, *, num_threads: int | None = None,
                  drop_last: bool = False, pin_memory: bool = False, prefetch_batches: int = 2) -> None:
-        if not isinstance(dataset, StreamSource):
-            raise TypeError(f"EpisodeLoader needs an EpisodeStreamingDataset (or another stream source, such as "
-                            f"an EpisodeMixture), got {type(dataset).__name__}.")
+        self._source = source_of(dataset)
         self.dataset = dataset
         self.batch_size = check_int("batch_size", batch_size, minimum=1)
         self.num_threads = (min(_usable_cores(), _MAX_DEFAULT_THREADS) if num_threads is None
                             else check_int("num_threads", num_threads, minimum=1))
-        for name, value in (("drop_last", drop_last), ("pin_memory", pin_memory)):
-            if not isinstance(value, bool):
-                raise TypeError(f"{name} must be True or False, got {value!r}.")
-        self.drop_last = drop_last
+        self.drop_last = check_bool("drop_last", drop_last)
+        pin_memory = check_bool("pin_memory", pin_memory)
         self.prefetch_batches = check_int("prefetch_batches", prefetch_batches, minimum=1)
         self.pin_memory = pin_memory and torch.cuda.is_available()
         if pin_memory and not self.pin_memory:
             warnings.warn("EpisodeLoader(pin_memory=True): CUDA is not available, so batches are not pinned.",
                           RuntimeWarning, stacklevel=2)
         self._resume: tuple[int, int] | None = None  # (epoch, batches consumed) a loaded state resumes
-        self._consumed = (dataset.epoch, 0)  # (epoch, batches handed out of it, counted from its start)
+        self._consumed = (self._source.epoch, 0)  # (epoch, batches handed out of it, counted from its start)
         self._current: weakref.ref[_Iteration] | None = None
         self._memory: BatchMemory | None = None  # sized by the first stream's cameras
 
     def __len__(self) -> int:
         """Batches the next iteration yields (what is left of a resumed epoch, after a load)."""
-        samples = len(self.dataset)
+        samples = self._source.num_samples()
         return samples // self.batch_size if self.drop_last else math.ceil(samples / self.batch_size)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration streams."""
-        self.dataset.set_epoch(epoch)
+        self._source.set_epoch(check_int("epoch", epoch, minimum=0))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self._close_current()
-        dataset = self.dataset
-        epoch = dataset.epoch
-        stream = dataset.consumer_stream(World(dataset.rank, dataset.world_size), epoch)
+        source = self._source
+        epoch = source.epoch
+        stream = source.consumer_stream(World(source.rank, source.world_size), epoch)
         if self._memory is None:
             # Batches being built or ready, the one the trainer holds and the one it just let go
             # of, per camera: enough to reuse memory in a steady loop without holding more.
@@ -138,7 +135,7 @@ class EpisodeLoader:
         """The stream state at the batches handed out so far: ``load_state_dict`` on a new loader
         (any ``num_threads``; the same or another world size) continues after them. The same
         format as ``stream_state`` for a DataLoader, so either can resume the other."""
-        state = self.dataset.state_dict()
+        state = self._source.state_dict()
         epoch = state["epoch"]
         if self._consumed[0] == epoch:
             batches = self._consumed[1]
@@ -151,16 +148,16 @@ class EpisodeLoader:
         """Resume from ``state`` (this loader's ``state_dict()``, or ``stream_state`` of a DataLoader).
         The next iteration continues the saved epoch. See ``EpisodeStreamingDataset.load_state_dict``
         for what must match (``strict``)."""
-        checked = self.dataset.check_state(state, strict=strict)
+        checked = self._source.check_state(state, strict=strict)
         if not checked.finished and state["batch_size"] != self.batch_size:
             raise ValueError(f"The state was saved with batch_size={state['batch_size']} partway through epoch "
                              f"{checked.epoch}; this loader has batch_size={self.batch_size}. Resume that epoch "
                              f"with batch_size={state['batch_size']} (a batch count cannot be continued in other "
                              f"batch sizes); later epochs may use any.")
         self._close_current()
-        self.dataset.apply_state(checked)
+        self._source.apply_state(checked)
         self._resume = None if checked.finished else (checked.epoch, state["batches_consumed"])
-        self._consumed = (self.dataset.epoch, 0 if checked.finished else state["batches_consumed"])
+        self._consumed = (self._source.epoch, 0 if checked.finished else state["batches_consumed"])
 
 
 class _BatchBuffer:
@@ -300,7 +297,6 @@ class _Iteration(Iterator[dict[str, Any]]):
     def __init__(self, loader: EpisodeLoader, epoch: int, stream: ConsumerStream, base_batches: int,
                  memory: BatchMemory) -> None:
         self._loader = loader
-        self._dataset = loader.dataset
         self._epoch = epoch
         self._base = base_batches
         self._batch_size = loader.batch_size

@@ -59,6 +59,7 @@ from episodestream import EpisodeLoader, EpisodeStreamingDataset, SourceStats
 from episodestream.tools.synthetic import write_synthetic_dataset
 from episodestream._sample import chw as _chw
 from episodestream._base.world import World
+from episodestream._runtime.stream_source import source_of
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # `episodestream bench` runs this file by path
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -251,7 +252,7 @@ def decode_calls(dataset: EpisodeStreamingDataset, num_workers: int) -> list[lis
     for worker in range(max(1, num_workers)):
         world = World(rank=0, world_size=1, worker=worker, num_workers=max(1, num_workers))
         calls = []
-        stream = dataset.consumer_stream(world, epoch=0)
+        stream = source_of(dataset).consumer_stream(world, epoch=0)
         for group in stream.groups():
             wanted: dict[str, set[float]] = {}
             for pending in group.pendings:
@@ -431,7 +432,7 @@ def _pair(args, root: Path, remote, mode: str, episodes, video_keys, common: dic
     untimed, for warmed_bucket)."""
     from episodestream._format.metadata import load_metadata
     from episodestream._remote.source.open import open_remote_source
-    from episodestream._remote.cache.prewarm import prewarm
+    from episodestream._remote.source.prewarm import prewarm
 
     local = stream(root, mode=mode, video_keys=video_keys, episodes=episodes, **common)
     with tempfile.TemporaryDirectory(prefix="episodestream-bench-cache-") as cache_dir:

@@ -21,7 +21,6 @@ from episodestream._format.metadata import DatasetMeta, load_metadata
 from episodestream._base.options import check_positive_float
 from episodestream._format.rows import RowReader
 from episodestream._plan.sampling import Segment
-from episodestream._runtime.source_options import SourceOptions, check_source_options
 from episodestream._runtime.sources import open_source
 from episodestream._sample.video.decoder_cache import MAX_DECODERS, DecoderCache
 from episodestream._sample.video.backends import resolve_backend
@@ -62,14 +61,6 @@ class DatasetCore:
     Its keywords from ``revision`` to ``download_config`` are the ``SourceOptions`` (mypy checks the
     TypedDict against this signature), and this signature holds their defaults.
     """
-
-    @classmethod
-    def for_dataset(cls, owner: type, source: str | os.PathLike, options: SourceOptions, *,
-                    episodes_in_flight: int, local_cache_dir: bool = False) -> DatasetCore:
-        """The core of an ``owner`` dataset built with ``options`` (its ``**options``): any keyword
-        that is not a ``SourceOptions`` key is refused first, naming ``owner`` (nothing is opened)."""
-        check_source_options(owner, options)
-        return cls(source, **options, episodes_in_flight=episodes_in_flight, local_cache_dir=local_cache_dir)
 
     def __init__(self, source: str | os.PathLike, *, revision: str | None = None,
                  episodes: Sequence[int] | None = None,

@@ -11,13 +11,12 @@ sources (``PlannedGroup.source`` says which).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from episodestream._sample.builder import PendingSample
 from episodestream._format.metadata import EpisodeInfo
-from episodestream._base.world import World
 
 
 @dataclass
@@ -116,36 +115,6 @@ class ConsumerStream(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release what the pass holds (cached video); safe to call twice."""
-
-
-@runtime_checkable
-class StreamSource(Protocol):
-    """What ``EpisodeLoader`` needs of what it loads (``EpisodeStreamingDataset``, ``EpisodeMixture``)."""
-
-    rank: int
-    world_size: int
-
-    @property
-    def epoch(self) -> int: ...
-
-    def set_epoch(self, epoch: int) -> None: ...
-
-    def __len__(self) -> int: ...
-
-    def consumer_stream(self, world: World, epoch: int) -> ConsumerStream:
-        """Open ``world``'s pass over ``epoch`` (from the resume point in a resumed epoch), marking
-        the epoch started."""
-        ...
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def check_state(self, state: Mapping[str, Any], *, strict: bool = True) -> CheckedState:
-        """Validate ``state`` and work out where it resumes, changing nothing."""
-        ...
-
-    def apply_state(self, checked: CheckedState) -> None:
-        """Make ``check_state``'s result the position the next iteration starts from."""
-        ...
 
 
 @dataclass(frozen=True)

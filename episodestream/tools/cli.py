@@ -120,7 +120,7 @@ def _cache_root(args: argparse.Namespace) -> Path:
 
 def _cache_ls(args: argparse.Namespace) -> int:
     from episodestream._remote.cache.node_cache import NodeCache
-    from episodestream._remote.cache.prewarm import source_matches
+    from episodestream._remote.source.prewarm import source_matches
 
     root = _cache_root(args)
     entries = [e for e in NodeCache(root).list_entries() if source_matches(e.source, args.source)]
@@ -148,7 +148,7 @@ def _cache_ls(args: argparse.Namespace) -> int:
 
 def _cache_clear(args: argparse.Namespace) -> int:
     from episodestream._remote.cache.node_cache import NodeCache
-    from episodestream._remote.cache.prewarm import clear
+    from episodestream._remote.source.prewarm import clear
 
     root = _cache_root(args)
     report = clear(NodeCache(root), source=args.source)
@@ -164,7 +164,7 @@ def _cache_clear(args: argparse.Namespace) -> int:
 
 def _cache_unpin(args: argparse.Namespace) -> int:
     from episodestream._remote.cache.node_cache import NodeCache
-    from episodestream._remote.cache.prewarm import unpin_all
+    from episodestream._remote.source.prewarm import unpin_all
 
     root = _cache_root(args)
     report = unpin_all(NodeCache(root), source=args.source)
@@ -206,7 +206,7 @@ def _prewarm(args: argparse.Namespace) -> int:
     from episodestream._format.metadata import load_metadata
     from episodestream._remote.cache.node_cache import CacheFullError
     from episodestream._remote.source.open import open_remote_source
-    from episodestream._remote.cache.prewarm import prewarm
+    from episodestream._remote.source.prewarm import prewarm
 
     from episodestream._runtime.sources import local_folder
 

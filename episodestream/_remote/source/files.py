@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from episodestream._format.files import DatasetFiles, SourceStats, check_relpath
-from episodestream._remote.cache import budget as _budget
+from episodestream._remote.source import budget as _budget
 from episodestream._remote.transport.failures import as_file_error
 from episodestream._remote.source.mp4 import Mp4LayoutError
 from episodestream._remote.cache.node_cache import NodeCache, release_all
@@ -36,7 +36,7 @@ from episodestream._remote.transport.retry import DownloadError
 if TYPE_CHECKING:
     import fsspec
 
-    from episodestream._format.metadata import DatasetMeta
+    from episodestream._format.files import EpisodesOf
 
 T = TypeVar("T")
 
@@ -221,16 +221,16 @@ class RemoteFiles(DatasetFiles):
         """What the metadata files this dataset downloads whole occupy in the cache (``_budget``)."""
         return _budget.metadata_bytes(self)
 
-    def episode_cache_bytes(self, meta: DatasetMeta) -> dict[int, int]:
+    def episode_cache_bytes(self, meta: EpisodesOf) -> dict[int, int]:
         """An upper estimate of the cache each episode's video takes, by episode index (``_budget``)."""
         return _budget.episode_cache_bytes(self, meta)
 
-    def minimum_cache_bytes(self, meta: DatasetMeta, episodes_in_flight: int) -> int:
+    def minimum_cache_bytes(self, meta: EpisodesOf, episodes_in_flight: int) -> int:
         """An estimate of the cache one consumer needs: the metadata and the ``episodes_in_flight``
         largest episodes' video (``_budget``)."""
         return _budget.minimum_cache_bytes(self, meta, episodes_in_flight)
 
-    def check_cache_budget(self, meta: DatasetMeta | None = None, *, episodes_in_flight: int = 0) -> None:
+    def check_cache_budget(self, meta: EpisodesOf | None = None, *, episodes_in_flight: int = 0) -> None:
         """Refuse a ``cache_limit`` below ``minimum_cache_bytes`` (the metadata alone without ``meta``)
         (``ValueError``), or one that pinned entries already in the cache leave too little of
         (``CacheFullError``); see ``_budget.check_cache_budget``."""
