@@ -28,7 +28,8 @@ from torch.utils.data import default_collate
 from episodestream._runtime.batch_memory import BatchMemory
 from episodestream._base.options import check_bool, check_int
 from episodestream._runtime.pipeline import GroupPipeline
-from episodestream._runtime.stream import ConsumerStream, Decoders, PlannedGroup
+from episodestream._runtime.stream import ConsumerStream, DecoderSet, PlannedGroup
+from episodestream._sample.builder import finish_decoded
 from episodestream._runtime.stream_source import StreamingFace, source_of
 from episodestream._base.world import World
 from episodestream._sample.video.decoder_cache import FrameQuery
@@ -187,13 +188,6 @@ class _BatchBuffer:
         return self.arrays[key]
 
 
-def _chw_frames(frames_nhwc: torch.Tensor) -> np.ndarray | torch.Tensor:
-    """(N, C, H, W) views of decoded (N, H, W, C) frames: numpy on CPU, the tensor elsewhere."""
-    if frames_nhwc.device.type == "cpu":
-        return frames_nhwc.numpy().transpose(0, 3, 1, 2)
-    return frames_nhwc.permute(0, 3, 1, 2)
-
-
 class _BatchWriter:
     """What decode threads run: decode a group and write its samples into their batches.
 
@@ -203,10 +197,9 @@ class _BatchWriter:
 
     def __init__(self, stream: ConsumerStream, *, batch_size: int, num_batches: int, pin_memory: bool,
                  memory: BatchMemory) -> None:
-        self._builders = [stream.builder(source) for source in range(stream.num_sources)]
-        # Frames go straight into batch memory only when every source converts them alike.
-        self._in_place = (all(b.writes_in_place for b in self._builders)
-                          and len({b.frame_dtype for b in self._builders}) == 1)
+        self._builder = stream.builder
+        # Frames go straight into batch memory unless image_transforms must see each sample.
+        self._in_place = stream.builder.writes_in_place
         self._memory = memory
         self._batch_size = batch_size
         self._num_batches = num_batches
@@ -229,14 +222,14 @@ class _BatchWriter:
         with self._lock:
             self._buffers.clear()
 
-    def write_group(self, decoders: Decoders, first_sample: int, group: PlannedGroup) -> None:
+    def write_group(self, decoders: DecoderSet, first_sample: int, group: PlannedGroup) -> None:
         # Samples past the last batch (the tail drop_last drops) are neither decoded nor kept.
         pendings = group.pendings[:max(0, self._num_batches * self._batch_size - first_sample)]
         if not pendings:
             return
-        builder = self._builders[group.source]
-        decoded = builder.decode(decoders[group.source], pendings)
-        sources: dict[str, np.ndarray | torch.Tensor] = {}  # per file: its frames as (N, C, H, W)
+        builder = self._builder
+        decoded = builder.decode(decoders, pendings)
+        sources: dict[str, np.ndarray | torch.Tensor] = {}  # per file: its decoded (N, H, W, C) frames
         # Each decoded frame is converted once per group: a window padded at an episode's edge,
         # or overlapping another sample's, copies the slot already written (a plain copy of the
         # converted frame costs under half the conversion in float32).
@@ -256,15 +249,18 @@ class _BatchWriter:
             index, slot = divmod(first_sample + offset, self._batch_size)
             buffer = self.buffer(index)
             if not self._in_place:
-                buffer.items[slot] = builder.finish(pending, [decoded[q.path].gather(q) for q in pending.queries])
+                buffer.items[slot] = finish_decoded(builder, pending, decoded)
                 continue
             for key, windowed, query in zip(pending.video_keys, pending.windowed, pending.queries):
                 source = sources.get(query.path)
                 if source is None:
-                    source = sources[query.path] = _chw_frames(decoded[query.path].frames)
+                    frames = decoded[query.path].frames
+                    # numpy on CPU: indexing it costs a fraction of torch's per frame
+                    source = sources[query.path] = frames.numpy() if frames.device.type == "cpu" else frames
                 row_of = decoded[query.path].row_of
                 rows = [row_of[t] for t in query.timestamps_s]
-                shape = (len(rows), *source.shape[1:]) if windowed else tuple(source.shape[1:])
+                chw = (source.shape[3], source.shape[1], source.shape[2])
+                shape = (len(rows), *chw) if windowed else chw
                 out = buffer.frame_out(key, shape, builder.frame_dtype, decoded[query.path].frames.device,
                                        memory=self._memory, pin_memory=self._pin_memory, query=query)[slot]
                 if windowed:
@@ -274,7 +270,7 @@ class _BatchWriter:
                     write(out, query.path, rows[0])
             if slot == 0:
                 buffer.video_keys = list(pending.video_keys)
-            buffer.items[slot] = {**pending.item, "task": pending.task}
+            buffer.items[slot] = builder.tabular(pending)  # the frames are in place: the rest, as finish() gives it
 
     def collate(self, buffer: _BatchBuffer, count: int) -> dict[str, Any]:
         """The batch as ``default_collate`` of its samples would give it (frames already in place)."""

@@ -15,6 +15,7 @@ from episodestream._runtime.core import DatasetCore, DatasetFacts
 from episodestream._format.files import EpisodeVideos, LocalFiles
 from episodestream._base.options import check_bool
 from episodestream._runtime.source_options import refuses_unknown_keywords, source_options
+from episodestream._sample.builder import build_samples
 from episodestream._sample.holds import HeldEpisodes
 from episodestream._format.rows import EpisodeRows
 from episodestream._sample.video.decoder_cache import DecoderCache
@@ -116,7 +117,7 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
         episode_index, frame = self.locate(i)
         process = self._per_process()
         pending = self._core.builder.plan(self._rows(process, episode_index), frame, process.videos)
-        return self._core.builder.build(process.decoders, [pending])[0]
+        return build_samples(self._core.builder, process.decoders, [pending])[0]
 
 
 @dataclass

@@ -22,7 +22,7 @@ from episodestream._runtime.dataset_source import DatasetSource, StreamSettings
 from episodestream._runtime.epoch import StaleWorkerCopy, raising
 from episodestream._runtime.pipeline import stream_samples
 from episodestream._runtime.source_options import refuses_unknown_keywords, source_options
-from episodestream._runtime.stream import ConsumerStream, Decoders, summed_stats
+from episodestream._runtime.stream import ConsumerStream, DecoderSet, summed_stats
 from episodestream._runtime.stream_source import StreamingFace, source_of
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace, torch.utils.data.Iter
         self._core = DatasetCore(source, **source_options(locals()),
                                  episodes_in_flight=settings.episode_pool_size + settings.prefetch_episodes + 1)
         self._source = DatasetSource(self._core, settings, rank=rank, world_size=world_size)
-        self._decoders: list[Decoders] | None = None  # the current iteration's, one per decode thread
+        self._decoders: list[DecoderSet] | None = None  # the current iteration's, one per decode thread
 
     # How it streams, as constructed (read-only: the runtime holds them).
     episode_pool_size = property(lambda self: self._source.settings.episode_pool_size)

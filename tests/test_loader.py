@@ -379,7 +379,7 @@ def test_write_frame_equals_finish_conversion_for_every_byte_value(many_episodes
     builder = SampleBuilder(meta, offsets={}, tolerance_s=1e-4, return_uint8=return_uint8, image_transforms=None)
     frame = torch.arange(256, dtype=torch.uint8).reshape(1, 16, 16).expand(3, 16, 16)
     out = torch.empty((3, 16, 16), dtype=builder.frame_dtype)
-    builder.write_frame(out.numpy(), frame.numpy())
+    builder.write_frame(out.numpy(), frame.permute(1, 2, 0).numpy())
     expected = builder._image(frame.clone())
     assert out.dtype == expected.dtype and torch.equal(out, expected)
     assert torch.equal(out[0].flatten(), frame[0].flatten() / 255.0 if not return_uint8 else frame[0].flatten())

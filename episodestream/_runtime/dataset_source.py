@@ -23,10 +23,11 @@ from episodestream._plan.resume import STATE_FORMAT, Resumption, consumer_steps,
 from episodestream._plan.sampling import ADMIT, EMIT, EpochPlan, Segment, Step
 from episodestream._runtime.core import DatasetCore
 from episodestream._runtime.epoch import SharedEpoch
-from episodestream._runtime.stream import CheckedState, ConsumerStream, Decoders, PlannedGroup
+from episodestream._runtime.stream import CheckedState, ConsumerStream, PlannedGroup
 from episodestream._runtime.stream_source import StreamSource
 from episodestream._sample.builder import PendingSample, SampleBuilder
 from episodestream._sample.holds import HeldEpisodes
+from episodestream._sample.video.decoder_cache import DecoderCache
 
 
 def _jsonable(value: Any) -> Any:
@@ -231,6 +232,7 @@ class _DatasetStream(ConsumerStream):
     def __init__(self, source: DatasetSource, steps: Iterator[Step], num_samples: int, epoch: int) -> None:
         self.num_samples = num_samples
         self.num_cameras = len(source.core.meta.video_keys)
+        self.builder = source.core.builder
         self._source = source
         self._epoch = epoch
         self._steps = steps
@@ -244,11 +246,8 @@ class _DatasetStream(ConsumerStream):
             self._groups = self._source.planned_groups(self._steps, self._videos)
         return self._groups
 
-    def builder(self, source: int) -> SampleBuilder:
-        return self._source.core.builder
-
-    def open_decoders(self) -> Decoders:
-        return Decoders([self._source.core.decoder_cache(self._source.settings.episode_pool_size)])
+    def open_decoders(self) -> DecoderCache:
+        return self._source.core.decoder_cache(self._source.settings.episode_pool_size)
 
     def release(self, group: PlannedGroup) -> None:
         for episode in group.evicted:

@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from episodestream._runtime.stream import ConsumerStream, Decoders, PlannedGroup
+from episodestream._runtime.stream import ConsumerStream, DecoderSet, PlannedGroup
+from episodestream._sample.builder import build_samples
 from episodestream._base.tracing import trace_span
 
 
@@ -52,12 +53,12 @@ class GroupPipeline:
     """Decode the groups of ``groups`` on ``num_threads`` threads; ``next_group`` returns them in order.
 
     ``work(decoders, first_sample, group)`` runs in a decode thread with that thread's own
-    ``Decoders`` (from ``open_decoders``); its return value (or exception) is the group's result. Threads plan ahead
+    ``DecoderSet`` (from ``open_decoders``); its return value (or exception) is the group's result. Threads plan ahead
     only while fewer than ``allow(samples)`` samples are planned, which bounds memory.
     """
 
-    def __init__(self, groups: Iterator[PlannedGroup], *, work: Callable[[Decoders, int, PlannedGroup], Any],
-                 open_cache: Callable[[], Decoders], num_threads: int, allowed_samples: int,
+    def __init__(self, groups: Iterator[PlannedGroup], *, work: Callable[[DecoderSet, int, PlannedGroup], Any],
+                 open_cache: Callable[[], DecoderSet], num_threads: int, allowed_samples: int,
                  name: str = "episodestream-decode") -> None:
         self._groups = groups
         self._work = work
@@ -166,22 +167,22 @@ class GroupPipeline:
 
 
 def stream_samples(stream: ConsumerStream, *, decode_threads: int, group_size: int,
-                   opened: list[Decoders] | None = None) -> Iterator[dict[str, Any]]:
+                   opened: list[DecoderSet] | None = None) -> Iterator[dict[str, Any]]:
     """A stream's samples, in order, for a dataset's (or mixture's) own ``__iter__``: groups built
     in this thread when ``decode_threads`` is 1, else on a ``GroupPipeline``; ``opened`` collects
     the decoders opened (for ``decoder_stats``). Marks the epoch finished after the last sample."""
 
-    def open_decoders() -> Decoders:
+    def open_decoders() -> DecoderSet:
         decoders = stream.open_decoders()
         if opened is not None:
             opened.append(decoders)  # list.append is atomic; read only for stats
         return decoders
 
-    def build(decoders: Decoders, first_sample: int, group: PlannedGroup) -> list[dict[str, Any]]:
+    def build(decoders: DecoderSet, first_sample: int, group: PlannedGroup) -> list[dict[str, Any]]:
         if not group.pendings:
             return []
         with trace_span("build", cat="samples", samples=len(group.pendings)):
-            return stream.builder(group.source).build(decoders[group.source], group.pendings)
+            return build_samples(stream.builder, decoders, group.pendings)
 
     if decode_threads == 1:  # no thread to hand groups to: build them here
         decoders = open_decoders()
