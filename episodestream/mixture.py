@@ -13,9 +13,9 @@ from typing import Any
 
 import torch.utils.data
 
-from episodestream._base.options import check_int
+from episodestream._base.options import check_bool, check_int
 from episodestream._base.tracing import set_process_name, tracer_enabled
-from episodestream._base.world import current_world
+from episodestream._runtime.placement import current_world
 from episodestream._runtime.dataset_source import DatasetSource
 from episodestream._runtime.epoch import StaleWorkerCopy, raising
 from episodestream._runtime.mixture_meta import MixtureMeta
@@ -222,4 +222,4 @@ class EpisodeMixture(StreamingFace, torch.utils.data.IterableDataset):
         """Resume from ``state`` (``state_dict()`` plus the trainer's fields); the next iteration
         continues that epoch, exactly with the same ranks, workers and pool sizes, else elastically.
         A state whose seed, weights, stop or components differ is refused unless ``strict=False``."""
-        self._source.apply_state(self._source.check_state(state, strict=strict))
+        self._source.apply_state(self._source.check_state(state, strict=check_bool("strict", strict)))

@@ -16,7 +16,7 @@ import torch.utils.data
 
 from episodestream._base.options import check_bool, check_int
 from episodestream._base.tracing import set_process_name, tracer_enabled
-from episodestream._base.world import current_world, resolve_rank
+from episodestream._runtime.placement import current_world, resolve_rank
 from episodestream._runtime.core import DatasetCore, DatasetFacts
 from episodestream._runtime.dataset_source import DatasetSource, StreamSettings
 from episodestream._runtime.epoch import StaleWorkerCopy, raising
@@ -167,7 +167,7 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace, torch.utils.data.Iter
         A state whose seed, shuffle or fingerprint (source, revision, episode selection, windows,
         dataset size) differ from this dataset's is refused unless ``strict=False``.
         """
-        self._source.apply_state(self._source.check_state(state, strict=strict))
+        self._source.apply_state(self._source.check_state(state, strict=check_bool("strict", strict)))
 
 
 def stream_state(loader: torch.utils.data.DataLoader, batches_consumed: int) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from episodestream._format.files import EpisodeVideos, SourceStats
 from episodestream._sample.builder import SampleBuilder, delta_indices
 from episodestream._format.lerobot_meta import LeRobotMeta
 from episodestream._format.metadata import DatasetMeta, load_metadata
-from episodestream._base.options import check_positive_float
+from episodestream._base.options import check_bool, check_positive_float
 from episodestream._format.rows import RowReader
 from episodestream._plan.sampling import Segment
 from episodestream._runtime.sources import open_source
@@ -92,7 +92,7 @@ class DatasetCore:
         self.open_video = resolve_backend(video_backend, decode_device, has_video=bool(self.meta.video_keys))
         self._whole_episodes: list[Segment] | None = None
         self.builder = SampleBuilder(self.meta, offsets=self.offsets,
-                                     tolerance_s=self.tolerance_s, return_uint8=bool(return_uint8),
+                                     tolerance_s=self.tolerance_s, return_uint8=check_bool("return_uint8", return_uint8),
                                      image_transforms=image_transforms)
 
     def whole_episodes(self) -> list[Segment]:

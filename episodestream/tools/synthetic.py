@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 # Camera-less datasets of DROID size (100,000 episodes), written with numpy in seconds.
 from episodestream.tools._synthetic_bulk import write_tabular_dataset  # noqa: E402
+from episodestream._base.options import check_bool
 from episodestream.tools._write_folder import check_root, invalid, write_into_place
 
 __all__ = ["decode_frame_ids", "encode_frame_ids", "write_synthetic_dataset", "write_tabular_dataset"]
@@ -414,7 +415,7 @@ def write_synthetic_dataset(
         encoding=dict(codec=codec, height=height, width=width, gop=gop, crf=crf), state_dim=state_dim,
         num_tasks=num_tasks, chunks_size=chunks_size, data_mb=data_files_size_in_mb,
         video_mb=video_files_size_in_mb, max_per_data=max_episodes_per_data_file, max_per_video=max_per_video,
-        progress=progress, texture=bool(texture)))
+        progress=progress, texture=check_bool("texture", texture)))
 
 
 def _add_texture(images: np.ndarray, frames: np.ndarray, *, camera_index: int) -> np.ndarray:
