@@ -46,8 +46,8 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
         column_cache: for local sources, read rows from an Arrow copy of each data file's tabular
             columns, built the first time one of its episodes is needed and kept under
             ``cache_dir/columns`` (default ``EPISODESTREAM_CACHE_DIR``, else the user's cache
-            folder). Random access is then ~60x faster at DROID scale, and the bytes are shared by
-            all processes of the node through the page cache (see ``_columns``). False, and remote
+            folder). Random access is then much faster at DROID scale (docs/benchmarks.md), and the bytes are shared by
+            all processes of the node through the page cache (see ``_format.columns``). False, and remote
             sources (for now), read each episode's parquet row group instead.
     """
 

@@ -1,6 +1,6 @@
 """``EpisodeMixture``: several ``EpisodeStreamingDataset`` streamed as one weighted, resumable stream.
 
-The planning (counts, passes, interleaving, resume) is ``_mixing``; this module runs it: each
+The planning (counts, passes, interleaving, resume) is ``_plan.mixing``; this module runs it: each
 component's steps through that component's own pool and decoder, the samples interleaved in the
 consumer's order, keys renamed, ``dataset_index`` added. See ``docs/mixtures.md``.
 """

@@ -41,3 +41,31 @@ def test_the_cycle_check_finds_a_cycle():
     assert cycles(graph) == []
     graph.add_import(importer="pkg.c", imported="pkg.a")
     assert ["pkg.a", "pkg.b", "pkg.c", "pkg.a"] in cycles(graph)
+
+
+def test_moved_tooling_still_imports_from_the_top_with_a_warning():
+    import warnings
+
+    import episodestream
+    from episodestream.tools import synthetic, tracing
+
+    for name, module in [("write_synthetic_dataset", synthetic), ("enable_tracer", tracing),
+                         ("disable_tracer", tracing), ("load_trace", tracing), ("set_process_name", tracing)]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert getattr(episodestream, name) is getattr(module, name)
+        assert [w.category for w in caught] == [DeprecationWarning], name
+        assert f"{module.__name__}.{name}" in str(caught[0].message)
+    assert name not in episodestream.__all__
+
+
+def test_the_public_modules_export_sorted_lists_of_what_they_define():
+    import episodestream
+    import episodestream.remote
+    import episodestream.tools.tracing
+    import episodestream.video
+
+    for module in (episodestream, episodestream.remote, episodestream.video, episodestream.tools.tracing):
+        assert module.__all__ == sorted(module.__all__), module.__name__
+        assert all(hasattr(module, name) for name in module.__all__), module.__name__
+    assert not [name for name in episodestream.__all__ if name.startswith("_")]

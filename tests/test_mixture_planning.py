@@ -1,4 +1,4 @@
-"""Mixture planning, tabular-free (``_mixing``): counts, passes, interleaving and resume, in many layouts.
+"""Mixture planning, tabular-free (``_plan.mixing``): counts, passes, interleaving and resume, in many layouts.
 
 Each check replays whole epochs from episode lengths alone, so hundreds of layouts run in seconds.
 """

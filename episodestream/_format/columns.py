@@ -1,9 +1,9 @@
 """A columnar copy of the tabular columns (Arrow IPC), for map-style random access.
 
 Why: a random ``EpisodeDataset[i]`` almost never hits the few episodes a process keeps, and reading
-an episode's parquet row group (footer lookup, decompression, decoding, filtering) costs ~10 ms,
-which capped random access at ~65 samples/s at 92,000 episodes. LeRobot gets ~1,200 samples/s
-from the ``datasets`` library's memory-mapped Arrow copy of the parquet files. We keep the idea (a
+an episode's parquet row group (footer lookup, decompression, decoding, filtering) capped random
+access at a few dozen samples/s at 92,000 episodes, where LeRobot is many times faster with the
+``datasets`` library's memory-mapped Arrow copy of the parquet files (docs/benchmarks.md). We keep the idea (a
 once-built uncompressed Arrow copy) with plain pyarrow rather than depend on ``datasets`` for it,
 but read it with ``pread`` instead of a memory map: one record batch per episode, so an episode is
 one read of its own rows (~20 KB). A memory map is as fast, but every page a sample touches maps

@@ -7,7 +7,7 @@ from ``features`` and ``fps``, and gives its samplers the per-episode columns
 ``meta.episodes["dataset_from_index"]`` / ``["dataset_to_index"]``. ``LeRobotMeta`` answers those
 with the same types: features as info.json's dicts with tuple shapes, stats as numpy arrays.
 
-It is built once, in the process that builds the dataset, from what ``_metadata`` already read plus
+It is built once, in the process that builds the dataset, from what ``_format.metadata`` already read plus
 ``meta/stats.json`` and the episodes parquet files (read again without their ``stats/`` columns,
 as LeRobot does; a remote source serves them from its cache). It holds plain data and a pyarrow
 table, so it pickles into DataLoader workers without touching the source again.

@@ -1,6 +1,6 @@
 """How a mixture of streams is planned: per-rank counts, passes, per-consumer interleaving, resume.
 
-Pure and tabular-free, like ``_sampling`` (which it drives): it sees each component's segments
+Pure and tabular-free, like ``_plan.sampling`` (which it drives): it sees each component's segments
 (episode indices and frame counts), seed, shuffle and pool size, never rows or video.
 
 An epoch of the mixture (``docs/mixtures.md``):
@@ -15,7 +15,7 @@ An epoch of the mixture (``docs/mixtures.md``):
   partial pass's count, and interleaves its counts in a random order drawn from (mixture seed,
   epoch, leg, rank, worker).
 
-Resume mirrors ``_resume``: from the batches consumed, each consumer's mixture count; the prefix of
+Resume mirrors ``_plan.resume``: from the batches consumed, each consumer's mixture count; the prefix of
 its interleave order gives each component's count, and each pass's schedule what that took. Exact
 resume skips those counts; elastic resume removes what was consumed from each pass and splits what
 is left afresh (a new leg): a whole pass owes every remaining frame once, the partial pass its

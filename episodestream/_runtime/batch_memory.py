@@ -1,9 +1,9 @@
 """Batch memory reused once the trainer has let go of it, so frames are written into warm pages.
 
 Large tensors are allocated with mmap and handed back to the kernel when freed, so every fresh
-float32 batch pays a page fault per 4 KB it writes: converting a 240x320 frame into fresh memory
-took 0.46 ms here against 0.17 ms into memory written before, next to ~1 ms to decode it
-(docs/benchmarks.md). Reusing a batch's memory is only safe once nothing can read it any more.
+float32 batch pays a page fault per 4 KB it writes: converting a frame into fresh memory costs
+several times what it costs into memory written before, a sizeable share of decoding it
+(measured in docs/benchmarks.md). Reusing a batch's memory is only safe once nothing can read it any more.
 
 How that is guaranteed: the trainer never gets the tensor this module keeps, only a view of it
 (``lend``). Every tensor that shares the memory, whatever made it (views, slices, ``.numpy()``,
@@ -81,4 +81,6 @@ class BatchMemory:
 
 
 def _is_free(lent: _Lent) -> bool:
-    return not lent.storage.is_shared() and _use_count(lent.storage._cdata) <= lent.free_at
+    # Only lent while _use_count exists (``lend`` keeps nothing without it).
+    return (_use_count is not None and not lent.storage.is_shared()
+            and _use_count(lent.storage._cdata) <= lent.free_at)

@@ -1,6 +1,6 @@
 """What both datasets share: the source, its metadata, the episode selection and the sample builder.
 
-The options that choose these (``SourceOptions``) are declared in ``_source_options``; this module's
+The options that choose these (``SourceOptions``) are declared in ``_runtime.source_options``; this module's
 ``DatasetCore`` signature holds their defaults.
 """
 
@@ -126,7 +126,7 @@ class DatasetCore:
 
 class DatasetFacts:
     """What both datasets tell about their source and episode selection, read from their
-    ``DatasetCore`` (``_core``); written once here, inherited by each."""
+    ``DatasetCore`` (``_runtime.core``); written once here, inherited by each."""
 
     _core: DatasetCore
 

@@ -106,6 +106,9 @@ class MixtureSource(StreamSource):
         return self._legs[key]
 
     def _resume_point(self, num_workers: int) -> MixResume | None:
+        """Where the loaded request resumes with ``num_workers`` (called only while one is loaded)."""
+        if self._resume_request is None:
+            raise RuntimeError("no resume state is loaded (a bug: please report it)")
         epoch, legs = self._resume_request
         key = max(1, num_workers)
         if key not in self._resume_points:
@@ -128,7 +131,7 @@ class MixtureSource(StreamSource):
         return consumer.order()[skip:], [consumer.steps(i, skips[i]) for i in range(len(self.components))]
 
     def consumer_stream(self, world: World, epoch: int) -> ConsumerStream:
-        """Open ``world``'s pass over ``epoch`` for a loader to pull (see ``_stream``); marks the
+        """Open ``world``'s pass over ``epoch`` for a loader to pull (see ``_runtime.stream``); marks the
         epoch started."""
         self.shared_epoch.start(epoch)
         order, steps = self.consumer_plan(world, epoch)

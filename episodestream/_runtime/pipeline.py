@@ -2,8 +2,8 @@
 
 The engine of ``EpisodeLoader`` and of ``EpisodeStreamingDataset(decode_threads=N)``.
 
-Why threads: torchcodec's decode calls release the GIL (two threads decode 1.9-2.0x the frames of
-one on two cores, docs/benchmarks.md), so a process can use its cores for decoding without a
+Why threads: torchcodec's decode calls release the GIL (two threads on two cores decode nearly
+twice the frames of one, docs/benchmarks.md), so a process can use its cores for decoding without a
 process boundary to cross, and batches can be built where the trainer is.
 
 Why the standard library rather than torchdata.nodes or SPDL: the work is one stage whose threads

@@ -18,9 +18,8 @@ def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
         if dist.is_available() and dist.is_initialized():
             return dist.get_rank(), dist.get_world_size()
         return 0, 1
-    check_int("world_size", world_size, minimum=1)
-    check_int("rank", rank, minimum=0, maximum=world_size - 1)
-    return rank, world_size
+    world_size = check_int("world_size", world_size, minimum=1)
+    return check_int("rank", rank, minimum=0, maximum=world_size - 1), world_size
 
 
 def current_world(rank: int, world_size: int) -> World:

@@ -96,7 +96,7 @@ class SampleBuilder:
 
     def _image(self, frames_uint8: torch.Tensor) -> torch.Tensor:
         # Bit-identical to LeRobot's ``frames / 255.0`` (a float32 division either way), but the
-        # mixed-dtype division takes PyTorch's slow casting loop: converting first is ~2x faster.
+        # mixed-dtype division takes PyTorch's slow casting loop: converting first is faster.
         return frames_uint8 if self._return_uint8 else divide_by_255_(frames_uint8.to(torch.float32))
 
     @property

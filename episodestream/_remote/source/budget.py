@@ -1,7 +1,7 @@
 """How much cache a remote dataset needs, estimated from its listing before anything is fetched.
 
 Used by ``RemoteFiles.check_cache_budget`` (a dataset refuses a ``cache_limit`` too small for one
-consumer) and by ``_prewarm`` (a prewarm refuses pins that cannot fit); both count the same
+consumer) and by ``_remote.source.prewarm`` (a prewarm refuses pins that cannot fit); both count the same
 metadata files and the same per-episode estimate, defined here once.
 """
 

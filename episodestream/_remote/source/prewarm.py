@@ -57,7 +57,7 @@ def _check_room(files: CachedFiles, episodes: Sequence[EpisodeInfo], meta: Episo
     """Refuse, before fetching, a prewarm whose pins cannot fit in ``cache_limit`` beside the other
     sources' pins: everything prewarm fetches stays, so it would fill the cache and then stall.
 
-    With ``meta``, the episodes' video is estimated from above (``_budget.episode_cache_bytes``,
+    With ``meta``, the episodes' video is estimated from above (``_remote.source.budget.episode_cache_bytes``,
     as the datasets' own budget check does), so a prewarm let through fits; without it, from their
     share of their files only.
     """

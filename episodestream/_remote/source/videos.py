@@ -2,7 +2,7 @@
 
 Admitting an episode fetches, on a few background threads (``DaemonPool``), a sparse copy of each
 camera's mp4 holding the header and the episode's byte span (found from the mp4's sample tables,
-``_mp4``), which the decoder reads like the whole file. Entries live in the node cache
+``_remote.source.mp4``), which the decoder reads like the whole file. Entries live in the node cache
 (``NodeCache``), referenced once per consumer however many of its episodes share one.
 """
 

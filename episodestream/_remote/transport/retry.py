@@ -78,7 +78,7 @@ class RetryPolicy:
 
     @staticmethod
     def classify(error: BaseException) -> Failure:
-        """What a failed attempt means (``_failures.classify``: throttle, timeout, transient, fatal)."""
+        """What a failed attempt means (``_remote.transport.failures.classify``: throttle, timeout, transient, fatal)."""
         return classify(error)
 
     def call(self, fn: Callable[[float], T], *, url: str, controller: DownloadController | None = None) -> T:
