@@ -586,6 +586,11 @@ def main(argv=None) -> int:
                              "kernel, the default where it was built), numpy (what runs without a C compiler) "
                              "or channels-last (an experiment: batches in the decoder's HWC layout, a contiguous "
                              "copy per frame)")
+    parser.add_argument("--decoder", default="torchcodec", metavar="torchcodec|stand-in:MS",
+                        help="stand-in:MS measures the pipeline's own ceiling: every video reader is replaced by "
+                             "one that sleeps MS milliseconds per decoded frame (GIL released) and returns "
+                             "preallocated frames of the real shape; rows for EpisodeLoader with 1-32 threads "
+                             "and DataLoader with 2/4/8 workers (see benchmarks/streaming/_stand_in.py)")
     parser.add_argument("--warmup-batches", type=int, help="batches left out of the warm throughput "
                         "(default: one per DataLoader worker)")
     link = parser.add_argument_group("remote link (hub, bucket, warmed_bucket)")
@@ -631,11 +636,29 @@ def main(argv=None) -> int:
         if value is not None and value <= 0:
             parser.error(f"invalid {name} ({value}): expected a positive number")
 
+    stand_in_ms = None
+    if args.decoder != "torchcodec":
+        kind, _, ms = args.decoder.partition(":")
+        try:
+            stand_in_ms = float(ms) if kind == "stand-in" else None
+        except ValueError:
+            stand_in_ms = None
+        if stand_in_ms is None or stand_in_ms <= 0:
+            parser.error(f"invalid --decoder ({args.decoder!r}): expected torchcodec or stand-in:MS with MS > 0")
+
     root = ensure_dataset(args)
     video_keys = EpisodeStreamingDataset(root).typed_meta.video_keys
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     dtypes = ("float32", "uint8") if args.dtype == "both" else (args.dtype,)
+    if stand_in_ms is not None:
+        from _stand_in import run as run_stand_in
+
+        rows = run_stand_in(root, ms=stand_in_ms, modes=MODES if args.mode == "both" else (args.mode,), dtypes=dtypes,
+                            delta_timestamps=lambda mode: delta_timestamps(mode, video_keys),
+                            batch_size=args.batch_size, pool_size=args.pool_size)
+        (out_dir / f"stand_in_{stand_in_ms}ms.json").write_text(json.dumps(rows, indent=2))
+        return 0
     loaders = LOADERS if args.loader == "both" else (args.loader,)
     if args.source != "local" and loaders != ("dataloader",):
         parser.error("--loader episode is measured on the local source only")
