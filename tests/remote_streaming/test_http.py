@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import socket
 import traceback
 
 import pytest
@@ -84,3 +85,29 @@ def test_http_errors_name_the_file_and_never_the_password(served, tmp_path, capl
         assert PASSWORD not in _everything_said(nothing.value)
     assert PASSWORD not in caplog.text and WRONG not in caplog.text
     assert not any(PASSWORD in name for name in cache_files(tmp_path / "cache"))
+
+
+def _closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on: bound by us, then closed."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_an_unreachable_server_is_said_with_the_underlying_error(served, tmp_path):
+    # Both used to read "holds no files: check the path": fsspec's listing omits folders it
+    # cannot list, so a refused connection looked like an empty folder.
+    with HttpServer(served) as server:
+        https_to_plain_http = server.url_for("main").replace("http://", "https://", 1)
+        cases = {"connection refused": (f"http://{USER}:{PASSWORD}@127.0.0.1:{_closed_port()}/main",
+                                        r"Connect call failed"),
+                 "https to a plain http server": (https_to_plain_http, r"SSL")}
+        for case, (source, underlying) in cases.items():
+            with pytest.raises(ConnectionError, match=r"Could not reach the server of https?://127\.0\.0\.1:\d+/main: "
+                                                      r"\w+: .*" + underlying) as caught:
+                open_remote_source(source, cache_dir=tmp_path / "cache")
+            said = _everything_said(caught.value)
+            assert "holds no files" not in said and PASSWORD not in said, case
+            assert "scheme (http or https), host and port" in said, case
+        with pytest.raises(FileNotFoundError, match="holds no files"):  # reached, and nothing there: as before
+            open_remote_source(server.url_for("nothing"), cache_dir=tmp_path / "cache")
