@@ -111,3 +111,25 @@ def test_an_unreachable_server_is_said_with_the_underlying_error(served, tmp_pat
             assert "scheme (http or https), host and port" in said, case
         with pytest.raises(FileNotFoundError, match="holds no files"):  # reached, and nothing there: as before
             open_remote_source(server.url_for("nothing"), cache_dir=tmp_path / "cache")
+
+
+def test_the_password_of_a_source_url_is_shown_nowhere_in_meta(served, dataset_root, tmp_path):
+    # meta.repo_id was the source as given, password included, and so were repr(meta), a mixture's
+    # meta.sources[i].repo_id and the errors of meta's path helpers.
+    from episodestream import EpisodeMixture
+
+    with HttpServer(served, credentials=(USER, PASSWORD)) as server:
+        source = server.url_for("main", user=USER, password=PASSWORD)
+        with remote_dataset(EpisodeStreamingDataset, source, cache_dir=tmp_path / "cache", **STREAM) as dataset:
+            meta = dataset.meta
+            assert meta.repo_id == f"{server.url}/main" and meta.root == f"{server.url}/main"
+            mixture = EpisodeMixture([dataset, EpisodeStreamingDataset(dataset_root, **STREAM)], seed=0)
+            shown = [meta.repo_id, repr(meta), mixture.meta.sources[0].repo_id, repr(mixture.meta)]
+            for call in (lambda: meta.get_video_file_path(0, "no.such.camera"),
+                         lambda: meta.get_data_file_path(10**6)):
+                with pytest.raises((KeyError, IndexError)) as caught:
+                    call()
+                assert f"{server.url}/main" in str(caught.value)
+                shown.append(_everything_said(caught.value))
+            leaked = [text for text in shown if PASSWORD in text or f"{USER}:" in text]
+            assert not leaked, leaked
