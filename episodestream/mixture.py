@@ -28,6 +28,7 @@ from episodestream._plan.mixing import (
 )
 from episodestream._runtime.mixture_meta import MixtureMeta
 from episodestream._runtime.mixture_stream import MixtureStream
+from episodestream._runtime.renames import check_renames
 from episodestream._base.options import check_bool, check_int
 from episodestream._runtime.pipeline import stream_samples
 from episodestream._plan.resume import BeyondEpochError, chain_legs
@@ -65,22 +66,6 @@ def _check_stop(stop: str | int) -> str | int:
         raise ValueError(f"Invalid stop ({stop!r}). Supported values are 'all', 'first' or an int (samples per "
                          f"epoch across all ranks).")
     return stop
-
-
-def _check_renames(rename: Sequence[Mapping[str, str] | None] | None, datasets) -> list[dict[str, str]]:
-    if rename is None:
-        return [{} for _ in datasets]
-    if isinstance(rename, Mapping) or not isinstance(rename, Sequence) or len(rename) != len(datasets):
-        raise ValueError(f"rename must be a list of {len(datasets)} dicts (or None), one per dataset, got {rename!r}.")
-    out = []
-    for index, (mapping, dataset) in enumerate(zip(rename, datasets)):
-        mapping = dict(mapping or {})
-        unknown = sorted(set(mapping) - set(dataset.typed_meta.features))
-        if unknown:
-            raise ValueError(f"rename[{index}] names keys that {dataset.typed_meta.description} does not have: "
-                             f"{unknown} (its features: {sorted(dataset.typed_meta.features)}).")
-        out.append(mapping)
-    return out
 
 
 def _feature_table(dataset: EpisodeStreamingDataset, rename: Mapping[str, str]) -> dict[str, str]:
@@ -150,7 +135,8 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
         self.weights = _check_weights(weights, len(datasets))
         self.seed = check_int("seed", seed, minimum=0)
         self.stop = _check_stop(stop)
-        self._renames = _check_renames(rename, datasets)
+        self._renames = check_renames(rename, [d.typed_meta.features for d in datasets],
+                                      [d.typed_meta.description for d in datasets])
         _check_features(self.datasets, self._renames)
         dtypes = [str(d._core.builder.frame_dtype).removeprefix("torch.") for d in self.datasets]
         if len(set(dtypes)) > 1:
