@@ -8,7 +8,6 @@ consumer's order, keys renamed, ``dataset_index`` added. See ``docs/mixtures.md`
 from __future__ import annotations
 
 import json
-import math
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -26,6 +25,7 @@ from episodestream._plan.mixing import (
     plan_mixture_resume,
     rank_counts,
 )
+from episodestream._plan.mix_options import check_stop, check_weights
 from episodestream._runtime.mixture_meta import MixtureMeta
 from episodestream._runtime.mixture_stream import MixtureStream
 from episodestream._runtime.renames import check_renames
@@ -39,33 +39,10 @@ from episodestream.streaming import EpisodeStreamingDataset
 from episodestream._base.tracing import set_process_name, tracer_enabled
 
 MIXTURE_STATE_FORMAT = "episodestream.mixture_state/1"
-_STOPS = ("all", "first")
 
 
 def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value))
-
-
-def _check_weights(weights: Sequence[float] | None, count: int) -> tuple[float, ...] | None:
-    if weights is None:
-        return None
-    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence) or len(weights) != count:
-        raise ValueError(f"weights must be a list of {count} positive numbers (one per dataset), got {weights!r}.")
-    bad = [w for w in weights if isinstance(w, bool) or not isinstance(w, (int, float))
-           or not math.isfinite(w) or w <= 0]
-    if bad:
-        raise ValueError(f"weights must be positive finite numbers, got {bad[0]!r} in {list(weights)!r}.")
-    total = math.fsum(weights)
-    return tuple(float(w) / total for w in weights)
-
-
-def _check_stop(stop: str | int) -> str | int:
-    if isinstance(stop, int) and not isinstance(stop, bool):
-        return check_int("stop", stop, minimum=1)
-    if stop not in _STOPS:
-        raise ValueError(f"Invalid stop ({stop!r}). Supported values are 'all', 'first' or an int (samples per "
-                         f"epoch across all ranks).")
-    return stop
 
 
 def _feature_table(dataset: EpisodeStreamingDataset, rename: Mapping[str, str]) -> dict[str, str]:
@@ -132,9 +109,10 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
             raise ValueError(f"The datasets of a mixture must share rank and world_size, got {sorted(places)}.")
         self.datasets = list(datasets)
         self.rank, self.world_size = datasets[0].rank, datasets[0].world_size
-        self.weights = _check_weights(weights, len(datasets))
+        self.weights = check_weights(weights, len(datasets))
         self.seed = check_int("seed", seed, minimum=0)
-        self.stop = _check_stop(stop)
+        self.stop = check_stop(stop)
+        self.rank_counts()  # an epoch too large to plan is refused now, not at len() or the first sample
         self._renames = check_renames(rename, [d.typed_meta.features for d in datasets],
                                       [d.typed_meta.description for d in datasets])
         _check_features(self.datasets, self._renames)

@@ -210,6 +210,31 @@ def test_options_are_validated(tabular, change, message):
         EpisodeMixture([EpisodeStreamingDataset(tabular["a"]), EpisodeStreamingDataset(tabular["b"])], **change)
 
 
+@pytest.mark.parametrize("weights, stop, same_as", [
+    (np.array([0.3, 0.7]), np.int64(40), ([0.3, 0.7], 40)),
+    ([np.float32(0.25), np.int64(3)], np.array(40), ([0.25, 3.0], 40)),
+    ([1e308, 1e308], "all", ([1.0, 1.0], "all")),  # their sum overflows a float
+], ids=["array_and_numpy_int", "numpy_scalars_and_0d_array", "huge_equal_weights"])
+def test_numpy_and_extreme_numbers_are_weights_and_stops_like_any(tabular, weights, stop, same_as):
+    def mixture(weights, stop):
+        return EpisodeMixture([EpisodeStreamingDataset(tabular["a"]), EpisodeStreamingDataset(tabular["b"])],
+                              weights, stop=stop, seed=4)
+    got, expected = mixture(weights, stop), mixture(*same_as)
+    assert got.weights == expected.weights and got.stop == expected.stop and type(got.stop) is type(expected.stop)
+    assert len(got) == len(expected) and _ids(got) == _ids(expected)
+    json.dumps(got.state_dict())  # numpy numbers would not survive a JSON checkpoint
+
+
+def test_an_epoch_too_large_to_plan_is_refused_when_the_mixture_is_built(tabular):
+    # A weight near 1e-9 made len() try ~1e9 epoch sizes (hours); stop=10**15 built a pass object
+    # per pass until memory ran out. Both are refused at once, naming what to change.
+    for weights, stop in (([1.0, 1e-9], "all"), (None, 10**15)):
+        with pytest.raises(ValueError, match=r"weights=.* and stop=.* make an epoch of at least \d+ samples per "
+                                             r"rank, in which dataset \d .* would run \d+ passes"):
+            EpisodeMixture([EpisodeStreamingDataset(tabular["a"]), EpisodeStreamingDataset(tabular["b"])],
+                           weights, stop=stop)
+
+
 def test_components_must_share_rank_and_be_streaming_datasets(tabular):
     with pytest.raises(ValueError, match="rank and world_size"):
         EpisodeMixture([EpisodeStreamingDataset(tabular["a"]),
