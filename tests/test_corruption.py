@@ -260,6 +260,11 @@ INCONSISTENT = {
     "string_index_column": (DATA[0], _as_strings("index"), DATA[0], r"column 'index' is stored as string.*dtype 'int64'"),
     "data_path_not_a_string": (
         INFO, _edit_info(data_path=5), INFO, r"field 'data_path' must be a path template string, got 5"),
+    # Row 7 is episode 1's frame 2, given frame 3's time: its video frame would have been frame 3's.
+    "timestamp_one_frame_off": (
+        DATA[0], _setter(timestamp={7: float(np.float32(3 / FPS))}), DATA[0],
+        r"episode_index 1\).*row 2 of the episode \(frame_index 2\) has timestamp 0\.1000000\d*, expected "
+        r"frame_index / fps = 0\.0666667 s within tolerance_s=0\.0001 \(1 of its 8 rows differ\)"),
 }
 
 
@@ -268,6 +273,18 @@ def test_inconsistent_rows_and_ranges(damaged, case):
     relpath, damage, named, match = INCONSISTENT[case]
     damage(damaged / relpath)
     assert_clear_error_or_exact_samples(damaged, named, match=match, must_fail=True)
+
+
+def test_info_fps_that_is_not_the_datas_is_named(tmp_path):
+    # Camera-less, so that only the rows' timestamps can tell (with video, the spans do first).
+    from episodestream.tools.synthetic import write_tabular_dataset
+
+    root = write_tabular_dataset(tmp_path / "tabular", num_episodes=3, episode_length=6, fps=FPS)
+    _edit_info(fps=10)(root / INFO)
+    assert_clear_error_or_exact_samples(root, INFO, must_fail=True, match=(
+        r"data/chunk-000/file-000.parquet \(episode_index \d\): row 1 .* has timestamp 0\.033333\d*, expected "
+        r"frame_index / fps = 0\.1 s .*; its timestamps step by 0\.0333333 s \(30 fps\), but .*/meta/info\.json "
+        r"says fps 10"))
 
 
 # --- Changes a valid dataset may have: samples stay exact -----------------------------------------

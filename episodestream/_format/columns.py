@@ -44,7 +44,7 @@ import pyarrow as pa
 from episodestream._base.paths import default_cache_dir
 from episodestream._format.files import DatasetFiles, LocalFiles
 from episodestream._format.metadata import DatasetFormatError, DatasetMeta, EpisodeInfo, parquet_errors
-from episodestream._format.rows import EpisodeRows, RowReader, _check_ids, _to_numpy
+from episodestream._format.rows import DEFAULT_TOLERANCE_S, EpisodeRows, RowReader, _to_numpy, check_rows
 
 COLUMNS_FORMAT = 2  # bump when the layout of the cached files changes
 _STARTS_KEY = b"episodestream.batch_first_index"  # schema metadata: each record batch's first index
@@ -62,14 +62,15 @@ class ColumnStore:
     """Reads episodes' rows from Arrow copies of the data files (``RowReader``'s
     interface and checks: the same ``EpisodeRows`` and the same errors for damaged files)."""
 
-    def __init__(self, files: DatasetFiles, meta: DatasetMeta, columns_dir: Path) -> None:
-        self._files, self._meta = files, meta
+    def __init__(self, files: DatasetFiles, meta: DatasetMeta, columns_dir: Path, *,
+                 tolerance_s: float = DEFAULT_TOLERANCE_S) -> None:
+        self._files, self._meta, self._tolerance_s = files, meta, tolerance_s
         self._columns = [k for k, f in meta.features.items() if f.dtype != "video"]
         self._dir = columns_dir / _slug(files.description)
         self._reader = RowReader(files, meta, max_open_files=1)  # opens and checks a parquet to build
         # relpath -> (open reader, first ``index`` of each of its record batches), least recent first
         self._open: OrderedDict[str, tuple[pa.ipc.RecordBatchFileReader, np.ndarray]] = OrderedDict()
-        self._parquet_rows = RowReader(files, meta)  # used once a copy could not be written
+        self._parquet_rows = RowReader(files, meta, tolerance_s=tolerance_s)  # once a copy cannot be written
         self._unwritable = False
 
     def read(self, episode: EpisodeInfo) -> EpisodeRows:
@@ -98,7 +99,7 @@ class ColumnStore:
                 strings[name] = values.to_pylist()
             else:
                 columns[name] = _to_numpy(values, feature.shape, f"{where}, column {name!r}")
-        _check_ids(columns, episode, where)
+        check_rows(columns, episode, where, self._files, self._meta, self._tolerance_s)
         return EpisodeRows(episode, columns, strings)
 
     def _reader_of(self, relpath: str, where: str) -> tuple[pa.ipc.RecordBatchFileReader, np.ndarray] | None:
