@@ -57,7 +57,9 @@ class EpisodeLoader:
         num_threads: decode threads (default: the cores this process may use, at most 16). Each
             keeps its own decoders; batches do not depend on it.
         prefetch_batches: batches being built or ready ahead of the one the trainer takes (at
-            least 1). Each costs one batch of memory.
+            least 1). Each costs one batch of memory; so does each further ``batch_size``
+            samples the threads may plan beyond them (one decode group per thread, so that
+            every thread has a group to decode).
         pin_memory: allocate batches in pinned (page-locked) memory when CUDA is available, so
             ``.to("cuda", non_blocking=True)`` copies asynchronously; ignored with a warning
             otherwise.
@@ -97,19 +99,25 @@ class EpisodeLoader:
         self._source.set_epoch(check_int("epoch", epoch, minimum=0))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        self._close_current()
+        self._close_current(superseded_by="a newer iter(loader)")
         source = self._source
         epoch = source.epoch
         stream = source.consumer_stream(World(source.rank, source.world_size), epoch)
         if self._memory is None:
             # Batches being built or ready, the one the trainer holds and the one it just let go
             # of, per camera: enough to reuse memory in a steady loop without holding more.
-            self._memory = BatchMemory(capacity=(self.prefetch_batches + 2) * max(1, stream.num_cameras))
+            in_flight = math.ceil(self._samples_ahead(stream) / self.batch_size) + 1
+            self._memory = BatchMemory(capacity=(in_flight + 2) * max(1, stream.num_cameras))
         base = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
         self._consumed = (epoch, base)
         iteration = _Iteration(self, epoch, stream, base, self._memory)
         self._current = weakref.ref(iteration)
         return iteration
+
+    def _samples_ahead(self, stream: ConsumerStream) -> int:
+        """How far past the batch the trainer takes the threads may plan: ``prefetch_batches`` and
+        a decode group for each thread, so that no thread waits while another plans."""
+        return self.prefetch_batches * self.batch_size + self.num_threads * stream.group_size
 
     def close(self) -> None:
         """Stop the current iteration: join its threads and release its cached video."""
@@ -121,10 +129,12 @@ class EpisodeLoader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _close_current(self) -> None:
+    def _close_current(self, superseded_by: str | None = None) -> None:
+        """Close the live iteration; ``superseded_by`` says what replaced it, and its next ``next()``
+        raises saying so (a silently ended pass would be a short epoch, then repeated)."""
         iteration = self._current() if self._current is not None else None
         if iteration is not None:
-            iteration.close()
+            iteration.close(superseded_by=superseded_by)
         self._current = None
 
     # -- position ---------------------------------------------------------------------------------
@@ -155,7 +165,7 @@ class EpisodeLoader:
                              f"{checked.epoch}; this loader has batch_size={self.batch_size}. Resume that epoch "
                              f"with batch_size={state['batch_size']} (a batch count cannot be continued in other "
                              f"batch sizes); later epochs may use any.")
-        self._close_current()
+        self._close_current(superseded_by="loader.load_state_dict()")
         self._source.apply_state(checked)
         self._resume = None if checked.finished else (checked.epoch, state["batches_consumed"])
         self._consumed = (self._source.epoch, 0 if checked.finished else state["batches_consumed"])
@@ -303,13 +313,15 @@ class _Iteration(Iterator[dict[str, Any]]):
         self._done_samples = 0  # samples decoded, in order, from the start of this pass
         self._error: BaseException | None = None
         self._closed = False
+        self._superseded_by: str | None = None
         self._stream = stream
+        self._ahead = loader._samples_ahead(stream)
         self._writer = _BatchWriter(stream, batch_size=loader.batch_size, num_batches=self._num_batches,
                                     pin_memory=loader.pin_memory, memory=memory)
         # Nothing the threads hold may refer to this object (see _BatchWriter).
         self._pipeline = GroupPipeline(
             stream.groups(), work=self._writer.write_group, open_cache=stream.open_decoders,
-            num_threads=loader.num_threads, allowed_samples=loader.prefetch_batches * loader.batch_size)
+            num_threads=loader.num_threads, allowed_samples=self._ahead)
         if self._num_batches == 0:
             self._finish()
 
@@ -320,6 +332,10 @@ class _Iteration(Iterator[dict[str, Any]]):
         if self._error is not None:
             raise RuntimeError(f"This pass over epoch {self._epoch} stopped at batch {self._base + self._next} "
                                f"after an error (above); loader.state_dict() resumes at that batch.") from self._error
+        if self._superseded_by is not None:
+            raise RuntimeError(f"This pass over epoch {self._epoch} was replaced by {self._superseded_by} after "
+                               f"{self._base + self._next} batches and ends here; iterate the newer pass (one "
+                               f"iteration at a time: a second iter(loader) starts the epoch's pass anew).")
         if self._closed:
             raise StopIteration
         index = self._next
@@ -327,6 +343,10 @@ class _Iteration(Iterator[dict[str, Any]]):
         try:
             while self._done_samples < wanted:
                 group = self._pipeline.next_group()
+                if group is None and self._closed:
+                    raise RuntimeError(f"EpisodeLoader was closed (loader.close(), from another thread) while this "
+                                       f"pass waited for batch {self._base + index} of epoch {self._epoch}; "
+                                       f"loader.state_dict() resumes at that batch.")
                 if group is None:
                     raise RuntimeError(f"The stream of epoch {self._epoch} ended after {self._done_samples} of "
                                        f"{self._num_samples} samples (a bug: please report it).")
@@ -340,7 +360,7 @@ class _Iteration(Iterator[dict[str, Any]]):
             raise
         self._next += 1
         self._loader._handed(self._epoch, self._base + self._next)
-        self._pipeline.allow((self._next + self._loader.prefetch_batches) * self._batch_size)
+        self._pipeline.allow(self._next * self._batch_size + self._ahead)
         if self._next == self._num_batches:
             self._finish()
         return batch
@@ -350,9 +370,10 @@ class _Iteration(Iterator[dict[str, Any]]):
         self._stream.finished()
         self.close()
 
-    def close(self) -> None:
+    def close(self, *, superseded_by: str | None = None) -> None:
         if self._closed:
             return
+        self._superseded_by = superseded_by
         self._closed = True
         try:
             self._pipeline.close()

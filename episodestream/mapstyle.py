@@ -89,7 +89,8 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
         # Decoders and parquet handles must not cross a fork: rebuild them in each new process.
         if self._process is None or self._process.pid != os.getpid():
             reader = (self._core.row_reader() if self._columns_dir is None
-                      else ColumnStore(self._core.files, self._core.meta, self._columns_dir))
+                      else ColumnStore(self._core.files, self._core.meta, self._columns_dir,
+                                       tolerance_s=self._core.tolerance_s))
             videos = self._core.episode_videos()
             self._process = _PerProcess(os.getpid(), self._core.decoder_cache(_ROWS_CACHED), videos,
                                         HeldEpisodes(reader, videos))

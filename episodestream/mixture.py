@@ -7,7 +7,6 @@ consumer's order, keys renamed, ``dataset_index`` added. See ``docs/mixtures.md`
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -15,56 +14,17 @@ import torch.utils.data
 
 from episodestream._base.options import check_bool, check_int
 from episodestream._base.tracing import set_process_name, tracer_enabled
+from episodestream._plan.mix_options import check_stop, check_weights
 from episodestream._runtime.placement import current_world
 from episodestream._runtime.dataset_source import DatasetSource
 from episodestream._runtime.epoch import StaleWorkerCopy, raising
 from episodestream._runtime.mixture_meta import MixtureMeta
 from episodestream._runtime.mixture_source import MixtureSource
 from episodestream._runtime.pipeline import stream_samples
+from episodestream._runtime.renames import check_renames
 from episodestream._runtime.stream import ConsumerStream
 from episodestream._runtime.stream_source import StreamingFace, source_of
 from episodestream.streaming import EpisodeStreamingDataset
-
-_STOPS = ("all", "first")
-
-
-def _check_weights(weights: Sequence[float] | None, count: int) -> tuple[float, ...] | None:
-    if weights is None:
-        return None
-    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence) or len(weights) != count:
-        raise ValueError(f"weights must be a list of {count} positive numbers (one per dataset), got {weights!r}.")
-    bad = [w for w in weights if isinstance(w, bool) or not isinstance(w, (int, float))
-           or not math.isfinite(w) or w <= 0]
-    if bad:
-        raise ValueError(f"weights must be positive finite numbers, got {bad[0]!r} in {list(weights)!r}.")
-    total = math.fsum(weights)
-    return tuple(float(w) / total for w in weights)
-
-
-def _check_stop(stop: str | int) -> str | int:
-    if isinstance(stop, int) and not isinstance(stop, bool):
-        return check_int("stop", stop, minimum=1)
-    if stop not in _STOPS:
-        raise ValueError(f"Invalid stop ({stop!r}). Supported values are 'all', 'first' or an int (samples per "
-                         f"epoch across all ranks).")
-    return stop
-
-
-def _check_renames(rename: Sequence[Mapping[str, str] | None] | None, datasets) -> list[dict[str, str]]:
-    if rename is None:
-        return [{} for _ in datasets]
-    if isinstance(rename, Mapping) or not isinstance(rename, Sequence) or len(rename) != len(datasets):
-        raise ValueError(f"rename must be a list of {len(datasets)} dicts (or None), one per dataset, got {rename!r}.")
-    out = []
-    for index, (mapping, dataset) in enumerate(zip(rename, datasets)):
-        mapping = dict(mapping or {})
-        unknown = sorted(set(mapping) - set(dataset.typed_meta.features))
-        if unknown:
-            raise ValueError(f"rename[{index}] names keys that {dataset.typed_meta.description} does not have: "
-                             f"{unknown} (its features: {sorted(dataset.typed_meta.features)}).")
-        out.append(mapping)
-    return out
-
 
 def _component(dataset: EpisodeStreamingDataset) -> DatasetSource:
     component = source_of(dataset, needs="EpisodeMixture needs")
@@ -137,14 +97,17 @@ class EpisodeMixture(StreamingFace, torch.utils.data.IterableDataset):
         if len(places) > 1:
             raise ValueError(f"The datasets of a mixture must share rank and world_size, got {sorted(places)}.")
         self.datasets = list(datasets)
-        renames = _check_renames(rename, datasets)
+        weights, seed, stop = check_weights(weights, len(datasets)), check_int("seed", seed, minimum=0), check_stop(stop)
+        renames = check_renames(rename, [d.typed_meta.features for d in datasets],
+                                [d.typed_meta.description for d in datasets])
         _check_features(self.datasets, renames)
         dtypes = [str(_component(d).builder.frame_dtype).removeprefix("torch.") for d in self.datasets]
         if len(set(dtypes)) > 1:
             raise ValueError(f"The datasets of a mixture must give camera frames of one dtype (return_uint8 alike); "
                              f"they give {dtypes}.")
-        self._source = MixtureSource([_component(d) for d in self.datasets], weights=_check_weights(weights, len(datasets)),
-                                     seed=check_int("seed", seed, minimum=0), stop=_check_stop(stop), renames=renames)
+        self._source = MixtureSource([_component(d) for d in self.datasets], weights=weights, seed=seed, stop=stop,
+                                     renames=renames)
+        self._source.rank_counts()  # an epoch too large to plan is refused now, not at len() or the first sample
         self._meta: MixtureMeta | None = None
 
     # How it mixes, as constructed (read-only: the runtime holds them).

@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from episodestream._base.redact import shown_source
 from episodestream._format.files import DatasetFiles, LocalFiles
 from episodestream._format.metadata import EPISODES_DIR, DatasetMeta
 from episodestream._format.stats import load_stats
@@ -116,8 +117,9 @@ def _read_episode_table(files: DatasetFiles) -> pa.Table:
 
 def _repo_id(source: str | os.PathLike) -> str:
     """A Hub repo id as given; ``hf://datasets/owner/name[@rev][/sub]`` -> ``owner/name``;
-    anything else (a folder, another URL) as given."""
-    text = os.fspath(source)
+    anything else (a folder, another URL) as given, less a URL's ``user:password@`` and query: the
+    id is shown in reprs, logs and errors, where a password must never appear."""
+    text = shown_source(source)
     prefix = "hf://datasets/"
     if text.startswith(prefix):
         parts = text[len(prefix):].split("/")

@@ -113,7 +113,7 @@ class DatasetCore:
         return int(self.episodes.lengths.sum())
 
     def row_reader(self) -> RowReader:
-        return RowReader(self.files, self.meta)
+        return RowReader(self.files, self.meta, tolerance_s=self.tolerance_s)
 
     def episode_videos(self) -> EpisodeVideos:
         return self.files.episode_videos()

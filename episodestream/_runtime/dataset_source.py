@@ -233,6 +233,7 @@ class _DatasetStream(ConsumerStream):
         self.num_samples = num_samples
         self.num_cameras = len(source.core.meta.video_keys)
         self.builder = source.core.builder
+        self.group_size = source.settings.decode_group_size
         self._source = source
         self._epoch = epoch
         self._steps = steps

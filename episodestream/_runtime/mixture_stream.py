@@ -4,11 +4,11 @@ in the consumer's order, keys renamed and ``dataset_index`` added.
 Each component plans its own steps through its own pool (``_DatasetStream``). The mixture's order
 switches component every sample or two, so groups of one component's samples would be one or two
 samples long and decoding would lose its grouping (one decoder call per file per group; an epoch in
-groups of 1 takes much longer than in groups of 8, docs/benchmarks.md). So the mixture's groups are runs of
-``decode_group_size`` consecutive samples of any components, all given to one extra source
-(index ``len(components)``) whose builder decodes each component's part with that component's
-builder and decoders (``MixedBuilder``). A component group's evicted episodes travel with its last
-sample and are released, per component, once that sample is decoded.
+groups of 1 takes much longer than in groups of 8, docs/benchmarks.md). So the mixture's groups
+are runs of ``decode_group_size`` consecutive samples of any components, whose builder
+(``MixedBuilder``) decodes each component's part with that component's builder and decoders
+(``ComponentDecoders``). A component group's evicted episodes travel with its last sample, as
+(component, episode) pairs, and are released per component once that sample is decoded.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ class MixtureStream(ConsumerStream):
                  renames: Sequence[Mapping[str, str]], group_size: int, finished: Callable[[], None]) -> None:
         self._streams = list(streams)
         self._order = order
-        self._group_size = group_size
+        self._group_size = self.group_size = group_size
         self._renamers = [_Renamer(r) if r else None for r in renames]
         self.builder = MixedBuilder([SourceBuilder(s.builder, r) for s, r in zip(self._streams, self._renamers)])
         self._indices = [torch.tensor(i, dtype=torch.int64) for i in range(len(self._streams))]

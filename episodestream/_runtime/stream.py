@@ -72,6 +72,7 @@ class ConsumerStream(ABC):
 
     num_samples: int  # samples this pass emits
     num_cameras: int  # camera keys per sample (sizes batch memory)
+    group_size: int  # samples per planned group, at most (sizes how far ahead threads plan)
     builder: GroupBuilder  # decodes and finishes every group's samples
 
     @abstractmethod
