@@ -16,7 +16,7 @@ from typing import Any
 
 from episodestream._base.errors import CacheFullError
 from episodestream._format.files import SourceStats
-from episodestream._format.metadata import DatasetFormatError
+from episodestream._base.errors import DatasetFormatError
 from episodestream._runtime.source_options import SourceOptions
 from episodestream._sample.video.decoder_cache import VideoDecodeError
 from episodestream.loader import EpisodeLoader

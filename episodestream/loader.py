@@ -27,9 +27,11 @@ from torch.utils.data import default_collate
 
 from episodestream._runtime.position import without_consumer
 from episodestream._runtime.batch_memory import BatchMemory
-from episodestream._base.options import check_int
+from episodestream._base.options import check_bool, check_int
 from episodestream._runtime.pipeline import GroupPipeline
-from episodestream._runtime.stream import ConsumerStream, Decoders, PlannedGroup, StreamSource
+from episodestream._runtime.stream import ConsumerStream, DecoderSet, PlannedGroup
+from episodestream._sample.builder import finish_decoded
+from episodestream._runtime.stream_source import StreamingFace, source_of
 from episodestream._base.world import World
 from episodestream._sample.video.decoder_cache import FrameQuery
 
@@ -56,7 +58,9 @@ class EpisodeLoader:
         num_threads: decode threads (default: the cores this process may use, at most 16). Each
             keeps its own decoders; batches do not depend on it.
         prefetch_batches: batches being built or ready ahead of the one the trainer takes (at
-            least 1). Each costs one batch of memory.
+            least 1). Each costs one batch of memory; so does each further ``batch_size``
+            samples the threads may plan beyond them (one decode group per thread, so that
+            every thread has a group to decode).
         pin_memory: allocate batches in pinned (page-locked) memory when CUDA is available, so
             ``.to("cuda", non_blocking=True)`` copies asynchronously; ignored with a warning
             otherwise.
@@ -67,52 +71,54 @@ class EpisodeLoader:
     dropping the iterator, stops the threads and releases cached video.
     """
 
-    def __init__(self, dataset: StreamSource, batch_size: int, *, num_threads: int | None = None,
+    def __init__(self, dataset: StreamingFace, batch_size: int, *, num_threads: int | None = None,
                  drop_last: bool = False, pin_memory: bool = False, prefetch_batches: int = 2) -> None:
-        if not isinstance(dataset, StreamSource):
-            raise TypeError(f"EpisodeLoader needs an EpisodeStreamingDataset (or another stream source, such as "
-                            f"an EpisodeMixture), got {type(dataset).__name__}.")
+        self._source = source_of(dataset)
         self.dataset = dataset
         self.batch_size = check_int("batch_size", batch_size, minimum=1)
         self.num_threads = (min(_usable_cores(), _MAX_DEFAULT_THREADS) if num_threads is None
                             else check_int("num_threads", num_threads, minimum=1))
-        for name, value in (("drop_last", drop_last), ("pin_memory", pin_memory)):
-            if not isinstance(value, bool):
-                raise TypeError(f"{name} must be True or False, got {value!r}.")
-        self.drop_last = drop_last
+        self.drop_last = check_bool("drop_last", drop_last)
+        pin_memory = check_bool("pin_memory", pin_memory)
         self.prefetch_batches = check_int("prefetch_batches", prefetch_batches, minimum=1)
         self.pin_memory = pin_memory and torch.cuda.is_available()
         if pin_memory and not self.pin_memory:
             warnings.warn("EpisodeLoader(pin_memory=True): CUDA is not available, so batches are not pinned.",
                           RuntimeWarning, stacklevel=2)
         self._resume: tuple[int, int] | None = None  # (epoch, batches consumed) a loaded state resumes
-        self._consumed = (dataset.epoch, 0)  # (epoch, batches handed out of it, counted from its start)
+        self._consumed = (self._source.epoch, 0)  # (epoch, batches handed out of it, counted from its start)
         self._current: weakref.ref[_Iteration] | None = None
         self._memory: BatchMemory | None = None  # sized by the first stream's cameras
 
     def __len__(self) -> int:
         """Batches the next iteration yields (what is left of a resumed epoch, after a load)."""
-        samples = len(self.dataset)
+        samples = self._source.num_samples()
         return samples // self.batch_size if self.drop_last else math.ceil(samples / self.batch_size)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration streams."""
-        self.dataset.set_epoch(epoch)
+        self._source.set_epoch(check_int("epoch", epoch, minimum=0))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        self._close_current()
-        dataset = self.dataset
-        epoch = dataset.epoch
-        stream = dataset.consumer_stream(World(dataset.rank, dataset.world_size), epoch)
+        self._close_current(superseded_by="a newer iter(loader)")
+        source = self._source
+        epoch = source.epoch
+        stream = source.consumer_stream(World(source.rank, source.world_size), epoch)
         if self._memory is None:
             # Batches being built or ready, the one the trainer holds and the one it just let go
             # of, per camera: enough to reuse memory in a steady loop without holding more.
-            self._memory = BatchMemory(capacity=(self.prefetch_batches + 2) * max(1, stream.num_cameras))
+            in_flight = math.ceil(self._samples_ahead(stream) / self.batch_size) + 1
+            self._memory = BatchMemory(capacity=(in_flight + 2) * max(1, stream.num_cameras))
         base = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
         self._consumed = (epoch, base)
         iteration = _Iteration(self, epoch, stream, base, self._memory)
         self._current = weakref.ref(iteration)
         return iteration
+
+    def _samples_ahead(self, stream: ConsumerStream) -> int:
+        """How far past the batch the trainer takes the threads may plan: ``prefetch_batches`` and
+        a decode group for each thread, so that no thread waits while another plans."""
+        return self.prefetch_batches * self.batch_size + self.num_threads * stream.group_size
 
     def close(self) -> None:
         """Stop the current iteration: join its threads and release its cached video."""
@@ -124,10 +130,12 @@ class EpisodeLoader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _close_current(self) -> None:
+    def _close_current(self, superseded_by: str | None = None) -> None:
+        """Close the live iteration; ``superseded_by`` says what replaced it, and its next ``next()``
+        raises saying so (a silently ended pass would be a short epoch, then repeated)."""
         iteration = self._current() if self._current is not None else None
         if iteration is not None:
-            iteration.close()
+            iteration.close(superseded_by=superseded_by)
         self._current = None
 
     # -- position ---------------------------------------------------------------------------------
@@ -139,7 +147,7 @@ class EpisodeLoader:
         """The stream state at the batches handed out so far: ``load_state_dict`` on a new loader
         (any ``num_threads``; the same or another world size) continues after them. The same
         format as ``stream_state`` for a DataLoader, so either can resume the other."""
-        state = without_consumer(self.dataset.state_dict())  # the batches handed out say where it stands
+        state = without_consumer(self._source.state_dict())  # the batches handed out say where it stands
         epoch = state["epoch"]
         if self._consumed[0] == epoch:
             batches = self._consumed[1]
@@ -152,16 +160,16 @@ class EpisodeLoader:
         """Resume from ``state`` (this loader's ``state_dict()``, or ``stream_state`` of a DataLoader).
         The next iteration continues the saved epoch. See ``EpisodeStreamingDataset.load_state_dict``
         for what must match (``strict``)."""
-        checked = self.dataset.check_state(state, strict=strict)
+        checked = self._source.check_state(state, strict=check_bool("strict", strict))
         if not checked.finished and state["batch_size"] != self.batch_size:
             raise ValueError(f"The state was saved with batch_size={state['batch_size']} partway through epoch "
                              f"{checked.epoch}; this loader has batch_size={self.batch_size}. Resume that epoch "
                              f"with batch_size={state['batch_size']} (a batch count cannot be continued in other "
                              f"batch sizes); later epochs may use any.")
-        self._close_current()
-        self.dataset.apply_state(checked)
+        self._close_current(superseded_by="loader.load_state_dict()")
+        self._source.apply_state(checked)
         self._resume = None if checked.finished else (checked.epoch, state["batches_consumed"])
-        self._consumed = (self.dataset.epoch, 0 if checked.finished else state["batches_consumed"])
+        self._consumed = (self._source.epoch, 0 if checked.finished else state["batches_consumed"])
 
 
 class _BatchBuffer:
@@ -191,13 +199,6 @@ class _BatchBuffer:
         return self.arrays[key]
 
 
-def _chw_frames(frames_nhwc: torch.Tensor) -> np.ndarray | torch.Tensor:
-    """(N, C, H, W) views of decoded (N, H, W, C) frames: numpy on CPU, the tensor elsewhere."""
-    if frames_nhwc.device.type == "cpu":
-        return frames_nhwc.numpy().transpose(0, 3, 1, 2)
-    return frames_nhwc.permute(0, 3, 1, 2)
-
-
 class _BatchWriter:
     """What decode threads run: decode a group and write its samples into their batches.
 
@@ -207,10 +208,9 @@ class _BatchWriter:
 
     def __init__(self, stream: ConsumerStream, *, batch_size: int, num_batches: int, pin_memory: bool,
                  memory: BatchMemory) -> None:
-        self._builders = [stream.builder(source) for source in range(stream.num_sources)]
-        # Frames go straight into batch memory only when every source converts them alike.
-        self._in_place = (all(b.writes_in_place for b in self._builders)
-                          and len({b.frame_dtype for b in self._builders}) == 1)
+        self._builder = stream.builder
+        # Frames go straight into batch memory unless image_transforms must see each sample.
+        self._in_place = stream.builder.writes_in_place
         self._memory = memory
         self._batch_size = batch_size
         self._num_batches = num_batches
@@ -233,14 +233,14 @@ class _BatchWriter:
         with self._lock:
             self._buffers.clear()
 
-    def write_group(self, decoders: Decoders, first_sample: int, group: PlannedGroup) -> None:
+    def write_group(self, decoders: DecoderSet, first_sample: int, group: PlannedGroup) -> None:
         # Samples past the last batch (the tail drop_last drops) are neither decoded nor kept.
         pendings = group.pendings[:max(0, self._num_batches * self._batch_size - first_sample)]
         if not pendings:
             return
-        builder = self._builders[group.source]
-        decoded = builder.decode(decoders[group.source], pendings)
-        sources: dict[str, np.ndarray | torch.Tensor] = {}  # per file: its frames as (N, C, H, W)
+        builder = self._builder
+        decoded = builder.decode(decoders, pendings)
+        sources: dict[str, np.ndarray | torch.Tensor] = {}  # per file: its decoded (N, H, W, C) frames
         # Each decoded frame is converted once per group: a window padded at an episode's edge,
         # or overlapping another sample's, copies the slot already written (a plain copy of the
         # converted frame costs under half the conversion in float32).
@@ -260,15 +260,18 @@ class _BatchWriter:
             index, slot = divmod(first_sample + offset, self._batch_size)
             buffer = self.buffer(index)
             if not self._in_place:
-                buffer.items[slot] = builder.finish(pending, [decoded[q.path].gather(q) for q in pending.queries])
+                buffer.items[slot] = finish_decoded(builder, pending, decoded)
                 continue
             for key, windowed, query in zip(pending.video_keys, pending.windowed, pending.queries):
                 source = sources.get(query.path)
                 if source is None:
-                    source = sources[query.path] = _chw_frames(decoded[query.path].frames)
+                    frames = decoded[query.path].frames
+                    # numpy on CPU: indexing it costs a fraction of torch's per frame
+                    source = sources[query.path] = frames.numpy() if frames.device.type == "cpu" else frames
                 row_of = decoded[query.path].row_of
                 rows = [row_of[t] for t in query.timestamps_s]
-                shape = (len(rows), *source.shape[1:]) if windowed else tuple(source.shape[1:])
+                chw = (source.shape[3], source.shape[1], source.shape[2])
+                shape = (len(rows), *chw) if windowed else chw
                 out = buffer.frame_out(key, shape, builder.frame_dtype, decoded[query.path].frames.device,
                                        memory=self._memory, pin_memory=self._pin_memory, query=query)[slot]
                 if windowed:
@@ -278,7 +281,7 @@ class _BatchWriter:
                     write(out, query.path, rows[0])
             if slot == 0:
                 buffer.video_keys = list(pending.video_keys)
-            buffer.items[slot] = {**pending.item, "task": pending.task}
+            buffer.items[slot] = builder.tabular(pending)  # the frames are in place: the rest, as finish() gives it
 
     def collate(self, buffer: _BatchBuffer, count: int) -> dict[str, Any]:
         """The batch as ``default_collate`` of its samples would give it (frames already in place)."""
@@ -301,7 +304,6 @@ class _Iteration(Iterator[dict[str, Any]]):
     def __init__(self, loader: EpisodeLoader, epoch: int, stream: ConsumerStream, base_batches: int,
                  memory: BatchMemory) -> None:
         self._loader = loader
-        self._dataset = loader.dataset
         self._epoch = epoch
         self._base = base_batches
         self._batch_size = loader.batch_size
@@ -312,13 +314,15 @@ class _Iteration(Iterator[dict[str, Any]]):
         self._done_samples = 0  # samples decoded, in order, from the start of this pass
         self._error: BaseException | None = None
         self._closed = False
+        self._superseded_by: str | None = None
         self._stream = stream
+        self._ahead = loader._samples_ahead(stream)
         self._writer = _BatchWriter(stream, batch_size=loader.batch_size, num_batches=self._num_batches,
                                     pin_memory=loader.pin_memory, memory=memory)
         # Nothing the threads hold may refer to this object (see _BatchWriter).
         self._pipeline = GroupPipeline(
             stream.groups(), work=self._writer.write_group, open_cache=stream.open_decoders,
-            num_threads=loader.num_threads, allowed_samples=loader.prefetch_batches * loader.batch_size)
+            num_threads=loader.num_threads, allowed_samples=self._ahead)
         if self._num_batches == 0:
             self._finish()
 
@@ -329,6 +333,10 @@ class _Iteration(Iterator[dict[str, Any]]):
         if self._error is not None:
             raise RuntimeError(f"This pass over epoch {self._epoch} stopped at batch {self._base + self._next} "
                                f"after an error (above); loader.state_dict() resumes at that batch.") from self._error
+        if self._superseded_by is not None:
+            raise RuntimeError(f"This pass over epoch {self._epoch} was replaced by {self._superseded_by} after "
+                               f"{self._base + self._next} batches and ends here; iterate the newer pass (one "
+                               f"iteration at a time: a second iter(loader) starts the epoch's pass anew).")
         if self._closed:
             raise StopIteration
         index = self._next
@@ -336,6 +344,10 @@ class _Iteration(Iterator[dict[str, Any]]):
         try:
             while self._done_samples < wanted:
                 group = self._pipeline.next_group()
+                if group is None and self._closed:
+                    raise RuntimeError(f"EpisodeLoader was closed (loader.close(), from another thread) while this "
+                                       f"pass waited for batch {self._base + index} of epoch {self._epoch}; "
+                                       f"loader.state_dict() resumes at that batch.")
                 if group is None:
                     raise RuntimeError(f"The stream of epoch {self._epoch} ended after {self._done_samples} of "
                                        f"{self._num_samples} samples (a bug: please report it).")
@@ -349,7 +361,7 @@ class _Iteration(Iterator[dict[str, Any]]):
             raise
         self._next += 1
         self._loader._handed(self._epoch, self._base + self._next)
-        self._pipeline.allow((self._next + self._loader.prefetch_batches) * self._batch_size)
+        self._pipeline.allow(self._next * self._batch_size + self._ahead)
         if self._next == self._num_batches:
             self._finish()
         return batch
@@ -359,9 +371,10 @@ class _Iteration(Iterator[dict[str, Any]]):
         self._stream.finished()
         self.close()
 
-    def close(self) -> None:
+    def close(self, *, superseded_by: str | None = None) -> None:
         if self._closed:
             return
+        self._superseded_by = superseded_by
         self._closed = True
         try:
             self._pipeline.close()

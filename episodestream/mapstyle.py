@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,8 @@ from episodestream._format.columns import ColumnStore, default_columns_dir
 from episodestream._runtime.core import DatasetCore, DatasetFacts
 from episodestream._format.files import EpisodeVideos, LocalFiles
 from episodestream._base.options import check_bool
+from episodestream._runtime.source_options import refuses_unknown_keywords, source_options
+from episodestream._sample.builder import build_samples
 from episodestream._sample.holds import HeldEpisodes
 from episodestream._format.rows import EpisodeRows
 from episodestream._sample.video.decoder_cache import DecoderCache
@@ -20,9 +23,7 @@ from episodestream._sample.video.decoder_cache import DecoderCache
 _ROWS_CACHED = 4  # episodes' rows kept for neighbouring indices (a sampler often walks an episode)
 
 if TYPE_CHECKING:
-    from typing import Unpack  # Python 3.11; annotations are not evaluated at run time
-
-    from episodestream._runtime.source_options import SourceOptions
+    from episodestream._remote.transport.config import ControllerConfig
 
 
 class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
@@ -34,8 +35,8 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
     What to read:
         source: as for ``EpisodeStreamingDataset``: a local folder, a URL or a Hub repo id.
 
-    Source options (``**options``, shared with ``EpisodeStreamingDataset``; each is documented,
-    with its default, in ``episodestream.SourceOptions``):
+    Source options (shared with ``EpisodeStreamingDataset``; each is documented in
+    ``episodestream.SourceOptions``):
         what to read: revision, episodes, delta_timestamps, tolerance_s;
         what a sample looks like: return_uint8, image_transforms, video_backend, decode_device;
         remote sources: cache_dir, cache_limit, storage_options, token, hub_endpoint, download_config.
@@ -45,22 +46,30 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
         column_cache: for local sources, read rows from an Arrow copy of each data file's tabular
             columns, built the first time one of its episodes is needed and kept under
             ``cache_dir/columns`` (default ``EPISODESTREAM_CACHE_DIR``, else the user's cache
-            folder). Random access is then ~60x faster at DROID scale, and the bytes are shared by
-            all processes of the node through the page cache (see ``_columns``). False, and remote
+            folder). Random access is then much faster at DROID scale (docs/benchmarks.md), and the bytes are shared by
+            all processes of the node through the page cache (see ``_format.columns``). False, and remote
             sources (for now), read each episode's parquet row group instead.
     """
 
+    @refuses_unknown_keywords
     def __init__(self, source: str | os.PathLike, *, column_cache: bool = True,
-                 **options: Unpack[SourceOptions]) -> None:
+                 revision: str | None = None, episodes: Sequence[int] | None = None,
+                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
+                 return_uint8: bool = False, image_transforms: Callable | None = None,
+                 video_backend: str | None = None, decode_device: str = "cpu",
+                 cache_dir: str | os.PathLike | None = None, cache_limit: int | str | None = None,
+                 storage_options: Mapping[str, Any] | None = None, token: str | None = None,
+                 hub_endpoint: str | None = None,
+                 download_config: ControllerConfig | Mapping[str, Any] | None = None) -> None:
         column_cache = check_bool("column_cache", column_cache)
-        self._core = DatasetCore.for_dataset(EpisodeDataset, source, options, episodes_in_flight=_ROWS_CACHED + 1,
-                                             local_cache_dir=column_cache)
+        self._core = DatasetCore(source, **source_options(locals()), episodes_in_flight=_ROWS_CACHED + 1,
+                                 local_cache_dir=column_cache)
         self._starts = np.concatenate([[0], np.cumsum(self._core.episodes.lengths)])
         self._episode_indices = self._core.episodes.episode_indices  # by selection position
         # Local sources only, for now: for a remote source the copy would sit beside the node cache
         # without its budget, refcounts or `cache clear` (see docs/benchmarks.md, issue 13).
         use_columns = column_cache and isinstance(self._core.files, LocalFiles)
-        self._columns_dir = default_columns_dir(options.get("cache_dir")) if use_columns else None
+        self._columns_dir = default_columns_dir(cache_dir) if use_columns else None
         self._process: _PerProcess | None = None
 
     def __len__(self) -> int:
@@ -92,7 +101,8 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
         # Decoders and parquet handles must not cross a fork: rebuild them in each new process.
         if self._process is None or self._process.pid != os.getpid():
             reader = (self._core.row_reader() if self._columns_dir is None
-                      else ColumnStore(self._core.files, self._core.meta, self._columns_dir))
+                      else ColumnStore(self._core.files, self._core.meta, self._columns_dir,
+                                       tolerance_s=self._core.tolerance_s))
             videos = self._core.episode_videos()
             self._process = _PerProcess(os.getpid(), self._core.decoder_cache(_ROWS_CACHED), videos,
                                         HeldEpisodes(reader, videos))
@@ -120,7 +130,7 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
         episode_index, frame = self.locate(i)
         process = self._per_process()
         pending = self._core.builder.plan(self._rows(process, episode_index), frame, process.videos)
-        return self._core.builder.build(process.decoders, [pending])[0]
+        return build_samples(self._core.builder, process.decoders, [pending])[0]
 
 
 @dataclass

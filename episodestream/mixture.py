@@ -1,91 +1,40 @@
 """``EpisodeMixture``: several ``EpisodeStreamingDataset`` streamed as one weighted, resumable stream.
 
-The planning (counts, passes, interleaving, resume) is ``_mixing``; this module runs it: each
+The planning (counts, passes, interleaving, resume) is ``_plan.mixing``; this module runs it: each
 component's steps through that component's own pool and decoder, the samples interleaved in the
 consumer's order, keys renamed, ``dataset_index`` added. See ``docs/mixtures.md``.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import torch.utils.data
 
-from episodestream._runtime.epoch import SharedEpoch, StaleWorkerCopy, raising
-from episodestream._plan.mixing import (
-    LegPlan,
-    MixLeg,
-    MixResume,
-    Source,
-    initial_passes,
-    plan_mixture_resume,
-    rank_counts,
-)
-from episodestream._runtime.mixture_meta import MixtureMeta
-from episodestream._runtime.mixture_stream import MixtureStream
 from episodestream._base.options import check_bool, check_int
-from episodestream._runtime.pipeline import stream_samples
-from episodestream._plan.resume import BeyondEpochError, chain_legs
-from episodestream._plan.sampling import Step
-from episodestream._runtime.stream import CheckedState, ConsumerStream
-from episodestream._base.world import World, current_world
-from episodestream.streaming import EpisodeStreamingDataset
 from episodestream._base.tracing import set_process_name, tracer_enabled
+from episodestream._plan.mix_options import check_stop, check_weights
+from episodestream._runtime.placement import current_world
+from episodestream._runtime.dataset_source import DatasetSource
+from episodestream._runtime.epoch import StaleWorkerCopy, raising
+from episodestream._runtime.mixture_meta import MixtureMeta
+from episodestream._runtime.mixture_source import MixtureSource
+from episodestream._runtime.pipeline import stream_samples
+from episodestream._runtime.renames import check_renames
+from episodestream._runtime.stream import ConsumerStream
+from episodestream._runtime.stream_source import StreamingFace, source_of
+from episodestream.streaming import EpisodeStreamingDataset
 
-MIXTURE_STATE_FORMAT = "episodestream.mixture_state/1"
-_STOPS = ("all", "first")
-
-
-def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value))
-
-
-def _check_weights(weights: Sequence[float] | None, count: int) -> tuple[float, ...] | None:
-    if weights is None:
-        return None
-    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence) or len(weights) != count:
-        raise ValueError(f"weights must be a list of {count} positive numbers (one per dataset), got {weights!r}.")
-    bad = [w for w in weights if isinstance(w, bool) or not isinstance(w, (int, float))
-           or not math.isfinite(w) or w <= 0]
-    if bad:
-        raise ValueError(f"weights must be positive finite numbers, got {bad[0]!r} in {list(weights)!r}.")
-    total = math.fsum(weights)
-    return tuple(float(w) / total for w in weights)
-
-
-def _check_stop(stop: str | int) -> str | int:
-    if isinstance(stop, int) and not isinstance(stop, bool):
-        return check_int("stop", stop, minimum=1)
-    if stop not in _STOPS:
-        raise ValueError(f"Invalid stop ({stop!r}). Supported values are 'all', 'first' or an int (samples per "
-                         f"epoch across all ranks).")
-    return stop
-
-
-def _check_renames(rename: Sequence[Mapping[str, str] | None] | None, datasets) -> list[dict[str, str]]:
-    if rename is None:
-        return [{} for _ in datasets]
-    if isinstance(rename, Mapping) or not isinstance(rename, Sequence) or len(rename) != len(datasets):
-        raise ValueError(f"rename must be a list of {len(datasets)} dicts (or None), one per dataset, got {rename!r}.")
-    out = []
-    for index, (mapping, dataset) in enumerate(zip(rename, datasets)):
-        mapping = dict(mapping or {})
-        unknown = sorted(set(mapping) - set(dataset.typed_meta.features))
-        if unknown:
-            raise ValueError(f"rename[{index}] names keys that {dataset.typed_meta.description} does not have: "
-                             f"{unknown} (its features: {sorted(dataset.typed_meta.features)}).")
-        out.append(mapping)
-    return out
+def _component(dataset: EpisodeStreamingDataset) -> DatasetSource:
+    component = source_of(dataset, needs="EpisodeMixture needs")
+    assert isinstance(component, DatasetSource)  # EpisodeStreamingDataset's runtime, checked by the caller
+    return component
 
 
 def _feature_table(dataset: EpisodeStreamingDataset, rename: Mapping[str, str]) -> dict[str, str]:
     """Each (renamed) feature's dtype, shape and window length, as text to compare and to show."""
-    offsets = dataset._core.offsets
+    offsets = _component(dataset).offsets
     table = {}
     for key, feature in dataset.typed_meta.features.items():
         window = f", window of {len(offsets[key])}" if key in offsets else ""
@@ -107,7 +56,7 @@ def _check_features(datasets, renames) -> None:
                          "(after rename=); these differ:\n  " + "\n  ".join(lines))
 
 
-class EpisodeMixture(torch.utils.data.IterableDataset):
+class EpisodeMixture(StreamingFace, torch.utils.data.IterableDataset):
     """Streams several ``EpisodeStreamingDataset`` as one stream, mixed by weight, resumable.
 
     What to mix:
@@ -133,6 +82,8 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
     renamed) plus ``dataset_index``, an int64 tensor: the component's position in ``datasets``.
     """
 
+    _source: MixtureSource
+
     def __init__(self, datasets: Sequence[EpisodeStreamingDataset], weights: Sequence[float] | None = None, *,
                  seed: int = 0, stop: str | int = "all",
                  rename: Sequence[Mapping[str, str] | None] | None = None) -> None:
@@ -146,26 +97,25 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
         if len(places) > 1:
             raise ValueError(f"The datasets of a mixture must share rank and world_size, got {sorted(places)}.")
         self.datasets = list(datasets)
-        self.rank, self.world_size = datasets[0].rank, datasets[0].world_size
-        self.weights = _check_weights(weights, len(datasets))
-        self.seed = check_int("seed", seed, minimum=0)
-        self.stop = _check_stop(stop)
-        self._renames = _check_renames(rename, datasets)
-        _check_features(self.datasets, self._renames)
-        dtypes = [str(d._core.builder.frame_dtype).removeprefix("torch.") for d in self.datasets]
+        weights, seed, stop = check_weights(weights, len(datasets)), check_int("seed", seed, minimum=0), check_stop(stop)
+        renames = check_renames(rename, [d.typed_meta.features for d in datasets],
+                                [d.typed_meta.description for d in datasets])
+        _check_features(self.datasets, renames)
+        dtypes = [str(_component(d).builder.frame_dtype).removeprefix("torch.") for d in self.datasets]
         if len(set(dtypes)) > 1:
             raise ValueError(f"The datasets of a mixture must give camera frames of one dtype (return_uint8 alike); "
                              f"they give {dtypes}.")
-        self._epoch = SharedEpoch()
-        self._loads_seen = 0
-        self._resume_request: tuple[int, tuple[MixLeg, ...]] | None = None  # (epoch, legs)
-        self._resume_points: dict[int, MixResume | None] = {}
-        self._legs: dict[tuple, LegPlan] = {}
+        self._source = MixtureSource([_component(d) for d in self.datasets], weights=weights, seed=seed, stop=stop,
+                                     renames=renames)
+        self._source.rank_counts()  # an epoch too large to plan is refused now, not at len() or the first sample
         self._meta: MixtureMeta | None = None
 
-    def __getstate__(self) -> dict:
-        # DataLoader workers rebuild leg plans (episode permutations) rather than unpickle them.
-        return {**self.__dict__, "_legs": {}}
+    # How it mixes, as constructed (read-only: the runtime holds them).
+    weights = property(lambda self: self._source.weights)
+    seed = property(lambda self: self._source.seed)
+    stop = property(lambda self: self._source.stop)
+    rank = property(lambda self: self._source.rank)
+    world_size = property(lambda self: self._source.world_size)
 
     # -- what it is -------------------------------------------------------------------------------
 
@@ -175,100 +125,43 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
         if self._meta is None:
             frames = [d.num_frames for d in self.datasets]
             weights = self.weights or tuple(f / sum(frames) for f in frames)
-            self._meta = MixtureMeta(sources=[d.meta for d in self.datasets], renames=self._renames,
+            self._meta = MixtureMeta(sources=[d.meta for d in self.datasets], renames=self._source.renames,
                                      weights=weights, frames=frames)
         return self._meta
 
     @property
     def pool_sizes(self) -> tuple[int, ...]:
-        return tuple(d.episode_pool_size for d in self.datasets)
-
-    def _sources(self) -> list[Source]:
-        return [Source(tuple(d._core.whole_episodes()), d.seed, d.shuffle) for d in self.datasets]
+        return self._source.pool_sizes
 
     @property
     def epoch(self) -> int:
-        return self._epoch.get()
+        return self._source.epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration streams (reaches persistent DataLoader workers too)."""
-        self._epoch.set(check_int("epoch", epoch, minimum=0))
+        self._source.set_epoch(check_int("epoch", epoch, minimum=0))
 
     def rank_counts(self) -> list[int]:
         """Samples each component gives every rank in a fresh epoch."""
-        return rank_counts([d.num_frames for d in self.datasets], world_size=self.world_size,
-                           weights=self.weights, stop=self.stop)
+        return self._source.rank_counts()
 
     def __len__(self) -> int:
         """Samples this rank yields in the next iteration (what is left, after a resume, assuming the
         saving run's num_workers)."""
-        epoch = self.epoch
-        request = self._resume_request
-        if request is None or request[0] != epoch:
-            return sum(self.rank_counts())
-        workers = request[1][-1].num_workers
-        point = self._resume_point(workers)
-        if point is None:
-            return 0
-        leg = self._leg(point, epoch, workers)
-        skipped = sum(point.skips[self.rank][0]) if point.skips is not None else 0
-        return leg.samples_per_rank - skipped
-
-    def _leg(self, point: MixResume | None, epoch: int, num_workers: int) -> LegPlan:
-        key = (epoch, max(1, num_workers), None if point is None else point.leg_index)
-        if key not in self._legs:
-            sources = self._sources()
-            passes = (initial_passes(sources, self.rank_counts(), self.world_size) if point is None
-                      else point.passes)
-            self._legs[key] = LegPlan(sources, passes, seed=self.seed, epoch=epoch,
-                                      leg=0 if point is None else point.leg_index, world_size=self.world_size,
-                                      num_workers=num_workers, pool_sizes=self.pool_sizes)
-        return self._legs[key]
-
-    def _resume_point(self, num_workers: int) -> MixResume | None:
-        epoch, legs = self._resume_request
-        key = max(1, num_workers)
-        if key not in self._resume_points:
-            self._resume_points[key] = plan_mixture_resume(
-                self._sources(), seed=self.seed, epoch=epoch, weights=self.weights, stop=self.stop, legs=legs,
-                world_size=self.world_size, num_workers=key, pool_sizes=self.pool_sizes)
-        return self._resume_points[key]
+        return self._source.num_samples()
 
     # -- streaming --------------------------------------------------------------------------------
 
-    def consumer_plan(self, world: World, epoch: int) -> tuple[np.ndarray, list[Iterator[Step]]]:
-        """One consumer's interleave order (the component of each sample it yields) and each
-        component's steps, tabular-free; in the epoch a state was loaded for, what is left."""
-        request = self._resume_request
-        point = self._resume_point(world.num_workers) if request and request[0] == epoch else None
-        if request and request[0] == epoch and point is None:
-            return np.zeros(0, np.int64), [iter(()) for _ in self.datasets]
-        leg = self._leg(point, epoch, world.num_workers)
-        role, skip = point.role_for(world) if point else (world, 0)
-        consumer = leg.consumer(role)
-        skips = consumer.counts_before(skip)
-        return consumer.order()[skip:], [consumer.steps(i, skips[i]) for i in range(len(self.datasets))]
-
-    def consumer_stream(self, world: World, epoch: int) -> ConsumerStream:
-        """Open ``world``'s pass over ``epoch`` for a loader to pull (see ``_stream``); marks the
-        epoch started."""
-        self._epoch.start(epoch)
-        order, steps = self.consumer_plan(world, epoch)
-        counts = np.bincount(order, minlength=len(self.datasets)).tolist()
-        streams = [d._stream(s, count, epoch) for d, s, count in zip(self.datasets, steps, counts)]
-        return MixtureStream(streams, order, renames=self._renames,
-                             group_size=min(d.decode_group_size for d in self.datasets),
-                             finished=lambda: self._epoch.finished(epoch))
-
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        world = current_world(self.rank, self.world_size)
+        source = self._source
+        world = current_world(source.rank, source.world_size)
         try:
-            epoch = self._epoch.for_iteration(self._loads_seen, "mixture")
+            epoch = source.shared_epoch.for_iteration(source.loads_seen, "mixture")
         except StaleWorkerCopy as error:
             return raising(error)  # from the first next(), where the trainer hears of it
         if tracer_enabled():
             set_process_name(f"episodestream mixture rank {world.rank} worker {world.worker}")
-        return self._samples(self.consumer_stream(world, epoch))
+        return self._samples(source.consumer_stream(world, epoch))
 
     def _samples(self, stream: ConsumerStream) -> Iterator[dict[str, Any]]:
         """The stream's samples in order, decoded on ``decode_threads`` threads (the components' most)."""
@@ -282,88 +175,14 @@ class EpisodeMixture(torch.utils.data.IterableDataset):
 
     # -- resume -----------------------------------------------------------------------------------
 
-    def _components_state(self) -> list[dict[str, Any]]:
-        return [{"seed": d.seed, "shuffle": d.shuffle, "fingerprint": d._fingerprint()} for d in self.datasets]
-
     def state_dict(self) -> dict[str, Any]:
         """A small JSON-serialisable state; the trainer adds ``batches_consumed``, ``batch_size``,
         ``num_workers`` and ``drop_last`` (``stream_state(loader, n)`` does) and passes it to
         ``load_state_dict`` on restart."""
-        started = self._epoch.started()
-        epoch = self._epoch.get() if started is None else started
-        request = self._resume_request
-        legs = request[1] if request is not None and request[0] == epoch else ()
-        return {"format": MIXTURE_STATE_FORMAT, "epoch": epoch, "seed": self.seed,
-                "weights": None if self.weights is None else list(self.weights), "stop": self.stop,
-                "world_size": self.world_size, "pool_sizes": list(self.pool_sizes),
-                "legs": [leg.to_state() for leg in legs], "components": self._components_state()}
+        return self._source.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any], *, strict: bool = True) -> None:
         """Resume from ``state`` (``state_dict()`` plus the trainer's fields); the next iteration
         continues that epoch, exactly with the same ranks, workers and pool sizes, else elastically.
         A state whose seed, weights, stop or components differ is refused unless ``strict=False``."""
-        self.apply_state(self.check_state(state, strict=strict))
-
-    def check_state(self, state: Mapping[str, Any], *, strict: bool = True) -> CheckedState:
-        """Check ``state`` and work out where it resumes, changing nothing (``load_state_dict`` is
-        this then ``apply_state``; ``EpisodeLoader`` checks its own settings in between)."""
-        if not isinstance(state, Mapping) or state.get("format") != MIXTURE_STATE_FORMAT:
-            raise ValueError(f"Not an episodestream mixture state (expected format {MIXTURE_STATE_FORMAT!r}): "
-                             f"{state!r:.200}")
-        for key in ("batches_consumed", "batch_size", "num_workers"):
-            if key not in state:
-                raise ValueError(f"The state lacks {key!r}: add what the trainer knows, e.g. "
-                                 f"stream_state(loader, batches_consumed).")
-        saved_components = state.get("components")
-        if not isinstance(saved_components, list) or len(saved_components) != len(self.datasets):
-            raise ValueError(f"state['components'] must list {len(self.datasets)} components (this mixture's), "
-                             f"got {saved_components!r:.200}.")
-        checks = [("seed", state.get("seed"), self.seed),
-                  ("weights", state.get("weights"), None if self.weights is None else list(self.weights)),
-                  ("stop", state.get("stop"), self.stop)]
-        for i, (saved, now) in enumerate(zip(saved_components, self._components_state())):
-            saved = saved if isinstance(saved, Mapping) else {}
-            checks += [(f"components[{i}].{k}", saved.get(k), v) for k, v in now.items() if k != "fingerprint"]
-            checks += [(f"components[{i}].fingerprint.{k}", (saved.get("fingerprint") or {}).get(k), v)
-                       for k, v in now["fingerprint"].items()]
-        mismatches = [f"{name}: saved {saved!r}, this mixture {now!r}" for name, saved, now in checks
-                      if _jsonable(saved) != _jsonable(now)]
-        if mismatches:
-            message = "The mixture state does not match this mixture: " + "; ".join(mismatches) + "."
-            if strict:
-                raise ValueError(message + " Pass strict=False to load it anyway.")
-            warnings.warn(message + " Loading anyway (strict=False).", RuntimeWarning, stacklevel=3)
-        epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
-        batch_size = check_int("state['batch_size']", state["batch_size"], minimum=1)
-        batches = check_int("state['batches_consumed']", state["batches_consumed"], minimum=0)
-        pools = state.get("pool_sizes")
-        if not isinstance(pools, list) or len(pools) != len(self.datasets):
-            raise ValueError(f"state['pool_sizes'] must list {len(self.datasets)} ints, got {pools!r:.200}.")
-        current = MixLeg(check_int("state['world_size']", state.get("world_size"), minimum=1),
-                         check_int("state['num_workers']", state["num_workers"], minimum=0),
-                         tuple(check_int(f"state['pool_sizes'][{i}]", p, minimum=1) for i, p in enumerate(pools)),
-                         batch_size, 0, check_bool("state['drop_last']", state.get("drop_last", False)))
-        legs = chain_legs(state, current, batches, MixLeg.from_state)
-        current = legs[-1]
-        try:
-            point = plan_mixture_resume(self._sources(), seed=self.seed, epoch=epoch, weights=self.weights,
-                                        stop=self.stop, legs=legs, world_size=current.world_size,
-                                        num_workers=current.num_workers, pool_sizes=current.pool_sizes)
-        except BeyondEpochError as beyond:
-            message = (f"state['batches_consumed']={batches} is more than epoch {epoch} of the mixture has "
-                       f"({batches - current.batches + beyond.available} batches of {batch_size} per rank). "
-                       f"It counts the batches taken in the saved epoch, not a global step.")
-            if strict or beyond.leg_index != len(legs) - 1:
-                raise ValueError(message) from None
-            warnings.warn(message + " Treating the epoch as finished (strict=False).", RuntimeWarning, stacklevel=3)
-            point = None
-        return CheckedState(epoch, point is None, (epoch, legs))
-
-    def apply_state(self, checked: CheckedState) -> None:
-        """Make a ``check_state`` result the position the next iteration starts from."""
-        request, done = checked.request, checked.finished
-        self._resume_request = None if done else request
-        self._resume_points = {}
-        self._legs = {}
-        self._epoch.set(request[0] + 1 if done else request[0])
-        self._loads_seen = self._epoch.state_loaded()
+        self._source.apply_state(self._source.check_state(state, strict=check_bool("strict", strict)))

@@ -21,6 +21,11 @@ def lerobot(chw_uint8: np.ndarray, to_float32: bool) -> np.ndarray:
     return (frames / 255.0).numpy() if to_float32 else frames.numpy()
 
 
+def write_view(out: np.ndarray, frame_chw: np.ndarray, *, to_float32: bool) -> None:
+    """``write_chw`` of the decoded memory behind a (C, H, W) view (its (H, W, C) self)."""
+    _chw.write_chw(out, frame_chw.transpose(1, 2, 0), to_float32=to_float32)
+
+
 def decoded(height: int, width: int, seed: int) -> np.ndarray:
     """A (3, H, W) view of (H, W, 3) memory, as the loader gets frames from the decoder; every byte
     value appears in every channel where the frame has room for it."""
@@ -53,7 +58,7 @@ def test_the_kernel_is_built_where_a_c_compiler_is():
 def test_frames_equal_lerobots_bit_for_bit(path, shape, to_float32):
     frame = decoded(*shape, seed=shape[0] * 1000 + shape[1])
     out = np.full(frame.shape, 7, dtype=np.float32 if to_float32 else np.uint8)
-    _chw.write_chw(out, frame, to_float32=to_float32)
+    write_view(out, frame, to_float32=to_float32)
     expected = lerobot(frame, to_float32)
     assert out.dtype == expected.dtype
     assert out.tobytes() == expected.tobytes()  # bit for bit, signed zeros included
@@ -63,7 +68,7 @@ def test_every_byte_value_converts_as_lerobots(path):
     frame = decoded(16, 16, seed=0)  # 256 pixels: each channel holds every byte value once
     assert all(len(np.unique(frame[c])) == 256 for c in range(3))
     out = np.empty(frame.shape, dtype=np.float32)
-    _chw.write_chw(out, frame, to_float32=True)
+    write_view(out, frame, to_float32=True)
     assert out.tobytes() == lerobot(frame, True).tobytes()
 
 
@@ -83,7 +88,7 @@ def test_frames_the_kernel_does_not_take_are_written_by_numpy(path, case):
         channels = 1 if case == "one-channel" else 4
         frame = np.random.default_rng(3).integers(0, 256, (9, 11, channels), dtype=np.uint8).transpose(2, 0, 1)
         out = np.zeros(frame.shape, dtype=np.float32)
-    _chw.write_chw(out, frame, to_float32=True)
+    write_view(out, frame, to_float32=True)
     assert out.tobytes() == lerobot(frame, True).tobytes()
 
 
@@ -91,7 +96,7 @@ def test_a_frame_written_over_its_own_memory_is_right(path):
     # The kernel assumes its input and output do not overlap; numpy copes when they do.
     rgb = np.ascontiguousarray(decoded(6, 7, seed=5).transpose(1, 2, 0))
     expected = lerobot(rgb.copy().transpose(2, 0, 1), False)
-    _chw.write_chw(rgb.reshape(3, 6, 7), rgb.transpose(2, 0, 1), to_float32=False)
+    write_view(rgb.reshape(3, 6, 7), rgb.transpose(2, 0, 1), to_float32=False)
     assert rgb.reshape(3, 6, 7).tobytes() == expected.tobytes()
 
 
@@ -120,7 +125,7 @@ def test_threads_writing_at_once_each_get_their_own_frames(path):
     def write(i):
         try:
             for _ in range(50):
-                _chw.write_chw(outs[i], frames[i], to_float32=True)
+                write_view(outs[i], frames[i], to_float32=True)
                 assert outs[i].tobytes() == expected[i].tobytes()
         except BaseException as error:  # reported in the test's thread
             errors.append(error)

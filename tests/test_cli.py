@@ -49,6 +49,24 @@ def test_info_describes_the_dataset(dataset_root, capsys):
     assert "camera observation.images.wrist: 96x64 av1 yuv420p GOP 2, 2 file(s)" in text
 
 
+def test_errors_are_one_line_on_stderr_and_a_nonzero_exit(tmp_path, capsys):
+    # `info` on a bad path printed a traceback; `cache ls` on a missing folder exited 0 as if empty.
+    (tmp_path / "not-a-dataset").mkdir()
+    (tmp_path / "empty-cache").mkdir()
+    cases = {("info", str(tmp_path / "missing")): str(tmp_path / "missing"),
+             ("info", str(tmp_path / "not-a-dataset")): f"{tmp_path / 'not-a-dataset'}/meta/info.json not found",
+             ("cache", "ls", "--cache-dir", str(tmp_path / "no-cache")): f"no cache folder at {tmp_path / 'no-cache'} "
+                                                                          f"(given by --cache-dir)"}
+    for argv, named in cases.items():
+        assert main(list(argv)) == 1, argv
+        captured = capsys.readouterr()
+        assert captured.out == "" and len(captured.err.splitlines()) == 1, (argv, captured.err)
+        assert captured.err.startswith(f"episodestream {' '.join(argv[:2 if argv[0] == 'cache' else 1])}: "), argv
+        assert named in captured.err, (argv, captured.err)
+    assert main(["cache", "ls", "--cache-dir", str(tmp_path / "empty-cache")]) == 0  # empty is not an error
+    assert "total: 0 entries" in capsys.readouterr().out
+
+
 def test_bench_is_the_benchmark_front_door(capsys):
     try:
         main(["bench", "--help"])

@@ -134,7 +134,7 @@ def _prewarm_needs(source: str, cache_dir, hub_url: str) -> tuple[int, int, int]
     """Metadata bytes; metadata + every episode's video as estimated from above (what `prewarm`
     checks) and from the episodes' share of their files only (what `prewarm()` without meta checks)."""
     from episodestream._format.metadata import load_metadata
-    from episodestream._remote.cache.budget import video_share_bytes
+    from episodestream._remote.source.budget import video_share_bytes
 
     files = open_remote_source(source, cache_dir=cache_dir, hub_endpoint=hub_url, token=False)
     try:
@@ -148,7 +148,7 @@ def _prewarm_needs(source: str, cache_dir, hub_url: str) -> tuple[int, int, int]
 
 def test_prewarm_beyond_cache_limit_ends_with_a_clear_error(hub_root, tmp_path, capsys):
     from episodestream._format.metadata import load_metadata
-    from episodestream._remote.cache.prewarm import prewarm
+    from episodestream._remote.source.prewarm import prewarm
 
     cache_dir = tmp_path / "cache"
     with FakeHub(hub_root) as hub:

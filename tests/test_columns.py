@@ -3,10 +3,14 @@ the source changes, and safe when several processes build it at once."""
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
+import tempfile
+import warnings
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -100,3 +104,71 @@ def test_a_damaged_copy_is_rebuilt(tabular_root, tmp_path):
 def test_column_cache_must_be_a_bool(tabular_root):
     with pytest.raises(TypeError, match="column_cache"):
         EpisodeDataset(tabular_root, column_cache="yes")
+
+
+def _rewrite_uncompressed(path, add: float) -> None:
+    """Rewrite a data file in place (same inode) with ``observation.state + add``: no compression
+    and no dictionary, so other values keep the file's size byte for byte."""
+    table = pq.read_table(path)
+    state = table.column("observation.state").combine_chunks()
+    changed = table.set_column(table.schema.get_field_index("observation.state"), "observation.state",
+                               type(state).from_arrays(np.asarray(state.flatten()) + add, state.type.list_size))
+    pq.write_table(changed, path, compression="none", use_dictionary=False, write_statistics=["index"])
+
+
+def test_a_rewrite_keeping_size_and_mtime_rebuilds_the_copy(tabular_root, tmp_path):
+    # What `cp -p` or `rsync -a` of a regenerated file looks like: the same size and mtime.
+    path = tabular_root / "data/chunk-000/file-001.parquet"
+    _rewrite_uncompressed(path, 0.0)
+    before = path.stat()
+    cache = tmp_path / "cache"
+    first = EpisodeDataset(tabular_root, cache_dir=cache)
+    expected = [first[i]["observation.state"] for i in range(len(first))]
+    _rewrite_uncompressed(path, 1.0)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+    fresh = EpisodeDataset(tabular_root, cache_dir=cache)
+    plain = EpisodeDataset(tabular_root, column_cache=False)
+    changed = 0
+    for i in range(len(fresh)):
+        assert torch.equal(fresh[i]["observation.state"], plain[i]["observation.state"]), i
+        changed += not torch.equal(fresh[i]["observation.state"], expected[i])
+    assert changed > 0  # the rewritten file's rows, not the old copy's
+
+
+def _unwritable(monkeypatch, cache, error: OSError) -> None:
+    """Make writing a copy under ``cache`` fail with ``error`` (tests run as root: chmod cannot)."""
+    real_mkstemp, real_osfile = tempfile.mkstemp, pa.OSFile
+    if error.errno == errno.ENOSPC:  # the folder and the temporary file can be made; the bytes cannot
+        def osfile(path, mode="r", *args, **kwargs):
+            if "w" in mode and str(path).startswith(str(cache)):
+                raise error
+            return real_osfile(path, mode, *args, **kwargs)
+        monkeypatch.setattr(pa, "OSFile", osfile)
+    else:  # a read-only folder: no file can be created in it
+        def mkstemp(*args, dir=None, **kwargs):
+            if dir is not None and str(dir).startswith(str(cache)):
+                raise error
+            return real_mkstemp(*args, dir=dir, **kwargs)
+        monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+
+
+@pytest.mark.parametrize("error", [OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)),
+                                   PermissionError(errno.EACCES, os.strerror(errno.EACCES))],
+                         ids=["disk_full", "read_only_folder"])
+def test_an_unwritable_cache_falls_back_to_parquet_reads_with_one_warning(tabular_root, tmp_path, monkeypatch,
+                                                                           error):
+    cache = tmp_path / "cache"
+    _unwritable(monkeypatch, cache, error)
+    dataset = EpisodeDataset(tabular_root, delta_timestamps=WINDOW, cache_dir=cache)
+    plain = EpisodeDataset(tabular_root, delta_timestamps=WINDOW, column_cache=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(0, len(dataset), 5):  # every data file
+            _same(dataset[i], plain[i])
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1, messages
+    assert str(cache / "columns") in messages[0] and os.strerror(error.errno) in messages[0]
+    assert "cache_dir=" in messages[0] and "column_cache=False" in messages[0]
+    assert not _copies(cache) and not [p for p in cache.rglob("*") if p.is_file()]

@@ -200,6 +200,21 @@ def _shift_range(episode: int, *, start: int = 0, end: int = 0, length: int = 0)
                    length={episode: LENGTHS[episode] + length})
 
 
+def _spans(episode: int, *, start: int = 0, end: int = 0) -> Callable[[Path], None]:
+    """Move the episode's video span's ends by ``start`` and ``end`` frames."""
+    first = STARTS[episode] - (STARTS[2] if episode >= 2 else 0)  # its first frame in its video file
+    prefix = f"videos/{CAMERA}/"
+    return _setter(**{prefix + "from_timestamp": {episode: (first + start) / FPS},
+                      prefix + "to_timestamp": {episode: (first + LENGTHS[episode] + end) / FPS}})
+
+
+def _both(*damages: Callable[[Path], None]) -> Callable[[Path], None]:
+    def apply(path: Path) -> None:
+        for damage in damages:
+            damage(path)
+    return apply
+
+
 def _copy_row(source: int, target: int) -> Callable[[Path], None]:
     """Replace row ``target`` of a data file with a copy of row ``source`` (every column)."""
     def apply(path: Path) -> None:
@@ -236,8 +251,10 @@ INCONSISTENT = {
     "middle_episode_length_shortened_by_5": (
         EPISODES, _shift_range(1, end=-5, length=-5), EPISODES,
         r"episode_index 2\).*dataset_from_index 13 .*skip rows"),
+    # Its video span shortened alike, else the span check (a 6-frame span for 1 frame) fires first.
     "last_episode_length_shortened_by_5": (
-        EPISODES, _shift_range(3, end=-5, length=-5), DATA[1],
+        EPISODES, _both(_shift_range(3, end=-5, length=-5), _setter(**{f"videos/{CAMERA}/to_timestamp": {
+            3: float((STARTS[3] - STARTS[2] + 1) / FPS)}})), DATA[1],
         r"holds 10 rows.*episodes in meta/episodes \(2, 3\) have 5 frames"),
     "length_disagrees_with_range": (
         EPISODES, _setter(length={2: 3}), EPISODES,
@@ -260,6 +277,28 @@ INCONSISTENT = {
     "string_index_column": (DATA[0], _as_strings("index"), DATA[0], r"column 'index' is stored as string.*dtype 'int64'"),
     "data_path_not_a_string": (
         INFO, _edit_info(data_path=5), INFO, r"field 'data_path' must be a path template string, got 5"),
+    # Video spans (file-000.mp4 holds episodes 0 and 1, file-001.mp4 episodes 2 and 3): each used
+    # to give the neighbouring frames, silently.
+    "video_from_timestamp_one_frame_late": (
+        EPISODES, _spans(1, start=1), EPISODES,
+        rf"episode_index 1\): videos/{CAMERA}/from_timestamp and to_timestamp are 0\.2 and 0\.4333\d*, a span of "
+        rf"0\.233333 s, but the episode's 8 frames at 30 fps \(.*/meta/info\.json\) last 0\.266667 s"),
+    "video_span_of_a_file_s_last_episode_shifted_one_frame": (
+        EPISODES, _spans(1, start=1, end=1), EPISODES,
+        rf"episode_index 1\): videos/{CAMERA}/from_timestamp is 0\.2, but in .*/{VIDEOS[0]} the episode before it "
+        r"\(episode_index 0\) ends at to_timestamp 0\.1666\d*: the spans leave a gap by 0\.0333333 s \(1 frames\)"),
+    "video_span_of_a_file_s_first_episode_shifted_one_frame": (
+        EPISODES, _spans(2, start=1, end=1), EPISODES,
+        rf"episode_index 3\): videos/{CAMERA}/from_timestamp is 0\.1333\d*, but in .*/{VIDEOS[1]} the episode "
+        r"before it \(episode_index 2\) ends at to_timestamp 0\.1666\d*: the spans overlap by 0\.0333333 s"),
+    "video_span_before_the_file_starts": (
+        EPISODES, _spans(0, start=-1, end=-1), EPISODES,
+        rf"episode_index 0\): videos/{CAMERA}/from_timestamp is -0\.0333\d*, before the start of .*/{VIDEOS[0]}"),
+    # Row 7 is episode 1's frame 2, given frame 3's time: its video frame would have been frame 3's.
+    "timestamp_one_frame_off": (
+        DATA[0], _setter(timestamp={7: float(np.float32(3 / FPS))}), DATA[0],
+        r"episode_index 1\).*row 2 of the episode \(frame_index 2\) has timestamp 0\.1000000\d*, expected "
+        r"frame_index / fps = 0\.0666667 s within tolerance_s=0\.0001 \(1 of its 8 rows differ\)"),
 }
 
 
@@ -268,6 +307,30 @@ def test_inconsistent_rows_and_ranges(damaged, case):
     relpath, damage, named, match = INCONSISTENT[case]
     damage(damaged / relpath)
     assert_clear_error_or_exact_samples(damaged, named, match=match, must_fail=True)
+
+
+def test_info_fps_that_is_not_the_datas_is_named(tmp_path):
+    # Camera-less, so that only the rows' timestamps can tell (with video, the spans do first).
+    from episodestream.tools.synthetic import write_tabular_dataset
+
+    root = write_tabular_dataset(tmp_path / "tabular", num_episodes=3, episode_length=6, fps=FPS)
+    _edit_info(fps=10)(root / INFO)
+    assert_clear_error_or_exact_samples(root, INFO, must_fail=True, match=(
+        r"data/chunk-000/file-000.parquet \(episode_index \d\): row 1 .* has timestamp 0\.033333\d*, expected "
+        r"frame_index / fps = 0\.1 s .*; its timestamps step by 0\.0333333 s \(30 fps\), but .*/meta/info\.json "
+        r"says fps 10"))
+
+
+def test_a_video_file_whose_episodes_start_later_is_not_refused_at_load(damaged):
+    # LeRobot's merges can write a file whose first episode starts after 0; its episodes still
+    # follow each other back to back, and that is all the load-time check asks of them.
+    from episodestream._format.metadata import load_metadata
+    from episodestream._runtime.sources import open_source
+
+    later = 10 * FPS  # frames
+    _both(_spans(2, start=later, end=later), _spans(3, start=later, end=later))(damaged / EPISODES)
+    spans = load_metadata(open_source(damaged, revision=None)).episodes[3].videos[CAMERA]
+    assert (spans.relpath, spans.from_timestamp_s) == (VIDEOS[1], (later + LENGTHS[2]) / FPS)
 
 
 # --- Changes a valid dataset may have: samples stay exact -----------------------------------------

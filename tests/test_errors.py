@@ -202,3 +202,39 @@ def test_source_options_document_the_defaults_the_code_uses():
     for key in SourceOptions.__annotations__:
         documented = re.search(rf"^ +{key} \(([^)]*)\)", SourceOptions.__doc__, flags=re.M).group(1)
         assert ast.literal_eval(documented.split(":")[0]) == defaults[key], (key, documented, defaults[key])
+
+
+@pytest.mark.parametrize("dataset", [EpisodeStreamingDataset, EpisodeDataset])
+def test_both_datasets_spell_out_every_source_option_as_the_core_takes_it(dataset):
+    """help() and IDEs show every keyword: each SourceOptions key is a keyword-only parameter of the
+    dataset with DatasetCore's default and SourceOptions' type, and nothing hides behind **kwargs."""
+    import inspect
+
+    from episodestream._runtime import core as _core
+
+    def text(annotation) -> str:  # postponed annotations: strings, or ForwardRefs in the TypedDict
+        return getattr(annotation, "__forward_arg__", annotation)
+
+    shown = inspect.signature(dataset).parameters
+    core = inspect.signature(_core.DatasetCore).parameters
+    assert not [p for p in shown.values() if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    for key, annotation in SourceOptions.__annotations__.items():
+        assert shown[key].kind is inspect.Parameter.KEYWORD_ONLY, key
+        assert shown[key].default == core[key].default, (key, shown[key].default, core[key].default)
+        assert text(shown[key].annotation) == text(annotation) == text(core[key].annotation), key
+
+
+@pytest.mark.parametrize("value,error", [("0.1", TypeError), (True, TypeError), (None, TypeError),
+                                         (0, ValueError), (-1e-4, ValueError), (float("nan"), ValueError)])
+def test_a_number_option_of_the_wrong_type_is_a_type_error_and_out_of_range_a_value_error(dataset_root, value, error):
+    with pytest.raises(error, match=r"tolerance_s must be a positive number, got"):
+        EpisodeDataset(dataset_root, tolerance_s=value)
+
+
+@pytest.mark.parametrize("value", ["no", 0, 1, None])
+def test_boolean_options_take_only_true_or_false(dataset_root, value):
+    # bool("no") is True: a string or a number would silently pick a setting.
+    with pytest.raises(TypeError, match=r"shuffle must be True or False"):
+        EpisodeStreamingDataset(dataset_root, shuffle=value)
+    with pytest.raises(TypeError, match=r"return_uint8 must be True or False"):
+        EpisodeDataset(dataset_root, return_uint8=value)

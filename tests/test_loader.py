@@ -365,12 +365,39 @@ def test_batch_memory_reuses_only_what_nothing_holds():
     held = memory.lend(first, 2)  # the trainer keeps it
     second = memory.empty((2, 3), **options)
     assert second.data_ptr() != first.data_ptr() and memory.reused == 0
+    addresses = (first.data_ptr(), second.data_ptr())
+    del first  # the loader's own tensor: held by the test, it would be memory the trainer can reach
     extra = second.numpy()  # something besides the tensor holds the memory when it is lent
     dropped = memory.lend(second, 2)
-    del dropped
-    assert memory.empty((2, 3), **options).data_ptr() not in (first.data_ptr(), second.data_ptr())
+    del dropped, second
+    assert memory.empty((2, 3), **options).data_ptr() not in addresses
     del extra, held
-    assert memory.empty((2, 3), **options).data_ptr() == first.data_ptr() and memory.reused == 1
+    assert memory.empty((2, 3), **options).data_ptr() == addresses[0] and memory.reused == 1
+
+
+@pytest.mark.parametrize("handle", ["untyped_storage", "base", "typed_storage"])
+def test_batch_memory_is_not_reused_while_the_trainer_holds_it_through_its_storage(handle):
+    # Handles that reach the memory without being a tensor view of it: a later batch must not be
+    # written over them.
+    import warnings
+
+    from episodestream._runtime.batch_memory import BatchMemory
+
+    memory = BatchMemory(capacity=4)
+    options = dict(dtype=torch.float32, device=torch.device("cpu"), pin_memory=False)
+    first = memory.empty((2, 3), **options)
+    address = first.data_ptr()
+    lent = memory.lend(first, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # .storage() is deprecated
+        if handle == "base":
+            held = lent._base
+        else:
+            held = lent.untyped_storage() if handle == "untyped_storage" else lent.storage()
+    del first, lent
+    assert memory.empty((2, 3), **options).data_ptr() != address and memory.reused == 0
+    del held
+    assert memory.empty((2, 3), **options).data_ptr() == address and memory.reused == 1
 
 
 @pytest.mark.parametrize("return_uint8", [False, True])
@@ -379,7 +406,56 @@ def test_write_frame_equals_finish_conversion_for_every_byte_value(many_episodes
     builder = SampleBuilder(meta, offsets={}, tolerance_s=1e-4, return_uint8=return_uint8, image_transforms=None)
     frame = torch.arange(256, dtype=torch.uint8).reshape(1, 16, 16).expand(3, 16, 16)
     out = torch.empty((3, 16, 16), dtype=builder.frame_dtype)
-    builder.write_frame(out.numpy(), frame.numpy())
+    builder.write_frame(out.numpy(), frame.permute(1, 2, 0).numpy())
     expected = builder._image(frame.clone())
     assert out.dtype == expected.dtype and torch.equal(out, expected)
     assert torch.equal(out[0].flatten(), frame[0].flatten() / 255.0 if not return_uint8 else frame[0].flatten())
+
+
+def test_a_second_iterator_makes_the_first_one_raise_not_end_short(many_episodes_root):
+    # A "show one batch" callback inside the training loop used to end the live pass silently: a
+    # short epoch, then repeated.
+    loader = _new_loader(many_episodes_root)
+    first = iter(loader)
+    next(first)
+    second = iter(loader)
+    next(second)
+    with pytest.raises(RuntimeError, match=r"replaced by a newer iter\(loader\) after 1 batches"):
+        next(first)
+    assert len(list(second)) == len(loader) - 1  # the newer pass runs on, whole
+    loader.close()
+
+
+def test_load_state_dict_while_iterating_makes_the_live_pass_raise(many_episodes_root):
+    loader = _new_loader(many_episodes_root)
+    live = iter(loader)
+    next(live), next(live)
+    loader.load_state_dict(loader.state_dict())
+    with pytest.raises(RuntimeError, match=r"replaced by loader.load_state_dict\(\)"):
+        next(live)
+    loader.close()
+
+
+class _SlowReader:
+    def __init__(self, inner, delay_s):
+        self.inner, self.delay_s = inner, delay_s
+
+    def frames_played_at(self, seconds):
+        threading.Event().wait(self.delay_s)
+        return self.inner.frames_played_at(seconds)
+
+    def close(self):
+        self.inner.close()
+
+
+def test_close_from_another_thread_while_the_trainer_waits_says_the_loader_was_closed(many_episodes_root):
+    loader = _new_loader(many_episodes_root)
+    faults.wrap_video_readers(loader.dataset, lambda reader, path: _SlowReader(reader, delay_s=1.0))
+    iterator = iter(loader)
+    closer = threading.Timer(0.2, loader.close)  # a watchdog, say
+    closer.start()
+    with pytest.raises(RuntimeError, match=r"EpisodeLoader was closed \(loader.close\(\), from another thread\) "
+                                           r"while this pass waited for batch 0 of epoch 0"):
+        next(iterator)
+    closer.join()
+    assert not _episodestream_threads() and loader.state_dict()["batches_consumed"] == 0

@@ -158,6 +158,38 @@ def test_rename_meets_keys_and_unknown_keys_are_refused(many_episodes_root, came
     assert FRONT in mixture.meta.stats and CAM not in mixture.meta.stats
 
 
+STATE, ACTION = "observation.state", "action"  # both float32 [6]: renamed onto each other, features still agree
+
+
+@pytest.mark.parametrize("rename, message", [
+    ({STATE: "x", ACTION: "x"}, r"rename\[0\] renames 'observation.state' and 'action' both onto 'x'"),
+    ({ACTION: STATE}, r"rename\[0\] renames 'action' onto 'observation.state', which .* already has and does not "
+                      r"rename away"),
+    ({ACTION: "dataset_index"}, r"rename\[0\] renames 'action' onto 'dataset_index', a key every mixture sample has"),
+    ({ACTION: "task"}, r"rename\[0\] renames 'action' onto 'task', a key every mixture sample has"),
+    ({ACTION: "index", "index": "global_index"}, r"rename\[0\] renames 'action' onto 'index', a key every"),
+    ({ACTION: "observation.state_is_pad"}, r"rename\[0\] renames 'action' onto 'observation.state_is_pad': keys "
+                                           r"ending in '_is_pad' are the padding masks"),
+], ids=["two_onto_one", "onto_a_kept_key", "onto_dataset_index", "onto_task", "onto_index", "onto_a_pad_mask"])
+def test_renames_that_make_keys_collide_are_refused(tabular, rename, message):
+    # Each was accepted: the sample kept one of the colliding values and silently dropped the other.
+    # Component 0 is renamed alike, so that the features agree and only the collision is wrong.
+    with pytest.raises(ValueError, match=message):
+        EpisodeMixture([EpisodeStreamingDataset(tabular["a"]), EpisodeStreamingDataset(tabular["b"])],
+                       rename=[dict(rename), dict(rename)])
+
+
+def test_a_swap_of_two_keys_is_a_rename_not_a_collision(tabular):
+    swap = {STATE: ACTION, ACTION: STATE}
+    mixture = EpisodeMixture([EpisodeStreamingDataset(tabular["a"]), EpisodeStreamingDataset(tabular["b"])],
+                             rename=[None, swap], stop=8)
+    plain = EpisodeMixture([EpisodeStreamingDataset(tabular["a"]), EpisodeStreamingDataset(tabular["b"])], stop=8)
+    for got, expected in zip(mixture, plain, strict=True):
+        swapped = int(expected["dataset_index"]) == 1
+        assert torch.equal(got[STATE], expected[ACTION if swapped else STATE])
+        assert torch.equal(got[ACTION], expected[STATE if swapped else ACTION])
+
+
 def test_windowed_camera_pad_masks_are_renamed(many_episodes_root, camera_b):
     mixture = EpisodeMixture([EpisodeStreamingDataset(many_episodes_root, delta_timestamps={FRONT: [-1 / 30, 0]}),
                               EpisodeStreamingDataset(camera_b, delta_timestamps={CAM: [-1 / 30, 0]})],
@@ -176,6 +208,31 @@ def test_windowed_camera_pad_masks_are_renamed(many_episodes_root, camera_b):
 def test_options_are_validated(tabular, change, message):
     with pytest.raises(ValueError, match=message):
         EpisodeMixture([EpisodeStreamingDataset(tabular["a"]), EpisodeStreamingDataset(tabular["b"])], **change)
+
+
+@pytest.mark.parametrize("weights, stop, same_as", [
+    (np.array([0.3, 0.7]), np.int64(40), ([0.3, 0.7], 40)),
+    ([np.float32(0.25), np.int64(3)], np.array(40), ([0.25, 3.0], 40)),
+    ([1e308, 1e308], "all", ([1.0, 1.0], "all")),  # their sum overflows a float
+], ids=["array_and_numpy_int", "numpy_scalars_and_0d_array", "huge_equal_weights"])
+def test_numpy_and_extreme_numbers_are_weights_and_stops_like_any(tabular, weights, stop, same_as):
+    def mixture(weights, stop):
+        return EpisodeMixture([EpisodeStreamingDataset(tabular["a"]), EpisodeStreamingDataset(tabular["b"])],
+                              weights, stop=stop, seed=4)
+    got, expected = mixture(weights, stop), mixture(*same_as)
+    assert got.weights == expected.weights and got.stop == expected.stop and type(got.stop) is type(expected.stop)
+    assert len(got) == len(expected) and _ids(got) == _ids(expected)
+    json.dumps(got.state_dict())  # numpy numbers would not survive a JSON checkpoint
+
+
+def test_an_epoch_too_large_to_plan_is_refused_when_the_mixture_is_built(tabular):
+    # A weight near 1e-9 made len() try ~1e9 epoch sizes (hours); stop=10**15 built a pass object
+    # per pass until memory ran out. Both are refused at once, naming what to change.
+    for weights, stop in (([1.0, 1e-9], "all"), (None, 10**15)):
+        with pytest.raises(ValueError, match=r"weights=.* and stop=.* make an epoch of at least \d+ samples per "
+                                             r"rank, in which dataset \d .* would run \d+ passes"):
+            EpisodeMixture([EpisodeStreamingDataset(tabular["a"]), EpisodeStreamingDataset(tabular["b"])],
+                           weights, stop=stop)
 
 
 def test_components_must_share_rank_and_be_streaming_datasets(tabular):

@@ -1,4 +1,4 @@
-"""Mixture planning, tabular-free (``_mixing``): counts, passes, interleaving and resume, in many layouts.
+"""Mixture planning, tabular-free (``_plan.mixing``): counts, passes, interleaving and resume, in many layouts.
 
 Each check replays whole epochs from episode lengths alone, so hundreds of layouts run in seconds.
 """
@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 from episodestream._plan.mixing import (
+    MAX_PASSES_PER_EPOCH,
+    EpochTooLargeError,
     LegPlan,
     MixLeg,
     Source,
@@ -118,6 +120,40 @@ def test_rank_counts_follow_stop(world_size):
         assert all(c <= n for c, n in zip(first, lengths)) and any(c == n for c, n in zip(first, lengths))
         total = int(rng.integers(1, 10_000))
         assert sum(rank_counts(frames, world_size=world_size, weights=weights, stop=total)) == -(-total // world_size)
+
+
+def _smallest_by_scan(frames, weights, world_size):
+    """The reference: the first epoch size, counting up, whose split runs every component to its end."""
+    lengths = [-(-f // world_size) for f in frames]
+    shares = [Fraction(w) / sum(Fraction(x) for x in weights) for w in weights]
+    m = 0
+    while not all(c >= n for c, n in zip(largest_remainder(m, shares), lengths)):
+        m += 1
+    return largest_remainder(m, shares)
+
+
+def test_two_components_with_a_small_weight_get_the_smallest_epoch_without_a_long_search():
+    # The search used to try sizes one by one over a range of ~1/weight; with two components it
+    # bisects. These ranges are short enough for the reference to count up through.
+    rng = np.random.default_rng(5)
+    for _ in range(25):
+        frames = [int(f) for f in rng.integers(1, 30, 2)]
+        weights = [float(rng.uniform(0.5, 1)), float(rng.uniform(3e-3, 3e-2))]
+        world_size = int(rng.choice([1, 2, 3]))
+        assert rank_counts(frames, world_size=world_size, weights=weights, stop="all") == \
+            _smallest_by_scan(frames, weights, world_size), (frames, weights, world_size)
+
+
+@pytest.mark.parametrize("weights, stop", [([1 - 1e-9, 1e-9], "all"), ([1.0, 1e-9, 0.5], "all"),
+                                           ([0.5, 0.5], 10**15), (None, 10**15)])
+def test_an_epoch_too_large_to_plan_is_refused_at_once_naming_weights_and_stop(weights, stop):
+    # weights near 1e-9 made rank_counts try ~1e9 epoch sizes (hours); a huge stop built one pass
+    # object per pass until memory ran out.
+    with pytest.raises(EpochTooLargeError) as caught:
+        rank_counts([100] * (len(weights) if weights else 2), world_size=1, weights=weights, stop=stop)
+    message = str(caught.value)
+    assert f"stop={stop!r}" in message and "weights=" in message and "samples per rank" in message
+    assert f"at most {MAX_PASSES_PER_EPOCH} passes" in message
 
 
 # -- one epoch: coverage, equal counts, proportions -----------------------------------------------

@@ -128,6 +128,23 @@ def test_environment_enables_a_fresh_process_and_bad_level_is_named(tmp_path, mo
         tracing._Tracer().active("basic")
 
 
+def test_environment_naming_a_missing_folder_turns_tracing_off_with_one_line(tmp_path, monkeypatch, capsys):
+    # What a spawned worker meets when the variable names a folder that does not exist: the first
+    # trace call used to raise FileNotFoundError out of the loader.
+    missing = tmp_path / "no-such-folder" / "trace.json"
+    monkeypatch.setenv(TRACE_ENV, str(missing))
+    monkeypatch.setattr(tracing, "_TRACER", tracing._Tracer())
+    with trace_span("decode"):
+        trace_instant("admit")
+    trace_counter("pool", episodes=1)
+    assert not tracer_enabled()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1, lines
+    assert f"{TRACE_ENV}={str(missing)!r} cannot be opened" in lines[0]
+    assert "create its folder or unset" in lines[0]
+    assert not missing.parent.exists()
+
+
 def test_enable_exports_and_disable_clears_the_environment(tmp_path):
     enable_tracer(tmp_path / "sub" / "trace.json", level="detailed")
     assert os.environ[TRACE_ENV] == str(tmp_path / "sub" / "trace.json")

@@ -59,6 +59,7 @@ from episodestream import EpisodeLoader, EpisodeStreamingDataset, SourceStats
 from episodestream.tools.synthetic import write_synthetic_dataset
 from episodestream._sample import chw as _chw
 from episodestream._base.world import World
+from episodestream._runtime.stream_source import source_of
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # `episodestream bench` runs this file by path
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -94,6 +95,46 @@ def _reset_peak_rss() -> None:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
         pass
+
+
+def _use_channels_last_batches() -> None:
+    """``--frame-writer channels-last``, an experiment (issue 21): EpisodeLoader's batch frames are
+    allocated in the decoder's (..., H, W, C) layout and handed out as (..., C, H, W) views of it
+    (PyTorch's channels_last), so writing a frame is a contiguous copy (uint8) or cast (float32)
+    instead of a de-interleave. Same values, other strides. This process only."""
+    from episodestream import loader as loader_module
+
+    def to_chw(tensor: torch.Tensor) -> torch.Tensor:
+        n = tensor.dim()
+        return tensor.permute(*range(n - 3), n - 1, n - 3, n - 2)
+
+    def frame_out(self, key, shape, dtype, device, *, memory, pin_memory, query):
+        with self.lock:
+            out = self.frames.get(key)
+            if out is None:
+                *lead, c, h, w = (len(self.items), *shape)
+                base = memory.empty((*lead, h, w, c), dtype=dtype, device=device, pin_memory=pin_memory)
+                out = self.frames[key] = to_chw(base)
+                self.arrays[key] = out.numpy() if out.device.type == "cpu" else out
+        if tuple(out.shape[1:]) != shape:
+            raise ValueError(f"{key!r}: frames of shape {list(shape)} cannot join {list(out.shape[1:])}")
+        return self.arrays[key]
+
+    def collate(self, buffer, count):
+        items = buffer.items[:count]
+        buffer.arrays.clear()
+        if not self._in_place:
+            return torch.utils.data.default_collate(items)
+        batch = {}
+        for key in buffer.video_keys or ():
+            base = buffer.frames.pop(key)._base  # the (..., H, W, C) tensor; its view let go for lend()
+            batch[key] = to_chw(self._memory.lend(base, count))
+            del base
+        batch.update(torch.utils.data.default_collate(items))
+        return batch
+
+    loader_module._BatchBuffer.frame_out = frame_out
+    loader_module._BatchWriter.collate = collate
 
 
 def _train_step(kind: str, seconds: float) -> None:
@@ -251,7 +292,7 @@ def decode_calls(dataset: EpisodeStreamingDataset, num_workers: int) -> list[lis
     for worker in range(max(1, num_workers)):
         world = World(rank=0, world_size=1, worker=worker, num_workers=max(1, num_workers))
         calls = []
-        stream = dataset.consumer_stream(world, epoch=0)
+        stream = source_of(dataset).consumer_stream(world, epoch=0)
         for group in stream.groups():
             wanted: dict[str, set[float]] = {}
             for pending in group.pendings:
@@ -431,7 +472,7 @@ def _pair(args, root: Path, remote, mode: str, episodes, video_keys, common: dic
     untimed, for warmed_bucket)."""
     from episodestream._format.metadata import load_metadata
     from episodestream._remote.source.open import open_remote_source
-    from episodestream._remote.cache.prewarm import prewarm
+    from episodestream._remote.source.prewarm import prewarm
 
     local = stream(root, mode=mode, video_keys=video_keys, episodes=episodes, **common)
     with tempfile.TemporaryDirectory(prefix="episodestream-bench-cache-") as cache_dir:
@@ -540,9 +581,16 @@ def main(argv=None) -> int:
                         help="also stream single float32 with a simulated training step of this many ms after "
                              "each batch: a sleep (releases the GIL) and a pure-Python busy loop (holds it); "
                              "local source")
-    parser.add_argument("--frame-writer", choices=("compiled", "numpy"),
+    parser.add_argument("--frame-writer", choices=("compiled", "numpy", "channels-last"),
                         help="how EpisodeLoader writes frames into batches: compiled (episodestream's C "
-                             "kernel, the default where it was built) or numpy (what runs without a C compiler)")
+                             "kernel, the default where it was built), numpy (what runs without a C compiler) "
+                             "or channels-last (an experiment: batches in the decoder's HWC layout, a contiguous "
+                             "copy per frame)")
+    parser.add_argument("--decoder", default="torchcodec", metavar="torchcodec|stand-in:MS",
+                        help="stand-in:MS measures the pipeline's own ceiling: every video reader is replaced by "
+                             "one that sleeps MS milliseconds per decoded frame (GIL released) and returns "
+                             "preallocated frames of the real shape; rows for EpisodeLoader with 1-32 threads "
+                             "and DataLoader with 2/4/8 workers (see benchmarks/streaming/_stand_in.py)")
     parser.add_argument("--warmup-batches", type=int, help="batches left out of the warm throughput "
                         "(default: one per DataLoader worker)")
     link = parser.add_argument_group("remote link (hub, bucket, warmed_bucket)")
@@ -565,9 +613,12 @@ def main(argv=None) -> int:
     if args.frame_writer == "compiled" and not _chw.compiled():
         parser.error("--frame-writer compiled: episodestream._sample._chw_kernel is not built here (installed without a "
                      "C compiler); use --frame-writer numpy")
-    if args.frame_writer == "numpy":
-        _chw._kernel = None  # this process only: EpisodeLoader's decode threads write here
-    args.frame_writer = "compiled" if _chw.compiled() else "numpy"
+    if args.frame_writer == "channels-last":
+        _use_channels_last_batches()
+    else:
+        if args.frame_writer == "numpy":
+            _chw._kernel = None  # this process only: EpisodeLoader's decode threads write here
+        args.frame_writer = "compiled" if _chw.compiled() else "numpy"
     print(f"frames written into EpisodeLoader batches by: {args.frame_writer}", file=sys.stderr)
     decode_device = "cpu"
     if args.decode == "cuda":
@@ -585,11 +636,29 @@ def main(argv=None) -> int:
         if value is not None and value <= 0:
             parser.error(f"invalid {name} ({value}): expected a positive number")
 
+    stand_in_ms = None
+    if args.decoder != "torchcodec":
+        kind, _, ms = args.decoder.partition(":")
+        try:
+            stand_in_ms = float(ms) if kind == "stand-in" else None
+        except ValueError:
+            stand_in_ms = None
+        if stand_in_ms is None or stand_in_ms <= 0:
+            parser.error(f"invalid --decoder ({args.decoder!r}): expected torchcodec or stand-in:MS with MS > 0")
+
     root = ensure_dataset(args)
     video_keys = EpisodeStreamingDataset(root).typed_meta.video_keys
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     dtypes = ("float32", "uint8") if args.dtype == "both" else (args.dtype,)
+    if stand_in_ms is not None:
+        from _stand_in import run as run_stand_in
+
+        rows = run_stand_in(root, ms=stand_in_ms, modes=MODES if args.mode == "both" else (args.mode,), dtypes=dtypes,
+                            delta_timestamps=lambda mode: delta_timestamps(mode, video_keys),
+                            batch_size=args.batch_size, pool_size=args.pool_size)
+        (out_dir / f"stand_in_{stand_in_ms}ms.json").write_text(json.dumps(rows, indent=2))
+        return 0
     loaders = LOADERS if args.loader == "both" else (args.loader,)
     if args.source != "local" and loaders != ("dataloader",):
         parser.error("--loader episode is measured on the local source only")

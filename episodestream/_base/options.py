@@ -47,7 +47,11 @@ def check_bool(name: str, value: Any) -> bool:
 
 
 def check_positive_float(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    """Return ``value`` as a float > 0: a wrong type is a TypeError (as ``check_int``'s), a value out
+    of range (zero, negative, NaN) a ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a positive number, got {value!r} ({type(value).__name__}).")
+    if not value > 0:
         raise ValueError(f"{name} must be a positive number, got {value!r}.")
     return float(value)
 

@@ -15,7 +15,8 @@ descriptor. ``enable_tracer`` also exports ``EPISODESTREAM_TRACE`` (the path) an
 ``EPISODESTREAM_TRACE_LEVEL`` so that processes started with *spawn* (DataLoader workers,
 ``accelerate``) enable themselves at their first trace call; processes started with *fork* inherit
 the enabled state and reopen the file when they notice their pid changed. The environment is read
-once per process, at the first trace call, never at import. Call ``enable_tracer`` and
+once per process, at the first trace call, never at import; a path there that cannot be opened
+(its folder missing) turns tracing off in that process with one line on stderr. Call ``enable_tracer`` and
 ``disable_tracer`` before starting and after stopping the loaders, not while they run. An I/O error
 while writing (disk full) stops tracing in that process with a message; it never raises.
 
@@ -179,7 +180,15 @@ class _Tracer:
             valid = ", ".join(repr(name) for name in _LEVELS)
             raise ValueError(f"Environment variable {TRACE_LEVEL_ENV}={level!r} is invalid. "
                              f"Supported values are {valid}.")
-        self.enable(path, level)
+        try:
+            self.enable(path, level)
+        except OSError as error:
+            # A variable set by hand (or inherited by a job on another machine) may name a folder
+            # that does not exist here; a trace is never worth ending a training run for.
+            self.disable()
+            print(f"episodestream: tracing is off in process {os.getpid()}: {TRACE_ENV}={path!r} cannot be "
+                  f"opened ({type(error).__name__}: {error.strerror or error}); create its folder or unset "
+                  f"{TRACE_ENV}", file=sys.stderr)
 
     # -- writing -------------------------------------------------------------------------------
 

@@ -1,9 +1,9 @@
 """A columnar copy of the tabular columns (Arrow IPC), for map-style random access.
 
 Why: a random ``EpisodeDataset[i]`` almost never hits the few episodes a process keeps, and reading
-an episode's parquet row group (footer lookup, decompression, decoding, filtering) costs ~10 ms,
-which capped random access at ~65 samples/s at 92,000 episodes. LeRobot gets ~1,200 samples/s
-from the ``datasets`` library's memory-mapped Arrow copy of the parquet files. We keep the idea (a
+an episode's parquet row group (footer lookup, decompression, decoding, filtering) capped random
+access at a few dozen samples/s at 92,000 episodes, where LeRobot is many times faster with the
+``datasets`` library's memory-mapped Arrow copy of the parquet files (docs/benchmarks.md). We keep the idea (a
 once-built uncompressed Arrow copy) with plain pyarrow rather than depend on ``datasets`` for it,
 but read it with ``pread`` instead of a memory map: one record batch per episode, so an episode is
 one read of its own rows (~20 KB). A memory map is as fast, but every page a sample touches maps
@@ -18,19 +18,23 @@ Used for local sources only for now: for a remote source the copy would sit besi
 Lifetime: built lazily, per data file, the first time a process needs one of its episodes; kept
 under ``<cache_dir>/columns/``; reused by later runs while the source file is unchanged. The file
 name carries a digest of (format version, dataset location, file, its size and, for local files,
-its modification time, the columns), so a changed source builds a new copy and older copies of
-that file are deleted. Two processes building the same file each write a temporary file and
-rename it into place (atomic): the loser's rename replaces an identical file, and a reader never
-sees a partial one.
+its modification and change times and inode, the columns), so a changed source builds a new copy
+and older copies of that file are deleted; a rewrite that keeps size and mtime (``cp -p``) still
+changes the ctime. Two processes building the same file each write a temporary file and rename it
+into place (atomic): the loser's rename replaces an identical file, and a reader never sees a
+partial one. A cache folder that cannot be written (disk full, read-only) is not an error: the
+store warns once and reads the parquet rows instead, as ``column_cache=False`` does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import tempfile
+import warnings
 from collections import OrderedDict
 from pathlib import Path
 
@@ -40,7 +44,7 @@ import pyarrow as pa
 from episodestream._base.paths import default_cache_dir
 from episodestream._format.files import DatasetFiles, LocalFiles
 from episodestream._format.metadata import DatasetFormatError, DatasetMeta, EpisodeInfo, parquet_errors
-from episodestream._format.rows import EpisodeRows, RowReader, _check_ids, _to_numpy
+from episodestream._format.rows import DEFAULT_TOLERANCE_S, EpisodeRows, RowReader, _to_numpy, check_rows
 
 COLUMNS_FORMAT = 2  # bump when the layout of the cached files changes
 _STARTS_KEY = b"episodestream.batch_first_index"  # schema metadata: each record batch's first index
@@ -58,18 +62,24 @@ class ColumnStore:
     """Reads episodes' rows from Arrow copies of the data files (``RowReader``'s
     interface and checks: the same ``EpisodeRows`` and the same errors for damaged files)."""
 
-    def __init__(self, files: DatasetFiles, meta: DatasetMeta, columns_dir: Path) -> None:
-        self._files, self._meta = files, meta
+    def __init__(self, files: DatasetFiles, meta: DatasetMeta, columns_dir: Path, *,
+                 tolerance_s: float = DEFAULT_TOLERANCE_S) -> None:
+        self._files, self._meta, self._tolerance_s = files, meta, tolerance_s
         self._columns = [k for k, f in meta.features.items() if f.dtype != "video"]
         self._dir = columns_dir / _slug(files.description)
         self._reader = RowReader(files, meta, max_open_files=1)  # opens and checks a parquet to build
         # relpath -> (open reader, first ``index`` of each of its record batches), least recent first
         self._open: OrderedDict[str, tuple[pa.ipc.RecordBatchFileReader, np.ndarray]] = OrderedDict()
+        self._parquet_rows = RowReader(files, meta, tolerance_s=tolerance_s)  # once a copy cannot be written
+        self._unwritable = False
 
     def read(self, episode: EpisodeInfo) -> EpisodeRows:
         relpath = episode.data_relpath
         where = f"{self._files.description}/{relpath} (episode_index {episode.episode_index})"
-        reader, batch_starts = self._reader_of(relpath, where)
+        held = None if self._unwritable else self._reader_of(relpath, where)
+        if held is None:  # the cache folder cannot be written: read the parquet rows as without a cache
+            return self._parquet_rows.read(episode)
+        reader, batch_starts = held
         k = max(0, int(np.searchsorted(batch_starts, episode.from_index, side="right")) - 1)
         batch = reader.get_batch(k)  # one pread of this episode's rows: a small private copy
         index = batch.column(self._columns.index("index")).to_numpy()
@@ -89,19 +99,21 @@ class ColumnStore:
                 strings[name] = values.to_pylist()
             else:
                 columns[name] = _to_numpy(values, feature.shape, f"{where}, column {name!r}")
-        _check_ids(columns, episode, where)
+        check_rows(columns, episode, where, self._files, self._meta, self._tolerance_s)
         return EpisodeRows(episode, columns, strings)
 
-    def _reader_of(self, relpath: str, where: str) -> tuple[pa.ipc.RecordBatchFileReader, np.ndarray]:
+    def _reader_of(self, relpath: str, where: str) -> tuple[pa.ipc.RecordBatchFileReader, np.ndarray] | None:
+        """The open copy of ``relpath``, built if needed; None when it cannot be written."""
         held = self._open.pop(relpath, None)
         if held is None:
             path = self._dir / f"{_slug(relpath)}.{self._signature(relpath)}.arrow"
-            if not path.exists():
-                self._build(relpath, path, where)
+            if not path.exists() and not self._build(relpath, path, where):
+                return None
             try:
                 held = _open(path)
             except (pa.ArrowException, OSError, ValueError, KeyError):  # damaged outside us: build it again
-                self._build(relpath, path, where)
+                if not self._build(relpath, path, where):
+                    return None
                 held = _open(path)
             if len(self._open) >= _OPEN_FILES:
                 self._open.popitem(last=False)
@@ -112,13 +124,18 @@ class ColumnStore:
         """A digest of what the copy depends on: a changed source file gets a new copy."""
         if isinstance(self._files, LocalFiles):
             stat = os.stat(self._files.local_path(relpath))
-            version = [stat.st_size, stat.st_mtime_ns]
+            # Size and mtime alone miss a rewrite that keeps both (``cp -p``, ``rsync -a``, a
+            # writer that restores the mtime): the copy would serve the old file's rows. A rewrite
+            # always sets a new ctime (utime itself does), and a replaced file has a new inode.
+            version = [stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns]
         else:  # remote: the description pins the revision where the source has one (the Hub's commit)
             version = [self._files.size_bytes(relpath)]
         what = [COLUMNS_FORMAT, self._files.description, relpath, version, self._columns]
         return hashlib.sha1(json.dumps(what).encode()).hexdigest()[:16]
 
-    def _build(self, relpath: str, path: Path, where: str) -> None:
+    def _build(self, relpath: str, path: Path, where: str) -> bool:
+        """Write the copy of ``relpath`` at ``path``; False (after one warning) when the cache
+        folder cannot be written, so that reads fall back to the parquet rows."""
         handle = self._reader._parquet(relpath, where)  # checks row count and column types (footer)
         with parquet_errors(where):
             table = handle.read(columns=self._columns)
@@ -134,24 +151,43 @@ class ColumnStore:
         cuts = np.unique(np.concatenate([[0], np.searchsorted(index, starts), [len(index)]]))
         schema = table.schema.with_metadata({_STARTS_KEY: json.dumps(index[cuts[:-1]].tolist()).encode()})
         table = table.replace_schema_metadata(schema.metadata)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-        os.close(fd)
         try:
-            with pa.OSFile(temporary, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-                for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
-                    writer.write_batch(table.slice(lo, hi - lo).combine_chunks().to_batches()[0])
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+            _write_copy(table, cuts, schema, path)
+        except OSError as error:
+            # A full disk or a read-only cache folder: the copy is only a speed-up, so read the
+            # parquet rows instead (as column_cache=False does) and say once how to get it back.
+            self._unwritable = True
+            warnings.warn(
+                f"episodestream: cannot write the column cache under {self._dir} ({type(error).__name__}: "
+                f"{error}); reading rows from the parquet files of {self._files.description} instead (slower "
+                f"random access). Free space there, pass cache_dir= a writable folder, or column_cache=False "
+                f"to not use the cache.", RuntimeWarning, stacklevel=2)
+            return False
         stem = path.name.split(".")[0]
-        for stale in path.parent.glob(f"{stem}.*.arrow"):  # copies of an older version of the file
-            if stale != path:
-                stale.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a stale copy left behind costs only disk space
+            for stale in path.parent.glob(f"{stem}.*.arrow"):  # copies of an older version of the file
+                if stale != path:
+                    stale.unlink(missing_ok=True)
+        return True
 
     def close(self) -> None:
         self._open.clear()
+
+
+def _write_copy(table: pa.Table, cuts: np.ndarray, schema: pa.Schema, path: Path) -> None:
+    """Write ``table`` at ``path`` as one record batch per ``cuts`` range, atomically (a temporary
+    file renamed into place: a reader never sees a partial copy)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    os.close(fd)
+    try:
+        with pa.OSFile(temporary, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+                writer.write_batch(table.slice(lo, hi - lo).combine_chunks().to_batches()[0])
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def _open(path: Path) -> tuple[pa.ipc.RecordBatchFileReader, np.ndarray]:

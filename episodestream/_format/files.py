@@ -17,10 +17,20 @@ import os
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from episodestream._format.metadata import DatasetMeta, EpisodeInfo
+from episodestream._format.episodes import EpisodeInfo, EpisodeTable
+
+
+class EpisodesOf(Protocol):
+    """What a source's cache budget reads of a dataset's metadata (``DatasetMeta`` is one); declared
+    here so that this module, which metadata reads files through, does not import metadata back."""
+
+    @property
+    def fps(self) -> int: ...
+
+    @property
+    def episodes(self) -> EpisodeTable: ...
 
 
 @dataclass(frozen=True)
@@ -121,7 +131,7 @@ class DatasetFiles(abc.ABC):
         return None
 
     def check_cache_budget(  # noqa: B027 - a no-op default on purpose: only cached sources override it
-            self, meta: DatasetMeta | None = None, *, episodes_in_flight: int = 0) -> None:
+            self, meta: EpisodesOf | None = None, *, episodes_in_flight: int = 0) -> None:
         """Refuse, before streaming, a cache too small for what one consumer keeps in flight.
 
         Sources read in place keep no cache: nothing to check. Remote sources override it.

@@ -11,7 +11,7 @@ features as info.json's dicts with tuple shapes, stats as numpy arrays, and ``ep
 Hugging Face ``datasets.Dataset`` LeRobot keeps there (``ds["column"]`` a list-like ``Column``,
 ``ds[i]`` a row dict, ``ds.filter(...)``, ``ds.select_columns(...)``).
 
-It is built once, in the process that builds the dataset, from what ``_metadata`` already read plus
+It is built once, in the process that builds the dataset, from what ``_format.metadata`` already read plus
 ``meta/stats.json`` and the episodes parquet files (read again without their ``stats/`` columns,
 as LeRobot does; a remote source serves them from its cache). It holds plain data and a pyarrow
 table, so it pickles into DataLoader workers without touching the source again. The
@@ -37,6 +37,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from episodestream._base.redact import shown_source
 from episodestream._format.files import DatasetFiles, LocalFiles
 from episodestream._format.metadata import EPISODES_DIR, DatasetMeta
 from episodestream._format.stats import load_stats
@@ -79,8 +80,9 @@ def _read_episode_table(files: DatasetFiles) -> pa.Table:
 
 def _repo_id(source: str | os.PathLike) -> str:
     """A Hub repo id as given; ``hf://datasets/owner/name[@rev][/sub]`` -> ``owner/name``;
-    anything else (a folder, another URL) as given."""
-    text = os.fspath(source)
+    anything else (a folder, another URL) as given, less a URL's ``user:password@`` and query: the
+    id is shown in reprs, logs and errors, where a password must never appear."""
+    text = shown_source(source)
     prefix = "hf://datasets/"
     if text.startswith(prefix):
         parts = text[len(prefix):].split("/")

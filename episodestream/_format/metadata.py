@@ -1,8 +1,9 @@
 """LeRobot v3.0 metadata as plain, validated data.
 
-Reads ``meta/info.json``, the episodes parquet files and ``meta/tasks.parquet`` once, checks them,
-and exposes what the rest of the library needs: features, per-episode row ranges, data files and
-per-camera video spans. Errors name the file, the field and the value.
+Reads ``meta/info.json``, the episodes parquet files and ``meta/tasks.parquet`` once, checks them
+(row ranges here, video spans in ``video_spans``), and exposes what the rest of the library needs:
+features, per-episode row ranges, data files and per-camera video spans. Errors name the file, the
+field and the value.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import pyarrow.parquet as pq
 
 from episodestream._format.episodes import EpisodeInfo, EpisodeTable, VideoColumns, VideoSpan  # noqa: F401  (re-exported)
 from episodestream._format.files import DatasetFiles, check_relpath
+from episodestream._base.errors import DatasetFormatError  # noqa: F401  (re-exported: the format's error)
+from episodestream._format.video_spans import check_video_spans
 
 SUPPORTED_CODEBASE_VERSION = "v3.0"
 INFO_PATH = "meta/info.json"
@@ -31,10 +34,6 @@ _EPISODE_COLUMNS = ("episode_index", "length", "data/chunk_index", "data/file_in
 _RANGE_COLUMNS = ("episode_index", "length", "dataset_from_index", "dataset_to_index")
 # Errors about where a file is or who may read it, not about its bytes: they keep their own type.
 _NOT_FORMAT_ERRORS = (FileNotFoundError, PermissionError, ConnectionError, TimeoutError)
-
-
-class DatasetFormatError(ValueError):
-    """The dataset's files do not follow the LeRobot v3.0 format."""
 
 
 @dataclass(frozen=True)
@@ -277,6 +276,9 @@ def _episode_table(tables: list[tuple[str, pa.Table]], info: Mapping[str, Any], 
                                   {"chunk_index": needed[0], "file_index": needed[1]}, video_key=key)
         videos[key] = VideoColumns(ids, tuple(relpaths), columns[needed[2]].to_numpy().astype(np.float64),
                                    columns[needed[3]].to_numpy().astype(np.float64))
+        check_video_spans(key, videos[key], ranges["length"], int(info["fps"]), episodes,
+                          lambda row: _row_where(tables, description, row, int(episodes[row])), description,
+                          f"{description}/{INFO_PATH}")
     tasks_column = _column(tables, "tasks")
     distinct_tasks: dict[tuple[str, ...], int] = {}
     if tasks_column is None:

@@ -3,7 +3,8 @@
 v3.0 writes one row group per episode, so admitting an episode reads only its own row group(s),
 chosen from the ``index`` column statistics in the parquet footer, never the whole data file.
 Checks are cheap and catch rows that belong to another episode or frame: a data file's row count
-and column types when it is opened (footer only), and each episode's ids when it is admitted.
+and column types when it is opened (footer only), and each episode's ids and timestamps when it is
+admitted.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from episodestream._format.files import DatasetFiles
-from episodestream._format.metadata import DatasetFormatError, DatasetMeta, EpisodeInfo, parquet_errors
+from episodestream._format.metadata import INFO_PATH, DatasetFormatError, DatasetMeta, EpisodeInfo, parquet_errors
+
+DEFAULT_TOLERANCE_S = 1e-4  # DatasetCore's default tolerance_s
 
 # What a feature's values must be stored as, by declared dtype; numeric dtypes take the default.
 _STORED_AS = {"image": ("binary or struct", lambda t: pa.types.is_struct(t) or pa.types.is_binary(t)
@@ -70,9 +73,10 @@ class RowReader:
     """Reads episodes' rows; keeps a few parquet footers open so admitting an episode is one read."""
 
     def __init__(self, files: DatasetFiles, meta: DatasetMeta, *, max_open_files: int = 8,
-                 max_open_row_groups: int = 1024) -> None:
+                 max_open_row_groups: int = 1024, tolerance_s: float = DEFAULT_TOLERANCE_S) -> None:
         self._files = files
         self._meta = meta
+        self._tolerance_s = tolerance_s  # how far a row's timestamp may be from frame_index / fps
         self._max_open_files = max_open_files
         # A parsed footer costs ~7 KB per row group, and v3.0 writes one row group per episode: 8
         # open files of 1,000 episodes would hold ~56 MB per consumer (DROID-sized datasets). Keep
@@ -167,8 +171,43 @@ class RowReader:
                 strings[name] = table.column(name).to_pylist()
             else:
                 columns[name] = _to_numpy(table.column(name), feature.shape, f"{where}, column {name!r}")
-        _check_ids(columns, episode, where)
+        check_rows(columns, episode, where, self._files, self._meta, self._tolerance_s)
         return EpisodeRows(episode, columns, strings)
+
+
+def check_rows(columns: dict[str, np.ndarray], episode: EpisodeInfo, where: str, files: DatasetFiles,
+               meta: DatasetMeta, tolerance_s: float) -> None:
+    """The checks every admitted episode's rows pass, whichever store they were read from."""
+    _check_ids(columns, episode, where)
+    _check_timestamps(columns["timestamp"].reshape(episode.length), episode, where,
+                      f"{files.description}/{INFO_PATH}", meta.fps, tolerance_s)
+
+
+def _check_timestamps(got: np.ndarray, episode: EpisodeInfo, where: str, info_where: str, fps: int,
+                      tolerance_s: float) -> None:
+    """Row ``f``'s ``timestamp`` must be ``f / fps`` within ``tolerance_s``: a sample's video frames
+    are looked up by it, so a timestamp that is off (or an info.json fps that is not the data's)
+    gives another frame's image, or a decode error far from its cause."""
+    n = len(got)
+    expected = np.arange(n) / fps
+    # LeRobot stores frame_index / fps as float32, whose rounding passes 1e-4 after ~1,000 s:
+    # allow one float32 step on top of the tolerance.
+    allowed = tolerance_s + np.spacing(expected.astype(np.float32)).astype(np.float64)
+    bad = np.flatnonzero(~(np.abs(got.astype(np.float64) - expected) <= allowed))  # NaN is bad too
+    if not bad.size:
+        return
+    k = bad[0]
+    steps = np.diff(got.astype(np.float64))
+    step = float(np.median(steps)) if n > 1 else 0.0
+    hint = ""
+    if step > 0 and abs(step * fps - 1) > 1e-3:
+        hint = (f"; its timestamps step by {step:.6g} s ({1 / step:.6g} fps), but {info_where} says fps {fps}: "
+                f"is that fps the data's?")
+    raise DatasetFormatError(
+        f"{where}: row {k} of the episode (frame_index {k}) has timestamp {float(got[k])!r}, expected "
+        f"frame_index / fps = {expected[k]:.6g} s within tolerance_s={tolerance_s} ({bad.size} of its {n} rows "
+        f"differ){hint}. Video frames are found by timestamp, so these rows would get other frames' images; "
+        f"if the timestamps are capture times that jitter, pass a larger tolerance_s.")
 
 
 def _check_ids(columns: dict[str, np.ndarray], episode: EpisodeInfo, where: str) -> None:

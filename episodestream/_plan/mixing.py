@@ -1,6 +1,6 @@
 """How a mixture of streams is planned: per-rank counts, passes, per-consumer interleaving, resume.
 
-Pure and tabular-free, like ``_sampling`` (which it drives): it sees each component's segments
+Pure and tabular-free, like ``_plan.sampling`` (which it drives): it sees each component's segments
 (episode indices and frame counts), seed, shuffle and pool size, never rows or video.
 
 An epoch of the mixture (``docs/mixtures.md``):
@@ -15,7 +15,7 @@ An epoch of the mixture (``docs/mixtures.md``):
   partial pass's count, and interleaves its counts in a random order drawn from (mixture seed,
   epoch, leg, rank, worker).
 
-Resume mirrors ``_resume``: from the batches consumed, each consumer's mixture count; the prefix of
+Resume mirrors ``_plan.resume``: from the batches consumed, each consumer's mixture count; the prefix of
 its interleave order gives each component's count, and each pass's schedule what that took. Exact
 resume skips those counts; elastic resume removes what was consumed from each pass and splits what
 is left afresh (a new leg): a whole pass owes every remaining frame once, the partial pass its
@@ -91,33 +91,77 @@ def largest_remainder(total: int, weights: Sequence[Fraction | int]) -> list[int
     return parts
 
 
+# Each pass of a component is planned (a permutation of its episodes, then every consumer's share)
+# before an epoch streams: an epoch that runs one component more often than this is refused up
+# front, naming weights and stop, rather than planned for hours or until memory runs out.
+MAX_PASSES_PER_EPOCH = 100_000
+# stop="all" with three or more components tries epoch sizes one by one (the largest remainder
+# split is not monotone then); past this many, the largest size of the range is taken instead.
+_MAX_SIZES_TRIED = 100_000
+
+
+class EpochTooLargeError(ValueError):
+    """weights and stop make an epoch that runs some component more than ``MAX_PASSES_PER_EPOCH`` times."""
+
+
 def rank_counts(frames: Sequence[int], *, world_size: int, weights: Sequence[float] | None,
                 stop: str | int) -> list[int]:
-    """Samples per rank from each component in one epoch (see the module docstring)."""
+    """Samples per rank from each component in one epoch (see the module docstring); raises
+    ``EpochTooLargeError`` for an epoch beyond ``MAX_PASSES_PER_EPOCH`` passes of a component."""
     lengths = [-(-f // world_size) for f in frames]  # N_i: one pass per rank
     if weights is None and stop != "first" and not isinstance(stop, int):
         return lengths  # a plain shuffled concatenation: every component once
     # Fractions of the floats: exact arithmetic, so every rank and every run gets the same counts.
     shares = [Fraction(n) for n in lengths] if weights is None else [Fraction(w) for w in weights]
     if isinstance(stop, int):
-        return largest_remainder(-(-stop // world_size), shares)
+        size = -(-stop // world_size)
+        _check_passes([math.floor(size * s / sum(shares)) for s in shares], lengths, weights, stop, size)
+        return largest_remainder(size, shares)
     total = sum(shares)
     shares = [s / total for s in shares]
     if stop == "all":
         # c_i >= floor(M w_i) >= N_i at M = max ceil(N_i / w_i); the smallest M that works is near.
         upper = max(math.ceil(n / s) for n, s in zip(lengths, shares))
         lower = max(0, max(math.floor((n - 1) / s) for n, s in zip(lengths, shares)))
-        for m in range(lower, upper + 1):
-            counts = largest_remainder(m, shares)
-            if all(c >= n for c, n in zip(counts, lengths)):
-                return counts
-        return largest_remainder(upper, shares)
+        # The epoch has at least ``lower`` samples, so at least these counts: refuse before searching.
+        _check_passes([math.floor(lower * s) for s in shares], lengths, weights, stop, lower)
+        return largest_remainder(_smallest_covering(lower, upper, shares, lengths), shares)
     # "first": the component that runs out first (smallest N_i / w_i) runs exactly one pass.
     m = min(math.floor(n / s) for n, s in zip(lengths, shares))
     counts = [min(c, n) for c, n in zip(largest_remainder(m, shares), lengths)]
     first = min(range(len(lengths)), key=lambda i: (lengths[i] / shares[i], i))
     counts[first] = lengths[first]
     return counts
+
+
+def _smallest_covering(lower: int, upper: int, shares: Sequence[Fraction], lengths: Sequence[int]) -> int:
+    """The smallest epoch size in [lower, upper] whose split gives every component its length
+    (``upper`` always does). A weight of 1e-9 makes the range ~1e9 sizes long."""
+    def covers(m: int) -> bool:
+        return all(c >= n for c, n in zip(largest_remainder(m, shares), lengths))
+
+    if len(shares) <= 2:
+        # Two components: the split is c_0 = floor(M w_0 + 1/2), c_1 = M - c_0, both non-decreasing
+        # in M, so whether M covers is monotone and bisection finds the smallest exactly.
+        while lower < upper:
+            middle = (lower + upper) // 2
+            lower, upper = (lower, middle) if covers(middle) else (middle + 1, upper)
+        return upper
+    if upper - lower > _MAX_SIZES_TRIED:
+        return upper
+    return next((m for m in range(lower, upper) if covers(m)), upper)
+
+
+def _check_passes(counts: Sequence[int], lengths: Sequence[int], weights: Sequence[float] | None,
+                  stop: str | int, size: int) -> None:
+    for i, (count, length) in enumerate(zip(counts, lengths)):
+        passes = count // length if length else 0
+        if passes > MAX_PASSES_PER_EPOCH:
+            raise EpochTooLargeError(
+                f"weights={None if weights is None else list(weights)} and stop={stop!r} make an epoch of at least "
+                f"{size} samples per rank, in which dataset {i} ({length} samples per rank per pass) would run "
+                f"{passes} passes; a mixture epoch plans each pass and allows at most {MAX_PASSES_PER_EPOCH} "
+                f"passes of one dataset. Raise the smallest weights, or give stop= a smaller number of samples.")
 
 
 def initial_passes(sources: Sequence[Source], counts: Sequence[int], world_size: int) -> tuple[tuple[Pass, ...], ...]:

@@ -1,7 +1,7 @@
 """Deterministic fast-forward resume: what a trainer consumed, and where each consumer restarts.
 
 A stream is fully determined by (seed, epoch, shuffle, pool size, world size, num_workers) and the
-episode selection, and ``_sampling`` replays it without rows or video. From the trainer's
+episode selection, and ``_plan.sampling`` replays it without rows or video. From the trainer's
 ``batches_consumed`` and ``batch_size`` we replay how the DataLoader handed batches out:
 with ``num_workers`` w > 0, each worker batches its own stream and the loader takes one batch from
 each worker in turn (worker 0 first), skipping workers that are exhausted (in-order delivery, the
@@ -43,7 +43,7 @@ from episodestream._plan.sampling import (
 )
 from episodestream._base.world import World
 
-# /2: the pool schedule became a sliding window of keyed frames (``_sampling.ConsumerSchedule``), so
+# /2: the pool schedule became a sliding window of keyed frames (``_plan.sampling.ConsumerSchedule``), so
 # a resume point is found arithmetically; the same (seed, epoch, rank, worker) emits a different
 # order than under /1, so a /1 state cannot be resumed exactly.
 STATE_FORMAT = "episodestream.stream_state/2"

@@ -67,7 +67,7 @@ class Segment:
     """Frames of one episode owned by one consumer: offsets within the episode (a range, or an array).
 
     A plain slotted class rather than a frozen dataclass: an epoch builds one per episode (92,000 for
-    DROID) several times per plan, and a frozen dataclass's ``__init__`` costs ~4x as much.
+    DROID) several times per plan, and a frozen dataclass's ``__init__`` costs several times as much.
     """
 
     __slots__ = ("episode_index", "frames", "length")

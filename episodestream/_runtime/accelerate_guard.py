@@ -41,11 +41,13 @@ def accelerate_resharding(rank: int, world_size: int) -> RuntimeError | None:
     module = sys.modules.get("accelerate.data_loader")
     if module is None:
         return None
-    wrappers = {getattr(module, "DataLoaderDispatcher", None): "a DataLoaderDispatcher (Accelerate's default for "
-                "an IterableDataset: only process 0 iterates it and slices each of its batches out to every process)",
-                getattr(module, "IterableDatasetShard", None): "an IterableDatasetShard (dispatch_batches=False: each "
-                f"process keeps one batch in {world_size} of its own stream)"}
-    wrappers.pop(None, None)
+    descriptions = {
+        "DataLoaderDispatcher": "a DataLoaderDispatcher (Accelerate's default for an IterableDataset: only process 0 "
+                                "iterates it and slices each of its batches out to every process)",
+        "IterableDatasetShard": "an IterableDatasetShard (dispatch_batches=False: each process keeps one batch in "
+                                f"{world_size} of its own stream)"}
+    wrappers: dict[type, str] = {kind: text for name, text in descriptions.items()
+                                 if isinstance(kind := getattr(module, name, None), type)}
     kinds = tuple(wrappers)
     worker = torch.utils.data.get_worker_info()
     found = worker.dataset if worker is not None and isinstance(worker.dataset, kinds) else None

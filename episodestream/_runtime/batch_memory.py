@@ -1,14 +1,18 @@
 """Batch memory reused once the trainer has let go of it, so frames are written into warm pages.
 
 Large tensors are allocated with mmap and handed back to the kernel when freed, so every fresh
-float32 batch pays a page fault per 4 KB it writes: converting a 240x320 frame into fresh memory
-took 0.46 ms here against 0.17 ms into memory written before, next to ~1 ms to decode it
-(docs/benchmarks.md). Reusing a batch's memory is only safe once nothing can read it any more.
+float32 batch pays a page fault per 4 KB it writes: converting a frame into fresh memory costs
+several times what it costs into memory written before, a sizeable share of decoding it
+(measured in docs/benchmarks.md). Reusing a batch's memory is only safe once nothing can read it any more.
 
 How that is guaranteed: the trainer never gets the tensor this module keeps, only a view of it
 (``lend``). Every tensor that shares the memory, whatever made it (views, slices, ``.numpy()``,
 DLPack, autograd's saved tensors), holds a reference on the storage, so the storage's use count
 is back to what this module's own references account for only when every one of them is gone.
+Handles that reach the memory without a tensor are Python references to this module's own
+objects: the allocated tensor (a view's ``._base``) and the storage's Python object (what
+``untyped_storage()`` and the deprecated ``.storage()`` return, or wrap); their reference counts
+must be back to this module's own too.
 Memory is reused only then, and never when it is pinned (PyTorch's pinned-memory allocator
 already caches it and knows when asynchronous copies from it are done) or has been moved into
 shared memory (another process may hold it). Where PyTorch does not expose the use count, nothing
@@ -17,6 +21,7 @@ is reused.
 
 from __future__ import annotations
 
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -46,6 +51,10 @@ class BatchMemory:
         if _use_count is not None:
             probe = torch.empty(1)
             self._own_count = _use_count(probe.untyped_storage()._cdata)
+            # The Python references a lent entry holds alone, measured as ``_is_free`` reads them.
+            alone = _Lent(probe, probe.untyped_storage(), 0)
+            del probe
+            self._own_refs = _python_refs(alone)
 
     def empty(self, shape: tuple[int, ...], *, dtype: torch.dtype, device: torch.device,
               pin_memory: bool) -> torch.Tensor:
@@ -53,7 +62,7 @@ class BatchMemory:
         with self._lock:
             for i, lent in enumerate(self._lent):
                 if (tuple(lent.tensor.shape) == shape and lent.tensor.dtype == dtype
-                        and lent.tensor.device == device and _is_free(lent)):
+                        and lent.tensor.device == device and self._is_free(lent)):
                     del self._lent[i]
                     self.reused += 1
                     return lent.tensor
@@ -79,6 +88,14 @@ class BatchMemory:
                     del self._lent[0]  # forgotten, not reused: freed whenever the trainer drops it
         return view
 
+    def _is_free(self, lent: _Lent) -> bool:
+        # Only lent while _use_count exists (``lend`` keeps nothing without it).
+        return (_use_count is not None and not lent.storage.is_shared()
+                and _use_count(lent.storage._cdata) <= lent.free_at
+                and all(now <= own for now, own in zip(_python_refs(lent), self._own_refs)))
 
-def _is_free(lent: _Lent) -> bool:
-    return not lent.storage.is_shared() and _use_count(lent.storage._cdata) <= lent.free_at
+
+def _python_refs(lent: _Lent) -> tuple[int, int]:
+    """Python references to ``lent``'s tensor and storage objects (a view's ``_base``, a storage
+    handle and its TypedStorage wrapper each add one)."""
+    return sys.getrefcount(lent.tensor), sys.getrefcount(lent.storage)

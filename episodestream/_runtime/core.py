@@ -1,6 +1,6 @@
 """What both datasets share: the source, its metadata, the episode selection and the sample builder.
 
-The options that choose these (``SourceOptions``) are declared in ``_source_options``; this module's
+The options that choose these (``SourceOptions``) are declared in ``_runtime.source_options``; this module's
 ``DatasetCore`` signature holds their defaults.
 """
 
@@ -18,10 +18,9 @@ from episodestream._format.files import EpisodeVideos, SourceStats
 from episodestream._sample.builder import SampleBuilder, delta_indices
 from episodestream._format.lerobot_meta import LeRobotMeta
 from episodestream._format.metadata import DatasetMeta, load_metadata
-from episodestream._base.options import check_positive_float
+from episodestream._base.options import check_bool, check_positive_float
 from episodestream._format.rows import RowReader
 from episodestream._plan.sampling import Segment
-from episodestream._runtime.source_options import SourceOptions, check_source_options
 from episodestream._runtime.sources import open_source
 from episodestream._sample.video.decoder_cache import MAX_DECODERS, DecoderCache
 from episodestream._sample.video.backends import resolve_backend
@@ -63,14 +62,6 @@ class DatasetCore:
     TypedDict against this signature), and this signature holds their defaults.
     """
 
-    @classmethod
-    def for_dataset(cls, owner: type, source: str | os.PathLike, options: SourceOptions, *,
-                    episodes_in_flight: int, local_cache_dir: bool = False) -> DatasetCore:
-        """The core of an ``owner`` dataset built with ``options`` (its ``**options``): any keyword
-        that is not a ``SourceOptions`` key is refused first, naming ``owner`` (nothing is opened)."""
-        check_source_options(owner, options)
-        return cls(source, **options, episodes_in_flight=episodes_in_flight, local_cache_dir=local_cache_dir)
-
     def __init__(self, source: str | os.PathLike, *, revision: str | None = None,
                  episodes: Sequence[int] | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
@@ -103,7 +94,7 @@ class DatasetCore:
         self.open_video = resolve_backend(video_backend, decode_device, has_video=bool(self.meta.video_keys))
         self._whole_episodes: list[Segment] | None = None
         self.builder = SampleBuilder(self.meta, offsets=self.offsets,
-                                     tolerance_s=self.tolerance_s, return_uint8=bool(return_uint8),
+                                     tolerance_s=self.tolerance_s, return_uint8=check_bool("return_uint8", return_uint8),
                                      image_transforms=image_transforms)
 
     def whole_episodes(self) -> list[Segment]:
@@ -124,7 +115,7 @@ class DatasetCore:
         return int(self.episodes.lengths.sum())
 
     def row_reader(self) -> RowReader:
-        return RowReader(self.files, self.meta)
+        return RowReader(self.files, self.meta, tolerance_s=self.tolerance_s)
 
     def episode_videos(self) -> EpisodeVideos:
         return self.files.episode_videos()
@@ -137,7 +128,7 @@ class DatasetCore:
 
 class DatasetFacts:
     """What both datasets tell about their source and episode selection, read from their
-    ``DatasetCore`` (``_core``); written once here, inherited by each."""
+    ``DatasetCore`` (``_runtime.core``); written once here, inherited by each."""
 
     _core: DatasetCore
 

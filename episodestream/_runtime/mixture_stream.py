@@ -3,19 +3,18 @@ in the consumer's order, keys renamed and ``dataset_index`` added.
 
 Each component plans its own steps through its own pool (``_DatasetStream``). The mixture's order
 switches component every sample or two, so groups of one component's samples would be one or two
-samples long and decoding would lose its grouping (one decoder call per file per group: an epoch
-in groups of 1 took 1.6x as long as in groups of 8, measured once on a loaded machine). So the mixture's groups are runs of
-``decode_group_size`` consecutive samples of any components, all given to one extra source
-(index ``len(components)``) whose builder decodes each component's part with that component's
-builder and decoders (``MixedBuilder``). A component group's evicted episodes travel with its last
-sample and are released, per component, once that sample is decoded.
+samples long and decoding would lose its grouping (one decoder call per file per group; an epoch in
+groups of 1 takes much longer than in groups of 8, docs/benchmarks.md). So the mixture's groups
+are runs of ``decode_group_size`` consecutive samples of any components, whose builder
+(``MixedBuilder``) decodes each component's part with that component's builder and decoders
+(``ComponentDecoders``). A component group's evicted episodes travel with its last sample, as
+(component, episode) pairs, and are released per component once that sample is decoded.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,16 +22,8 @@ import torch
 
 from episodestream._sample.builder import PendingSample
 from episodestream._format.metadata import EpisodeInfo
-from episodestream._runtime.stream import ConsumerStream, Decoders, GroupBuilder, PlannedGroup
-from episodestream._sample.video.decoder_cache import DecodedFile, DecoderCache, FrameQuery
-
-
-@dataclass
-class _MixedGroup(PlannedGroup):
-    """A group of one component's samples whose evictions may be any component's: ``evicted``
-    lists them all, ``evicted_by`` says whose (what ``release`` needs)."""
-
-    evicted_by: list[tuple[int, EpisodeInfo]] = field(default_factory=list)
+from episodestream._runtime.stream import ConsumerStream, DecoderSet, GroupBuilder, PlannedGroup, summed_stats
+from episodestream._sample.video.decoder_cache import DecodedFile, FrameQuery
 
 
 class _Renamer:
@@ -67,26 +58,25 @@ class SourceBuilder:
                             pending.windowed, pending.queries, pending.task)
         return renamer.keys(self._inner.finish(own, frames), renamer.forward)
 
-    def build(self, cache, pendings: Sequence[PendingSample]) -> list[dict[str, Any]]:
-        decoded = self.decode(cache, pendings)
-        return [self.finish(p, [decoded[q.path].gather(q) for q in p.queries]) for p in pendings]
+    def tabular(self, pending: PendingSample) -> dict[str, Any]:
+        return self._inner.tabular(pending)  # its keys were renamed when it was planned
 
 
-class _CacheBundle:
-    """One decode thread's decoder caches of every component, as the mixed source's "cache"
-    (the caches themselves are closed and counted as the components' own)."""
+class ComponentDecoders:
+    """One decode thread's decoders: a ``DecoderCache`` of each component, by component."""
 
-    def __init__(self, caches: Sequence[DecoderCache]) -> None:
+    def __init__(self, caches: Sequence[DecoderSet]) -> None:
         self._caches = list(caches)
 
-    def __getitem__(self, component: int) -> DecoderCache:
+    def __getitem__(self, component: int) -> DecoderSet:
         return self._caches[component]
 
     def stats(self) -> dict[str, int]:
-        return {}
+        return summed_stats(self._caches)
 
     def close(self) -> None:
-        pass
+        for cache in self._caches:
+            cache.close()
 
 
 class MixedBuilder:
@@ -100,7 +90,7 @@ class MixedBuilder:
         self.writes_in_place = all(b.writes_in_place for b in builders)
         self.write_frame = builders[0].write_frame
 
-    def decode(self, caches: _CacheBundle, pendings: Sequence[PendingSample]) -> dict[str, DecodedFile]:
+    def decode(self, caches: ComponentDecoders, pendings: Sequence[PendingSample]) -> dict[str, DecodedFile]:
         # Each file once, by the first component that wants it: two components may select episodes
         # of one folder, and one decoder call for all its frames beats one per component.
         owner: dict[str, int] = {}
@@ -115,12 +105,11 @@ class MixedBuilder:
             decoded.update(self._builders[component].decode(caches[component], [carrier]))
         return decoded
 
+    def tabular(self, pending: PendingSample) -> dict[str, Any]:
+        return self._builders[int(pending.item["dataset_index"])].tabular(pending)
+
     def finish(self, pending: PendingSample, frames: Sequence[torch.Tensor]) -> dict[str, Any]:
         return self._builders[int(pending.item["dataset_index"])].finish(pending, frames)
-
-    def build(self, caches: _CacheBundle, pendings: Sequence[PendingSample]) -> list[dict[str, Any]]:
-        decoded = self.decode(caches, pendings)
-        return [self.finish(p, [decoded[q.path].gather(q) for q in p.queries]) for p in pendings]
 
 
 class MixtureStream(ConsumerStream):
@@ -130,16 +119,13 @@ class MixtureStream(ConsumerStream):
                  renames: Sequence[Mapping[str, str]], group_size: int, finished: Callable[[], None]) -> None:
         self._streams = list(streams)
         self._order = order
-        self._group_size = group_size
+        self._group_size = self.group_size = group_size
         self._renamers = [_Renamer(r) if r else None for r in renames]
-        own = [SourceBuilder(s.builder(0), r) for s, r in zip(self._streams, self._renamers)]
-        self._builders: list[SourceBuilder | MixedBuilder] = [*own, MixedBuilder(own)]
-        self._mixed = len(self._streams)  # the source index of mixed groups
+        self.builder = MixedBuilder([SourceBuilder(s.builder, r) for s, r in zip(self._streams, self._renamers)])
         self._indices = [torch.tensor(i, dtype=torch.int64) for i in range(len(self._streams))]
         self._finished = finished
         self.num_samples = len(order)
         self.num_cameras = self._streams[0].num_cameras
-        self.num_sources = len(self._streams) + 1
         self._groups: Iterator[PlannedGroup] | None = None
 
     def groups(self) -> Iterator[PlannedGroup]:
@@ -180,27 +166,23 @@ class MixtureStream(ConsumerStream):
                 pending, gone = ready[component].popleft()
                 pendings.append(self._pending(component, pending))
                 evicted.extend(gone)
-            yield _MixedGroup(pendings, [e for _, e in evicted], self._mixed, evicted)
+            yield PlannedGroup(pendings, evicted)
         # What the components still evict after their last samples.
         for component, groups in enumerate(sources):
             for group in groups:
                 carried.extend((component, episode) for episode in group.evicted)
         if carried:
-            yield _MixedGroup([], [e for _, e in carried], self._mixed, carried)
+            yield PlannedGroup([], carried)
 
-    def builder(self, source: int) -> SourceBuilder | MixedBuilder:
-        return self._builders[source]
-
-    def open_decoders(self) -> Decoders:
-        caches = [stream.open_decoders()[0] for stream in self._streams]
-        return Decoders([*caches, _CacheBundle(caches)])
+    def open_decoders(self) -> ComponentDecoders:
+        return ComponentDecoders([stream.open_decoders() for stream in self._streams])
 
     def release(self, group: PlannedGroup) -> None:
         by_component: dict[int, list[EpisodeInfo]] = {}
-        for component, episode in group.evicted_by:  # type: ignore[attr-defined]  # groups() makes _MixedGroup
+        for component, episode in group.evicted:  # (component, episode) pairs: groups() makes them so
             by_component.setdefault(component, []).append(episode)
         for component, episodes in by_component.items():
-            self._streams[component].release(PlannedGroup([], episodes, component))
+            self._streams[component].release(PlannedGroup([], episodes))
 
     def finished(self) -> None:
         self._finished()

@@ -2,8 +2,8 @@
 
 The engine of ``EpisodeLoader`` and of ``EpisodeStreamingDataset(decode_threads=N)``.
 
-Why threads: torchcodec's decode calls release the GIL (two threads decode 1.9-2.0x the frames of
-one on two cores, docs/benchmarks.md), so a process can use its cores for decoding without a
+Why threads: torchcodec's decode calls release the GIL (two threads on two cores decode nearly
+twice the frames of one, docs/benchmarks.md), so a process can use its cores for decoding without a
 process boundary to cross, and batches can be built where the trainer is.
 
 Why the standard library rather than torchdata.nodes or SPDL: the work is one stage whose threads
@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from episodestream._runtime.stream import ConsumerStream, Decoders, PlannedGroup
+from episodestream._runtime.stream import ConsumerStream, DecoderSet, PlannedGroup
+from episodestream._sample.builder import build_samples
 from episodestream._base.tracing import trace_span
 
 
@@ -52,18 +53,25 @@ class GroupPipeline:
     """Decode the groups of ``groups`` on ``num_threads`` threads; ``next_group`` returns them in order.
 
     ``work(decoders, first_sample, group)`` runs in a decode thread with that thread's own
-    ``Decoders`` (from ``open_decoders``); its return value (or exception) is the group's result. Threads plan ahead
-    only while fewer than ``allow(samples)`` samples are planned, which bounds memory.
+    decoders (from ``open_cache``); its return value (or exception) is the group's result. Threads
+    plan ahead only while fewer than ``allow(samples)`` samples are planned, which bounds memory.
+
+    Wake-ups are targeted, so that more threads never cost more: the consumer waits on ``_ready``
+    (woken when the group it waits for is done), idle threads on ``_room`` (woken one at a time:
+    a thread that plans while room is left wakes the next, a baton pass), and a thread that has
+    decoded a group goes straight on to plan the next without waiting to be woken.
     """
 
-    def __init__(self, groups: Iterator[PlannedGroup], *, work: Callable[[Decoders, int, PlannedGroup], Any],
-                 open_cache: Callable[[], Decoders], num_threads: int, allowed_samples: int,
+    def __init__(self, groups: Iterator[PlannedGroup], *, work: Callable[[DecoderSet, int, PlannedGroup], Any],
+                 open_cache: Callable[[], DecoderSet], num_threads: int, allowed_samples: int,
                  name: str = "episodestream-decode") -> None:
         self._groups = groups
         self._work = work
         self._open_cache = open_cache
-        self._plan_lock = threading.Lock()
-        self._cond = threading.Condition()
+        self._plan_lock = threading.Lock()  # planning is sequential: one thread at a time, in stream order
+        self._lock = threading.Lock()  # guards the state below; both conditions share it
+        self._ready = threading.Condition(self._lock)  # the consumer: the head of the queue is done
+        self._room = threading.Condition(self._lock)  # idle decode threads: room to plan
         self._queue: deque[DecodedGroup] = deque()  # planned, not yet handed out, in order
         self._planned_samples = 0
         self._allowed_samples = allowed_samples
@@ -78,17 +86,17 @@ class GroupPipeline:
 
     def allow(self, samples: int) -> None:
         """Let threads plan until ``samples`` samples (counted from the stream's start) are planned."""
-        with self._cond:
+        with self._lock:
             if samples > self._allowed_samples:
                 self._allowed_samples = samples
-                self._cond.notify_all()
+                self._room.notify()  # one thread; it passes the baton on while room is left
 
     def next_group(self) -> DecodedGroup | None:
         """The next group in stream order, once decoded (None after the last). Raises the error
         that planning or decoding it raised, in the caller's thread."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._stopping or (self._queue and self._queue[0].done)
-                                or (self._exhausted and not self._queue))
+        with self._lock:
+            self._ready.wait_for(lambda: self._stopping or (self._queue and self._queue[0].done)
+                                 or (self._exhausted and not self._queue))
             if not self._queue or not self._queue[0].done:
                 return None
             group = self._queue.popleft()
@@ -98,9 +106,10 @@ class GroupPipeline:
 
     def close(self) -> None:
         """Stop planning, let groups being decoded finish, join the threads."""
-        with self._cond:
+        with self._lock:
             self._stopping = True
-            self._cond.notify_all()
+            self._ready.notify_all()
+            self._room.notify_all()
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join()
@@ -110,14 +119,20 @@ class GroupPipeline:
 
     # -- decode threads ---------------------------------------------------------------------------
 
+    def _end(self, failed: DecodedGroup | None = None) -> None:
+        """Planning is over (``failed`` carries its error): wake everyone to see it. Holds ``_lock``."""
+        if failed is not None:
+            self._queue.append(failed)
+        self._exhausted = True
+        self._ready.notify_all()
+        self._room.notify_all()
+
     def _run(self) -> None:
         try:
             cache = self._open_cache()
         except BaseException as error:  # the consumer must hear of it, not wait for this thread
-            with self._cond:
-                self._queue.append(_failed(self._planned_samples, error))
-                self._exhausted = True
-                self._cond.notify_all()
+            with self._lock:
+                self._end(_failed(self._planned_samples, error))
             return
         try:
             while (group := self._plan_next()) is not None:
@@ -125,21 +140,24 @@ class GroupPipeline:
                     group.result = self._work(cache, group.first_sample, group.group)
                 except BaseException as error:  # handed to the consumer's thread by next_group
                     group.error = error
-                with self._cond:
+                with self._lock:
                     group.done = True
-                    self._cond.notify_all()
+                    if self._queue and self._queue[0] is group:
+                        self._ready.notify()  # only the head of the queue lets the consumer on
         finally:
             cache.close()
 
+    def _has_room(self) -> bool:
+        return self._stopping or self._exhausted or self._planned_samples < self._allowed_samples
+
     def _plan_next(self) -> DecodedGroup | None:
         while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._stopping or self._exhausted
-                                    or self._planned_samples < self._allowed_samples)
+            with self._lock:
+                self._room.wait_for(self._has_room)
                 if self._stopping or self._exhausted:
                     return None
             with self._plan_lock:
-                with self._cond:  # another thread may have planned while this one waited for the lock
+                with self._lock:  # another thread may have planned while this one waited for the lock
                     if self._stopping or self._exhausted:
                         return None
                     if self._planned_samples >= self._allowed_samples:
@@ -147,41 +165,40 @@ class GroupPipeline:
                 try:
                     planned = next(self._groups)
                 except StopIteration:
-                    with self._cond:
-                        self._exhausted = True
-                        self._cond.notify_all()
+                    with self._lock:
+                        self._end()
                     return None
                 except BaseException as error:
                     # Planning is sequential: nothing after a failed group can be planned.
-                    with self._cond:
-                        self._queue.append(_failed(self._planned_samples, error))
-                        self._exhausted = True
-                        self._cond.notify_all()
+                    with self._lock:
+                        self._end(_failed(self._planned_samples, error))
                     return None
-                with self._cond:
+                with self._lock:
                     group = DecodedGroup(self._planned_samples, planned)
                     self._queue.append(group)
                     self._planned_samples += group.count
+                    if self._planned_samples < self._allowed_samples:
+                        self._room.notify()  # the baton: room is left for another thread to plan
                     return group
 
 
 def stream_samples(stream: ConsumerStream, *, decode_threads: int, group_size: int,
-                   opened: list[Decoders] | None = None) -> Iterator[dict[str, Any]]:
+                   opened: list[DecoderSet] | None = None) -> Iterator[dict[str, Any]]:
     """A stream's samples, in order, for a dataset's (or mixture's) own ``__iter__``: groups built
     in this thread when ``decode_threads`` is 1, else on a ``GroupPipeline``; ``opened`` collects
     the decoders opened (for ``decoder_stats``). Marks the epoch finished after the last sample."""
 
-    def open_decoders() -> Decoders:
+    def open_decoders() -> DecoderSet:
         decoders = stream.open_decoders()
         if opened is not None:
             opened.append(decoders)  # list.append is atomic; read only for stats
         return decoders
 
-    def build(decoders: Decoders, first_sample: int, group: PlannedGroup) -> list[dict[str, Any]]:
+    def build(decoders: DecoderSet, first_sample: int, group: PlannedGroup) -> list[dict[str, Any]]:
         if not group.pendings:
             return []
         with trace_span("build", cat="samples", samples=len(group.pendings)):
-            return stream.builder(group.source).build(decoders[group.source], group.pendings)
+            return build_samples(stream.builder, decoders, group.pendings)
 
     if decode_threads == 1:  # no thread to hand groups to: build them here
         decoders = open_decoders()

@@ -29,11 +29,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import torch.utils.data
-
 from episodestream._base.options import check_int
 from episodestream._base.world import World
 from episodestream._plan.resume import STATE_FORMAT, Leg, ResumeRequest, Resumption
+from episodestream._runtime.placement import in_dataloader_worker
 
 _FIELDS = ("epoch", "rank", "world_size", "worker", "num_workers", "samples_yielded")
 
@@ -87,7 +86,7 @@ class StreamPosition:
         elif self._pending is not None and self._pending.epoch == epoch:
             return asdict(self._pending)  # loaded, not iterated yet: the same position again
         else:
-            world, count = World(0, 1), 0
+            world, count = World(rank=0, world_size=1), 0
         return {"epoch": epoch, "rank": world.rank, "world_size": world.world_size, "worker": world.worker,
                 "num_workers": world.num_workers, "samples_yielded": count}
 
@@ -97,7 +96,7 @@ class StreamPosition:
 
     def pending_epoch(self) -> int | None:
         """In a DataLoader worker, the epoch a loaded state resumes (see the module docstring)."""
-        if self._pending is None or torch.utils.data.get_worker_info() is None:
+        if self._pending is None or not in_dataloader_worker():
             return None
         return self._pending.epoch
 

@@ -1,19 +1,21 @@
-"""The options both datasets share (``SourceOptions``), declared and documented once, and the check
-that refuses any other keyword.
+"""The options both datasets share (``SourceOptions``), documented once, and the check that refuses
+any other keyword with the closest valid one.
 
-``EpisodeStreamingDataset`` and ``EpisodeDataset`` take ``**options: Unpack[SourceOptions]`` next to
-their own keyword-only arguments and hand them to ``DatasetCore``, whose signature holds the
-defaults. A ``**options`` swallows any keyword, so ``check_source_options`` refuses the unknown ones
-before anything is opened, as Python would for an explicit signature, with the closest valid one.
+``EpisodeStreamingDataset`` and ``EpisodeDataset`` spell every option out in their signatures (so
+``help()`` and IDEs show them) and hand them to ``DatasetCore``, whose signature holds the same
+defaults; ``tests/test_errors.py`` holds the three equal. ``refuses_unknown_keywords`` wraps their
+constructors: Python's own TypeError for a misspelt keyword names neither the closest valid one nor
+the others.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, ParamSpec, TypedDict, TypeVar
 
 if TYPE_CHECKING:
     from episodestream._remote.transport.config import ControllerConfig
@@ -73,21 +75,38 @@ class SourceOptions(TypedDict, total=False):
 SOURCE_OPTION_NAMES: tuple[str, ...] = tuple(SourceOptions.__annotations__)  # in the order documented
 
 
-def check_source_options(owner: type, options: Mapping[str, Any]) -> None:
-    """Refuse keywords that are neither ``owner``'s own constructor arguments nor ``SourceOptions``
-    keys: a TypeError naming the class, each such keyword with its closest valid one, and the
-    valid keywords."""
-    unknown = [key for key in options if key not in SOURCE_OPTION_NAMES]
-    if not unknown:
-        return
-    own = [name for name, parameter in inspect.signature(owner.__init__).parameters.items()  # type: ignore[misc]
-           if name != "self" and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)]
-    valid = own + list(SOURCE_OPTION_NAMES)
-    described = []
-    for key in unknown:
-        close = difflib.get_close_matches(key, valid, n=1)
-        described.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    plural = "s" if len(unknown) > 1 else ""
-    raise TypeError(f"{owner.__name__}() got an unexpected keyword argument{plural} {', '.join(described)}. "
-                    f"Valid keywords: {', '.join(own)} (its own) and {', '.join(SOURCE_OPTION_NAMES)} "
-                    f"(SourceOptions).")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def source_options(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``SourceOptions`` among a constructor's arguments (its ``locals()``), to hand on whole."""
+    return {name: values[name] for name in SOURCE_OPTION_NAMES}
+
+
+def refuses_unknown_keywords(init: Callable[P, R]) -> Callable[P, R]:
+    """Wrap a dataset's ``__init__`` so that a keyword it does not take raises a TypeError naming the
+    class, each such keyword with its closest valid one, its own keywords and the ``SourceOptions``
+    (before anything is opened). ``inspect.signature`` and ``help()`` still show ``init``'s."""
+    owner = init.__qualname__.split(".")[0]
+    parameters = inspect.signature(init).parameters
+    accepted = {name for name, p in parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    own = [name for name in accepted if name != "self" and name not in SOURCE_OPTION_NAMES]
+    own.sort(key=list(parameters).index)
+
+    @functools.wraps(init)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+        unknown = [key for key in kwargs if key not in accepted]
+        if unknown:
+            valid = own + list(SOURCE_OPTION_NAMES)
+            described = []
+            for key in unknown:
+                close = difflib.get_close_matches(key, valid, n=1)
+                described.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            plural = "s" if len(unknown) > 1 else ""
+            raise TypeError(f"{owner}() got an unexpected keyword argument{plural} {', '.join(described)}. "
+                            f"Valid keywords: {', '.join(own)} (its own) and {', '.join(SOURCE_OPTION_NAMES)} "
+                            f"(SourceOptions).")
+        return init(*args, **kwargs)
+
+    return checked

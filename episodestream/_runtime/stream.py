@@ -1,36 +1,34 @@
 """The seam between what streams samples (a dataset, a mixture) and what pulls them (the loaders).
 
-A *stream source* (``EpisodeStreamingDataset``, ``EpisodeMixture``) opens, per consumer and epoch, a
-``ConsumerStream``: decode groups planned in stream order (rows read, video admitted, frames still
-to decode), the ``SampleBuilder`` that finishes each group's samples, and one thread's decoders.
-The dataset's own ``__iter__`` and ``EpisodeLoader`` both pull from it, so neither reaches into
-the other's internals, and a mixture plugs in by giving a stream whose groups come from several
-sources (``PlannedGroup.source`` says which).
+A stream source (``stream_source.StreamSource``) opens, per consumer and epoch, a ``ConsumerStream``:
+decode groups planned in stream order (rows read, video admitted, frames still to decode), the one
+``GroupBuilder`` that decodes and finishes them, and fresh decoders for each decode thread. The
+dataset's own ``__iter__`` and ``EpisodeLoader`` both pull from it, so neither reaches into the
+other's internals. What a group's decoders are, and what its evictions are, is the stream's
+business: a loader hands them back to the stream's builder and ``release`` untouched.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from episodestream._sample.builder import PendingSample
-from episodestream._format.metadata import EpisodeInfo
-from episodestream._base.world import World
 
 
 @dataclass
 class PlannedGroup:
-    """Samples planned together from one source: tabular part built, video still to decode."""
+    """Samples planned together: tabular part built, video still to decode."""
 
     pendings: list[PendingSample]
-    evicted: list[EpisodeInfo]  # episodes whose video may be released once these are decoded
-    source: int = 0  # which of the stream's sources planned it (a mixture's component)
+    evicted: list[Any]  # what ``release`` frees once these are decoded (the stream's own tokens)
 
 
 class DecoderSet(Protocol):
-    """What a source's builder decodes with: a ``DecoderCache``, or a mixture's bundle of them."""
+    """One decode thread's decoders, as the stream's builder uses them (a ``DecoderCache``, or a
+    mixture's caches of every component); never shared between threads."""
 
     def stats(self) -> dict[str, int]: ...
 
@@ -38,7 +36,7 @@ class DecoderSet(Protocol):
 
 
 class GroupBuilder(Protocol):
-    """What decodes and finishes a source's samples: ``SampleBuilder``, or a mixture's wrapper."""
+    """What decodes and finishes a stream's samples: ``SampleBuilder``, or a mixture's."""
 
     @property
     def frame_dtype(self) -> Any: ...  # torch.dtype of camera frames
@@ -46,30 +44,13 @@ class GroupBuilder(Protocol):
     @property
     def writes_in_place(self) -> bool: ...
 
-    def decode(self, cache: Any, pendings: Sequence[PendingSample]) -> dict[str, Any]: ...
+    def decode(self, decoders: Any, pendings: Sequence[PendingSample]) -> dict[str, Any]: ...
 
     def write_frame(self, out: Any, frame_uint8: Any) -> None: ...
 
+    def tabular(self, pending: PendingSample) -> dict[str, Any]: ...
+
     def finish(self, pending: PendingSample, frames: Sequence[Any]) -> dict[str, Any]: ...
-
-    def build(self, cache: Any, pendings: Sequence[PendingSample]) -> list[dict[str, Any]]: ...
-
-
-class Decoders:
-    """One thread's decoders, one set per source: a decoder is never shared between threads."""
-
-    def __init__(self, caches: Sequence[DecoderSet]) -> None:
-        self._caches = list(caches)
-
-    def __getitem__(self, source: int) -> Any:  # the source's builder knows what it gets
-        return self._caches[source]
-
-    def stats(self) -> dict[str, int]:
-        return summed_stats(self._caches)
-
-    def close(self) -> None:
-        for cache in self._caches:
-            cache.close()
 
 
 def summed_stats(decoder_sets: Sequence[DecoderSet]) -> dict[str, int]:
@@ -91,19 +72,16 @@ class ConsumerStream(ABC):
 
     num_samples: int  # samples this pass emits
     num_cameras: int  # camera keys per sample (sizes batch memory)
-    num_sources: int = 1  # the sources whose groups it interleaves; ``PlannedGroup.source`` < this
+    group_size: int  # samples per planned group, at most (sizes how far ahead threads plan)
+    builder: GroupBuilder  # decodes and finishes every group's samples
 
     @abstractmethod
     def groups(self) -> Iterator[PlannedGroup]:
         """The planned groups, in stream order."""
 
     @abstractmethod
-    def builder(self, source: int) -> GroupBuilder:
-        """What decodes and finishes the samples of ``source``'s groups."""
-
-    @abstractmethod
-    def open_decoders(self) -> Decoders:
-        """Fresh decoder caches for one decode thread, one per source."""
+    def open_decoders(self) -> DecoderSet:
+        """Fresh decoders for one decode thread."""
 
     @abstractmethod
     def release(self, group: PlannedGroup) -> None:
@@ -116,36 +94,6 @@ class ConsumerStream(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release what the pass holds (cached video); safe to call twice."""
-
-
-@runtime_checkable
-class StreamSource(Protocol):
-    """What ``EpisodeLoader`` needs of what it loads (``EpisodeStreamingDataset``, ``EpisodeMixture``)."""
-
-    rank: int
-    world_size: int
-
-    @property
-    def epoch(self) -> int: ...
-
-    def set_epoch(self, epoch: int) -> None: ...
-
-    def __len__(self) -> int: ...
-
-    def consumer_stream(self, world: World, epoch: int) -> ConsumerStream:
-        """Open ``world``'s pass over ``epoch`` (from the resume point in a resumed epoch), marking
-        the epoch started."""
-        ...
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def check_state(self, state: Mapping[str, Any], *, strict: bool = True) -> CheckedState:
-        """Validate ``state`` and work out where it resumes, changing nothing."""
-        ...
-
-    def apply_state(self, checked: CheckedState) -> None:
-        """Make ``check_state``'s result the position the next iteration starts from."""
-        ...
 
 
 @dataclass(frozen=True)

@@ -3,16 +3,15 @@
  * into batch memory as (3, H, W) uint8, or float32 divided by 255 (LeRobot's `frames / 255.0`).
  *
  * Why C: the work is a de-interleave (every third byte to one plane). numpy and PyTorch do it with
- * a scalar strided loop, about one byte per cycle: 0.13 ms per 240x320 frame into float32 and
- * 0.065 ms into uint8 here, next to ~1.3 ms to decode the frame. A compiler vectorises this loop
- * with byte shuffles (0.037 and 0.011 ms), which moved EpisodeLoader from 1.49-1.52 to 1.42-1.46 ms
- * of CPU per frame in float32 (docs/benchmarks.md). No library this project uses exposes such a loop.
+ * a scalar strided loop, about one byte per cycle, a tenth of the cost of decoding the frame. A
+ * compiler vectorises this loop with byte shuffles, several times faster, which shows end to end in
+ * EpisodeLoader's float32 rows (docs/benchmarks.md). No library this project uses exposes such a loop.
  *
  * The division is IEEE float32 division of the exact float value of each byte, as numpy's and
  * PyTorch's are: bit for bit the same result (tests check every byte value); do not build it with
  * -ffast-math. Built with the package where a C compiler is present (setuptools' optional
  * extension: a failed build leaves it out); without it episodestream/_sample/chw.py does the same in numpy.
- * The caller guarantees src and dst do not overlap (restrict); _chw.py checks it.
+ * The caller guarantees src and dst do not overlap (restrict); chw.py checks it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -20,7 +19,7 @@
 
 /* An AVX2 copy of each loop beside the baseline's (SSE2 cannot shuffle bytes well), picked at load
  * time: GCC with glibc's ifunc on x86-64 Linux. An AVX-512 (x86-64-v4) copy was slower on this
- * project's AMD EPYC machines (0.054 vs 0.039 ms per float32 frame), so there is none. */
+ * project's AMD EPYC machines, so there is none. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__)
 #define PER_ISA __attribute__((target_clones("avx2", "default")))
 #else

@@ -96,7 +96,7 @@ class SampleBuilder:
 
     def _image(self, frames_uint8: torch.Tensor) -> torch.Tensor:
         # Bit-identical to LeRobot's ``frames / 255.0`` (a float32 division either way), but the
-        # mixed-dtype division takes PyTorch's slow casting loop: converting first is ~2x faster.
+        # mixed-dtype division takes PyTorch's slow casting loop: converting first is faster.
         return frames_uint8 if self._return_uint8 else divide_by_255_(frames_uint8.to(torch.float32))
 
     @property
@@ -109,19 +109,12 @@ class SampleBuilder:
         """Whether ``write_frame`` gives what ``finish`` would (no ``image_transforms`` to apply)."""
         return self._image_transforms is None
 
-    def write_frame(self, out: np.ndarray | torch.Tensor, frame_uint8: np.ndarray | torch.Tensor) -> None:
-        """Write one decoded CHW frame into ``out`` (batch memory) as ``finish`` would convert it:
-        the same float32 division as ``_image``, bit for bit (tested over all 256 values), with no
-        temporary. CPU memory comes as numpy arrays, accelerator memory as tensors."""
-        if isinstance(out, torch.Tensor):
-            out.copy_(frame_uint8)
-            if not self._return_uint8:
-                divide_by_255_(out)
-        # On CPU, one single-threaded pass that releases the GIL (compiled, else numpy). PyTorch would
-        # start an OpenMP team per decode thread for a frame this size and oversubscribe the cores
-        # the decoders need; its thread count cannot be set per thread without changing the trainer's.
-        else:
-            write_chw(out, frame_uint8, to_float32=not self._return_uint8)
+    def write_frame(self, out: np.ndarray | torch.Tensor, frame_hwc: np.ndarray | torch.Tensor) -> None:
+        """Write one decoded (H, W, C) frame into its (C, H, W) slot of batch memory, converted as
+        ``finish`` converts frames (the same float32 division, bit for bit), with no temporary."""
+        # On CPU one single-threaded pass that releases the GIL: PyTorch would start an OpenMP team
+        # per decode thread for a frame this size and oversubscribe the cores the decoders need.
+        write_chw(out, frame_hwc, to_float32=not self._return_uint8)
 
     def plan(self, rows: EpisodeRows, frame: int, videos: EpisodeVideos) -> PendingSample:
         episode = rows.episode
@@ -164,15 +157,19 @@ class SampleBuilder:
                              f"{task_index} is not in meta/tasks.parquet ({len(self._meta.tasks)} tasks).")
         return PendingSample(item, video_keys, windowed, queries, self._meta.tasks[task_index])
 
+    def tabular(self, pending: PendingSample) -> dict[str, Any]:
+        """Every key of the sample but its camera frames: what ``finish`` puts beside the frames,
+        and what ``EpisodeLoader`` collates beside the frames it wrote in place."""
+        return {**pending.item, "task": pending.task}
+
     def finish(self, pending: PendingSample, frames: Sequence[torch.Tensor]) -> dict[str, Any]:
         item = {}
         for key, window, decoded in zip(pending.video_keys, pending.windowed, frames):
             item[key] = self._image(decoded if window else decoded[0])
-        item.update(pending.item)
+        item.update(self.tabular(pending))
         if self._image_transforms is not None:
             for key in self._meta.camera_keys:
                 item[key] = self._image_transforms(item[key])
-        item["task"] = pending.task
         return item
 
     def decode(self, cache: DecoderCache, pendings: Sequence[PendingSample]) -> dict[str, DecodedFile]:
@@ -180,7 +177,14 @@ class SampleBuilder:
         return decode_files(cache, [q for p in pendings for q in p.queries], fps=self._meta.fps,
                             tolerance_s=self._tolerance_s)
 
-    def build(self, cache: DecoderCache, pendings: Sequence[PendingSample]) -> list[dict[str, Any]]:
-        """Decode the frames of several samples together (one call per file) and finish them."""
-        decoded = self.decode(cache, pendings)
-        return [self.finish(p, [decoded[q.path].gather(q) for q in p.queries]) for p in pendings]
+
+def finish_decoded(builder: Any, pending: PendingSample, decoded: Mapping[str, DecodedFile]) -> dict[str, Any]:
+    """``pending`` finished by ``builder`` (a ``SampleBuilder`` or a mixture's) from its group's
+    decoded files: the one place a sample is made whole outside ``EpisodeLoader``'s in-place writes."""
+    return builder.finish(pending, [decoded[q.path].gather(q) for q in pending.queries])
+
+
+def build_samples(builder: Any, decoders: Any, pendings: Sequence[PendingSample]) -> list[dict[str, Any]]:
+    """Decode the frames of several samples together (one call per file) and finish them."""
+    decoded = builder.decode(decoders, pendings)
+    return [finish_decoded(builder, p, decoded) for p in pendings]

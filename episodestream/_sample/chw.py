@@ -28,27 +28,46 @@ def compiled() -> bool:
     return _kernel is not None
 
 
-def write_chw(out: np.ndarray, frame_chw: np.ndarray, *, to_float32: bool) -> None:
-    """Write ``frame_chw`` (a (C, H, W) uint8 view of decoded (H, W, C) memory) into ``out``, as
-    float32 ``frame / 255`` when ``to_float32`` (LeRobot's conversion, bit for bit), else as uint8."""
-    if _kernel is not None and frame_chw.ndim == 3:
-        rgb = frame_chw.transpose(1, 2, 0)  # the decoder's own (H, W, C) layout
-        if (frame_chw.shape[0] == 3 and frame_chw.dtype == np.uint8 and rgb.flags.c_contiguous
-                and out.shape == frame_chw.shape and out.dtype == (np.float32 if to_float32 else np.uint8)
-                # The kernel reads and writes plain contiguous memory (an unaligned float32 array
-                # exports another format, which it refuses) and assumes the two do not overlap.
-                and out.flags.c_contiguous and out.flags.aligned and out.flags.writeable
-                and not np.may_share_memory(out, frame_chw)):
-            _kernel.hwc_to_chw(rgb, out)
-            return
-    if not to_float32:
-        np.copyto(out, frame_chw)
-    else:
-        # Two numpy passes over ``out``: the strided cast, then the in-place (vectorised) division.
-        # numpy's one-pass ``divide`` of the strided uint8 frame goes through a cast buffer: 0.16
-        # ms per 240x320 frame against 0.13 ms, the same values.
-        np.copyto(out, frame_chw)
+def write_chw(out: np.ndarray | torch.Tensor, frame_hwc: np.ndarray | torch.Tensor, *, to_float32: bool) -> None:
+    """Write one decoded ``frame_hwc`` ((H, W, C) uint8, the decoder's layout) into ``out`` ((C, H, W)
+    batch memory) as float32 ``frame / 255`` when ``to_float32`` (LeRobot's conversion, bit for bit),
+    else as uint8. CPU memory comes as numpy arrays, accelerator memory as tensors."""
+    if isinstance(out, torch.Tensor):
+        out.copy_(torch.as_tensor(frame_hwc).permute(2, 0, 1))
+        if to_float32:
+            divide_by_255_(out)
+        return
+    frame_hwc = np.asarray(frame_hwc)
+    if (_kernel is not None and frame_hwc.ndim == 3 and frame_hwc.shape[2] == 3 and frame_hwc.dtype == np.uint8
+            and frame_hwc.flags.c_contiguous and out.shape == (3, *frame_hwc.shape[:2])
+            and out.dtype == (np.float32 if to_float32 else np.uint8)
+            # The kernel reads and writes plain contiguous memory (an unaligned float32 array
+            # exports another format, which it refuses) and assumes the two do not overlap.
+            and out.flags.c_contiguous and out.flags.aligned and out.flags.writeable
+            and not np.may_share_memory(out, frame_hwc)):
+        _kernel.hwc_to_chw(frame_hwc, out)
+        return
+    frame_chw = frame_hwc.transpose(2, 0, 1)
+    np.copyto(out, frame_chw)
+    if to_float32:
+        # Cast, then divide in place: numpy's one-pass divide of the strided uint8 frame goes
+        # through a cast buffer and is slower for the same values.
         np.divide(out, _UINT8_MAX, out=out)
+
+
+def gather_chw(frames_nhwc: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """Rows ``rows`` of decoded (N, H, W, C) uint8 frames as one contiguous uint8 (T, C, H, W) tensor."""
+    if frames_nhwc.device.type != "cpu":
+        # One gathering, transposing copy on the device: later conversion and collation then run
+        # on contiguous memory.
+        index = torch.tensor(rows, device=frames_nhwc.device)
+        return frames_nhwc.permute(0, 3, 1, 2).index_select(0, index).contiguous()
+    _, height, width, channels = frames_nhwc.shape
+    out = torch.empty((len(rows), channels, height, width), dtype=frames_nhwc.dtype)
+    frames, written = frames_nhwc.numpy(), out.numpy()
+    for i, row in enumerate(rows):
+        write_chw(written[i], frames[row], to_float32=False)
+    return out
 
 
 def divide_by_255_(frames_float32: torch.Tensor) -> torch.Tensor:

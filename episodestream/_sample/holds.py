@@ -18,7 +18,7 @@ from episodestream._format.rows import EpisodeRows
 
 
 class RowSource(Protocol):
-    """``_rows.RowReader`` or ``_columns.ColumnStore``."""
+    """``_format.rows.RowReader`` or ``_format.columns.ColumnStore``."""
 
     def read(self, episode: EpisodeInfo) -> EpisodeRows: ...
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from collections.abc import Sequence
@@ -89,8 +90,23 @@ def dataset_info(source: str, *, revision: str | None = None) -> dict:
             "data_size_bytes": sum(size_bytes(f) for f in data_files), "stats": stats}
 
 
+def _user_error(command: str, error: BaseException) -> int:
+    """One line on stderr for what the user can fix (a bad path, an unreachable server, a damaged
+    file): the error already names the file and what to do, a traceback adds nothing to it."""
+    import sys
+
+    message = " ".join(str(error).split())  # one line, whatever the error's own line breaks
+    print(f"episodestream {command}: {type(error).__name__}: {message}", file=sys.stderr)
+    return 1
+
+
 def _info(args: argparse.Namespace) -> int:
-    info = dataset_info(args.source, revision=args.revision)
+    from episodestream._remote.cache.node_cache import CacheFullError
+
+    try:
+        info = dataset_info(args.source, revision=args.revision)
+    except (OSError, ValueError, CacheFullError) as error:  # not found, unreachable, not LeRobot v3.0, damaged
+        return _user_error("info", error)
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -120,10 +136,16 @@ def _cache_root(args: argparse.Namespace) -> Path:
 
 
 def _cache_ls(args: argparse.Namespace) -> int:
+    from episodestream._base.paths import CACHE_DIR_ENV
     from episodestream._remote.cache.node_cache import NodeCache
-    from episodestream._remote.cache.prewarm import source_matches
+    from episodestream._remote.source.prewarm import source_matches
 
     root = _cache_root(args)
+    if not root.is_dir():  # listing it as empty would hide a mistyped --cache-dir
+        given = "--cache-dir" if args.cache_dir else f"${CACHE_DIR_ENV}" if os.environ.get(CACHE_DIR_ENV) else None
+        return _user_error("cache ls", FileNotFoundError(
+            f"no cache folder at {root}" + (f" (given by {given})" if given else " (the default)")
+            + ": check the path; a cache folder appears once a remote source has been read with it"))
     entries = [e for e in NodeCache(root).list_entries() if source_matches(e.source, args.source)]
     totals = {"entries": len(entries), "size_bytes": sum(e.size_bytes for e in entries),
               "pinned": sum(e.pinned for e in entries), "in_use": sum(e.users > 0 for e in entries)}
@@ -149,7 +171,7 @@ def _cache_ls(args: argparse.Namespace) -> int:
 
 def _cache_clear(args: argparse.Namespace) -> int:
     from episodestream._remote.cache.node_cache import NodeCache
-    from episodestream._remote.cache.prewarm import clear
+    from episodestream._remote.source.prewarm import clear
 
     root = _cache_root(args)
     report = clear(NodeCache(root), source=args.source)
@@ -165,7 +187,7 @@ def _cache_clear(args: argparse.Namespace) -> int:
 
 def _cache_unpin(args: argparse.Namespace) -> int:
     from episodestream._remote.cache.node_cache import NodeCache
-    from episodestream._remote.cache.prewarm import unpin_all
+    from episodestream._remote.source.prewarm import unpin_all
 
     root = _cache_root(args)
     report = unpin_all(NodeCache(root), source=args.source)
@@ -207,7 +229,7 @@ def _prewarm(args: argparse.Namespace) -> int:
     from episodestream._format.metadata import load_metadata
     from episodestream._remote.cache.node_cache import CacheFullError
     from episodestream._remote.source.open import open_remote_source
-    from episodestream._remote.cache.prewarm import prewarm
+    from episodestream._remote.source.prewarm import prewarm
 
     from episodestream._runtime.sources import local_folder
 

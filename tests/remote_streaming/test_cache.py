@@ -17,7 +17,7 @@ import pytest
 from episodestream import EpisodeStreamingDataset
 from episodestream._remote.cache.node_cache import CacheFullError, CacheStats, EntryState, NodeCache
 from episodestream._remote.source.open import open_remote_source
-from episodestream._remote.cache.prewarm import unpin_all
+from episodestream._remote.source.prewarm import unpin_all
 from episodestream.testing import FakeHub, ShapingProxy
 
 from .conftest import REPO, SPANS_REPO, assert_same_samples, cache_files, remote_dataset

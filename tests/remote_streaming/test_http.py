@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import socket
 import traceback
 
 import pytest
@@ -84,3 +85,51 @@ def test_http_errors_name_the_file_and_never_the_password(served, tmp_path, capl
         assert PASSWORD not in _everything_said(nothing.value)
     assert PASSWORD not in caplog.text and WRONG not in caplog.text
     assert not any(PASSWORD in name for name in cache_files(tmp_path / "cache"))
+
+
+def _closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on: bound by us, then closed."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_an_unreachable_server_is_said_with_the_underlying_error(served, tmp_path):
+    # Both used to read "holds no files: check the path": fsspec's listing omits folders it
+    # cannot list, so a refused connection looked like an empty folder.
+    with HttpServer(served) as server:
+        https_to_plain_http = server.url_for("main").replace("http://", "https://", 1)
+        cases = {"connection refused": (f"http://{USER}:{PASSWORD}@127.0.0.1:{_closed_port()}/main",
+                                        r"Connect call failed"),
+                 "https to a plain http server": (https_to_plain_http, r"SSL")}
+        for case, (source, underlying) in cases.items():
+            with pytest.raises(ConnectionError, match=r"Could not reach the server of https?://127\.0\.0\.1:\d+/main: "
+                                                      r"\w+: .*" + underlying) as caught:
+                open_remote_source(source, cache_dir=tmp_path / "cache")
+            said = _everything_said(caught.value)
+            assert "holds no files" not in said and PASSWORD not in said, case
+            assert "scheme (http or https), host and port" in said, case
+        with pytest.raises(FileNotFoundError, match="holds no files"):  # reached, and nothing there: as before
+            open_remote_source(server.url_for("nothing"), cache_dir=tmp_path / "cache")
+
+
+def test_the_password_of_a_source_url_is_shown_nowhere_in_meta(served, dataset_root, tmp_path):
+    # meta.repo_id was the source as given, password included, and so were repr(meta), a mixture's
+    # meta.sources[i].repo_id and the errors of meta's path helpers.
+    from episodestream import EpisodeMixture
+
+    with HttpServer(served, credentials=(USER, PASSWORD)) as server:
+        source = server.url_for("main", user=USER, password=PASSWORD)
+        with remote_dataset(EpisodeStreamingDataset, source, cache_dir=tmp_path / "cache", **STREAM) as dataset:
+            meta = dataset.meta
+            assert meta.repo_id == f"{server.url}/main" and meta.root == f"{server.url}/main"
+            mixture = EpisodeMixture([dataset, EpisodeStreamingDataset(dataset_root, **STREAM)], seed=0)
+            shown = [meta.repo_id, repr(meta), mixture.meta.sources[0].repo_id, repr(mixture.meta)]
+            for call in (lambda: meta.get_video_file_path(0, "no.such.camera"),
+                         lambda: meta.get_data_file_path(10**6)):
+                with pytest.raises((KeyError, IndexError)) as caught:
+                    call()
+                assert f"{server.url}/main" in str(caught.value)
+                shown.append(_everything_said(caught.value))
+            leaked = [text for text in shown if PASSWORD in text or f"{USER}:" in text]
+            assert not leaked, leaked

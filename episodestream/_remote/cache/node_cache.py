@@ -112,7 +112,7 @@ class CacheStats:
 
 
 class _Counts:
-    """``CacheStats`` being counted in one process (rebuilt after fork or unpickling: ``_process``)."""
+    """``CacheStats`` being counted in one process (rebuilt after fork or unpickling: ``_remote.transport.process``)."""
 
     def __init__(self, cache: NodeCache) -> None:  # made by ``process_state(cache, _Counts)``
         self.pid = os.getpid()

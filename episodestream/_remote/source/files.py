@@ -2,9 +2,9 @@
 
 Metadata files are downloaded whole into the cache (``local_path``); data parquet files are read in
 place by ranged reads (``open_input``), so admitting an episode fetches its footer once and then its
-row group(s) only. ``episode_videos()`` gives each consumer a ``RemoteVideos`` (``_remote_videos``).
-How much cache that takes is estimated in ``_budget``; client errors are translated in
-``_failures``; ``open_remote_source`` (``_open``) builds one.
+row group(s) only. ``episode_videos()`` gives each consumer a ``RemoteVideos`` (``_remote.source.videos``).
+How much cache that takes is estimated in ``_remote.source.budget``; client errors are translated in
+``_remote.transport.failures``; ``open_remote_source`` (``_open``) builds one.
 
 Process model: a ``RemoteFiles`` is built (and lists the source) once, in the process that builds the
 dataset, and pickles into DataLoader workers without its clients; each process makes its own
@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from episodestream._format.files import DatasetFiles, SourceStats, check_relpath
-from episodestream._remote.cache import budget as _budget
+from episodestream._remote.source import budget as _budget
 from episodestream._remote.transport.failures import as_file_error
 from episodestream._remote.source.mp4 import Mp4LayoutError
 from episodestream._remote.cache.node_cache import NodeCache, release_all
@@ -36,7 +36,7 @@ from episodestream._remote.transport.retry import DownloadError
 if TYPE_CHECKING:
     import fsspec
 
-    from episodestream._format.metadata import DatasetMeta
+    from episodestream._format.files import EpisodesOf
 
 T = TypeVar("T")
 
@@ -201,7 +201,7 @@ class RemoteFiles(DatasetFiles):
     def read_range(self, relpath: str, start: int, end: int, *, exact: bool = False,
                    block_bytes: int | None = None) -> bytes:
         """Bytes ``[start, end)`` of ``relpath`` through this process's reader (``ChunkedReader.read``);
-        client errors come back naming the file, with secrets redacted (``_failures.as_file_error``);
+        client errors come back naming the file, with secrets redacted (``_remote.transport.failures.as_file_error``);
         a ``DownloadError`` (it names the URL, the status and the attempts) as it is."""
         remote = self._remote_path(relpath)
         return self._translate_errors(
@@ -218,20 +218,20 @@ class RemoteFiles(DatasetFiles):
     # -- budget ----------------------------------------------------------------------------------
 
     def metadata_bytes(self) -> int:
-        """What the metadata files this dataset downloads whole occupy in the cache (``_budget``)."""
+        """What the metadata files this dataset downloads whole occupy in the cache (``_remote.source.budget``)."""
         return _budget.metadata_bytes(self)
 
-    def episode_cache_bytes(self, meta: DatasetMeta) -> dict[int, int]:
-        """An upper estimate of the cache each episode's video takes, by episode index (``_budget``)."""
+    def episode_cache_bytes(self, meta: EpisodesOf) -> dict[int, int]:
+        """An upper estimate of the cache each episode's video takes, by episode index (``_remote.source.budget``)."""
         return _budget.episode_cache_bytes(self, meta)
 
-    def minimum_cache_bytes(self, meta: DatasetMeta, episodes_in_flight: int) -> int:
+    def minimum_cache_bytes(self, meta: EpisodesOf, episodes_in_flight: int) -> int:
         """An estimate of the cache one consumer needs: the metadata and the ``episodes_in_flight``
-        largest episodes' video (``_budget``)."""
+        largest episodes' video (``_remote.source.budget``)."""
         return _budget.minimum_cache_bytes(self, meta, episodes_in_flight)
 
-    def check_cache_budget(self, meta: DatasetMeta | None = None, *, episodes_in_flight: int = 0) -> None:
+    def check_cache_budget(self, meta: EpisodesOf | None = None, *, episodes_in_flight: int = 0) -> None:
         """Refuse a ``cache_limit`` below ``minimum_cache_bytes`` (the metadata alone without ``meta``)
         (``ValueError``), or one that pinned entries already in the cache leave too little of
-        (``CacheFullError``); see ``_budget.check_cache_budget``."""
+        (``CacheFullError``); see ``_remote.source.budget.check_cache_budget``."""
         _budget.check_cache_budget(self, meta, episodes_in_flight)

@@ -254,19 +254,10 @@ def _resolve_hub(repo_id: str, subfolder: str, revision: str | None, options: di
 def list_source(resolved: ResolvedSource) -> dict[str, FileEntry]:
     """Every file below the root with its size and version: one recursive listing (paged by the client)."""
     fs = resolved.filesystem()
-    secrets_ = resolved.secrets()
     try:
         found = fs.find(resolved.root, detail=True, withdirs=False)
     except Exception as error:  # each client has its own hierarchy (OSError, httpx, botocore)
-        status = status_of(error)
-        message = error_line(error, secrets_)
-        if isinstance(error, PermissionError) or status in (401, 403):
-            raise PermissionError(f"Listing {resolved.description} was refused: {message}. Check the credentials "
-                                  f"(storage_options=, or the client's environment and config files); they are "
-                                  f"not shown here.") from None
-        if isinstance(error, FileNotFoundError) or status == 404:
-            raise FileNotFoundError(f"{resolved.description} not found: {message}") from None
-        raise ConnectionError(f"Listing {resolved.description} failed: {type(error).__name__}: {message}") from None
+        raise _listing_error(error, resolved) from None
     root = resolved.root.rstrip("/")
     infos = {}
     for path, info in found.items():
@@ -274,6 +265,8 @@ def list_source(resolved: ResolvedSource) -> dict[str, FileEntry]:
         if path.startswith(root + "/") and info.get("type", "file") == "file":
             infos[path[len(root) + 1:]] = info
     if not infos:
+        if resolved.protocol in _HTTP:
+            _check_reachable(fs, resolved)
         raise FileNotFoundError(f"{resolved.description} holds no files: check the path (a LeRobot v3.0 dataset "
                                 f"has meta/info.json below its root).")
     unsized = sorted(relpath for relpath, info in infos.items() if info.get("size") is None)
@@ -285,6 +278,40 @@ def list_source(resolved: ResolvedSource) -> dict[str, FileEntry]:
                                                 "Last-Modified") if info.get(k)), "")
         listing[relpath] = FileEntry(int(info["size"]), version)
     return listing
+
+
+def _check_reachable(fs: fsspec.AbstractFileSystem, resolved: ResolvedSource) -> None:
+    """Raise ``ConnectionError`` with the underlying error when the server cannot be reached.
+
+    fsspec's ``find`` omits folders it fails to list (its walk's ``on_error="omit"``), so a refused
+    connection, or https against a plain http server, comes back as an empty listing; listing the
+    root alone, which raises, tells that apart from a folder that is truly empty or absent.
+    """
+    try:
+        fs.ls(resolved.root, detail=False)
+    except FileNotFoundError:  # reached, and the folder is not there: "holds no files" says so
+        return
+    except Exception as error:
+        # aiohttp's connection and SSL errors are OSErrors without an HTTP status.
+        if isinstance(error, OSError) and not isinstance(error, PermissionError) and status_of(error) is None:
+            raise ConnectionError(
+                f"Could not reach the server of {resolved.description}: {type(error).__name__}: "
+                f"{error_line(error, resolved.secrets())}. Check the URL's scheme (http or https), host and "
+                f"port, and that the server is running.") from None
+        raise _listing_error(error, resolved) from None
+
+
+def _listing_error(error: BaseException, resolved: ResolvedSource) -> OSError:
+    """A client's error listing the source as ours: refused, not found or failed, naming it."""
+    status = status_of(error)
+    message = error_line(error, resolved.secrets())
+    if isinstance(error, PermissionError) or status in (401, 403):
+        return PermissionError(f"Listing {resolved.description} was refused: {message}. Check the credentials "
+                               f"(storage_options=, or the client's environment and config files); they are "
+                               f"not shown here.")
+    if isinstance(error, FileNotFoundError) or status == 404:
+        return FileNotFoundError(f"{resolved.description} not found: {message}")
+    return ConnectionError(f"Listing {resolved.description} failed: {type(error).__name__}: {message}")
 
 
 def _sized(fs: fsspec.AbstractFileSystem, resolved: ResolvedSource, relpaths: list[str]) -> dict[str, dict]:

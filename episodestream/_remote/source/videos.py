@@ -2,7 +2,7 @@
 
 Admitting an episode fetches, on a few background threads (``DaemonPool``), a sparse copy of each
 camera's mp4 holding the header and the episode's byte span (found from the mp4's sample tables,
-``_mp4``), which the decoder reads like the whole file. Entries live in the node cache
+``_remote.source.mp4``), which the decoder reads like the whole file. Entries live in the node cache
 (``NodeCache``), referenced once per consumer however many of its episodes share one.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from episodestream._format.files import EpisodeVideos
-from episodestream._remote.cache.budget import DISK_SLACK_BYTES
+from episodestream._remote.source.budget import DISK_SLACK_BYTES
 from episodestream._remote.transport.daemon_pool import DaemonPool
 from episodestream._remote.source.mp4 import Mp4Header, Mp4LayoutError, VideoTrack, read_header
 from episodestream._remote.cache.node_cache import release_all
@@ -28,7 +28,7 @@ from episodestream._remote.transport.reader import LARGE_READ_BYTES
 
 if TYPE_CHECKING:
     from episodestream._format.metadata import EpisodeInfo
-    from episodestream._remote.source.files import RemoteFiles
+    from episodestream._remote.source.cached_files import CachedFiles
 
 logger = logging.getLogger("episodestream.remote")
 
@@ -73,7 +73,7 @@ class RemoteVideos(EpisodeVideos):
 
     prefetches = True
 
-    def __init__(self, files: RemoteFiles, *, threads: int = 4) -> None:
+    def __init__(self, files: CachedFiles, *, threads: int = 4) -> None:
         self._files = files
         self._cache = files.cache
         self._holder = secrets.token_hex(6)

@@ -1,9 +1,9 @@
 """The adaptive download controller: how many downloads a node may have in flight.
 
-``ControllerConfig`` (``_config``) holds the knobs. ``LinkEstimator`` (``_estimator``) turns
+``ControllerConfig`` (``_remote.transport.config``) holds the knobs. ``LinkEstimator`` (``_remote.transport.estimator``) turns
 finished transfers into bandwidth and round-trip estimates. ``DownloadController`` (here) sets the
 node-wide budget of ``NodePermits`` from those estimates and from throttling (AIMD), and hands out
-permits. ``RetryPolicy`` (``_retry``) retries one request with jittered exponential backoff and
+permits. ``RetryPolicy`` (``_remote.transport.retry``) retries one request with jittered exponential backoff and
 reports every failure to the controller.
 
 The budget model (docs/download-controller.md has the derivation)::
@@ -51,8 +51,8 @@ _HISTORY_LENGTH = 1000
 _STATE_VERSION = 1
 # Evidence (finished transfers, permit waits) is buffered in each process and merged into the
 # node's shared state at most this often, or once this many transfers are waiting: the merge is
-# a locked read-modify-write of a JSON file (~0.5 ms), which per request cost a third of a core
-# on a fast link. A window is 2 s by default, so 50 ms of delay changes no decision; throttles
+# a locked read-modify-write of a JSON file, which per request cost a large share of a core on a
+# fast link. A window (2 s by default) is 40 flush intervals, so the delay changes no decision; throttles
 # and timeouts are written at once (they merge what is buffered first).
 STATE_FLUSH_INTERVAL_S = 0.05
 STATE_FLUSH_TRANSFERS = 32

@@ -26,7 +26,7 @@ two backoffs, a timeout per inner attempt). So:
   remain (a known gap, docs/download-controller.md).
 - Local filesystems (``file://``) bypass the controller: there is no link to measure or protect.
 
-Errors are normalised before the policy sees them (``_failures.normalise``, which also owns their
+Errors are normalised before the policy sees them (``_remote.transport.failures.normalise``, which also owns their
 classification): a transport error of any client (httpx's ``ReadError``, aiohttp's
 ``ClientPayloadError``, botocore's ``ReadTimeoutError``) becomes a ``TransferInterrupted`` (a
 ``ConnectionError``) or a ``TransferTimeout`` (a ``TimeoutError``), and a botocore status hidden in

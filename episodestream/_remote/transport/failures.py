@@ -5,7 +5,7 @@ aiohttp) raises its own classes and hides the HTTP status in its own place. This
 all the same way:
 
 - ``status_of`` / ``retry_after_of``: the HTTP status and ``Retry-After`` on an error or its
-  ``response`` (the one helper for both; ``_download`` and ``_resolve`` use it too).
+  ``response`` (the one helper for both; ``_remote.transport.download`` and ``_remote.source.resolve`` use it too).
 - ``normalise``: a transport error of any client becomes a ``TransferInterrupted`` (a
   ``ConnectionError``) or a ``TransferTimeout`` (a ``TimeoutError``), and a botocore status hidden in
   s3fs's translated ``OSError`` becomes an ``HTTPStatusError`` carrying the status and ``Retry-After``.

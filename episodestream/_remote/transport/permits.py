@@ -50,7 +50,7 @@ def default_permits_dir(name: str) -> Path:
     """``<base>/episodestream-<uid>/permits/<name>``: node-local and private to this user.
 
     ``<base>`` is ``/dev/shm`` where it is writable (tmpfs: every budget or state update is a
-    rename, which costs ~30 us there and ~0.5 ms on a journaling disk), else the temp dir.
+    rename, an order of magnitude cheaper there than on a journaling disk), else the temp dir.
     """
     if not _NAME_RE.match(name):
         raise ValueError(f"Invalid permits name ({name!r}). Use 1-100 of A-Z a-z 0-9 . _ -.")

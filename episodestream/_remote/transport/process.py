@@ -2,7 +2,7 @@
 
 Objects such as ``RemoteFiles`` and ``DownloadFetch`` travel to DataLoader workers by pickling or
 fork; their clients, thread pools and controllers must not. Each keeps its per-process state in an
-attribute ``_process`` (an object with a ``pid``), dropped when pickled and rebuilt here when the
+attribute ``_remote.transport.process`` (an object with a ``pid``), dropped when pickled and rebuilt here when the
 pid changes.
 """
 

@@ -7,10 +7,10 @@ import os
 import random
 import re
 import time
-import urllib.parse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from episodestream._base.redact import redact_url
 from episodestream._remote.transport.config import ControllerConfig
 from episodestream._remote.transport.failures import Failure, classify
 
@@ -78,7 +78,7 @@ class RetryPolicy:
 
     @staticmethod
     def classify(error: BaseException) -> Failure:
-        """What a failed attempt means (``_failures.classify``: throttle, timeout, transient, fatal)."""
+        """What a failed attempt means (``_remote.transport.failures.classify``: throttle, timeout, transient, fatal)."""
         return classify(error)
 
     def call(self, fn: Callable[[float], T], *, url: str, controller: DownloadController | None = None) -> T:
@@ -123,19 +123,6 @@ _CREDENTIAL_RES = (
                r"x-amz-security-token|x-amz-signature|x-amz-credential)(['\"]?\s*[:=]\s*)['\"]?[^\s'\",&]+"),
 )
 _URL_RE = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
-
-
-def redact_url(url: str) -> str:
-    """``url`` without user info, query string or fragment (where signed URLs and tokens live)."""
-    try:
-        parts = urllib.parse.urlsplit(str(url))
-    except ValueError:
-        return "<unparseable url>"
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    query = "?<redacted>" if parts.query else ""
-    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", "")) + query
 
 
 def redact_text(text: str) -> str:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from episodestream._sample.chw import write_chw
+from episodestream._sample.chw import gather_chw
 from episodestream._base.tracing import trace_span
 from episodestream._sample.video.backends import VideoReader
 
@@ -78,20 +78,7 @@ class DecodedFile:
 
     def gather(self, query: FrameQuery) -> torch.Tensor:
         """The query's frames as one contiguous uint8 (T, C, H, W) tensor."""
-        rows = [self.row_of[t] for t in query.timestamps_s]
-        if self.frames.device.type != "cpu":
-            # One gathering, transposing copy to contiguous CHW: later float conversion and batch
-            # collation run on contiguous memory.
-            index = torch.tensor(rows, device=self.frames.device)
-            return self.frames.permute(0, 3, 1, 2).index_select(0, index).contiguous()
-        # On CPU the compiled de-interleave (``_chw``): 0.011 ms per 240x320 frame against 0.068 ms
-        # for PyTorch's transposing copy.
-        _, height, width, channels = self.frames.shape
-        out = torch.empty((len(rows), channels, height, width), dtype=self.frames.dtype)
-        frames, written = self.frames.numpy(), out.numpy()
-        for i, row in enumerate(rows):
-            write_chw(written[i], frames[row].transpose(2, 0, 1), to_float32=False)
-        return out
+        return gather_chw(self.frames, [self.row_of[t] for t in query.timestamps_s])
 
 
 def decode_files(cache: DecoderCache, queries: Sequence[FrameQuery], *, fps: float,

@@ -1,7 +1,7 @@
 """How much cache a remote dataset needs, estimated from its listing before anything is fetched.
 
 Used by ``RemoteFiles.check_cache_budget`` (a dataset refuses a ``cache_limit`` too small for one
-consumer) and by ``_prewarm`` (a prewarm refuses pins that cannot fit); both count the same
+consumer) and by ``_remote.source.prewarm`` (a prewarm refuses pins that cannot fit); both count the same
 metadata files and the same per-episode estimate, defined here once.
 """
 
@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 from episodestream._remote.cache.node_cache import CacheFullError, describe_pins, unpin_hint
 
 if TYPE_CHECKING:
-    from episodestream._format.metadata import DatasetMeta, EpisodeInfo
-    from episodestream._remote.source.files import RemoteFiles
+    from episodestream._format.episodes import EpisodeInfo
+    from episodestream._format.files import EpisodesOf
+    from episodestream._remote.source.cached_files import CachedFiles
 
 METADATA_FILES = ("meta/info.json", "meta/tasks.parquet", "meta/stats.json")  # downloaded whole, with meta/episodes/
 EPISODES_METADATA = "meta/episodes"
@@ -24,14 +25,14 @@ _HEADER_BASE_BYTES = 16 * 1024  # an mp4 header: a few boxes, then ~16 bytes of 
 _HEADER_BYTES_PER_FRAME = 16
 
 
-def metadata_files(files: RemoteFiles) -> list[str]:
+def metadata_files(files: CachedFiles) -> list[str]:
     """The files a dataset downloads whole into the cache: ``METADATA_FILES`` it has, and the
     episodes parquet files."""
     return ([p for p in METADATA_FILES if files.exists(p)]
             + files.list_files(EPISODES_METADATA, suffix=".parquet"))
 
 
-def metadata_bytes(files: RemoteFiles) -> int:
+def metadata_bytes(files: CachedFiles) -> int:
     """What the metadata files this dataset downloads whole occupy in the cache."""
     relpaths = [p for p in METADATA_FILES if files.exists(p)] + files.list_files(EPISODES_METADATA, suffix="")
     return sum(files.size_bytes(p) + DISK_SLACK_BYTES for p in relpaths)
@@ -46,7 +47,7 @@ def _file_ends_s(episodes: Iterable[EpisodeInfo]) -> dict[str, float]:
     return ends
 
 
-def video_share_bytes(files: RemoteFiles, episodes: Iterable[EpisodeInfo]) -> int:
+def video_share_bytes(files: CachedFiles, episodes: Iterable[EpisodeInfo]) -> int:
     """The episodes' share of their mp4s (by duration): what fetching their video costs, roughly
     (a progress bar's total)."""
     episodes = list(episodes)
@@ -59,7 +60,7 @@ def video_share_bytes(files: RemoteFiles, episodes: Iterable[EpisodeInfo]) -> in
     return total
 
 
-def episode_cache_bytes(files: RemoteFiles, meta: DatasetMeta) -> dict[int, int]:
+def episode_cache_bytes(files: CachedFiles, meta: EpisodesOf) -> dict[int, int]:
     """An upper estimate of the cache each episode's video takes, by episode index: its spans
     (1.25x its share of its files' bytes) with their files' headers (twice: the header entry and
     its copy in the sparse file), for every camera."""
@@ -78,14 +79,14 @@ def episode_cache_bytes(files: RemoteFiles, meta: DatasetMeta) -> dict[int, int]
     return per_episode
 
 
-def minimum_cache_bytes(files: RemoteFiles, meta: DatasetMeta, episodes_in_flight: int) -> int:
+def minimum_cache_bytes(files: CachedFiles, meta: EpisodesOf, episodes_in_flight: int) -> int:
     """An estimate of the cache one consumer needs: the metadata, and the ``episodes_in_flight``
     largest episodes' video (``episode_cache_bytes``)."""
     largest = sorted(episode_cache_bytes(files, meta).values(), reverse=True)
     return metadata_bytes(files) + sum(largest[:episodes_in_flight])
 
 
-def check_cache_budget(files: RemoteFiles, meta: DatasetMeta | None, episodes_in_flight: int) -> None:
+def check_cache_budget(files: CachedFiles, meta: EpisodesOf | None, episodes_in_flight: int) -> None:
     """Refuse a ``cache_limit`` below ``minimum_cache_bytes`` (the metadata alone without ``meta``)
     (``ValueError``), or one that pinned entries already in the cache leave too little of
     (``CacheFullError``). ``files`` is closed before either error (the dataset will not be built)."""
@@ -111,7 +112,7 @@ def check_cache_budget(files: RemoteFiles, meta: DatasetMeta | None, episodes_in
         raise
 
 
-def check_pinned_room(files: RemoteFiles, need: int, needs: str) -> None:
+def check_pinned_room(files: CachedFiles, need: int, needs: str) -> None:
     """Raise ``CacheFullError`` when pinned entries leave ``files.cache`` less than ``need`` bytes.
 
     Pins never go by themselves, so this is certain to stall and better said now. Other sources'

@@ -25,12 +25,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from episodestream._remote.cache.budget import episode_cache_bytes, metadata_bytes, metadata_files, video_share_bytes
+from episodestream._remote.source.budget import episode_cache_bytes, metadata_bytes, metadata_files, video_share_bytes
 from episodestream._remote.cache.node_cache import CacheFullError, EntryState, NodeCache, describe_pins, unpin_hint
 
 if TYPE_CHECKING:
-    from episodestream._format.metadata import DatasetMeta, EpisodeInfo
-    from episodestream._remote.source.files import RemoteFiles
+    from episodestream._format.episodes import EpisodeInfo
+    from episodestream._format.files import EpisodesOf
+    from episodestream._remote.source.cached_files import CachedFiles
 
 _CLEAR_LOCK_TIMEOUT_S = 5.0  # an entry whose lock is held longer is being downloaded: skipped
 
@@ -52,11 +53,11 @@ class PrewarmReport:
     seconds: float
 
 
-def _check_room(files: RemoteFiles, episodes: Sequence[EpisodeInfo], meta: DatasetMeta | None) -> None:
+def _check_room(files: CachedFiles, episodes: Sequence[EpisodeInfo], meta: EpisodesOf | None) -> None:
     """Refuse, before fetching, a prewarm whose pins cannot fit in ``cache_limit`` beside the other
     sources' pins: everything prewarm fetches stays, so it would fill the cache and then stall.
 
-    With ``meta``, the episodes' video is estimated from above (``_budget.episode_cache_bytes``,
+    With ``meta``, the episodes' video is estimated from above (``_remote.source.budget.episode_cache_bytes``,
     as the datasets' own budget check does), so a prewarm let through fits; without it, from their
     share of their files only.
     """
@@ -80,8 +81,8 @@ def _check_room(files: RemoteFiles, episodes: Sequence[EpisodeInfo], meta: Datas
         + (f", or unpin the others. {unpin_hint(cache.root)}." if others else "."))
 
 
-def prewarm(files: RemoteFiles, episodes: Sequence[EpisodeInfo], *, progress: bool = True,
-            meta: DatasetMeta | None = None) -> PrewarmReport:
+def prewarm(files: CachedFiles, episodes: Sequence[EpisodeInfo], *, progress: bool = True,
+            meta: EpisodesOf | None = None) -> PrewarmReport:
     """Fetch and pin the metadata and the video bytes (headers, spans) of ``episodes``.
 
     Episodes are admitted ``files.fetch_threads`` ahead, so as many downloads run at once as in a

@@ -1,0 +1,281 @@
+"""``DatasetSource``: an ``EpisodeStreamingDataset``'s runtime (see ``stream_source``).
+
+Per consumer and epoch it makes the schedule (``_plan``), runs it through the pool of held episodes
+(rows read, video admitted ahead, samples planned in groups) and hands the groups to a loader as a
+``ConsumerStream``; it holds the shared epoch and the loaded resume point, and checks and applies
+resume states. A mixture drives its components through the same object.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from episodestream._base.tracing import trace_instant, trace_span
+from episodestream._base.world import World
+from episodestream._format.files import EpisodeVideos
+from episodestream._format.metadata import EpisodeInfo
+from episodestream._plan.resume import STATE_FORMAT, Resumption, consumer_steps, fingerprint_digest, locate, read_request
+from episodestream._plan.sampling import ADMIT, EMIT, EpochPlan, Segment, Step
+from episodestream._runtime.core import DatasetCore
+from episodestream._runtime.epoch import SharedEpoch
+from episodestream._runtime.placement import in_dataloader_worker
+from episodestream._runtime.position import StreamPosition, load_consumer_state
+from episodestream._runtime.stream import CheckedState, ConsumerStream, PlannedGroup
+from episodestream._runtime.stream_source import StreamSource
+from episodestream._sample.builder import PendingSample, SampleBuilder
+from episodestream._sample.holds import HeldEpisodes
+from episodestream._sample.video.decoder_cache import DecoderCache
+
+
+def _jsonable(value: Any) -> Any:
+    """Compare values as they survive a JSON round trip (tuples become lists, keys strings)."""
+    return json.loads(json.dumps(value))
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """How a dataset streams (``EpisodeStreamingDataset``'s arguments, checked)."""
+
+    episode_pool_size: int
+    shuffle: bool
+    seed: int
+    decode_group_size: int
+    decode_threads: int
+    prefetch_episodes: int
+
+
+class DatasetSource(StreamSource):
+    """A dataset's epoch, consumer streams and resume position."""
+
+    def __init__(self, core: DatasetCore, settings: StreamSettings, *, rank: int, world_size: int) -> None:
+        self.core = core
+        self.settings = settings
+        self.rank, self.world_size = rank, world_size
+        self.shared_epoch = SharedEpoch()
+        self.loads_seen = 0  # resume states loaded when this copy was made (see SharedEpoch.for_iteration)
+        self._resumption: Resumption | None = None  # the loaded state, while its epoch is ahead
+        self.position = StreamPosition()  # this copy's own iteration, for state_dict (``position``)
+
+    # -- what mixtures read of a component ------------------------------------------------------
+
+    @property
+    def builder(self) -> SampleBuilder:
+        return self.core.builder
+
+    @property
+    def offsets(self) -> Mapping[str, Any]:
+        """Window offsets (frames) by key: what ``delta_timestamps`` became."""
+        return self.core.offsets
+
+    def whole_episodes(self) -> Sequence[Segment]:
+        return self.core.whole_episodes()
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What a saved state must match: source, revision, selection, windows, dataset size."""
+        meta = self.core.meta
+        # The digest once per copy: StatefulDataLoader asks for state_dict() after every batch, and
+        # hashing 92,000 episode indices costs ~18 ms.
+        if (digest := self.__dict__.get("_selection_digest")) is None:
+            digest = self._selection_digest = fingerprint_digest(self.core.episodes.episode_indices.tolist())
+        return {"source": self.core.files.description, "revision": self.core.revision,
+                "episodes": {"count": len(self.core.episodes), "digest": digest},
+                "delta_timestamps": self.core.delta_timestamps,
+                "dataset": {"codebase_version": meta.info.get("codebase_version"), "fps": meta.fps,
+                            "total_episodes": len(meta.episodes), "total_frames": meta.total_frames}}
+
+    # -- epoch and length -----------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        return self.shared_epoch.get()
+
+    def set_epoch(self, epoch: int) -> None:
+        self.shared_epoch.set(epoch)
+
+    def num_samples(self) -> int:
+        resumption = self._resumption_of(self.epoch)
+        if resumption is None:
+            return -(-self.core.num_frames // self.world_size)
+        point = resumption.point(resumption.request.legs[-1].num_workers)
+        return 0 if point is None else point.samples_left(self.world_size, self.rank)
+
+    def _resumption_of(self, epoch: int) -> Resumption | None:
+        resumption = self._resumption
+        return resumption if resumption is not None and resumption.request.epoch == epoch else None
+
+    # -- streams ----------------------------------------------------------------------------------
+
+    def schedule(self, world: World, epoch: int) -> Iterator[Step]:
+        """The (ADMIT|EMIT|EVICT, episode_index, frame) steps of one consumer: tabular-free.
+
+        In the epoch a state was loaded for, this continues from the resume point: exact resume
+        skips what was consumed without reading rows or video; elastic resume splits what is left.
+        """
+        return self._steps(world, epoch)[0]
+
+    def _steps(self, world: World, epoch: int) -> tuple[Iterator[Step], int]:
+        """``schedule(world, epoch)`` and how many samples it emits."""
+        resumption = self._resumption_of(epoch)
+        point = resumption.point(world.num_workers) if resumption is not None else None
+        plan = (point.plan(self.world_size) if point is not None else
+                EpochPlan(self.core.whole_episodes(), seed=self.settings.seed, epoch=epoch,
+                          shuffle=self.settings.shuffle, world_size=self.world_size))
+        if world.consumer == 0 and (message := plan.uneven_warning(world.num_workers)):
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
+        return consumer_steps(plan, world, pool_size=self.settings.episode_pool_size, point=point,
+                              then_skip=self.position.begin(world, epoch))
+
+    def consumer_stream(self, world: World, epoch: int) -> ConsumerStream:
+        self.shared_epoch.start(epoch)
+        steps, num_samples = self._steps(world, epoch)
+        return self.stream(steps, num_samples, epoch)
+
+    def stream(self, steps: Iterator[Step], num_samples: int, epoch: int) -> ConsumerStream:
+        """The stream of ``steps`` (a consumer's schedule, or any other, e.g. a mixture's pass)."""
+        return _DatasetStream(self, steps, num_samples, epoch)
+
+    def planned_groups(self, steps: Iterator[Step], videos: EpisodeVideos) -> Iterator[PlannedGroup]:
+        """Run the pool over ``steps``: groups of up to ``decode_group_size`` samples whose tabular
+        part is built and whose video is still to decode, with the episodes to evict once they are
+        decoded."""
+        builder = self.core.builder
+        episodes = self.core.meta.episodes
+        group_size = self.settings.decode_group_size
+        # Prefetching sources admit video ahead of the pool (_admit_ahead), the rest on first hold.
+        pool = HeldEpisodes(self.core.row_reader(), videos, admit_video=not videos.prefetches)
+        pending: list[PendingSample] = []
+        evicted: list[EpisodeInfo] = []
+        if videos.prefetches:
+            steps = _admit_ahead(steps, videos, episodes, depth=self.settings.prefetch_episodes)
+        for kind, episode_index, frame in steps:
+            if kind == EMIT:
+                with trace_span("plan", cat="samples", level="detailed", episode=episode_index, frame=frame):
+                    pending.append(builder.plan(pool.rows(episode_index), frame, videos))
+                if len(pending) >= group_size:
+                    yield PlannedGroup(pending, evicted)
+                    pending, evicted = [], []
+            elif kind == ADMIT:
+                if episode_index not in pool:
+                    trace_instant("admit", cat="pool", episode=episode_index)
+                with trace_span("read_rows", cat="rows", level="detailed", episode=episode_index):
+                    pool.hold(episodes[episode_index])
+            elif (episode := pool.release(episode_index)) is not None:
+                trace_instant("evict", cat="pool", episode=episode_index)
+                # Its rows are gone now (plan() copied what it needs); its video bytes go only
+                # after the pending samples are decoded.
+                evicted.append(episode)
+        if pending or evicted:
+            yield PlannedGroup(pending, evicted)
+
+    # -- resume -----------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        started = self.shared_epoch.started()
+        epoch = self.shared_epoch.get() if started is None else started
+        resumption = self._resumption_of(epoch)
+        # The legs this epoch was resumed from; load_state_dict tells from the trainer's
+        # num_workers whether this run continued the last of them or started a new one.
+        legs = resumption.request.legs if resumption is not None else ()
+        return {"format": STATE_FORMAT, "epoch": epoch, "seed": self.settings.seed, "shuffle": self.settings.shuffle,
+                "world_size": self.world_size, "episode_pool_size": self.settings.episode_pool_size,
+                "legs": [asdict(leg) for leg in legs], "fingerprint": self.fingerprint(),
+                "consumer": self.position.state(epoch)}
+
+    def load_consumer_state(self, state: Mapping[str, Any], *, strict: bool) -> None:
+        """Resume one consumer from its own ``state_dict()`` (``position``): its next iteration."""
+        epoch, self._resumption = load_consumer_state(
+            state, self.position, strict=strict, seed=self.settings.seed, shuffle=self.settings.shuffle,
+            fingerprint=self.fingerprint(), segments=self.core.whole_episodes(), world_size=self.world_size,
+            pool_size=self.settings.episode_pool_size)
+        if not in_dataloader_worker():  # the main process: workers started later copy it
+            self.shared_epoch.set(epoch)
+            self.loads_seen = self.shared_epoch.state_loaded()
+
+    def check_state(self, state: Mapping[str, Any], *, strict: bool = True) -> CheckedState:
+        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+            raise ValueError(f"Not an episodestream stream state (expected format {STATE_FORMAT!r}): {state!r:.200}")
+        for key in ("batches_consumed", "batch_size", "num_workers"):
+            if key not in state:
+                raise ValueError(f"The state lacks {key!r}: add what the trainer knows, e.g. "
+                                 f"stream_state(loader, batches_consumed) or {{**state, 'batches_consumed': n, "
+                                 f"'batch_size': b, 'num_workers': w}}.")
+        seed, shuffle = self.settings.seed, self.settings.shuffle
+        saved_fingerprint = state.get("fingerprint", {})
+        checks = [("seed", state.get("seed"), seed), ("shuffle", state.get("shuffle"), shuffle)]
+        checks += [(f"fingerprint.{k}", saved_fingerprint.get(k), v) for k, v in self.fingerprint().items()]
+        mismatches = [f"{name}: saved {saved!r}, this dataset {now!r}" for name, saved, now in checks
+                      if _jsonable(saved) != _jsonable(now)]
+        if mismatches:
+            message = "The stream state does not match this dataset: " + "; ".join(mismatches) + "."
+            if strict:
+                raise ValueError(message + " Pass strict=False to load it anyway.")
+            warnings.warn(message + " Loading anyway (strict=False).", RuntimeWarning, stacklevel=3)
+        request = read_request(state, seed=seed, shuffle=shuffle)
+        return CheckedState(request.epoch, locate(request, self.core.whole_episodes(), strict=strict), request)
+
+    def apply_state(self, checked: CheckedState) -> None:
+        request, done = checked.request, checked.finished
+        self._resumption = None if done else Resumption(request, self.core.whole_episodes(), world_size=self.world_size,
+                                                        pool_size=self.settings.episode_pool_size)
+        self.shared_epoch.set(request.epoch + 1 if done else request.epoch)
+        self.loads_seen = self.shared_epoch.state_loaded()
+
+
+def _admit_ahead(steps: Iterator[Step], videos: EpisodeVideos, episodes,
+                 *, depth: int) -> Iterator[Step]:
+    """Pass ``steps`` through, calling ``videos.admit`` for each ADMIT as soon as it is among the
+    next ``depth`` admissions, so fetching runs ahead of the pool's need."""
+    buffered: deque[Step] = deque()
+    admits_buffered = 0
+    for step in steps:
+        buffered.append(step)
+        if step[0] == ADMIT:
+            videos.admit(episodes[step[1]])
+            admits_buffered += 1
+        while admits_buffered > depth:
+            out = buffered.popleft()
+            admits_buffered -= out[0] == ADMIT
+            yield out
+    yield from buffered
+
+
+class _DatasetStream(ConsumerStream):
+    """One consumer's pass over a dataset's steps (see ``stream.ConsumerStream``)."""
+
+    def __init__(self, source: DatasetSource, steps: Iterator[Step], num_samples: int, epoch: int) -> None:
+        self.num_samples = num_samples
+        self.num_cameras = len(source.core.meta.video_keys)
+        self.builder = source.core.builder
+        self.group_size = source.settings.decode_group_size
+        self._source = source
+        self._epoch = epoch
+        self._steps = steps
+        # Opened by the first groups() call, so that a stream nobody pulls holds nothing.
+        self._videos: EpisodeVideos | None = None
+        self._groups: Iterator[PlannedGroup] | None = None
+
+    def groups(self) -> Iterator[PlannedGroup]:
+        if self._groups is None:
+            self._videos = self._source.core.episode_videos()
+            self._groups = self._source.planned_groups(self._steps, self._videos)
+        return self._groups
+
+    def open_decoders(self) -> DecoderCache:
+        return self._source.core.decoder_cache(self._source.settings.episode_pool_size)
+
+    def release(self, group: PlannedGroup) -> None:
+        for episode in group.evicted:
+            self._videos.evict(episode)  # type: ignore[union-attr]  # a group comes from groups()
+
+    def finished(self) -> None:
+        self._source.shared_epoch.finished(self._epoch)
+
+    def close(self) -> None:
+        if self._groups is not None:
+            self._groups.close()  # type: ignore[attr-defined]  # a generator
+            self._videos.close()  # type: ignore[union-attr]

@@ -1,0 +1,66 @@
+"""The package-internal component API: what loaders and mixtures drive.
+
+A public streaming class (``EpisodeStreamingDataset``, ``EpisodeMixture``) is a face: it checks its
+arguments and holds one ``StreamSource``, its runtime. ``EpisodeLoader`` and ``EpisodeMixture`` reach
+a face's runtime only through ``source_of``, never through its privates, and the faces keep their
+public surface to what users call (iterate, ``len``, ``set_epoch``, ``state_dict`` /
+``load_state_dict``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any
+
+from episodestream._base.world import World
+from episodestream._runtime.stream import CheckedState, ConsumerStream
+
+
+class StreamSource(ABC):
+    """One streaming face's runtime: its epoch, its consumers' streams and its resume position."""
+
+    rank: int
+    world_size: int
+
+    @property
+    @abstractmethod
+    def epoch(self) -> int:
+        """The epoch the next iteration streams."""
+
+    @abstractmethod
+    def set_epoch(self, epoch: int) -> None: ...
+
+    @abstractmethod
+    def num_samples(self) -> int:
+        """Samples this rank yields in the next iteration (what ``len(face)`` says)."""
+
+    @abstractmethod
+    def consumer_stream(self, world: World, epoch: int) -> ConsumerStream:
+        """Open ``world``'s pass over ``epoch`` (from the resume point in a resumed epoch), marking
+        the epoch started."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def check_state(self, state: Mapping[str, Any], *, strict: bool = True) -> CheckedState:
+        """Validate ``state`` and work out where it resumes, changing nothing."""
+
+    @abstractmethod
+    def apply_state(self, checked: CheckedState) -> None:
+        """Make ``check_state``'s result the position the next iteration starts from."""
+
+
+class StreamingFace:
+    """The base of the public classes that stream: they hold their runtime here."""
+
+    _source: StreamSource
+
+
+def source_of(face: object, *, needs: str = "EpisodeLoader needs") -> StreamSource:
+    """``face``'s runtime; for anything that does not stream, a ``TypeError`` that starts with ``needs``."""
+    if not isinstance(face, StreamingFace):
+        raise TypeError(f"{needs} an EpisodeStreamingDataset (or another stream source, such as an "
+                        f"EpisodeMixture), got {type(face).__name__}.")
+    return face._source
