@@ -85,8 +85,10 @@ class EpisodeLoader:
         if pin_memory and not self.pin_memory:
             warnings.warn("EpisodeLoader(pin_memory=True): CUDA is not available, so batches are not pinned.",
                           RuntimeWarning, stacklevel=2)
-        self._resume: tuple[int, int] | None = None  # (epoch, batches consumed) a loaded state resumes
-        self._consumed = (self._source.epoch, 0)  # (epoch, batches handed out of it, counted from its start)
+        # (epoch, batches handed out of it counted from its start, the runtime's loads when counted):
+        # the position this loader knows; before it hands a batch (or after a load into the dataset
+        # itself) the position is the runtime's resume point (``_resume_base``).
+        self._consumed: tuple[int, int, int] | None = None
         self._current: weakref.ref[_Iteration] | None = None
         self._memory: BatchMemory | None = None  # sized by the first stream's cameras
 
@@ -109,8 +111,8 @@ class EpisodeLoader:
             # of, per camera: enough to reuse memory in a steady loop without holding more.
             in_flight = math.ceil(self._samples_ahead(stream) / self.batch_size) + 1
             self._memory = BatchMemory(capacity=(in_flight + 2) * max(1, stream.num_cameras))
-        base = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
-        self._consumed = (epoch, base)
+        base = self._resume_base(epoch)
+        self._consumed = (epoch, base, source.loads_seen)
         iteration = _Iteration(self, epoch, stream, base, self._memory)
         self._current = weakref.ref(iteration)
         return iteration
@@ -141,7 +143,22 @@ class EpisodeLoader:
     # -- position ---------------------------------------------------------------------------------
 
     def _handed(self, epoch: int, batches: int) -> None:
-        self._consumed = (epoch, batches)
+        self._consumed = (epoch, batches, self._source.loads_seen)
+
+    def _resume_base(self, epoch: int) -> int:
+        """Batches of ``epoch`` consumed before this loader's next pass: what the loaded state (into
+        the loader or into the dataset itself) says, else 0. A state saved with another batch size
+        cannot be continued in batches of this one."""
+        resumed = self._source.resumed_batches(epoch)
+        if resumed is None:
+            return 0
+        batch_size, batches = resumed
+        if batch_size != self.batch_size:
+            raise ValueError(f"The dataset resumes epoch {epoch} from a state saved with batch_size={batch_size}; "
+                             f"this loader has batch_size={self.batch_size}. Resume that epoch with "
+                             f"batch_size={batch_size} (a batch count cannot be continued in other batch sizes); "
+                             f"later epochs may use any.")
+        return batches
 
     def state_dict(self) -> dict[str, Any]:
         """The stream state at the batches handed out so far: ``load_state_dict`` on a new loader
@@ -149,10 +166,11 @@ class EpisodeLoader:
         format as ``stream_state`` for a DataLoader, so either can resume the other."""
         state = without_consumer(self._source.state_dict())  # the batches handed out say where it stands
         epoch = state["epoch"]
-        if self._consumed[0] == epoch:
-            batches = self._consumed[1]
+        consumed = self._consumed
+        if consumed is not None and consumed[0] == epoch and consumed[2] == self._source.loads_seen:
+            batches = consumed[1]
         else:
-            batches = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
+            batches = self._resume_base(epoch)
         return {**state, "batches_consumed": batches, "batch_size": self.batch_size, "num_workers": 0,
                 "drop_last": self.drop_last}
 
@@ -168,8 +186,7 @@ class EpisodeLoader:
                              f"batch sizes); later epochs may use any.")
         self._close_current(superseded_by="loader.load_state_dict()")
         self._source.apply_state(checked)
-        self._resume = None if checked.finished else (checked.epoch, state["batches_consumed"])
-        self._consumed = (self._source.epoch, 0 if checked.finished else state["batches_consumed"])
+        self._consumed = None  # the loaded state's position is the runtime's now (``_resume_base``)
 
 
 class _BatchBuffer:

@@ -459,3 +459,69 @@ def test_close_from_another_thread_while_the_trainer_waits_says_the_loader_was_c
         next(iterator)
     closer.join()
     assert not _episodestream_threads() and loader.state_dict()["batches_consumed"] == 0
+
+
+@pytest.mark.parametrize("built", ["after", "before"])
+def test_a_loader_counts_from_a_state_loaded_into_the_dataset_itself(many_episodes_root, built):
+    # The loader used to count from 0 when the dataset itself took the state: its next state_dict
+    # then pointed at the epoch's start, and resuming from it repeated samples.
+    reference = _new_loader(many_episodes_root)
+    iterator = iter(reference)
+    for _ in range(3):
+        next(iterator)
+    state = reference.state_dict()
+    rest = [batch["index"].tolist() for batch in iterator]
+    reference.close()
+
+    dataset = _new_loader(many_episodes_root).dataset
+    loader = EpisodeLoader(dataset, 4, num_threads=2) if built == "before" else None
+    dataset.load_state_dict(state)
+    loader = loader or EpisodeLoader(dataset, 4, num_threads=2)
+    assert loader.state_dict()["batches_consumed"] == 3  # before its first batch: the loaded position
+    iterator = iter(loader)
+    got = [next(iterator)["index"].tolist()]
+    assert got == rest[:1] and loader.state_dict()["batches_consumed"] == 4
+    loader.close()
+
+    again = _new_loader(many_episodes_root)
+    again.load_state_dict(loader.state_dict())
+    assert [batch["index"].tolist() for batch in again] == rest[1:]  # nothing repeated, nothing skipped
+
+
+def test_a_state_loaded_into_the_dataset_with_another_batch_size_is_refused_by_the_loader(many_episodes_root):
+    reference = _new_loader(many_episodes_root)
+    iterator = iter(reference)
+    next(iterator)
+    state = reference.state_dict()
+    reference.close()
+    dataset = _new_loader(many_episodes_root).dataset
+    dataset.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"saved with batch_size=4; this loader has batch_size=8"):
+        iter(EpisodeLoader(dataset, 8, num_threads=2))
+
+
+def test_a_resumed_epoch_is_whole_when_selected_again_after_it_ran_to_its_end(many_episodes_root):
+    # The resume point used to outlive its epoch: set_epoch back to it streamed only the remainder.
+    reference = _new_loader(many_episodes_root)
+    whole = [batch["index"].tolist() for batch in reference]
+    loader = _new_loader(many_episodes_root)
+    iterator = iter(loader)
+    for _ in range(3):
+        next(iterator)
+    state = loader.state_dict()
+    loader.close()
+
+    resumed = _new_loader(many_episodes_root)
+    resumed.load_state_dict(state)
+    assert [batch["index"].tolist() for batch in resumed] == whole[3:]
+    resumed.set_epoch(0)
+    assert len(resumed) == len(whole) and len(resumed.dataset) == sum(map(len, whole))
+    assert [batch["index"].tolist() for batch in resumed] == whole
+
+    # The dataset alone (a DataLoader in this process) likewise.
+    dataset = _new_loader(many_episodes_root).dataset
+    dataset.load_state_dict(state)
+    first = [int(sample["index"]) for sample in dataset]
+    assert first == sum(whole, [])[12:]
+    dataset.set_epoch(0)
+    assert [int(sample["index"]) for sample in dataset] == sum(whole, [])

@@ -104,9 +104,19 @@ class DatasetSource(StreamSource):
         point = resumption.point(resumption.request.legs[-1].num_workers)
         return 0 if point is None else point.samples_left(self.world_size, self.rank)
 
+    def resumed_batches(self, epoch: int) -> tuple[int, int] | None:
+        resumption = self._resumption_of(epoch)
+        if resumption is None:
+            return None
+        legs = resumption.request.legs
+        return legs[-1].batch_size, sum(leg.batches for leg in legs)
+
     def _resumption_of(self, epoch: int) -> Resumption | None:
+        """The loaded resume point of ``epoch``, until a pass of that epoch has run to its end."""
         resumption = self._resumption
-        return resumption if resumption is not None and resumption.request.epoch == epoch else None
+        if resumption is None or resumption.request.epoch != epoch or self.shared_epoch.ran_to_its_end(epoch):
+            return None
+        return resumption
 
     # -- streams ----------------------------------------------------------------------------------
 
@@ -188,6 +198,7 @@ class DatasetSource(StreamSource):
 
     def load_consumer_state(self, state: Mapping[str, Any], *, strict: bool) -> None:
         """Resume one consumer from its own ``state_dict()`` (``position``): its next iteration."""
+        self.shared_epoch.forget_finished()
         epoch, self._resumption = load_consumer_state(
             state, self.position, strict=strict, seed=self.settings.seed, shuffle=self.settings.shuffle,
             fingerprint=self.fingerprint(), segments=self.core.whole_episodes(), world_size=self.world_size,
@@ -220,6 +231,7 @@ class DatasetSource(StreamSource):
 
     def apply_state(self, checked: CheckedState) -> None:
         request, done = checked.request, checked.finished
+        self.shared_epoch.forget_finished()
         self._resumption = None if done else Resumption(request, self.core.whole_episodes(), world_size=self.world_size,
                                                         pool_size=self.settings.episode_pool_size)
         self.shared_epoch.set(request.epoch + 1 if done else request.epoch)

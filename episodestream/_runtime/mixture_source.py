@@ -81,10 +81,17 @@ class MixtureSource(StreamSource):
         return rank_counts([c.core.num_frames for c in self.components], world_size=self.world_size,
                            weights=self.weights, stop=self.stop)
 
+    def _request_of(self, epoch: int) -> tuple[int, tuple[MixLeg, ...]] | None:
+        """The loaded request of ``epoch``, until a pass of that epoch has run to its end."""
+        request = self._resume_request
+        if request is None or request[0] != epoch or self.shared_epoch.ran_to_its_end(epoch):
+            return None
+        return request
+
     def num_samples(self) -> int:
         epoch = self.epoch
-        request = self._resume_request
-        if request is None or request[0] != epoch:
+        request = self._request_of(epoch)
+        if request is None:
             return sum(self.rank_counts())
         workers = request[1][-1].num_workers
         point = self._resume_point(workers)
@@ -105,6 +112,13 @@ class MixtureSource(StreamSource):
                                       num_workers=num_workers, pool_sizes=self.pool_sizes)
         return self._legs[key]
 
+    def resumed_batches(self, epoch: int) -> tuple[int, int] | None:
+        request = self._request_of(epoch)
+        if request is None:
+            return None
+        legs = request[1]
+        return legs[-1].batch_size, sum(leg.batches for leg in legs)
+
     def _resume_point(self, num_workers: int) -> MixResume | None:
         """Where the loaded request resumes with ``num_workers`` (called only while one is loaded)."""
         if self._resume_request is None:
@@ -120,9 +134,9 @@ class MixtureSource(StreamSource):
     def consumer_plan(self, world: World, epoch: int) -> tuple[np.ndarray, list[Iterator[Step]]]:
         """One consumer's interleave order (the component of each sample it yields) and each
         component's steps, tabular-free; in the epoch a state was loaded for, what is left."""
-        request = self._resume_request
-        point = self._resume_point(world.num_workers) if request and request[0] == epoch else None
-        if request and request[0] == epoch and point is None:
+        request = self._request_of(epoch)
+        point = self._resume_point(world.num_workers) if request else None
+        if request and point is None:
             return np.zeros(0, np.int64), [iter(()) for _ in self.components]
         leg = self._leg(point, epoch, world.num_workers)
         role, skip = point.role_for(world) if point else (world, 0)
@@ -151,8 +165,8 @@ class MixtureSource(StreamSource):
         ``load_state_dict`` on restart."""
         started = self.shared_epoch.started()
         epoch = self.shared_epoch.get() if started is None else started
-        request = self._resume_request
-        legs = request[1] if request is not None and request[0] == epoch else ()
+        request = self._request_of(epoch)
+        legs = request[1] if request is not None else ()
         return {"format": MIXTURE_STATE_FORMAT, "epoch": epoch, "seed": self.seed,
                 "weights": None if self.weights is None else list(self.weights), "stop": self.stop,
                 "world_size": self.world_size, "pool_sizes": list(self.pool_sizes),
@@ -216,6 +230,7 @@ class MixtureSource(StreamSource):
     def apply_state(self, checked: CheckedState) -> None:
         """Make a ``check_state`` result the position the next iteration starts from."""
         request, done = checked.request, checked.finished
+        self.shared_epoch.forget_finished()
         self._resume_request = None if done else request
         self._resume_points = {}
         self._legs = {}

@@ -51,6 +51,13 @@ class StreamSource(ABC):
     def apply_state(self, checked: CheckedState) -> None:
         """Make ``check_state``'s result the position the next iteration starts from."""
 
+    loads_seen: int  # resume states loaded into this runtime (a position counted before a load is stale)
+
+    @abstractmethod
+    def resumed_batches(self, epoch: int) -> tuple[int, int] | None:
+        """For a loaded state whose ``epoch`` is ahead: (its batch size, the batches it consumed of
+        ``epoch``, counted from the epoch's start across legs); None otherwise."""
+
 
 class StreamingFace:
     """The base of the public classes that stream: they hold their runtime here."""
