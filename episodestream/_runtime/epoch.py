@@ -18,10 +18,9 @@ from multiprocessing.context import get_spawning_popen
 
 # Slots: the epoch the next iteration streams; the latest one started (-1: none); the epoch of the
 # DataLoader iteration whose workers are still claiming, and how many of its workers have not
-# claimed yet; how many times a resume state was loaded; the latest epoch a consumer ran to its end
-# since a resume point was last set (-1: none), so that a resumed epoch is streamed partially once.
-_NEXT, _STARTED, _CLAIM_EPOCH, _CLAIMS_LEFT, _CLAIM_WORKERS, _LOADS, _FINISHED = range(7)
-_INITIAL = (0, -1, -1, 0, 0, 0, -1)
+# claimed yet; how many times a resume state was loaded.
+_NEXT, _STARTED, _CLAIM_EPOCH, _CLAIMS_LEFT, _CLAIM_WORKERS, _LOADS = range(6)
+_INITIAL = (0, -1, -1, 0, 0, 0)
 
 
 class SharedEpoch:
@@ -50,7 +49,7 @@ class SharedEpoch:
         with self._locked():
             slots = self._slots()
             slots[_NEXT], slots[_STARTED], slots[_CLAIMS_LEFT] = epoch, -1, 0
-            self._local = [epoch, -1, -1, 0, 0, slots[_LOADS], slots[_FINISHED]]
+            self._local = [epoch, -1, -1, 0, 0, slots[_LOADS]]
 
     def claim(self, num_workers: int) -> int:
         """The epoch of the DataLoader iteration this worker belongs to (the same for all its workers).
@@ -94,16 +93,6 @@ class SharedEpoch:
             # Below ``epoch`` only where a per-consumer state chose the epoch (``_runtime.position``).
             if self.get() <= epoch:
                 self._slots()[_NEXT] = epoch + 1
-            self._slots()[_FINISHED] = epoch
-
-    def ran_to_its_end(self, epoch: int) -> bool:
-        """Whether a consumer ran ``epoch`` to its end since ``forget_finished`` (a resume point for
-        ``epoch`` is then used up: selecting the epoch again streams all of it)."""
-        return self._slots()[_FINISHED] == epoch
-
-    def forget_finished(self) -> None:
-        """A resume point was just set: epochs finished before it do not use it up."""
-        self._slots()[_FINISHED] = -1
 
     def state_loaded(self) -> int:
         """Count a loaded resume state; returns the new count (see ``loads``)."""

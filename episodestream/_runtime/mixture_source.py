@@ -82,11 +82,9 @@ class MixtureSource(StreamSource):
                            weights=self.weights, stop=self.stop)
 
     def _request_of(self, epoch: int) -> tuple[int, tuple[MixLeg, ...]] | None:
-        """The loaded request of ``epoch``, until a pass of that epoch has run to its end."""
+        """The loaded request, in the epoch it was loaded for."""
         request = self._resume_request
-        if request is None or request[0] != epoch or self.shared_epoch.ran_to_its_end(epoch):
-            return None
-        return request
+        return request if request is not None and request[0] == epoch else None
 
     def num_samples(self) -> int:
         epoch = self.epoch
@@ -230,7 +228,6 @@ class MixtureSource(StreamSource):
     def apply_state(self, checked: CheckedState) -> None:
         """Make a ``check_state`` result the position the next iteration starts from."""
         request, done = checked.request, checked.finished
-        self.shared_epoch.forget_finished()
         self._resume_request = None if done else request
         self._resume_points = {}
         self._legs = {}
