@@ -8,7 +8,6 @@ resume states. A mixture drives its components through the same object.
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -25,16 +24,12 @@ from episodestream._runtime.core import DatasetCore
 from episodestream._runtime.epoch import SharedEpoch
 from episodestream._runtime.placement import in_dataloader_worker
 from episodestream._runtime.position import StreamPosition, load_consumer_state
-from episodestream._runtime.stream import CheckedState, ConsumerStream, PlannedGroup
+from episodestream._runtime.stream import CheckedState, ConsumerStream, PlannedGroup, refuse_mismatches
 from episodestream._runtime.stream_source import StreamSource
 from episodestream._sample.builder import PendingSample, SampleBuilder
 from episodestream._sample.holds import HeldEpisodes
 from episodestream._sample.video.decoder_cache import DecoderCache
 
-
-def _jsonable(value: Any) -> Any:
-    """Compare values as they survive a JSON round trip (tuples become lists, keys strings)."""
-    return json.loads(json.dumps(value))
 
 
 @dataclass(frozen=True)
@@ -215,13 +210,7 @@ class DatasetSource(StreamSource):
         saved_fingerprint = state.get("fingerprint", {})
         checks = [("seed", state.get("seed"), seed), ("shuffle", state.get("shuffle"), shuffle)]
         checks += [(f"fingerprint.{k}", saved_fingerprint.get(k), v) for k, v in self.fingerprint().items()]
-        mismatches = [f"{name}: saved {saved!r}, this dataset {now!r}" for name, saved, now in checks
-                      if _jsonable(saved) != _jsonable(now)]
-        if mismatches:
-            message = "The stream state does not match this dataset: " + "; ".join(mismatches) + "."
-            if strict:
-                raise ValueError(message + " Pass strict=False to load it anyway.")
-            warnings.warn(message + " Loading anyway (strict=False).", RuntimeWarning, stacklevel=3)
+        refuse_mismatches(checks, state="stream", what="dataset", strict=strict)
         request = read_request(state, seed=seed, shuffle=shuffle)
         return CheckedState(request.epoch, locate(request, self.core.whole_episodes(), strict=strict), request)
 

@@ -8,7 +8,6 @@ resume request, and checks and applies mixture states.
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -31,14 +30,11 @@ from episodestream._plan.sampling import Step
 from episodestream._runtime.dataset_source import DatasetSource
 from episodestream._runtime.epoch import SharedEpoch
 from episodestream._runtime.mixture_stream import MixtureStream
-from episodestream._runtime.stream import CheckedState, ConsumerStream
+from episodestream._runtime.stream import CheckedState, ConsumerStream, refuse_mismatches
 from episodestream._runtime.stream_source import StreamSource
 
 MIXTURE_STATE_FORMAT = "episodestream.mixture_state/1"
 
-
-def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value))
 
 
 class MixtureSource(StreamSource):
@@ -192,13 +188,7 @@ class MixtureSource(StreamSource):
             checks += [(f"components[{i}].{k}", saved.get(k), v) for k, v in now.items() if k != "fingerprint"]
             checks += [(f"components[{i}].fingerprint.{k}", (saved.get("fingerprint") or {}).get(k), v)
                        for k, v in now["fingerprint"].items()]
-        mismatches = [f"{name}: saved {saved!r}, this mixture {now!r}" for name, saved, now in checks
-                      if _jsonable(saved) != _jsonable(now)]
-        if mismatches:
-            message = "The mixture state does not match this mixture: " + "; ".join(mismatches) + "."
-            if strict:
-                raise ValueError(message + " Pass strict=False to load it anyway.")
-            warnings.warn(message + " Loading anyway (strict=False).", RuntimeWarning, stacklevel=3)
+        refuse_mismatches(checks, state="mixture", what="mixture", strict=strict)
         epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
         batch_size = check_int("state['batch_size']", state["batch_size"], minimum=1)
         batches = check_int("state['batches_consumed']", state["batches_consumed"], minimum=0)
