@@ -499,3 +499,30 @@ def test_a_state_loaded_into_the_dataset_with_another_batch_size_is_refused_by_t
     with pytest.raises(ValueError, match=r"saved with batch_size=4; this loader has batch_size=8"):
         iter(EpisodeLoader(dataset, 8, num_threads=2))
 
+
+
+def test_a_resumed_epoch_is_whole_when_selected_again_after_it_ran_to_its_end(many_episodes_root):
+    # The resume point used to outlive its epoch: set_epoch back to it streamed only the remainder.
+    reference = _new_loader(many_episodes_root)
+    whole = [batch["index"].tolist() for batch in reference]
+    loader = _new_loader(many_episodes_root)
+    iterator = iter(loader)
+    for _ in range(3):
+        next(iterator)
+    state = loader.state_dict()
+    loader.close()
+
+    resumed = _new_loader(many_episodes_root)
+    resumed.load_state_dict(state)
+    assert [batch["index"].tolist() for batch in resumed] == whole[3:]
+    resumed.set_epoch(0)
+    assert len(resumed) == len(whole) and len(resumed.dataset) == sum(map(len, whole))
+    assert [batch["index"].tolist() for batch in resumed] == whole
+
+    # The dataset alone (iterated in this process) likewise.
+    dataset = _new_loader(many_episodes_root).dataset
+    dataset.load_state_dict(state)
+    first = [int(sample["index"]) for sample in dataset]
+    assert first == sum(whole, [])[12:]
+    dataset.set_epoch(0)
+    assert [int(sample["index"]) for sample in dataset] == sum(whole, [])
