@@ -401,15 +401,19 @@ def test_batch_memory_is_not_reused_while_the_trainer_holds_it_through_its_stora
 
 
 @pytest.mark.parametrize("return_uint8", [False, True])
-def test_write_frame_equals_finish_conversion_for_every_byte_value(many_episodes_root, return_uint8):
+@pytest.mark.parametrize("contiguous", [False, True])  # the compiled kernel takes only the contiguous one
+def test_frame_writer_equals_finish_conversion_for_every_byte_value(many_episodes_root, return_uint8, contiguous):
     meta = EpisodeStreamingDataset(many_episodes_root).typed_meta
     builder = SampleBuilder(meta, offsets={}, tolerance_s=1e-4, return_uint8=return_uint8, image_transforms=None)
     frame = torch.arange(256, dtype=torch.uint8).reshape(1, 16, 16).expand(3, 16, 16)
-    out = torch.empty((3, 16, 16), dtype=builder.frame_dtype)
-    builder.write_frame(out.numpy(), frame.permute(1, 2, 0).numpy())
+    out = torch.zeros((2, 3, 16, 16), dtype=builder.frame_dtype)
+    frames_nhwc = frame.permute(1, 2, 0)[None].expand(2, 16, 16, 3).numpy()
+    frames_nhwc = frames_nhwc.copy() if contiguous else frames_nhwc
+    write = builder.frame_writer(out.numpy(), frames_nhwc)
+    write(out.numpy()[1], 1)
     expected = builder._image(frame.clone())
-    assert out.dtype == expected.dtype and torch.equal(out, expected)
-    assert torch.equal(out[0].flatten(), frame[0].flatten() / 255.0 if not return_uint8 else frame[0].flatten())
+    assert out.dtype == expected.dtype and torch.equal(out[1], expected) and not out[0].any()
+    assert torch.equal(out[1, 0].flatten(), frame[0].flatten() / 255.0 if not return_uint8 else frame[0].flatten())
 
 
 def test_a_second_iterator_makes_the_first_one_raise_not_end_short(many_episodes_root):
