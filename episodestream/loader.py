@@ -203,8 +203,9 @@ class _BatchBuffer:
         self.frames: dict[str, torch.Tensor] = {}
         self.arrays: dict[str, np.ndarray | torch.Tensor] = {}  # the same memory, as written to
         self.video_keys: list[str] | None = None  # the first sample's order, as default_collate keeps
-        self.keys: tuple[str, ...] | None = None  # the tabular keys, in the samples' order
-        self.values: dict[str, np.ndarray] = {}  # numeric tabular values, (size, *value shape) per key
+        # The tabular keys in the samples' order, each with the array of its numbers ((size, *value
+        # shape)), or None for what stays per sample (strings, images).
+        self.layout: list[tuple[str, np.ndarray | None]] | None = None
         self.others: list[dict[str, Any] | None] = [None] * size  # the rest of each sample's tabular part
         self.items: list[dict[str, Any] | None] = [None] * size  # whole samples (not written in place)
         self.lock = threading.Lock()
@@ -227,39 +228,49 @@ class _BatchBuffer:
 
     def write_tabular(self, slot: int, tabular: dict[str, Any], who: str) -> None:
         """Sample ``slot``'s tabular part (``GroupBuilder.tabular``): numbers into the batch's arrays."""
-        keys = tuple(tabular)
-        if self.keys is None:
+        layout = self.layout
+        if layout is None:
             with self.lock:
-                if self.keys is None:
-                    self.keys = keys
-        if keys != self.keys:
-            raise ValueError(f"{who}: the sample's keys {sorted(keys)} differ from its batch's {sorted(self.keys)} "
-                             f"(a DataLoader could not collate them either).")
+                if self.layout is None:
+                    # The first sample written sets the keys, their order and the arrays.
+                    self.layout = [(key, np.empty((len(self.others), *value.shape), dtype=value.dtype)
+                                    if isinstance(value, (np.ndarray, np.generic)) else None)
+                                   for key, value in tabular.items()]
+                layout = self.layout
+        if len(tabular) != len(layout):
+            self._refuse_keys(tabular, who)
         others: dict[str, Any] = {}
-        values = self.values
-        for key, value in tabular.items():
-            if not isinstance(value, (np.ndarray, np.generic)):
-                others[key] = value
-                continue
-            out = values.get(key)
+        for (key, out), (name, value) in zip(layout, tabular.items()):
+            if key != name:
+                self._refuse_keys(tabular, who)
             if out is None:
-                with self.lock:
-                    out = values.get(key)
-                    if out is None:
-                        out = values[key] = np.empty((len(self.others), *value.shape), dtype=value.dtype)
-            if out.shape[1:] != value.shape or out.dtype != value.dtype:
-                raise ValueError(f"{who}: {key!r} is {value.dtype} of shape {list(value.shape)} but its batch's "
-                                 f"are {out.dtype} of shape {list(out.shape[1:])} (a DataLoader could not "
-                                 f"stack them either).")
-            out[slot] = value
+                if isinstance(value, (np.ndarray, np.generic)):
+                    raise ValueError(f"{who}: {key!r} is an array here but not in its batch's first sample.")
+                others[key] = value
+            # Without the check numpy would broadcast a smaller value, or cast another dtype, silently.
+            elif (type(value) is np.ndarray and value.shape == out.shape[1:]
+                  and (value.dtype is out.dtype or value.dtype == out.dtype)):
+                out[slot] = value
+            else:
+                shown = (f"{value.dtype} of shape {list(value.shape)}" if isinstance(value, (np.ndarray, np.generic))
+                         else type(value).__name__)
+                if isinstance(value, np.generic) and value.shape == out.shape[1:] and value.dtype == out.dtype:
+                    out[slot] = value
+                    continue
+                raise ValueError(f"{who}: {key!r} is {shown} but its batch's are {out.dtype} of shape "
+                                 f"{list(out.shape[1:])} (a DataLoader could not stack them either).")
         self.others[slot] = others
+
+    def _refuse_keys(self, tabular: dict[str, Any], who: str) -> None:
+        batch = sorted(key for key, _ in self.layout or ())
+        raise ValueError(f"{who}: the sample's keys {sorted(tabular)} differ from its batch's {batch} "
+                         f"(a DataLoader could not collate them either).")
 
     def tabular_batch(self, count: int) -> dict[str, Any]:
         """The tabular keys of the batch's first ``count`` samples, as ``default_collate`` gives them."""
         batch: dict[str, Any] = {}
         others = self.others[:count]
-        for key in self.keys or ():
-            values = self.values.get(key)
+        for key, values in self.layout or ():
             # The arrays are this batch's alone (never reused): the tensors can share them.
             batch[key] = (torch.from_numpy(values[:count]) if values is not None
                           else default_collate([sample[key] for sample in others]))  # type: ignore[index]

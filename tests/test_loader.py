@@ -530,3 +530,34 @@ def test_a_resumed_epoch_is_whole_when_selected_again_after_it_ran_to_its_end(ma
     assert first == sum(whole, [])[12:]
     dataset.set_epoch(0)
     assert [int(sample["index"]) for sample in dataset] == sum(whole, [])
+
+
+def test_batch_tabular_values_equal_default_collate_and_refuse_what_it_could_not_stack():
+    import numpy as np
+    from torch.utils.data import default_collate
+
+    from episodestream._sample.builder import as_tensor
+    from episodestream.loader import _BatchBuffer
+
+    samples = [{"state": np.arange(3, dtype=np.float32) + i, "index": np.array(i), "flag": np.bool_(i % 2),
+                "window_is_pad": np.array([i == 0, False]), "note": f"s{i}", "words": ["a", f"b{i}"]}
+               for i in range(3)]
+    buffer = _BatchBuffer(4)
+    for slot in (2, 0, 1):  # threads write slots in any order
+        buffer.write_tabular(slot, samples[slot], "sample")
+    batch = buffer.tabular_batch(3)
+    expected = default_collate([{k: as_tensor(v) for k, v in s.items()} for s in samples])
+    assert list(batch) == list(expected)
+    for key, value in expected.items():
+        if isinstance(value, torch.Tensor):
+            assert batch[key].dtype == value.dtype and torch.equal(batch[key], value), key
+        else:
+            assert batch[key] == value, key
+
+    for wrong, message in [({**samples[0], "state": np.zeros(4, np.float32)}, r"'state' is float32 of shape \[4\]"),
+                           ({**samples[0], "state": np.zeros(3, np.float64)}, r"'state' is float64 of shape \[3\]"),
+                           ({**samples[0], "index": 3}, r"'index' is int but"),
+                           ({k: v for k, v in samples[0].items() if k != "note"}, r"keys .* differ"),
+                           ({**samples[0], "extra": np.zeros(1)}, r"keys .* differ")]:
+        with pytest.raises(ValueError, match=message):
+            buffer.write_tabular(3, wrong, "episode 7 key 'cam'")
