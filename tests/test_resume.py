@@ -196,6 +196,13 @@ def test_state_without_trainer_fields_is_explained(many_episodes_root):
         dataset.load_state_dict(trainer_state)
     with pytest.raises(ValueError, match="Not an episodestream stream state"):
         dataset.load_state_dict({"epoch": 1})
+    # A state of an earlier version, whose schedule emits another order: refused, saying why.
+    older = {**trainer_state, "batches_consumed": 1, "batch_size": 4, "num_workers": 0,
+             "format": "episodestream.stream_state/2"}
+    with pytest.raises(ValueError, match=r"another episodestream version \(format 'episodestream.stream_state/2'"):
+        dataset.load_state_dict(older)
+    with pytest.raises(ValueError, match=r"another episodestream version"):
+        dataset.load_state_dict({**older, "consumer": {"format": "episodestream.stream_state/2"}})
 
 
 def test_batches_consumed_beyond_the_epoch_is_refused_or_clamped(many_episodes_root):

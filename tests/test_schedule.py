@@ -188,3 +188,36 @@ def test_skip_emits_walks_a_schedule_already_started():
     # The first step is gone: skipping 5 more emits continues from where the iterator is.
     assert _emits(skip_emits(started, 5)) == emits[5:]
     assert _emits(skip_emits(schedule(), 5)) == emits[5:]
+
+
+def test_the_pool_ramps_up_one_two_four_episodes_then_holds_a_full_window():
+    """A consumer draws its first frames from one admitted episode and grows the pool over the first
+    slots (1, 2, 4, ... segments), so a remote first batch waits for one episode's video; the ramp
+    depends only on (seed, epoch, rank, worker), and from slot log2(pool) on the pool is full."""
+    segments = [Segment(e, range(60)) for e in range(40)]
+    world = World(0, 1, 0, 1)
+    pool_size = 16
+    plan = EpochPlan(segments, seed=4, epoch=0, shuffle=True, world_size=1)
+
+    def schedule():
+        return consumer_schedule(plan.share(world), pool_size=pool_size, shuffle=True, rng=consumer_rng(4, 0, world))
+
+    steps = list(schedule())
+    assert steps == list(schedule())  # nothing but (seed, epoch, rank, worker) decides it
+    first_emit = next(i for i, (kind, _, _) in enumerate(steps) if kind == EMIT)
+    assert [kind for kind, _, _ in steps[:first_emit]] == [ADMIT]
+    held, most, admitted_before_emit = set(), 0, []
+    for kind, episode, _ in steps:
+        if kind == ADMIT:
+            held.add(episode)
+        elif kind == EVICT:
+            held.discard(episode)
+        else:
+            admitted_before_emit.append(len(held))
+            most = max(most, len(held))
+    # The pool as emits see it: one episode, then two, then four, ... never above the window.
+    assert admitted_before_emit[0] == 1 and most == pool_size
+    growth = list(dict.fromkeys(admitted_before_emit))  # pool sizes in the order emits first see them
+    assert growth[:6] == [1, 2, 4, 8, pool_size - 1, pool_size]
+    _check_pool(steps, pool_size)
+    assert Counter(_emits(steps)) == Counter((s.episode_index, f) for s in plan.share(world).segments for f in s.frames)

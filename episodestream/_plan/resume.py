@@ -44,9 +44,22 @@ from episodestream._plan.sampling import (
 from episodestream._base.world import World
 
 # /2: the pool schedule became a sliding window of keyed frames (``_plan.sampling.ConsumerSchedule``), so
-# a resume point is found arithmetically; the same (seed, epoch, rank, worker) emits a different
-# order than under /1, so a /1 state cannot be resumed exactly.
-STATE_FORMAT = "episodestream.stream_state/2"
+# a resume point is found arithmetically. /3: the window's first segments open on a ramp. Each time
+# the same (seed, epoch, rank, worker) emits another order, so an older state cannot be resumed exactly.
+STATE_FORMAT = "episodestream.stream_state/3"
+
+
+def refuse_other_format(state: object, expected: str, what: str) -> None:
+    """A clear error for anything but a state of format ``expected`` (``what``: "stream", "mixture")."""
+    found = state.get("format") if isinstance(state, Mapping) else None
+    if found == expected:
+        return
+    family = expected.rsplit("/", 1)[0]
+    if isinstance(found, str) and found.startswith(family + "/"):
+        raise ValueError(f"The state was saved by another episodestream version (format {found!r}; this one reads "
+                         f"{expected!r}), whose schedule emits another order for the same seed: it cannot be "
+                         f"resumed exactly. Start the epoch afresh (set_epoch) or resume with that version.")
+    raise ValueError(f"Not an episodestream {what} state (expected format {expected!r}): {state!r:.200}")
 
 
 @dataclass(frozen=True)

@@ -194,8 +194,9 @@ class ConsumerSchedule:
 
     Shuffled, the schedule is a sliding window over the share's segments, in share order: segment
     ``i`` gets a window ``[a_i, b_i)`` of slots, normally ``[i, i + pool_size)`` (the first ones start
-    at slot 0 and the last ones end at slot n, so the epoch's start and end mix as many segments as
-    its middle), and each of its frames a key drawn uniformly in its window. Frames are emitted in
+    on a ramp, segment ``i`` at slot ``i.bit_length()``, so that the first draws need one episode and
+    the pool fills by slot log2(pool_size); the last ones end at slot n), and each of its frames a key
+    drawn uniformly in its window. Frames are emitted in
     key order, slot by slot; a segment is admitted when its window opens and evicted when it closes,
     so the pool never holds more than ``pool_size`` segments and every slot's frames are drawn from
     up to ``pool_size`` episodes. Without ``shuffle``, segments and frames come in order (windows of
@@ -218,7 +219,12 @@ class ConsumerSchedule:
         self._key_seed, self._fill_seed = (int(v) for v in rng.integers(2**63, size=2))
         index = np.arange(n, dtype=np.int64)
         width = pool_size if shuffle else 1
-        self._a = np.where(index < width - 1, 0, index)  # window [a_i, b_i) of slots; a, b non-decreasing
+        # Window [a_i, b_i) of slots; a, b non-decreasing. The first segments open on a ramp: segment
+        # i < width - 1 at slot bit_length(i) (1 segment at slot 0, 2 at slot 1, 4 at slot 2, ...),
+        # so the first draws need one episode's video, not a whole pool's (a remote first batch
+        # waits for one download); from slot log2(width) on the pool is as full as without it.
+        ramp = np.array([int(i).bit_length() for i in range(max(0, min(n, width - 1)))], dtype=np.int64)
+        self._a = np.concatenate([ramp, index[len(ramp):]])
         self._b = np.minimum(index + width, n)
         self._slots = n
         self._steps: Iterator[Step] | None = None

@@ -18,7 +18,7 @@ from episodestream._base.tracing import trace_instant, trace_span
 from episodestream._base.world import World
 from episodestream._format.files import EpisodeVideos
 from episodestream._format.metadata import EpisodeInfo
-from episodestream._plan.resume import STATE_FORMAT, Resumption, consumer_steps, fingerprint_digest, locate, read_request
+from episodestream._plan.resume import STATE_FORMAT, refuse_other_format, Resumption, consumer_steps, fingerprint_digest, locate, read_request
 from episodestream._plan.sampling import ADMIT, EMIT, EpochPlan, Segment, Step
 from episodestream._runtime.core import DatasetCore
 from episodestream._runtime.epoch import SharedEpoch
@@ -203,8 +203,7 @@ class DatasetSource(StreamSource):
             self.loads_seen = self.shared_epoch.state_loaded()
 
     def check_state(self, state: Mapping[str, Any], *, strict: bool = True) -> CheckedState:
-        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
-            raise ValueError(f"Not an episodestream stream state (expected format {STATE_FORMAT!r}): {state!r:.200}")
+        refuse_other_format(state, STATE_FORMAT, "stream")
         for key in ("batches_consumed", "batch_size", "num_workers"):
             if key not in state:
                 raise ValueError(f"The state lacks {key!r}: add what the trainer knows, e.g. "

@@ -25,7 +25,7 @@ from episodestream._plan.mixing import (
     plan_mixture_resume,
     rank_counts,
 )
-from episodestream._plan.resume import BeyondEpochError, chain_legs
+from episodestream._plan.resume import BeyondEpochError, chain_legs, refuse_other_format
 from episodestream._plan.sampling import Step
 from episodestream._runtime.dataset_source import DatasetSource
 from episodestream._runtime.epoch import SharedEpoch
@@ -33,7 +33,7 @@ from episodestream._runtime.mixture_stream import MixtureStream
 from episodestream._runtime.stream import CheckedState, ConsumerStream, refuse_mismatches
 from episodestream._runtime.stream_source import StreamSource
 
-MIXTURE_STATE_FORMAT = "episodestream.mixture_state/1"
+MIXTURE_STATE_FORMAT = "episodestream.mixture_state/2"
 
 
 
@@ -171,9 +171,7 @@ class MixtureSource(StreamSource):
     def check_state(self, state: Mapping[str, Any], *, strict: bool = True) -> CheckedState:
         """Check ``state`` and work out where it resumes, changing nothing (``load_state_dict`` is
         this then ``apply_state``; ``EpisodeLoader`` checks its own settings in between)."""
-        if not isinstance(state, Mapping) or state.get("format") != MIXTURE_STATE_FORMAT:
-            raise ValueError(f"Not an episodestream mixture state (expected format {MIXTURE_STATE_FORMAT!r}): "
-                             f"{state!r:.200}")
+        refuse_other_format(state, MIXTURE_STATE_FORMAT, "mixture")
         for key in ("batches_consumed", "batch_size", "num_workers"):
             if key not in state:
                 raise ValueError(f"The state lacks {key!r}: add what the trainer knows, e.g. "

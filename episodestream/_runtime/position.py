@@ -31,7 +31,7 @@ from typing import Any
 
 from episodestream._base.options import check_int
 from episodestream._base.world import World
-from episodestream._plan.resume import STATE_FORMAT, Leg, ResumeRequest, Resumption
+from episodestream._plan.resume import STATE_FORMAT, refuse_other_format, Leg, ResumeRequest, Resumption
 from episodestream._runtime.placement import in_dataloader_worker
 
 _FIELDS = ("epoch", "rank", "world_size", "worker", "num_workers", "samples_yielded")
@@ -135,8 +135,7 @@ def load_consumer_state(state: Mapping[str, Any], position: StreamPosition, *, s
     """Check a per-consumer ``state`` against the dataset's ``seed``, ``shuffle`` and ``fingerprint``
     and make it ``position``'s pending one: the epoch it resumes, and the resume that iteration
     itself continued (its ``legs``; None when it streamed the epoch from the start)."""
-    if state.get("format") != STATE_FORMAT:
-        raise ValueError(f"Not an episodestream stream state (expected format {STATE_FORMAT!r}): {state!r:.200}")
+    refuse_other_format(state, STATE_FORMAT, "stream")
     mismatches = fingerprint_mismatches(state, seed=seed, shuffle=shuffle, fingerprint=fingerprint)
     if mismatches:
         message = "The stream state does not match this dataset: " + "; ".join(mismatches) + "."
