@@ -198,18 +198,24 @@ def remaining_segments(segments: Sequence[Segment], consumed: Sequence[tuple[int
     compare = {episode for episode, _ in repeated}
     for episode, frames in repeated:
         pieces.setdefault(episode, []).append(frames)
+    # An episode weighted up has several segments (distinct anchors, ``Segment.period``): the
+    # shortcut compares what was taken with all of them.
+    anchors: dict[int, int] = {}
+    for seg in segments:
+        if seg.episode_index in pieces:
+            anchors[seg.episode_index] = anchors.get(seg.episode_index, 0) + seg.length
     out = []
     for seg in segments:
         taken = pieces.get(seg.episode_index)
         if taken is None:
             out.append(seg)
             continue
-        if seg.episode_index not in compare and sum(len(t) for t in taken) == len(seg.frames):
+        if seg.episode_index not in compare and sum(len(t) for t in taken) == anchors[seg.episode_index]:
             continue
         frames = np.asarray(seg.frames)
         keep = ~np.isin(frames, np.concatenate([np.asarray(t) for t in taken]))
         if keep.any():
-            out.append(Segment(seg.episode_index, frames[keep]))
+            out.append(Segment(seg.episode_index, frames[keep], seg.period))
     return out
 
 
