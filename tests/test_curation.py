@@ -292,3 +292,59 @@ def test_mixture_components_take_their_own_curation(camera_less_root):
     got = Counter((int(s["dataset_index"]), int(s["episode_index"]), int(s["frame_index"])) for s in mixture)
     assert got == Counter([(0, 0, f) for f in range(7)] + [(0, 2, f) for f in range(3, 9)]
                           + [(1, 4, f) for f in range(9)] * 2 + [(1, 6, f) for f in range(15)])
+
+
+def _lerobots_split(base, episode_tasks, eval_split):
+    """LeRobot 0.6.1's ``make_train_eval_datasets`` split, as its source writes it
+    (tests/with_lerobot checks ``split_episodes`` against the real one)."""
+    import math
+    task_to_episodes: dict = {}
+    for ep_idx in base:
+        task_key = episode_tasks[ep_idx][0] if episode_tasks[ep_idx] else ""
+        task_to_episodes.setdefault(task_key, []).append(ep_idx)
+    train_episodes, eval_episodes = [], []
+    for eps in task_to_episodes.values():
+        n_eval = math.ceil(len(eps) * eval_split)
+        train_episodes.extend(eps[: len(eps) - n_eval])
+        eval_episodes.extend(eps[len(eps) - n_eval:])
+    return train_episodes, eval_episodes
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.1, 0.25, 0.5, 0.6])
+def test_split_episodes_unseeded_is_lerobots(camera_less_root, fraction):
+    from episodestream import split_episodes
+
+    tasks = EpisodeDataset(camera_less_root).meta.episodes["tasks"]
+    assert split_episodes(camera_less_root, fraction) == _lerobots_split(range(len(TABULAR_LENGTHS)), tasks, fraction)
+    given = [20, 3, 7, 1, 12, 9, 4]
+    assert split_episodes(EpisodeDataset(camera_less_root, episodes=given), fraction) == \
+        _lerobots_split(given, tasks, fraction)
+
+
+def test_split_episodes_seeded_per_task_and_composes(camera_less_root):
+    from episodestream import split_episodes
+
+    tasks = EpisodeDataset(camera_less_root).meta.episodes["tasks"]
+    train, held_out = split_episodes(camera_less_root, 0.25, seed=4)
+    assert train == sorted(train) and held_out == sorted(held_out)
+    assert sorted(train + held_out) == list(range(len(TABULAR_LENGTHS)))
+    for task in {t[0] for t in tasks}:
+        members = [e for e in range(len(TABULAR_LENGTHS)) if tasks[e][0] == task]
+        assert sum(e in held_out for e in members) == -(-len(members) // 4)
+    assert split_episodes(camera_less_root, 0.25, seed=4) == (train, held_out)
+    assert split_episodes(camera_less_root, 0.25, seed=5) != (train, held_out)
+    assert split_episodes(camera_less_root, 0.25, by=None) == (list(range(18)), list(range(18, 24)))
+    # The held-out episodes with the other options: a predicate-curated source, keep_frames after.
+    curated = EpisodeStreamingDataset(camera_less_root, episodes=pc.field("length") >= 5)
+    train, held_out = split_episodes(curated, 0.5, by=None)
+    assert held_out == curated.episode_indices[len(curated.episode_indices) // 2:]
+    evaluation = EpisodeDataset(camera_less_root, episodes=held_out, keep_frames={e: [(0, 2)] for e in held_out})
+    assert len(evaluation) == 2 * len(held_out)
+    by_length = split_episodes(camera_less_root, 0.5, by="length")
+    assert set(by_length[1]) >= {e for e, n in enumerate(TABULAR_LENGTHS) if TABULAR_LENGTHS.count(n) == 1}
+    with pytest.raises(ValueError, match="eval_fraction must be a number in"):
+        split_episodes(camera_less_root, 1.0)
+    with pytest.raises(ValueError, match="by='nope' is neither 'task' nor a column"):
+        split_episodes(camera_less_root, 0.2, by="nope")
+    with pytest.raises(ValueError, match="leaves 0 training episodes"):
+        split_episodes(EpisodeDataset(camera_less_root, episodes=[0]), 0.5)

@@ -68,6 +68,10 @@ class EpisodeTable(Mapping):
             raise KeyError(episode_index)
         return row
 
+    def tasks_at(self, row: int) -> tuple[str, ...]:
+        """The tasks of the episode at ``row``, without making its ``EpisodeInfo``."""
+        return self._tasks[self._task_id[row]]
+
     def at(self, row: int) -> EpisodeInfo:
         videos = {key: VideoSpan(v.relpaths[v.file_id[row]], float(v.from_timestamp_s[row]),
                                  float(v.to_timestamp_s[row])) for key, v in self._videos.items()}

@@ -98,9 +98,14 @@ class DatasetCore:
             episodes = select_by_predicate(self._episodes_table(), episodes, self.meta.description)  # type: ignore[arg-type]
         selection = select_episodes(self.meta, episodes)  # type: ignore[arg-type]
         self.episodes, self.anchors, self.curation = self._curate(selection, keep_frames, episode_weights)
-        # For LeRobot's ``dataset.episodes``: None selects every episode; else the episodes used.
-        self.requested_episodes = (None if episodes is None and self.curation is None
-                                   else self.episodes.episode_indices.tolist())
+        # For LeRobot's ``dataset.episodes``: None selects every episode; else the episodes used,
+        # in the order given (LeRobot's split follows it), less those curation left out.
+        if episodes is None and self.curation is None:
+            self.requested_episodes: list[int] | None = None
+        else:
+            used = set(self.episodes.episode_indices.tolist())
+            given = self.episodes.episode_indices.tolist() if episodes is None else [int(e) for e in episodes]
+            self.requested_episodes = [e for e in given if e in used]
         # Validated before it is copied: copying a list or None-per-key would fail with a bare error.
         self.offsets = delta_indices(self.meta, delta_timestamps, self.tolerance_s)
         self.delta_timestamps = {k: list(v) for k, v in (delta_timestamps or {}).items()}
