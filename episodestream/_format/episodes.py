@@ -23,6 +23,17 @@ class VideoSpan:
     relpath: str
     from_timestamp_s: float
     to_timestamp_s: float
+    # The part of the episode a consumer can read (file times), when it is less than the whole:
+    # with ``keep_frames``, the kept frames and the windows' reach (``_runtime.core``). Remote
+    # sources fetch only the bytes of this part; decoding still places frames by ``from_timestamp_s``.
+    needed_from_s: float | None = None
+    needed_to_s: float | None = None
+
+    @property
+    def needed_s(self) -> tuple[float, float]:
+        """``[from, to)`` file seconds that may be read: ``needed_*`` when set, else the episode's."""
+        return (self.from_timestamp_s if self.needed_from_s is None else self.needed_from_s,
+                self.to_timestamp_s if self.needed_to_s is None else self.needed_to_s)
 
 
 @dataclass(frozen=True)

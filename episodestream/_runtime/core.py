@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from episodestream._format.episodes import EpisodeSelection
+from episodestream._format.episodes import EpisodeSelection, EpisodeTable
 from episodestream._format.files import EpisodeVideos, SourceStats
 from episodestream._sample.builder import SampleBuilder, delta_indices
 from episodestream._format.lerobot_meta import LeRobotMeta
@@ -28,6 +28,7 @@ from episodestream._format.episode_filters import (
     weight_column,
 )
 from episodestream._plan.curation import Anchors, anchor_counts, check_keep_frames, check_weights
+from episodestream._runtime.needed_spans import NeededEpisodes
 from episodestream._runtime.sources import open_source
 from episodestream._sample.video.decoder_cache import MAX_DECODERS, DecoderCache
 from episodestream._sample.video.backends import resolve_backend
@@ -159,6 +160,16 @@ class DatasetCore:
     @property
     def num_frames(self) -> int:
         return int(self.episodes.lengths.sum())
+
+    @property
+    def fetched_episodes(self) -> EpisodeTable | NeededEpisodes:
+        """What consumers hold episodes as (``EpisodeInfo`` by index): with ``keep_frames``, each
+        video span narrowed to the part its kept frames and windows read (``needed_spans``)."""
+        if self.curation is None or "keep_frames" not in self.curation:
+            return self.meta.episodes
+        if self.__dict__.get("_needed") is None:
+            self._needed = NeededEpisodes(self.meta.episodes, self.anchors, self.offsets, self.meta.fps)
+        return self._needed
 
     @property
     def num_anchors(self) -> int:

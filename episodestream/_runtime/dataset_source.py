@@ -150,7 +150,7 @@ class DatasetSource(StreamSource):
         part is built and whose video is still to decode, with the episodes to evict once they are
         decoded."""
         builder = self.core.builder
-        episodes = self.core.meta.episodes
+        episodes = self.core.fetched_episodes
         group_size = self.settings.decode_group_size
         # Prefetching sources admit video ahead of the pool (_admit_ahead), the rest on first hold.
         pool = HeldEpisodes(self.core.row_reader(), videos, admit_video=not videos.prefetches)
