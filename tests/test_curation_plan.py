@@ -210,3 +210,21 @@ def test_keep_frames_accepts_touching_unsorted_ranges_and_str_keys():
 def test_weight_errors_name_the_episode_and_value(weights, error, message):
     with pytest.raises(error, match=message):
         check_weights(weights, episode_index=np.array([0, 1]))
+
+
+def test_frame_ranges_behave_as_their_frames():
+    from episodestream._plan.curation import FrameRanges
+
+    ranges = FrameRanges(np.array([2, 10, 20]), np.array([5, 12, 26]))
+    frames = [2, 3, 4, 10, 11, 20, 21, 22, 23, 24, 25]
+    assert len(ranges) == len(frames) and list(ranges) == frames
+    assert np.asarray(ranges, dtype=np.int64).tolist() == frames
+    for lo in range(-2, len(frames) + 2):
+        for hi in range(-2, len(frames) + 2):
+            assert np.asarray(ranges[lo:hi]).tolist() == frames[lo:hi], (lo, hi)
+    assert [ranges[i] for i in range(-len(frames), len(frames))] == frames[-len(frames):] + frames
+    with pytest.raises(IndexError):
+        ranges[len(frames)]
+    assert list(ranges + 100) == [f + 100 for f in frames]
+    assert ranges[::2].tolist() == frames[::2]
+    assert ranges == np.array(frames) and repr(ranges) == "FrameRanges([2, 5), [10, 12), [20, 26))"

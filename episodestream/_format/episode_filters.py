@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from episodestream._base.gc_pause import gc_paused
 from episodestream._format.files import DatasetFiles
 from episodestream._format.metadata import _read_episode_tables
 
@@ -30,7 +31,7 @@ def load_keep_frames(value: Mapping[Any, Any] | str | os.PathLike) -> tuple[Mapp
                         f"file of that shape, got {type(value).__name__}.")
     path = Path(value)
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f, gc_paused():
             loaded = json.load(f)
     except FileNotFoundError:
         raise FileNotFoundError(f"keep_frames: no such JSON file: {path}") from None

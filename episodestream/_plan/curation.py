@@ -17,6 +17,7 @@ Pure: it sees episode indices, lengths and the options' values (JSON already par
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
@@ -25,11 +26,71 @@ from typing import Any
 
 import numpy as np
 
+from episodestream._base.gc_pause import gc_paused
 from episodestream._plan.sampling import Segment
 
 # Spawn keys here have three entries and start with this tag, so they never meet ``make_rng``'s
 # four-entry or the mixtures' six-entry keys.
 _CURATION_TAG = 0x637572  # "cur"
+
+
+class FrameRanges:
+    """Ascending, disjoint frame ranges ``[starts[k], ends[k])`` as one sequence of frames: what a
+    ``Segment``'s ``frames`` may be (``len``, an int or slice index, ``np.asarray``, ``+ offset``),
+    materialised only when a consumer's schedule draws its keys."""
+
+    __slots__ = ("starts", "ends", "_before")
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        self.starts, self.ends = starts, ends
+        self._before: np.ndarray | None = None  # frames before each range, when first asked
+
+    def _cumulative(self) -> np.ndarray:
+        if self._before is None:
+            self._before = np.concatenate([[0], np.cumsum(self.ends - self.starts)])
+        return self._before
+
+    def __len__(self) -> int:
+        return int((self.ends - self.starts).sum())
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        lengths = self.ends - self.starts
+        out = np.repeat(self.starts - self._cumulative()[:-1], lengths) + np.arange(int(lengths.sum()))
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def __iter__(self):
+        return iter(np.asarray(self).tolist())
+
+    def __getitem__(self, index: int | slice) -> Any:
+        before = self._cumulative()
+        n = int(before[-1])
+        if isinstance(index, slice):
+            lo, hi, step = index.indices(n)
+            if step != 1:
+                return np.asarray(self)[index]
+            if hi <= lo:
+                return range(0)
+            first = int(np.searchsorted(before, lo, side="right")) - 1
+            last = int(np.searchsorted(before, hi, side="left")) - 1
+            starts = self.starts[first:last + 1].copy()
+            ends = self.ends[first:last + 1].copy()
+            starts[0] += lo - int(before[first])
+            ends[-1] -= int(before[last + 1]) - hi
+            return range(int(starts[0]), int(ends[0])) if len(starts) == 1 else FrameRanges(starts, ends)
+        i = int(index) + (n if index < 0 else 0)
+        if not 0 <= i < n:
+            raise IndexError(index)
+        k = int(np.searchsorted(before, i, side="right")) - 1
+        return int(self.starts[k]) + i - int(before[k])
+
+    def __add__(self, offset: int) -> FrameRanges:
+        return FrameRanges(self.starts + offset, self.ends + offset)
+
+    def __eq__(self, other: object) -> bool:
+        return np.array_equal(np.asarray(self), np.asarray(other))  # type: ignore[call-overload]
+
+    def __repr__(self) -> str:
+        return "FrameRanges(" + ", ".join(f"[{a}, {b})" for a, b in zip(self.starts.tolist(), self.ends.tolist())) + ")"
 
 
 class KeepRanges:
@@ -50,19 +111,21 @@ class KeepRanges:
         before = np.concatenate([[0], np.cumsum(per_range)])
         return before[last] - before[first]
 
-    def kept_frames(self, episode_index: np.ndarray) -> list[range | np.ndarray]:
-        """Each episode's kept frames: a ``range`` for one range, else an ascending array."""
+    def kept_frames(self, episode_index: np.ndarray) -> list[range | FrameRanges]:
+        """Each episode's kept frames: a ``range`` for one range, else ``FrameRanges`` (not
+        materialised: DROID's 92,000 episodes keep ~20 million frames, 160 MB as int64)."""
         first = np.searchsorted(self.range_episode, episode_index, side="left").tolist()
         last = np.searchsorted(self.range_episode, episode_index, side="right").tolist()
         starts, ends = self.starts.tolist(), self.ends.tolist()
-        out: list[range | np.ndarray] = []
-        for lo, hi in zip(first, last):
-            if hi - lo == 1:
-                out.append(range(starts[lo], ends[lo]))
-            elif hi == lo:
-                out.append(range(0))
-            else:
-                out.append(np.concatenate([np.arange(starts[k], ends[k]) for k in range(lo, hi)]))
+        out: list[range | FrameRanges] = []
+        with gc_paused():
+            for lo, hi in zip(first, last):
+                if hi - lo == 1:
+                    out.append(range(starts[lo], ends[lo]))
+                elif hi == lo:
+                    out.append(range(0))
+                else:
+                    out.append(FrameRanges(self.starts[lo:hi], self.ends[lo:hi]))
         return out
 
     def digest(self) -> str:
@@ -83,6 +146,19 @@ def _episode_key(key: Any, where: str) -> int:
         except ValueError:
             pass
     raise TypeError(f"{where}: episode key {key!r} is not an episode index (an int, or a str of an int).")
+
+
+def _episode_keys(keys: list[Any], where: str) -> np.ndarray:
+    """Episode keys as int64: all str (JSON) or all int in one numpy call, else key by key."""
+    types = set(map(type, keys))
+    if types == {str}:
+        try:
+            return np.fromiter(map(int, keys), np.int64, len(keys))
+        except ValueError:
+            pass  # some key is not an int: the loop names it
+    elif types <= {int}:
+        return np.array(keys, np.int64).reshape(-1)
+    return np.array([_episode_key(k, where) for k in keys], np.int64).reshape(-1)
 
 
 def _ranges_of(episode: int, ranges: Any, where: str) -> np.ndarray:
@@ -107,29 +183,30 @@ def check_keep_frames(value: Mapping[Any, Any], *, episode_index: np.ndarray, le
     if not isinstance(value, Mapping):
         raise TypeError(f"{where} must be a dict {{episode_index: [(start, end), ...]}} or a path to a JSON "
                         f"file of that shape, got {type(value).__name__}.")
-    keys = [_episode_key(k, where) for k in value]
-    counts = np.empty(len(keys), np.int64)
-    flat: list[Any] = []
-    for i, ranges in enumerate(value.values()):
-        counts[i] = len(ranges) if isinstance(ranges, (list, tuple)) else -1
-        if counts[i] >= 0:
-            flat.extend(ranges)
+    keys = _episode_keys(list(value), where)
+    values = list(value.values())
     pairs = None
-    if (counts >= 0).all():
-        try:
-            pairs = np.array(flat) if flat else np.zeros((0, 2), np.int64)
-        except ValueError:  # ragged: some range is not a pair
-            pairs = None
-    if pairs is None or pairs.ndim != 2 or pairs.shape[1] != 2 or pairs.dtype.kind not in "iu":
+    try:
+        # One numpy call for every range: ~300,000 ranges for DROID. Anything but a list of
+        # (start, end) int pairs per episode ends up ragged, of another shape or not of ints.
+        counts = np.fromiter(map(len, values), np.int64, len(values))
+        flat = list(itertools.chain.from_iterable(values))
+        scalars = np.array(flat) if flat else np.zeros((0, 2), np.int64)
+        # Inferred, not cast: a float or a bool would be truncated silently by dtype=int64.
+        if scalars.ndim == 2 and scalars.shape[1] == 2 and scalars.dtype.kind in "iu":
+            pairs = scalars.astype(np.int64, copy=False)
+    except (TypeError, ValueError):
+        pass
+    if pairs is None:
         # Something is malformed: find which episode, value by value (slow, but only to raise).
-        checked = [_ranges_of(k, r, where) for k, r in zip(keys, value.values())]
+        checked = [_ranges_of(k, r, where) for k, r in zip(keys.tolist(), values)]
         counts = np.array([len(c) for c in checked], np.int64)
         pairs = np.concatenate(checked) if checked else np.zeros((0, 2), np.int64)
     pairs = pairs.astype(np.int64, copy=False)
-    episodes = np.array(keys, np.int64)
+    episodes = keys
     if len(np.unique(episodes)) != len(episodes):
         seen: set[int] = set()
-        twice = next(e for e in keys if e in seen or seen.add(e))  # type: ignore[func-returns-value]
+        twice = next(e for e in keys.tolist() if e in seen or seen.add(e))  # type: ignore[func-returns-value]
         raise ValueError(f"{where} names episode {twice} twice (keys {twice!r} and {str(twice)!r}?).")
     rows = np.searchsorted(episode_index, episodes)
     known = (rows < len(episode_index)) & (episode_index[np.minimum(rows, len(episode_index) - 1)] == episodes)
@@ -166,7 +243,7 @@ def check_weights(value: Mapping[Any, Any] | np.ndarray, *, episode_index: np.nd
         weights = value
         names = episode_index
     elif isinstance(value, Mapping):
-        keys = np.array([_episode_key(k, where) for k in value], np.int64)
+        keys = _episode_keys(list(value), where)
         rows = np.searchsorted(episode_index, keys)
         known = (rows < len(episode_index)) & (episode_index[np.minimum(rows, len(episode_index) - 1)] == keys)
         if not known.all():
@@ -213,7 +290,7 @@ def anchor_counts(kept: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
     return parts
 
 
-def _shifted(frames: range | np.ndarray, by: int) -> range | np.ndarray:
+def _shifted(frames: range | FrameRanges, by: int) -> range | FrameRanges:
     if isinstance(frames, range):
         return range(frames.start + by, frames.stop + by)
     return frames + by
@@ -223,10 +300,15 @@ class Anchors:
     """The selection's anchors: per episode (ascending ``episode_index``) its length, its kept
     frames and its anchors per epoch (``counts``); ``segments(seed, epoch)`` lays them out."""
 
-    def __init__(self, episode_index: np.ndarray, lengths: np.ndarray, kept: Sequence[range | np.ndarray] | None,
-                 counts: np.ndarray) -> None:
+    def __init__(self, episode_index: np.ndarray, lengths: np.ndarray, kept: Sequence[range | FrameRanges] | None,
+                 counts: np.ndarray, kept_count: np.ndarray | None = None) -> None:
         self.episode_index, self.lengths, self.counts = episode_index, lengths, counts
         self._kept = kept  # None: every frame
+        if kept is None:
+            kept_count = lengths
+        elif kept_count is None:
+            kept_count = np.fromiter((len(f) for f in kept), np.int64, len(kept))
+        self._kept_count = kept_count
         self._fixed: list[Segment] | None = None  # when no episode has a partial copy
         self._last: tuple[int, int, list[Segment]] | None = None  # (seed, epoch, segments) otherwise
         self.total = int(counts.sum())
@@ -235,12 +317,11 @@ class Anchors:
         # DataLoader workers rebuild the segments if they need them, rather than unpickle 92,000 objects.
         return {**self.__dict__, "_fixed": None, "_last": None}
 
-    def kept(self, k: int) -> range | np.ndarray:
+    def kept(self, k: int) -> range | FrameRanges:
         return range(int(self.lengths[k])) if self._kept is None else self._kept[k]
 
     def kept_count(self) -> np.ndarray:
-        return self.lengths if self._kept is None else np.fromiter((len(f) for f in self._kept), np.int64,
-                                                                    len(self._kept))
+        return self._kept_count
 
     def varies_by_epoch(self) -> bool:
         return bool((self.counts % np.maximum(self.kept_count(), 1)).any())
@@ -263,18 +344,18 @@ class Anchors:
         rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_CURATION_TAG, epoch, 0)))
         draws = iter(rng.random(int((partial > 0).sum())).tolist())
         out = []
-        for k, (e, length, q, r) in enumerate(zip(self.episode_index.tolist(), self.lengths.tolist(),
-                                                  copies.tolist(), partial.tolist())):
-            if not q and not r:
-                continue
-            kept = self.kept(k)
-            period = length if q + (r > 0) > 1 else 0
-            for c in range(q):
-                out.append(Segment(e, _shifted(kept, c * length), period))
-            if r:
-                n = len(kept)
-                picks = ((np.arange(r) + next(draws)) * n / r).astype(np.int64)
-                out.append(Segment(e, np.asarray(kept)[picks] + q * length, period))
+        with gc_paused():
+            for k, (e, length, n, q, r) in enumerate(zip(self.episode_index.tolist(), self.lengths.tolist(),
+                                                         kept_count.tolist(), copies.tolist(), partial.tolist())):
+                if not q and not r:
+                    continue
+                kept = self.kept(k)
+                period = length if q + (r > 0) > 1 else 0
+                for c in range(q):
+                    out.append(Segment(e, _shifted(kept, c * length) if c else kept, period))
+                if r:
+                    picks = ((np.arange(r) + next(draws)) * n / r).astype(np.int64)
+                    out.append(Segment(e, np.asarray(kept)[picks] + q * length, period))
         if not partial.any():
             self._fixed = out
         else:

@@ -150,7 +150,8 @@ class DatasetCore:
         if kept is not None:
             kept = [kept[k] for k in used.tolist()]
         selection = EpisodeSelection(table, selection.rows[used])
-        anchors = Anchors(selection.episode_indices, selection.lengths, kept, counts[used])
+        anchors = Anchors(selection.episode_indices, selection.lengths, kept, counts[used],
+                          None if kept is None else kept_count[used])
         curation["anchors"] = anchors.digest()
         return selection, anchors, curation
 
