@@ -68,7 +68,7 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
         self._core = DatasetCore(source, **source_options(locals()), episodes_in_flight=_ROWS_CACHED + 1,
                                  local_cache_dir=column_cache)
         anchors = self._core.anchors
-        self._kept = [anchors.kept(k) for k in range(len(anchors.episode_index))] if self._core.curation else None
+        self._kept = anchors if self._core.curation else None  # each episode's kept frames, by position
         counts = anchors.kept_count()
         self._starts = np.concatenate([[0], np.cumsum(counts)])
         self._episode_indices = self._core.episodes.episode_indices  # by selection position
@@ -91,8 +91,9 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
         starts = self._core.episodes.from_indices.tolist()
         positions = self._starts.tolist()
         if self._kept is not None:
-            return {start + int(f): position + k for start, kept, position in zip(starts, self._kept, positions)
-                    for k, f in enumerate(kept)}
+            kept = (self._kept.kept(i) for i in range(len(starts)))
+            return {start + int(f): position + k for start, frames, position in zip(starts, kept, positions)
+                    for k, f in enumerate(frames)}
         lengths = self._core.episodes.lengths.tolist()
         return {start + k: position + k for start, n, position in zip(starts, lengths, positions) for k in range(n)}
 
@@ -105,7 +106,7 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
         i = int(i) % len(self)
         k = int(np.searchsorted(self._starts, i, side="right")) - 1
         offset = i - int(self._starts[k])
-        return int(self._episode_indices[k]), offset if self._kept is None else int(self._kept[k][offset])
+        return int(self._episode_indices[k]), offset if self._kept is None else int(self._kept.kept(k)[offset])
 
     def _per_process(self) -> _PerProcess:
         # Decoders and parquet handles must not cross a fork: rebuild them in each new process.

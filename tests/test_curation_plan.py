@@ -57,7 +57,9 @@ def random_anchors(rng: np.random.Generator) -> tuple[Anchors, np.ndarray]:
     used = np.flatnonzero(counts)
     if not len(used):
         return random_anchors(rng)
-    anchors = Anchors(episodes[used], lengths[used], [kept[k] for k in used.tolist()], counts[used])
+    # Kept frames as a list (ranges and FrameRanges) or, as datasets pass them, the KeepRanges.
+    listed = [kept[k] for k in used.tolist()] if rng.random() < 0.5 else ranges
+    anchors = Anchors(episodes[used], lengths[used], listed, counts[used])
     return anchors, lengths
 
 

@@ -300,15 +300,20 @@ class Anchors:
     """The selection's anchors: per episode (ascending ``episode_index``) its length, its kept
     frames and its anchors per epoch (``counts``); ``segments(seed, epoch)`` lays them out."""
 
-    def __init__(self, episode_index: np.ndarray, lengths: np.ndarray, kept: Sequence[range | FrameRanges] | None,
-                 counts: np.ndarray, kept_count: np.ndarray | None = None) -> None:
+    def __init__(self, episode_index: np.ndarray, lengths: np.ndarray,
+                 kept: KeepRanges | Sequence[range | FrameRanges] | None, counts: np.ndarray) -> None:
         self.episode_index, self.lengths, self.counts = episode_index, lengths, counts
-        self._kept = kept  # None: every frame
+        # None: every frame; KeepRanges: each episode's kept frames made when asked (``kept``), so
+        # that neither construction nor pickling to DataLoader workers handles 92,000 objects.
+        self._kept = kept
         if kept is None:
-            kept_count = lengths
-        elif kept_count is None:
-            kept_count = np.fromiter((len(f) for f in kept), np.int64, len(kept))
-        self._kept_count = kept_count
+            self._kept_count = lengths
+        elif isinstance(kept, KeepRanges):
+            self._lo = np.searchsorted(kept.range_episode, episode_index, side="left")
+            self._hi = np.searchsorted(kept.range_episode, episode_index, side="right")
+            self._kept_count = kept.kept_counts(episode_index)
+        else:
+            self._kept_count = np.fromiter((len(f) for f in kept), np.int64, len(kept))
         self._fixed: list[Segment] | None = None  # when no episode has a partial copy
         self._last: tuple[int, int, list[Segment]] | None = None  # (seed, epoch, segments) otherwise
         self.total = int(counts.sum())
@@ -318,7 +323,16 @@ class Anchors:
         return {**self.__dict__, "_fixed": None, "_last": None}
 
     def kept(self, k: int) -> range | FrameRanges:
-        return range(int(self.lengths[k])) if self._kept is None else self._kept[k]
+        """The kept frames of the ``k``-th episode: a ``range`` when they are one range."""
+        kept = self._kept
+        if kept is None:
+            return range(int(self.lengths[k]))
+        if not isinstance(kept, KeepRanges):
+            return kept[k]
+        lo, hi = int(self._lo[k]), int(self._hi[k])
+        if hi - lo == 1:
+            return range(int(kept.starts[lo]), int(kept.ends[lo]))
+        return FrameRanges(kept.starts[lo:hi], kept.ends[lo:hi])
 
     def kept_count(self) -> np.ndarray:
         return self._kept_count

@@ -130,12 +130,12 @@ class DatasetCore:
         if keep_frames is None and weights is None:
             return selection, Anchors(indices, lengths, None, lengths.astype(np.int64)), None
         curation: dict[str, str] = {}
-        kept: list | None = None
+        ranges = None
         kept_count = lengths
         if keep_frames is not None:
             mapping, where = load_keep_frames(keep_frames)
             ranges = check_keep_frames(mapping, episode_index=table.episode_index, lengths=table.length, where=where)
-            kept, kept_count = ranges.kept_frames(indices), ranges.kept_counts(indices)
+            kept_count = ranges.kept_counts(indices)
             curation["keep_frames"] = ranges.digest()
         weight_of = None
         if weights is not None:
@@ -147,11 +147,8 @@ class DatasetCore:
             raise ValueError(f"keep_frames / episode_weights leave no frame of the {len(selection)} selected "
                              f"episode(s) of {self.meta.description}.")
         used = np.flatnonzero(counts)
-        if kept is not None:
-            kept = [kept[k] for k in used.tolist()]
         selection = EpisodeSelection(table, selection.rows[used])
-        anchors = Anchors(selection.episode_indices, selection.lengths, kept, counts[used],
-                          None if kept is None else kept_count[used])
+        anchors = Anchors(selection.episode_indices, selection.lengths, ranges, counts[used])
         curation["anchors"] = anchors.digest()
         return selection, anchors, curation
 
