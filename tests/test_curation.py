@@ -348,3 +348,33 @@ def test_split_episodes_seeded_per_task_and_composes(camera_less_root):
         split_episodes(camera_less_root, 0.2, by="nope")
     with pytest.raises(ValueError, match="leaves 0 training episodes"):
         split_episodes(EpisodeDataset(camera_less_root, episodes=[0]), 0.5)
+
+
+def test_episode_loader_over_a_curated_weighted_dataset_resumes_exactly(many_episodes_root):
+    """``EpisodeLoader`` composes: decoded batches of a keep-ranged, weighted dataset, a state
+    taken mid-epoch, and a new loader continuing batch for batch (then a full next epoch)."""
+    from episodestream import EpisodeLoader
+
+    keep = {0: [(1, 4)], 3: [(0, 2), (4, 6)], 5: [(2, 5)], 7: [(0, 3)]}
+
+    def loader():
+        dataset = EpisodeStreamingDataset(many_episodes_root, keep_frames=keep, episode_weights={3: 2, 7: 1.5},
+                                          seed=2, episode_pool_size=2, return_uint8=True)
+        return EpisodeLoader(dataset, batch_size=3, num_threads=2)
+
+    def ids(batches):
+        return [(int(e), int(f)) for b in batches for e, f in zip(b["episode_index"], b["frame_index"])]
+
+    first = loader()
+    epoch0, epoch1 = ids(first), ids(first)
+    assert Counter(e for e, _ in epoch0) == {0: 3, 3: 8, 5: 3, 7: 5} and len(epoch0) == 19
+    assert epoch0 != epoch1 and Counter(e for e, _ in epoch1) == Counter(e for e, _ in epoch0)
+    part = loader()
+    iterator = iter(part)
+    taken = ids(next(iterator) for _ in range(3))
+    state = json.loads(json.dumps(part.state_dict()))
+    del iterator
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert taken + ids(resumed) == epoch0
+    assert ids(resumed) == epoch1
