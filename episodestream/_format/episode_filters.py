@@ -19,8 +19,6 @@ from episodestream._base.gc_pause import gc_paused
 from episodestream._format.files import DatasetFiles
 from episodestream._format.metadata import _read_episode_tables
 
-Predicate = Callable[[dict[str, Any]], Any] | pc.Expression
-
 
 def load_keep_frames(value: Mapping[Any, Any] | str | os.PathLike) -> tuple[Mapping[Any, Any], str]:
     """``keep_frames`` as a mapping, and how errors should name it (the JSON file's path)."""
@@ -52,7 +50,8 @@ def is_predicate(value: Any) -> bool:
     return isinstance(value, pc.Expression) or callable(value)
 
 
-def select_by_predicate(table: pa.Table, predicate: Predicate, description: str) -> list[int]:
+def select_by_predicate(table: pa.Table, predicate: Callable[[dict[str, Any]], Any] | pc.Expression,
+                        description: str) -> list[int]:
     """The episode indices (ascending) whose row ``predicate`` keeps; errors name the episode, or
     say that nothing was selected."""
     if isinstance(predicate, pc.Expression):

@@ -37,6 +37,7 @@ from episodestream._plan.sampling import (
     ConsumerSchedule,
     Step,
     EpochPlan,
+    Frames,
     Segment,
     consumer_rng,
     consumer_schedule,
@@ -182,7 +183,7 @@ def _walk_skip(steps: Iterator[Step], count: int) -> Iterator[Step]:
                 del admitted[episode]
 
 
-def remaining_segments(segments: Sequence[Segment], consumed: Sequence[tuple[int, range | np.ndarray]],
+def remaining_segments(segments: Sequence[Segment], consumed: Sequence[tuple[int, Frames]],
                        repeated: Sequence[tuple[int, np.ndarray]] = ()) -> list[Segment]:
     """``segments`` without the consumed frames, in the same order.
 
@@ -277,7 +278,7 @@ def plan_resume(segments: Sequence[Segment], *, seed: int, epoch: int, shuffle: 
             if all(per_rank[r][0] == produced[r] for r in per_rank):
                 return None
             return ResumePoint(epoch, index, segments, per_rank, seed, shuffle)
-        consumed: list[tuple[int, range | np.ndarray]] = []
+        consumed: list[tuple[int, Frames]] = []
         repeated: list[tuple[int, np.ndarray]] = []
         for rank, (taken, _) in per_rank.items():
             for worker, count in enumerate(taken):

@@ -19,7 +19,7 @@ import bisect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -63,6 +63,20 @@ def consumer_rng(seed: int, epoch: int, world: World, *, leg: int = 0) -> np.ran
     return make_rng(seed, epoch, _CONSUMER, world.rank, world.worker, leg=leg)
 
 
+class FrameSequence(Protocol):
+    """Frames as a ``Segment`` may hold them besides a ``range`` or an array (``_plan.curation``'s
+    ``FrameRanges``): a length, int and slice indexing, and ``np.asarray``."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: Any) -> Any: ...
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray: ...
+
+
+Frames = range | np.ndarray | FrameSequence
+
+
 class Segment:
     """Frames of one episode owned by one consumer: offsets within the episode (a range, or an array).
 
@@ -77,7 +91,7 @@ class Segment:
 
     __slots__ = ("episode_index", "frames", "length", "period")
 
-    def __init__(self, episode_index: int, frames: range | np.ndarray, period: int = 0) -> None:
+    def __init__(self, episode_index: int, frames: Frames, period: int = 0) -> None:
         self.episode_index, self.frames, self.length, self.period = episode_index, frames, len(frames), period
 
     def __len__(self) -> int:
@@ -297,7 +311,7 @@ class ConsumerSchedule:
             if i >= 3 * count:
                 yield step
 
-    def consumed(self, count: int) -> tuple[list[tuple[int, range | np.ndarray]], list[tuple[int, np.ndarray]]]:
+    def consumed(self, count: int) -> tuple[list[tuple[int, Frames]], list[tuple[int, np.ndarray]]]:
         """What the first ``count`` EMITs took: ``(episode_index, frames)`` pieces of the share's
         segments (each frame at most once; whole segments as their own ``frames``), and the
         fill-ins among them (repeats of frames of this rank's part)."""
@@ -308,7 +322,7 @@ class ConsumerSchedule:
                     [(seg.episode_index, np.array([anchor])) for seg, anchor in fills])
         slot, offset = self._position(count)
         done = int(np.searchsorted(self._b, slot, side="right"))
-        pieces: list[tuple[int, range | np.ndarray]] = [(s.episode_index, s.frames) for s in self._segments[:done]]
+        pieces: list[tuple[int, Frames]] = [(s.episode_index, s.frames) for s in self._segments[:done]]
         emitted = []
         for i in range(done, int(np.searchsorted(self._a, slot, side="right"))):
             frames, keys = self._keys(i)
@@ -375,7 +389,7 @@ class ConsumerSchedule:
     def _fill_steps(self) -> Iterator[Step]:
         for seg, anchor in self._fill_picks():
             yield Step(ADMIT, seg.episode_index, NO_FRAME)
-            yield Step(EMIT, seg.episode_index, int(seg.emitted(np.int64(anchor))))
+            yield Step(EMIT, seg.episode_index, anchor % seg.period if seg.period else anchor)
             yield Step(EVICT, seg.episode_index, NO_FRAME)
 
 

@@ -105,7 +105,7 @@ class DatasetCore:
             self.requested_episodes: list[int] | None = None
         else:
             used = set(self.episodes.episode_indices.tolist())
-            given = self.episodes.episode_indices.tolist() if episodes is None else [int(e) for e in episodes]
+            given = self.episodes.episode_indices.tolist() if episodes is None else [int(e) for e in episodes]  # type: ignore[union-attr]
             self.requested_episodes = [e for e in given if e in used]
         # Validated before it is copied: copying a list or None-per-key would fail with a bare error.
         self.offsets = delta_indices(self.meta, delta_timestamps, self.tolerance_s)
