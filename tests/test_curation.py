@@ -378,3 +378,11 @@ def test_episode_loader_over_a_curated_weighted_dataset_resumes_exactly(many_epi
     resumed.load_state_dict(state)
     assert taken + ids(resumed) == epoch0
     assert ids(resumed) == epoch1
+
+
+def test_an_unweighted_mixture_mixes_curated_components_by_anchors(camera_less_root):
+    a = EpisodeStreamingDataset(camera_less_root, keep_frames={0: [(0, 3)]}, seed=0)
+    b = EpisodeStreamingDataset(camera_less_root, episodes=[2], seed=0)
+    mixture = EpisodeMixture([a, b], seed=0)
+    assert mixture.meta.weights == pytest.approx((3 / 15, 12 / 15))
+    assert len(mixture) == 15
