@@ -9,8 +9,8 @@ streaming rate of a curated dataset next to the same dataset uncurated (issue 25
    curated alternate, ``--repeats`` times.
 2. Streaming: a small video dataset (textured frames, so decoding costs what camera video does),
    streamed by ``EpisodeStreamingDataset`` in the main process with a state and an image window,
-   uncurated and with a 74% keep JSON, alternating, ``--repeats`` times: samples per second and the
-   ratio curated / uncurated of each pair.
+   uncurated and with a 74% keep JSON, in one process, in turn, ``2 * --repeats`` rounds of
+   ``--stream-samples``: samples per second and the ratio curated / uncurated of each round.
 
     python benchmarks/curation/benchmark_curation.py --output-dir bench_out/curation
 """
@@ -65,20 +65,32 @@ def _construct(root: str, keep: str | None, world_size: int) -> dict:
     return out
 
 
-def _stream(root: str, keep: str | None, samples: int) -> dict:
+def _stream(root: str, keep: str, samples: int, rounds: int) -> dict:
+    """Both datasets in one process, ``rounds`` times in turn (each round a fresh iterator per
+    dataset: decoders opened and the pool filled before the clock starts), so that the machine's
+    load falls on both alike; samples per second of each round."""
     from episodestream import EpisodeStreamingDataset
-    dataset = EpisodeStreamingDataset(root, seed=0, return_uint8=True, episode_pool_size=8,
-                                      delta_timestamps={"observation.state": [-0.1, 0.0],
-                                                        "observation.images.front": [-1 / 30, 0.0]},
-                                      **({"keep_frames": keep} if keep else {}))
-    iterator = iter(dataset)
-    next(iterator)  # decoders opened, first episodes admitted
-    start, count = time.perf_counter(), 0
-    for _ in iterator:
-        count += 1
-        if count == samples:
-            break
-    return {"samples": count, "samples_per_s": count / (time.perf_counter() - start)}
+    options = dict(seed=0, return_uint8=True, episode_pool_size=8,
+                   delta_timestamps={"observation.state": [-0.1, 0.0], "observation.images.front": [-1 / 30, 0.0]})
+    datasets = {"uncurated": EpisodeStreamingDataset(root, **options),
+                "curated": EpisodeStreamingDataset(root, keep_frames=keep, **options)}
+    rates: dict[str, list[float]] = {name: [] for name in datasets}
+    cpu_rates: dict[str, list[float]] = {name: [] for name in datasets}
+    for r in range(rounds):
+        for name in (("uncurated", "curated") if r % 2 == 0 else ("curated", "uncurated")):
+            dataset = datasets[name]
+            dataset.set_epoch(r)
+            iterator = iter(dataset)
+            next(iterator)
+            start, cpu, count = time.perf_counter(), time.process_time(), 0
+            for _ in iterator:
+                count += 1
+                if count == samples:
+                    break
+            rates[name].append(count / (time.perf_counter() - start))
+            cpu_rates[name].append(count / (time.process_time() - cpu))
+            del iterator
+    return {"wall": rates, "cpu": cpu_rates}
 
 
 def _in_fresh_process(kind: str, **kwargs) -> dict:
@@ -94,8 +106,9 @@ def main() -> None:
     parser.add_argument("--data-dir", default="/tmp/episodestream-scale")
     parser.add_argument("--world-size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--stream-samples", type=int, default=1500)
+    parser.add_argument("--stream-samples", type=int, default=800)
     parser.add_argument("--output-dir", default="bench_out/curation")
+    parser.add_argument("--skip-construct", action="store_true", help="only the streaming comparison")
     args = parser.parse_args()
     from episodestream.tools.synthetic import write_synthetic_dataset, write_tabular_dataset
 
@@ -117,7 +130,7 @@ def main() -> None:
           f"{sum(len(r) for r in keep.values())} ranges, {kept:.1%} of the frames kept)")
 
     construct: dict[str, list[dict]] = {"uncurated": [], "curated": []}
-    for _ in range(args.repeats):
+    for _ in range(0 if args.skip_construct else args.repeats):
         for name, path in (("uncurated", None), ("curated", str(keep_path))):
             construct[name].append(_in_fresh_process("construct", root=str(root), keep=path,
                                                      world_size=args.world_size))
@@ -129,26 +142,26 @@ def main() -> None:
                               for p in sorted((video / "meta" / "episodes").rglob("*.parquet"))]).sort_by("episode_index")
     video_keep = data / "curation-video-keep.json"
     video_keep.write_text(json.dumps(droid_like_keep(vinfo.column("length").to_pylist(), seed=1)))
-    stream: dict[str, list[dict]] = {"uncurated": [], "curated": []}
-    for _ in range(args.repeats):
-        for name, path in (("uncurated", None), ("curated", str(video_keep))):
-            stream[name].append(_in_fresh_process("stream", root=str(video), keep=path, samples=args.stream_samples))
-
-    rows = ["| dataset | construct s (wall / CPU) | len, rank 0 of 8 | construct to first sample s | stream samples/s |",
-            "| --- | --- | --- | --- | --- |"]
+    stream = _in_fresh_process("stream", root=str(video), keep=str(video_keep), samples=args.stream_samples,
+                               rounds=2 * args.repeats)
+    rows = ["| dataset | construct s (wall / CPU) | len, rank 0 of 8 | construct to first sample s |",
+            "| --- | --- | --- | --- |"]
     for name in ("uncurated", "curated"):
-        c, s = construct[name], stream[name]
-        rows.append(f"| {name} | " + ", ".join(f"{r['construct_s']:.2f} / {r['construct_cpu_s']:.2f}" for r in c)
-                    + f" | {c[0]['len']:,} | " + ", ".join(f"{r['first_sample_s']:.2f}" for r in c)
-                    + " | " + ", ".join(f"{r['samples_per_s']:.0f}" for r in s) + " |")
-    ratios = [cur["samples_per_s"] / unc["samples_per_s"] for unc, cur in zip(stream["uncurated"], stream["curated"])]
+        c = construct[name]
+        if c:
+            rows.append(f"| {name} | " + ", ".join(f"{r['construct_s']:.2f} / {r['construct_cpu_s']:.2f}" for r in c)
+                        + f" | {c[0]['len']:,} | " + ", ".join(f"{r['first_sample_s']:.2f}" for r in c) + " |")
     print("\n".join(rows))
-    print(f"streaming ratio curated / uncurated, per pair: {', '.join(f'{r:.2f}' for r in ratios)} "
-          f"(median {statistics.median(ratios):.2f})")
+    for clock in ("wall", "cpu"):
+        unc, cur = stream[clock]["uncurated"], stream[clock]["curated"]
+        ratios = [b / a for a, b in zip(unc, cur)]
+        print(f"stream samples per {clock} second: uncurated {', '.join(f'{r:.0f}' for r in unc)}; curated "
+              f"{', '.join(f'{r:.0f}' for r in cur)}; ratio per round {', '.join(f'{r:.2f}' for r in ratios)} "
+              f"(median {statistics.median(ratios):.2f})")
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"construct": construct, "stream": stream, "ratios": ratios,
-                                                  "kept_fraction": kept}, indent=1))
+    (out / "results.json").write_text(json.dumps({"construct": construct, "stream": stream, "kept_fraction": kept},
+                                                 indent=1))
 
 
 if __name__ == "__main__":
