@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from fractions import Fraction
 from numbers import Real
 from typing import Any
@@ -39,11 +39,13 @@ class FrameRanges:
     ``Segment``'s ``frames`` may be (``len``, an int or slice index, ``np.asarray``, ``+ offset``),
     materialised only when a consumer's schedule draws its keys."""
 
-    __slots__ = ("starts", "ends", "_before")
+    __slots__ = ("starts", "ends", "_before", "_length")
 
-    def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
+    def __init__(self, starts: np.ndarray, ends: np.ndarray, length: int | None = None) -> None:
         self.starts, self.ends = starts, ends
         self._before: np.ndarray | None = None  # frames before each range, when first asked
+        # Given when known: a Segment asks len() of each of an epoch's 92,000, and a numpy sum each is 1 s.
+        self._length = length
 
     def _cumulative(self) -> np.ndarray:
         if self._before is None:
@@ -51,7 +53,9 @@ class FrameRanges:
         return self._before
 
     def __len__(self) -> int:
-        return int((self.ends - self.starts).sum())
+        if self._length is None:
+            self._length = int((self.ends - self.starts).sum())
+        return self._length
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         lengths = self.ends - self.starts
@@ -84,7 +88,7 @@ class FrameRanges:
         return int(self.starts[k]) + i - int(before[k])
 
     def __add__(self, offset: int) -> FrameRanges:
-        return FrameRanges(self.starts + offset, self.ends + offset)
+        return FrameRanges(self.starts + offset, self.ends + offset, self._length)
 
     def __eq__(self, other: object) -> bool:
         return np.array_equal(np.asarray(self), np.asarray(other))  # type: ignore[call-overload]
@@ -332,10 +336,23 @@ class Anchors:
         lo, hi = int(self._lo[k]), int(self._hi[k])
         if hi - lo == 1:
             return range(int(kept.starts[lo]), int(kept.ends[lo]))
-        return FrameRanges(kept.starts[lo:hi], kept.ends[lo:hi])
+        return FrameRanges(kept.starts[lo:hi], kept.ends[lo:hi], int(self._kept_count[k]))
 
     def kept_count(self) -> np.ndarray:
         return self._kept_count
+
+    def _all_kept(self) -> Iterator[range | FrameRanges]:
+        """``kept(k)`` for every ``k`` in order, with the per-episode numpy lookups done in bulk."""
+        kept = self._kept
+        if not isinstance(kept, KeepRanges):
+            yield from (self.kept(k) for k in range(len(self.episode_index)))
+            return
+        starts, ends = kept.starts.tolist(), kept.ends.tolist()
+        for lo, hi, n in zip(self._lo.tolist(), self._hi.tolist(), self._kept_count.tolist()):
+            if hi - lo == 1:
+                yield range(starts[lo], ends[lo])
+            else:
+                yield FrameRanges(kept.starts[lo:hi], kept.ends[lo:hi], n)
 
     def varies_by_epoch(self) -> bool:
         return bool((self.counts % np.maximum(self.kept_count(), 1)).any())
@@ -359,11 +376,11 @@ class Anchors:
         draws = iter(rng.random(int((partial > 0).sum())).tolist())
         out = []
         with gc_paused():
-            for k, (e, length, n, q, r) in enumerate(zip(self.episode_index.tolist(), self.lengths.tolist(),
-                                                         kept_count.tolist(), copies.tolist(), partial.tolist())):
+            all_kept = self._all_kept()
+            for e, length, n, q, r, kept in zip(self.episode_index.tolist(), self.lengths.tolist(),
+                                                kept_count.tolist(), copies.tolist(), partial.tolist(), all_kept):
                 if not q and not r:
                     continue
-                kept = self.kept(k)
                 period = length if q + (r > 0) > 1 else 0
                 for c in range(q):
                     out.append(Segment(e, _shifted(kept, c * length) if c else kept, period))
