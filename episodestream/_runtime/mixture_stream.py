@@ -47,7 +47,7 @@ class SourceBuilder:
         self.frame_dtype = inner.frame_dtype
         self.writes_in_place = inner.writes_in_place
         self.decode = inner.decode
-        self.write_frame = inner.write_frame
+        self.frame_writer = inner.frame_writer
 
     def finish(self, pending: PendingSample, frames: Sequence[torch.Tensor]) -> dict[str, Any]:
         renamer = self._renamer
@@ -88,7 +88,7 @@ class MixedBuilder:
         # In-place frame writes need one conversion for all (the loader checks every builder).
         self.frame_dtype = builders[0].frame_dtype
         self.writes_in_place = all(b.writes_in_place for b in builders)
-        self.write_frame = builders[0].write_frame
+        self.frame_writer = builders[0].frame_writer
 
     def decode(self, caches: ComponentDecoders, pendings: Sequence[PendingSample]) -> dict[str, DecodedFile]:
         # Each file once, by the first component that wants it: two components may select episodes
@@ -122,7 +122,6 @@ class MixtureStream(ConsumerStream):
         self._group_size = self.group_size = group_size
         self._renamers = [_Renamer(r) if r else None for r in renames]
         self.builder = MixedBuilder([SourceBuilder(s.builder, r) for s, r in zip(self._streams, self._renamers)])
-        self._indices = [torch.tensor(i, dtype=torch.int64) for i in range(len(self._streams))]
         self._finished = finished
         self.num_samples = len(order)
         self.num_cameras = self._streams[0].num_cameras
@@ -136,7 +135,7 @@ class MixtureStream(ConsumerStream):
     def _pending(self, component: int, pending: PendingSample) -> PendingSample:
         renamer = self._renamers[component]
         item = pending.item if renamer is None else renamer.keys(pending.item, renamer.forward)
-        item["dataset_index"] = self._indices[component].clone()
+        item["dataset_index"] = np.array(component, dtype=np.int64)  # a tensor in the sample (as_tensor)
         keys = pending.video_keys if renamer is None else [renamer.forward.get(k, k) for k in pending.video_keys]
         return PendingSample(item, keys, pending.windowed, pending.queries, pending.task)
 
