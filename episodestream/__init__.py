@@ -22,6 +22,7 @@ from episodestream._sample.video.decoder_cache import VideoDecodeError
 from episodestream.loader import EpisodeLoader
 from episodestream.mapstyle import EpisodeDataset
 from episodestream.mixture import EpisodeMixture
+from episodestream.splits import split_episodes
 from episodestream.streaming import EpisodeStreamingDataset, stream_state
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "SourceOptions",
     "SourceStats",
     "VideoDecodeError",
+    "split_episodes",
     "stream_state",
 ]
 

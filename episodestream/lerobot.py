@@ -18,11 +18,11 @@ functions is called.
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Any
 
+from episodestream._plan.splits import held_out_split
 from episodestream.mapstyle import EpisodeDataset
 from episodestream.streaming import EpisodeStreamingDataset
 
@@ -129,16 +129,9 @@ def make_dataset(cfg: Any):
 
 def split_episodes(episodes: list[int], episode_tasks: Any, eval_split: float) -> tuple[list[int], list[int]]:
     """LeRobot's held-out split: episodes grouped by their first task (in ``episodes``' order), the
-    last ceil(n * eval_split) of each group held out for evaluation."""
-    by_task: dict[str, list[int]] = {}
-    for episode in episodes:
-        tasks = episode_tasks[episode]
-        by_task.setdefault(tasks[0] if tasks else "", []).append(episode)
-    train, held_out = [], []
-    for group in by_task.values():
-        n_eval = math.ceil(len(group) * eval_split)
-        train.extend(group[: len(group) - n_eval])
-        held_out.extend(group[len(group) - n_eval:])
+    last ceil(n * eval_split) of each group held out for evaluation (``_plan.splits``)."""
+    groups = [tasks[0] if tasks else "" for tasks in (episode_tasks[e] for e in episodes)]
+    train, held_out = held_out_split(episodes, groups, eval_split)
     if not train:
         raise ValueError(f"dataset.eval_split={eval_split} leaves 0 training episodes from {len(episodes)} total.")
     return train, held_out

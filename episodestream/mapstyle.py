@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 
 class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
-    """Map-style access: ``ds[i]`` is the i-th selected frame (the global ``index`` when episodes=None).
+    """Map-style access: ``ds[i]`` is the i-th selected frame (the global ``index`` when episodes=None);
+    with ``keep_frames``, the i-th kept frame (its windows still read the frames around it).
 
     Readers and decoders are opened lazily in each process that indexes the dataset (DataLoader
     workers included).
@@ -37,7 +38,7 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
 
     Source options (shared with ``EpisodeStreamingDataset``; each is documented in
     ``episodestream.SourceOptions``):
-        what to read: revision, episodes, delta_timestamps, tolerance_s;
+        what to read: revision, episodes, keep_frames, delta_timestamps, tolerance_s;
         what a sample looks like: return_uint8, image_transforms, video_backend, decode_device;
         remote sources: cache_dir, cache_limit, storage_options, token, hub_endpoint, download_config.
         Any other keyword (the streaming dataset's ``episode_pool_size``, say) raises TypeError.
@@ -53,7 +54,9 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
 
     @refuses_unknown_keywords
     def __init__(self, source: str | os.PathLike, *, column_cache: bool = True,
-                 revision: str | None = None, episodes: Sequence[int] | None = None,
+                 revision: str | None = None,
+                 episodes: Sequence[int] | Callable[[dict[str, Any]], Any] | Any | None = None,
+                 keep_frames: Mapping[Any, Any] | str | os.PathLike | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
                  return_uint8: bool = False, image_transforms: Callable | None = None,
                  video_backend: str | None = None, decode_device: str = "cpu",
@@ -64,7 +67,10 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
         column_cache = check_bool("column_cache", column_cache)
         self._core = DatasetCore(source, **source_options(locals()), episodes_in_flight=_ROWS_CACHED + 1,
                                  local_cache_dir=column_cache)
-        self._starts = np.concatenate([[0], np.cumsum(self._core.episodes.lengths)])
+        anchors = self._core.anchors
+        self._kept = anchors if self._core.curation else None  # each episode's kept frames, by position
+        counts = anchors.kept_count()
+        self._starts = np.concatenate([[0], np.cumsum(counts)])
         self._episode_indices = self._core.episodes.episode_indices  # by selection position
         # Local sources only, for now: for a remote source the copy would sit beside the node cache
         # without its budget, refcounts or `cache clear` (see docs/benchmarks.md, issue 13).
@@ -83,8 +89,12 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
         if self._core.requested_episodes is None:
             return None
         starts = self._core.episodes.from_indices.tolist()
-        lengths = self._core.episodes.lengths.tolist()
         positions = self._starts.tolist()
+        if self._kept is not None:
+            kept = (self._kept.kept(i) for i in range(len(starts)))
+            return {start + int(f): position + k for start, frames, position in zip(starts, kept, positions)
+                    for k, f in enumerate(frames)}
+        lengths = self._core.episodes.lengths.tolist()
         return {start + k: position + k for start, n, position in zip(starts, lengths, positions) for k in range(n)}
 
     def locate(self, i: int) -> tuple[int, int]:
@@ -95,7 +105,8 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
             raise IndexError(f"index {i} is out of range for {len(self)} frames.")
         i = int(i) % len(self)
         k = int(np.searchsorted(self._starts, i, side="right")) - 1
-        return int(self._episode_indices[k]), i - int(self._starts[k])
+        offset = i - int(self._starts[k])
+        return int(self._episode_indices[k]), offset if self._kept is None else int(self._kept.kept(k)[offset])
 
     def _per_process(self) -> _PerProcess:
         # Decoders and parquet handles must not cross a fork: rebuild them in each new process.
@@ -121,7 +132,7 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
         held = process.held
         if episode_index in held:
             return held.touch(episode_index)
-        rows = held.hold(self._core.meta.episodes[episode_index])
+        rows = held.hold(self._core.fetched_episodes[episode_index])
         if len(held) > _ROWS_CACHED and (oldest := held.release(held.oldest())) is not None:
             process.videos.evict(oldest)
         return rows

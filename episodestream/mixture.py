@@ -124,7 +124,9 @@ class EpisodeMixture(StreamingFace, torch.utils.data.IterableDataset):
         """Per-source metadata (``meta.sources``) and stats aggregated by frames (``meta.stats``)."""
         if self._meta is None:
             frames = [d.num_frames for d in self.datasets]
-            weights = self.weights or tuple(f / sum(frames) for f in frames)
+            # Unweighted, components mix by their anchors (kept frames times episode weights).
+            anchors = [c.num_anchors() for c in self._source.components]
+            weights = self.weights or tuple(a / sum(anchors) for a in anchors)
             self._meta = MixtureMeta(sources=[d.meta for d in self.datasets], renames=self._source.renames,
                                      weights=weights, frames=frames)
         return self._meta

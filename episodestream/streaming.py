@@ -41,7 +41,7 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace, torch.utils.data.Iter
 
     Source options (shared with ``EpisodeDataset``; each is documented in
     ``episodestream.SourceOptions``):
-        what to read: revision, episodes, delta_timestamps, tolerance_s;
+        what to read: revision, episodes, keep_frames, delta_timestamps, tolerance_s;
         what a sample looks like: return_uint8, image_transforms, video_backend, decode_device;
         remote sources: cache_dir, cache_limit, storage_options, token, hub_endpoint, download_config.
         Any other keyword raises TypeError, naming the closest valid one.
@@ -62,12 +62,21 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace, torch.utils.data.Iter
         rank, world_size: this process's place among training processes (default: from
             torch.distributed when initialised, else 0 of 1).
 
+    Curation (with ``episodes`` and ``keep_frames`` of the source options):
+        episode_weights: ``{episode_index: weight}`` (episodes not named weigh 1) or the name of a
+            numeric column of ``meta/episodes``. Per epoch an episode of integer weight ``w`` has
+            each of its kept frames sampled ``w`` times (each copy in its own place of the epoch's
+            order); fractional weights scale its count to ``w * kept frames``, rounded by one
+            largest-remainder split over the selection (the partial copy's frames are drawn
+            afresh each epoch); 0 leaves the episode out. Negative, NaN or inf is an error.
+
     Determinism:
         seed: with the epoch, fixes the episode order and the split; each consumer's RNG derives
             from (seed, epoch, rank, worker). ``set_epoch`` reshuffles; the epoch also advances by
             itself when an iteration runs to its end.
 
-    Every rank yields ``len(self)`` = ceil(selected frames / world_size) samples per epoch; a rank
+    Every rank yields ``len(self)`` = ceil(anchors / world_size) samples per epoch (anchors: the
+    selected, kept frames, times their weights); a rank
     with one frame fewer repeats one of its own frames once .
     """
 
@@ -77,7 +86,10 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace, torch.utils.data.Iter
     def __init__(self, source: str | os.PathLike, *, episode_pool_size: int = 16, shuffle: bool = True,
                  seed: int = 0, rank: int | None = None, world_size: int | None = None, decode_group_size: int = 8,
                  decode_threads: int = 1, prefetch_episodes: int = 4, buffer_size: Any = None,
-                 revision: str | None = None, episodes: Sequence[int] | None = None,
+                 episode_weights: Mapping[int, float] | str | None = None,
+                 revision: str | None = None,
+                 episodes: Sequence[int] | Callable[[dict[str, Any]], Any] | Any | None = None,
+                 keep_frames: Mapping[Any, Any] | str | os.PathLike | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
                  return_uint8: bool = False, image_transforms: Callable | None = None,
                  video_backend: str | None = None, decode_device: str = "cpu",
@@ -96,7 +108,7 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace, torch.utils.data.Iter
             decode_threads=check_int("decode_threads", decode_threads, minimum=1),
             prefetch_episodes=check_int("prefetch_episodes", prefetch_episodes, minimum=0))
         rank, world_size = resolve_rank(rank, world_size)
-        self._core = DatasetCore(source, **source_options(locals()),
+        self._core = DatasetCore(source, **source_options(locals()), episode_weights=episode_weights,
                                  episodes_in_flight=settings.episode_pool_size + settings.prefetch_episodes + 1)
         self._source = DatasetSource(self._core, settings, rank=rank, world_size=world_size)
         self._decoders: list[DecoderSet] | None = None  # the current iteration's, one per decode thread

@@ -23,6 +23,17 @@ class VideoSpan:
     relpath: str
     from_timestamp_s: float
     to_timestamp_s: float
+    # The part of the episode a consumer can read (file times), when it is less than the whole:
+    # with ``keep_frames``, the kept frames and the windows' reach (``_runtime.core``). Remote
+    # sources fetch only the bytes of this part; decoding still places frames by ``from_timestamp_s``.
+    needed_from_s: float | None = None
+    needed_to_s: float | None = None
+
+    @property
+    def needed_s(self) -> tuple[float, float]:
+        """``[from, to)`` file seconds that may be read: ``needed_*`` when set, else the episode's."""
+        return (self.from_timestamp_s if self.needed_from_s is None else self.needed_from_s,
+                self.to_timestamp_s if self.needed_to_s is None else self.needed_to_s)
 
 
 @dataclass(frozen=True)
@@ -67,6 +78,10 @@ class EpisodeTable(Mapping):
         if row == len(self.episode_index) or self.episode_index[row] != episode_index:
             raise KeyError(episode_index)
         return row
+
+    def tasks_at(self, row: int) -> tuple[str, ...]:
+        """The tasks of the episode at ``row``, without making its ``EpisodeInfo``."""
+        return self._tasks[self._task_id[row]]
 
     def at(self, row: int) -> EpisodeInfo:
         videos = {key: VideoSpan(v.relpaths[v.file_id[row]], float(v.from_timestamp_s[row]),

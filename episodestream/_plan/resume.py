@@ -37,6 +37,7 @@ from episodestream._plan.sampling import (
     ConsumerSchedule,
     Step,
     EpochPlan,
+    Frames,
     Segment,
     consumer_rng,
     consumer_schedule,
@@ -195,7 +196,7 @@ def _walk_skip(steps: Iterator[Step], count: int) -> Iterator[Step]:
                 del admitted[episode]
 
 
-def remaining_segments(segments: Sequence[Segment], consumed: Sequence[tuple[int, range | np.ndarray]],
+def remaining_segments(segments: Sequence[Segment], consumed: Sequence[tuple[int, Frames]],
                        repeated: Sequence[tuple[int, np.ndarray]] = ()) -> list[Segment]:
     """``segments`` without the consumed frames, in the same order.
 
@@ -211,18 +212,24 @@ def remaining_segments(segments: Sequence[Segment], consumed: Sequence[tuple[int
     compare = {episode for episode, _ in repeated}
     for episode, frames in repeated:
         pieces.setdefault(episode, []).append(frames)
+    # An episode weighted up has several segments (distinct anchors, ``Segment.period``): the
+    # shortcut compares what was taken with all of them.
+    anchors: dict[int, int] = {}
+    for seg in segments:
+        if seg.episode_index in pieces:
+            anchors[seg.episode_index] = anchors.get(seg.episode_index, 0) + seg.length
     out = []
     for seg in segments:
         taken = pieces.get(seg.episode_index)
         if taken is None:
             out.append(seg)
             continue
-        if seg.episode_index not in compare and sum(len(t) for t in taken) == len(seg.frames):
+        if seg.episode_index not in compare and sum(len(t) for t in taken) == anchors[seg.episode_index]:
             continue
         frames = np.asarray(seg.frames)
         keep = ~np.isin(frames, np.concatenate([np.asarray(t) for t in taken]))
         if keep.any():
-            out.append(Segment(seg.episode_index, frames[keep]))
+            out.append(Segment(seg.episode_index, frames[keep], seg.period))
     return out
 
 
@@ -284,7 +291,7 @@ def plan_resume(segments: Sequence[Segment], *, seed: int, epoch: int, shuffle: 
             if all(per_rank[r][0] == produced[r] for r in per_rank):
                 return None
             return ResumePoint(epoch, index, segments, per_rank, seed, shuffle)
-        consumed: list[tuple[int, range | np.ndarray]] = []
+        consumed: list[tuple[int, Frames]] = []
         repeated: list[tuple[int, np.ndarray]] = []
         for rank, (taken, _) in per_rank.items():
             for worker, count in enumerate(taken):

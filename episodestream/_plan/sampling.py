@@ -19,7 +19,7 @@ import bisect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -63,27 +63,52 @@ def consumer_rng(seed: int, epoch: int, world: World, *, leg: int = 0) -> np.ran
     return make_rng(seed, epoch, _CONSUMER, world.rank, world.worker, leg=leg)
 
 
+class FrameSequence(Protocol):
+    """Frames as a ``Segment`` may hold them besides a ``range`` or an array (``_plan.curation``'s
+    ``FrameRanges``): a length, int and slice indexing, and ``np.asarray``."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: Any) -> Any: ...
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray: ...
+
+
+Frames = range | np.ndarray | FrameSequence
+
+
 class Segment:
     """Frames of one episode owned by one consumer: offsets within the episode (a range, or an array).
 
     A plain slotted class rather than a frozen dataclass: an epoch builds one per episode (92,000 for
     DROID) several times per plan, and a frozen dataclass's ``__init__`` costs several times as much.
+
+    ``frames`` are *anchors*: with ``period`` 0 (the default) each is the frame it emits; with a
+    ``period`` p > 0 (an episode weighted up, ``_plan.curation``), anchor ``c * p + f`` is copy ``c``
+    of frame ``f``, so that every anchor of an epoch is distinct within its episode (resume removes
+    consumed anchors by value) while the schedule emits ``anchor % p``.
     """
 
-    __slots__ = ("episode_index", "frames", "length")
+    __slots__ = ("episode_index", "frames", "length", "period")
 
-    def __init__(self, episode_index: int, frames: range | np.ndarray) -> None:
-        self.episode_index, self.frames, self.length = episode_index, frames, len(frames)
+    def __init__(self, episode_index: int, frames: Frames, period: int = 0) -> None:
+        self.episode_index, self.frames, self.length, self.period = episode_index, frames, len(frames), period
 
     def __len__(self) -> int:
         return self.length
 
+    def emitted(self, anchors: np.ndarray) -> np.ndarray:
+        """The frames that ``anchors`` of this segment emit."""
+        return anchors % self.period if self.period else anchors
+
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Segment) and self.episode_index == other.episode_index
+                and self.period == other.period
                 and np.array_equal(np.asarray(self.frames), np.asarray(other.frames)))
 
     def __repr__(self) -> str:
-        return f"Segment({self.episode_index}, {self.frames!r})"
+        period = f", period={self.period}" if self.period else ""
+        return f"Segment({self.episode_index}, {self.frames!r}{period})"
 
 
 def _frames_of(segments: Sequence[Segment]) -> np.ndarray:
@@ -128,7 +153,7 @@ def _cut(segments: Sequence[Segment], parts: int,
             seg, seg_start = part[k], int(starts[first + k])
             take_lo, take_hi = max(lo, seg_start) - seg_start, min(hi, seg_start + seg.length) - seg_start
             if (take_lo, take_hi) != (0, seg.length):
-                part[k] = Segment(seg.episode_index, seg.frames[take_lo:take_hi])
+                part[k] = Segment(seg.episode_index, seg.frames[take_lo:take_hi], seg.period)
                 part_lengths[k] = take_hi - take_lo
         out.append(part)
         out_lengths.append(part_lengths)
@@ -292,17 +317,18 @@ class ConsumerSchedule:
             if i >= 3 * count:
                 yield step
 
-    def consumed(self, count: int) -> tuple[list[tuple[int, range | np.ndarray]], list[tuple[int, np.ndarray]]]:
+    def consumed(self, count: int) -> tuple[list[tuple[int, Frames]], list[tuple[int, np.ndarray]]]:
         """What the first ``count`` EMITs took: ``(episode_index, frames)`` pieces of the share's
         segments (each frame at most once; whole segments as their own ``frames``), and the
         fill-ins among them (repeats of frames of this rank's part)."""
         if count >= self.pool_frames:
-            fills = list(self._fill_steps())[1::3][:count - self.pool_frames]
+            # Anchors, not the frames they emit: resume removes anchors (``Segment``).
+            fills = list(self._fill_picks())[:count - self.pool_frames]
             return ([(s.episode_index, s.frames) for s in self._segments],
-                    [(episode, np.array([frame])) for _, episode, frame in fills])
+                    [(seg.episode_index, np.array([anchor])) for seg, anchor in fills])
         slot, offset = self._position(count)
         done = int(np.searchsorted(self._b, slot, side="right"))
-        pieces: list[tuple[int, range | np.ndarray]] = [(s.episode_index, s.frames) for s in self._segments[:done]]
+        pieces: list[tuple[int, Frames]] = [(s.episode_index, s.frames) for s in self._segments[:done]]
         emitted = []
         for i in range(done, int(np.searchsorted(self._a, slot, side="right"))):
             frames, keys = self._keys(i)
@@ -339,7 +365,7 @@ class ConsumerSchedule:
                 end = int(np.searchsorted(keys, slot + 1, side="left"))
                 if end > pos:
                     parts_keys.append(keys[pos:end])
-                    parts_frames.append(frames[pos:end])
+                    parts_frames.append(segments[i].emitted(frames[pos:end]))
                     parts_episodes.append(np.full(end - pos, segments[i].episode_index, np.int64))
                     entry[2] = end
             if not parts_keys:
@@ -353,7 +379,8 @@ class ConsumerSchedule:
         for i in live:
             yield Step(EVICT, segments[i].episode_index, NO_FRAME)
 
-    def _fill_steps(self) -> Iterator[Step]:
+    def _fill_picks(self) -> Iterator[tuple[Segment, int]]:
+        """The fill-ins: each one's segment and anchor."""
         share = self.share
         if not share.fill_ins:
             return
@@ -363,8 +390,12 @@ class ConsumerSchedule:
         for i in picks:
             k = bisect.bisect_right(starts, i) - 1
             seg = share.fill_pool[k]
+            yield seg, int(seg.frames[i - starts[k]])
+
+    def _fill_steps(self) -> Iterator[Step]:
+        for seg, anchor in self._fill_picks():
             yield Step(ADMIT, seg.episode_index, NO_FRAME)
-            yield Step(EMIT, seg.episode_index, int(seg.frames[i - starts[k]]))
+            yield Step(EMIT, seg.episode_index, anchor % seg.period if seg.period else anchor)
             yield Step(EVICT, seg.episode_index, NO_FRAME)
 
 

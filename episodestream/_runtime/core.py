@@ -13,14 +13,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from episodestream._format.episodes import EpisodeSelection
+from episodestream._format.episodes import EpisodeSelection, EpisodeTable
 from episodestream._format.files import EpisodeVideos, SourceStats
 from episodestream._sample.builder import SampleBuilder, delta_indices
 from episodestream._format.lerobot_meta import LeRobotMeta
 from episodestream._format.metadata import DatasetMeta, load_metadata
 from episodestream._base.options import check_bool, check_positive_float
 from episodestream._format.rows import RowReader
-from episodestream._plan.sampling import Segment
+from episodestream._format.episode_filters import (
+    episodes_table,
+    is_predicate,
+    load_keep_frames,
+    select_by_predicate,
+    weight_column,
+)
+from episodestream._plan.curation import Anchors, anchor_counts, check_keep_frames, check_weights
+from episodestream._runtime.needed_spans import NeededEpisodes
 from episodestream._runtime.sources import open_source
 from episodestream._sample.video.decoder_cache import MAX_DECODERS, DecoderCache
 from episodestream._sample.video.backends import resolve_backend
@@ -63,7 +71,7 @@ class DatasetCore:
     """
 
     def __init__(self, source: str | os.PathLike, *, revision: str | None = None,
-                 episodes: Sequence[int] | None = None,
+                 episodes: Sequence[int] | Callable[[dict[str, Any]], Any] | Any | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
                  return_uint8: bool = False, image_transforms: Callable | None = None,
                  video_backend: str | None = None, decode_device: str = "cpu",
@@ -71,6 +79,8 @@ class DatasetCore:
                  storage_options: Mapping[str, Any] | None = None, token: str | None = None,
                  hub_endpoint: str | None = None,
                  download_config: ControllerConfig | Mapping[str, Any] | None = None,
+                 keep_frames: Mapping[Any, Any] | str | os.PathLike | None = None,
+                 episode_weights: Mapping[int, float] | str | None = None,
                  episodes_in_flight: int = 1, local_cache_dir: bool = False) -> None:
         self.source = source
         self.revision = revision
@@ -85,34 +95,84 @@ class DatasetCore:
         # rather than stall mid-epoch.
         self.files.check_cache_budget(self.meta, episodes_in_flight=episodes_in_flight)
         self.lerobot_meta = LeRobotMeta(typed=self.meta, files=self.files, source=source, revision=revision)
-        self.episodes = select_episodes(self.meta, episodes)
-        # As given (validated above), for LeRobot's ``dataset.episodes``: None selects every episode.
-        self.requested_episodes = None if episodes is None else [int(e) for e in episodes]
+        if is_predicate(episodes):
+            episodes = select_by_predicate(self._episodes_table(), episodes, self.meta.description)  # type: ignore[arg-type]
+        selection = select_episodes(self.meta, episodes)  # type: ignore[arg-type]
+        self.episodes, self.anchors, self.curation = self._curate(selection, keep_frames, episode_weights)
+        # For LeRobot's ``dataset.episodes``: None selects every episode; else the episodes used,
+        # in the order given (LeRobot's split follows it), less those curation left out.
+        if episodes is None and self.curation is None:
+            self.requested_episodes: list[int] | None = None
+        else:
+            used = set(self.episodes.episode_indices.tolist())
+            given = self.episodes.episode_indices.tolist() if episodes is None else [int(e) for e in episodes]  # type: ignore[union-attr]
+            self.requested_episodes = [e for e in given if e in used]
         # Validated before it is copied: copying a list or None-per-key would fail with a bare error.
         self.offsets = delta_indices(self.meta, delta_timestamps, self.tolerance_s)
         self.delta_timestamps = {k: list(v) for k, v in (delta_timestamps or {}).items()}
         self.open_video = resolve_backend(video_backend, decode_device, has_video=bool(self.meta.video_keys))
-        self._whole_episodes: list[Segment] | None = None
         self.builder = SampleBuilder(self.meta, offsets=self.offsets,
                                      tolerance_s=self.tolerance_s, return_uint8=check_bool("return_uint8", return_uint8),
                                      image_transforms=image_transforms)
 
-    def whole_episodes(self) -> list[Segment]:
-        """One whole-episode ``Segment`` per selected episode, in selection order; made once, as
-        building 92,000 of them costs ~0.2 s (mostly the garbage collector noticing them)."""
-        if self._whole_episodes is None:
-            selection = self.episodes
-            self._whole_episodes = [Segment(e, range(n)) for e, n in
-                                    zip(selection.episode_indices.tolist(), selection.lengths.tolist())]
-        return self._whole_episodes
+    def _episodes_table(self):
+        if self.__dict__.get("_table") is None:
+            self._table = episodes_table(self.files)
+        return self._table
+
+    def _curate(self, selection: EpisodeSelection, keep_frames: Any,
+                weights: Any) -> tuple[EpisodeSelection, Anchors, dict[str, str] | None]:
+        """The selection left once ``keep_frames`` and ``episode_weights`` are applied (episodes
+        without an anchor dropped: never admitted, never fetched), its anchors, and what the
+        state's fingerprint records of them (None: not curated)."""
+        table = self.meta.episodes
+        indices, lengths = selection.episode_indices, selection.lengths
+        if keep_frames is None and weights is None:
+            return selection, Anchors(indices, lengths, None, lengths.astype(np.int64)), None
+        curation: dict[str, str] = {}
+        ranges = None
+        kept_count = lengths
+        if keep_frames is not None:
+            mapping, where = load_keep_frames(keep_frames)
+            ranges = check_keep_frames(mapping, episode_index=table.episode_index, lengths=table.length, where=where)
+            kept_count = ranges.kept_counts(indices)
+            curation["keep_frames"] = ranges.digest()
+        weight_of = None
+        if weights is not None:
+            if isinstance(weights, str):
+                weights = weight_column(self._episodes_table(), weights, table.episode_index, self.meta.description)
+            weight_of = check_weights(weights, episode_index=table.episode_index)[selection.rows]
+        counts = anchor_counts(kept_count, weight_of)
+        if not counts.any():
+            raise ValueError(f"keep_frames / episode_weights leave no frame of the {len(selection)} selected "
+                             f"episode(s) of {self.meta.description}.")
+        used = np.flatnonzero(counts)
+        selection = EpisodeSelection(table, selection.rows[used])
+        anchors = Anchors(selection.episode_indices, selection.lengths, ranges, counts[used])
+        curation["anchors"] = anchors.digest()
+        return selection, anchors, curation
 
     def __getstate__(self) -> dict:
-        # DataLoader workers rebuild the list if they need it, rather than unpickle 92,000 objects.
-        return {**self.__dict__, "_whole_episodes": None}
+        return {**self.__dict__, "_table": None}
 
     @property
     def num_frames(self) -> int:
         return int(self.episodes.lengths.sum())
+
+    @property
+    def fetched_episodes(self) -> EpisodeTable | NeededEpisodes:
+        """What consumers hold episodes as (``EpisodeInfo`` by index): with ``keep_frames``, each
+        video span narrowed to the part its kept frames and windows read (``needed_spans``)."""
+        if self.curation is None or "keep_frames" not in self.curation:
+            return self.meta.episodes
+        if self.__dict__.get("_needed") is None:
+            self._needed = NeededEpisodes(self.meta.episodes, self.anchors, self.offsets, self.meta.fps)
+        return self._needed
+
+    @property
+    def num_anchors(self) -> int:
+        """Anchors per epoch: the kept frames, times their episodes' weights."""
+        return self.anchors.total
 
     def row_reader(self) -> RowReader:
         return RowReader(self.files, self.meta, tolerance_s=self.tolerance_s)

@@ -67,8 +67,12 @@ class DatasetSource(StreamSource):
         """Window offsets (frames) by key: what ``delta_timestamps`` became."""
         return self.core.offsets
 
-    def whole_episodes(self) -> Sequence[Segment]:
-        return self.core.whole_episodes()
+    def segments(self, epoch: int) -> Sequence[Segment]:
+        """The anchors of ``epoch`` as segments (whole episodes unless curated, ``_plan.curation``)."""
+        return self.core.anchors.segments(self.settings.seed, epoch)
+
+    def num_anchors(self) -> int:
+        return self.core.num_anchors
 
     def fingerprint(self) -> dict[str, Any]:
         """What a saved state must match: source, revision, selection, windows, dataset size."""
@@ -79,7 +83,7 @@ class DatasetSource(StreamSource):
             digest = self._selection_digest = fingerprint_digest(self.core.episodes.episode_indices.tolist())
         return {"source": self.core.files.description, "revision": self.core.revision,
                 "episodes": {"count": len(self.core.episodes), "digest": digest},
-                "delta_timestamps": self.core.delta_timestamps,
+                "delta_timestamps": self.core.delta_timestamps, "curation": self.core.curation,
                 "dataset": {"codebase_version": meta.info.get("codebase_version"), "fps": meta.fps,
                             "total_episodes": len(meta.episodes), "total_frames": meta.total_frames}}
 
@@ -95,7 +99,7 @@ class DatasetSource(StreamSource):
     def num_samples(self) -> int:
         resumption = self._resumption_of(self.epoch)
         if resumption is None:
-            return -(-self.core.num_frames // self.world_size)
+            return -(-self.core.num_anchors // self.world_size)
         point = resumption.point(resumption.request.legs[-1].num_workers)
         return 0 if point is None else point.samples_left(self.world_size, self.rank)
 
@@ -128,7 +132,7 @@ class DatasetSource(StreamSource):
         resumption = self._resumption_of(epoch)
         point = resumption.point(world.num_workers) if resumption is not None else None
         plan = (point.plan(self.world_size) if point is not None else
-                EpochPlan(self.core.whole_episodes(), seed=self.settings.seed, epoch=epoch,
+                EpochPlan(self.segments(epoch), seed=self.settings.seed, epoch=epoch,
                           shuffle=self.settings.shuffle, world_size=self.world_size))
         if world.consumer == 0 and (message := plan.uneven_warning(world.num_workers)):
             warnings.warn(message, RuntimeWarning, stacklevel=4)
@@ -149,7 +153,7 @@ class DatasetSource(StreamSource):
         part is built and whose video is still to decode, with the episodes to evict once they are
         decoded."""
         builder = self.core.builder
-        episodes = self.core.meta.episodes
+        episodes = self.core.fetched_episodes
         group_size = self.settings.decode_group_size
         # Prefetching sources admit video ahead of the pool (_admit_ahead), the rest on first hold.
         pool = HeldEpisodes(self.core.row_reader(), videos, admit_video=not videos.prefetches)
@@ -196,7 +200,7 @@ class DatasetSource(StreamSource):
         self.shared_epoch.forget_passes()
         epoch, self._resumption = load_consumer_state(
             state, self.position, strict=strict, seed=self.settings.seed, shuffle=self.settings.shuffle,
-            fingerprint=self.fingerprint(), segments=self.core.whole_episodes(), world_size=self.world_size,
+            fingerprint=self.fingerprint(), segments=self.segments, world_size=self.world_size,
             pool_size=self.settings.episode_pool_size)
         if not in_dataloader_worker():  # the main process: workers started later copy it
             self.shared_epoch.set(epoch)
@@ -215,12 +219,12 @@ class DatasetSource(StreamSource):
         checks += [(f"fingerprint.{k}", saved_fingerprint.get(k), v) for k, v in self.fingerprint().items()]
         refuse_mismatches(checks, state="stream", what="dataset", strict=strict)
         request = read_request(state, seed=seed, shuffle=shuffle)
-        return CheckedState(request.epoch, locate(request, self.core.whole_episodes(), strict=strict), request)
+        return CheckedState(request.epoch, locate(request, self.segments(request.epoch), strict=strict), request)
 
     def apply_state(self, checked: CheckedState) -> None:
         request, done = checked.request, checked.finished
         self.shared_epoch.forget_passes()
-        self._resumption = None if done else Resumption(request, self.core.whole_episodes(), world_size=self.world_size,
+        self._resumption = None if done else Resumption(request, self.segments(request.epoch), world_size=self.world_size,
                                                         pool_size=self.settings.episode_pool_size)
         self.shared_epoch.set(request.epoch + 1 if done else request.epoch)
         self.loads_seen = self.shared_epoch.state_loaded()

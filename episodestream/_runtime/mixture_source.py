@@ -62,8 +62,8 @@ class MixtureSource(StreamSource):
     def pool_sizes(self) -> tuple[int, ...]:
         return tuple(c.settings.episode_pool_size for c in self.components)
 
-    def _sources(self) -> list[Source]:
-        return [Source(tuple(c.whole_episodes()), c.settings.seed, c.settings.shuffle) for c in self.components]
+    def _sources(self, epoch: int) -> list[Source]:
+        return [Source(tuple(c.segments(epoch)), c.settings.seed, c.settings.shuffle) for c in self.components]
 
     @property
     def epoch(self) -> int:
@@ -74,7 +74,7 @@ class MixtureSource(StreamSource):
 
     def rank_counts(self) -> list[int]:
         """Samples each component gives every rank in a fresh epoch."""
-        return rank_counts([c.core.num_frames for c in self.components], world_size=self.world_size,
+        return rank_counts([c.num_anchors() for c in self.components], world_size=self.world_size,
                            weights=self.weights, stop=self.stop)
 
     def _request_of(self, epoch: int) -> tuple[int, tuple[MixLeg, ...]] | None:
@@ -100,7 +100,7 @@ class MixtureSource(StreamSource):
     def _leg(self, point: MixResume | None, epoch: int, num_workers: int) -> LegPlan:
         key = (epoch, max(1, num_workers), None if point is None else point.leg_index)
         if key not in self._legs:
-            sources = self._sources()
+            sources = self._sources(epoch)
             passes = (initial_passes(sources, self.rank_counts(), self.world_size) if point is None
                       else point.passes)
             self._legs[key] = LegPlan(sources, passes, seed=self.seed, epoch=epoch,
@@ -123,7 +123,7 @@ class MixtureSource(StreamSource):
         key = max(1, num_workers)
         if key not in self._resume_points:
             self._resume_points[key] = plan_mixture_resume(
-                self._sources(), seed=self.seed, epoch=epoch, weights=self.weights, stop=self.stop, legs=legs,
+                self._sources(epoch), seed=self.seed, epoch=epoch, weights=self.weights, stop=self.stop, legs=legs,
                 world_size=self.world_size, num_workers=key, pool_sizes=self.pool_sizes)
         return self._resume_points[key]
 
@@ -202,7 +202,7 @@ class MixtureSource(StreamSource):
         legs = chain_legs(state, current, batches, MixLeg.from_state)
         current = legs[-1]
         try:
-            point = plan_mixture_resume(self._sources(), seed=self.seed, epoch=epoch, weights=self.weights,
+            point = plan_mixture_resume(self._sources(epoch), seed=self.seed, epoch=epoch, weights=self.weights,
                                         stop=self.stop, legs=legs, world_size=current.world_size,
                                         num_workers=current.num_workers, pool_sizes=current.pool_sizes)
         except BeyondEpochError as beyond:

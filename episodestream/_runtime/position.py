@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -130,7 +130,8 @@ def fingerprint_mismatches(state: Mapping[str, Any], *, seed: int, shuffle: bool
 
 
 def load_consumer_state(state: Mapping[str, Any], position: StreamPosition, *, strict: bool, seed: int,
-                        shuffle: bool, fingerprint: Mapping[str, Any], segments, world_size: int,
+                        shuffle: bool, fingerprint: Mapping[str, Any], segments: Callable[[int], Any],
+                        world_size: int,
                         pool_size: int) -> tuple[int, Resumption | None]:
     """Check a per-consumer ``state`` against the dataset's ``seed``, ``shuffle`` and ``fingerprint``
     and make it ``position``'s pending one: the epoch it resumes, and the resume that iteration
@@ -150,5 +151,6 @@ def load_consumer_state(state: Mapping[str, Any], position: StreamPosition, *, s
     if loaded.epoch != state.get("epoch"):
         raise ValueError(f"state['consumer']['epoch']={loaded.epoch} differs from state['epoch']={state.get('epoch')!r}.")
     request = ResumeRequest(loaded.epoch, seed, shuffle, legs)
-    resumption = Resumption(request, segments, world_size=world_size, pool_size=pool_size) if legs else None
+    resumption = (Resumption(request, segments(loaded.epoch), world_size=world_size, pool_size=pool_size)
+                  if legs else None)
     return loaded.epoch, resumption

@@ -27,7 +27,15 @@ class SourceOptions(TypedDict, total=False):
     What to read:
         revision (None): a Hub branch, tag or commit, resolved once to a commit (None for local
             folders).
-        episodes (None: all): episode indices to use. Honoured by the split, ``len`` and resume.
+        episodes (None: all): episode indices to use, or a predicate over ``meta/episodes``: a
+            callable on each row's dict (``lambda row: row["length"] > 100``) or a pyarrow compute
+            expression (``pc.field("success") == True``), evaluated once at construction.
+            Honoured by the split, ``len`` and resume.
+        keep_frames (None: every frame): ``{episode_index: [(start, end), ...]}`` half-open frame
+            ranges (keys int or str), or the path of a JSON file of that shape. Only kept frames
+            are sampled (counted in ``len``, split across ranks and workers, once per epoch);
+            windows still read the episode's other frames. Episodes not named, or named with no
+            range, are left out (never read or fetched).
         delta_timestamps (None): ``{feature_key: [seconds, ...]}`` windows, each a multiple of 1/fps.
         tolerance_s (1e-4): how far a decoded frame's time, or a delta's rounding, may be from the
             query.
@@ -57,7 +65,8 @@ class SourceOptions(TypedDict, total=False):
     """
 
     revision: str | None
-    episodes: Sequence[int] | None
+    episodes: Sequence[int] | Callable[[dict[str, Any]], Any] | Any | None
+    keep_frames: Mapping[Any, Any] | str | os.PathLike | None
     delta_timestamps: Mapping[str, Sequence[float]] | None
     tolerance_s: float
     return_uint8: bool

@@ -28,7 +28,7 @@ except ImportError as error:  # CI: LeRobot is not installed
     pytest.skip(f"LeRobot is not importable here ({error}); these tests need a LeRobot 0.6 venv "
                 f"(/work/shared/tools/lerobot-venv.sh)", allow_module_level=True)
 
-from episodestream import EpisodeDataset, EpisodeStreamingDataset
+from episodestream import EpisodeDataset, EpisodeStreamingDataset, split_episodes
 from episodestream.lerobot import make_train_eval_datasets
 from episodestream.tools.synthetic import write_synthetic_dataset
 
@@ -121,6 +121,26 @@ def test_factory_gives_lerobots_samples_and_split(root, episodes):
     assert streaming.seed == cfg.seed and streaming.episodes == episodes
     assert sorted(s["index"].item() for s in streaming) == sorted([*their_train.hf_dataset["index"],
                                                                    *their_eval.hf_dataset["index"]])
+
+
+@pytest.mark.parametrize("episodes", [None, [5, 0, 2, 3], [1, 4]])
+@pytest.mark.parametrize("fraction", [0.1, 0.34, 0.5])
+def test_split_episodes_is_lerobots_split(tasks_root, episodes, fraction):
+    """``split_episodes`` (seed None) equals LeRobot's own factory's train/eval episodes."""
+    from lerobot.datasets.factory import make_train_eval_datasets as lerobots
+
+    their_train, their_eval = lerobots(_config(tasks_root, episodes=episodes, eval_split=fraction))
+    source = tasks_root if episodes is None else EpisodeDataset(tasks_root, episodes=episodes)
+    assert split_episodes(source, fraction) == (their_train.episodes, their_eval.episodes)
+
+
+@pytest.fixture(scope="module")
+def tasks_root(tmp_path_factory):
+    """10 episodes over 3 tasks, so that groups of several sizes are split."""
+    path = tmp_path_factory.mktemp("lerobot") / "tasks"
+    write_synthetic_dataset(path, num_episodes=10, episode_length=4, cameras=("observation.images.front",),
+                            height=64, width=64, num_tasks=3, seed=0)
+    return path
 
 
 def test_factory_names_the_field_it_cannot_read(tmp_path):

@@ -289,7 +289,7 @@ class RemoteVideos(EpisodeVideos):
         if parsed is not None:
             header, track = parsed
             try:
-                span = track.span(video.from_timestamp_s, video.to_timestamp_s)
+                span = track.span(*video.needed_s)
             except Mp4LayoutError as error:
                 logger.warning("%s/%s (episode %d): %s; fetching the whole file.", files.description, relpath,
                                episode.episode_index, error)
