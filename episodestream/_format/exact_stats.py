@@ -47,16 +47,35 @@ def _as_rows(values: np.ndarray) -> np.ndarray:
     return values.reshape(len(values), -1)
 
 
-def _column_quantiles(column: np.ndarray) -> np.ndarray:
-    """The QUANTILES of one equally weighted column, by selection (no full sort)."""
-    ranks = sorted({_rank(q, len(column)) for q in QUANTILES.values()})
-    selected = np.partition(column, ranks)
-    return np.array([selected[_rank(q, len(column))] for q in QUANTILES.values()], np.float64)
+def _column_stats(column: np.ndarray) -> list[float]:
+    """min, max, mean, std and the QUANTILES of one equally weighted column, in that order.
+
+    The column is copied once into contiguous memory, where the reductions run at memory speed,
+    and that copy is partitioned in place for the quantiles (a selection, no full sort)."""
+    work = np.array(column, dtype=np.result_type(column.dtype, np.float32) if column.dtype == bool else None)
+    n = len(work)
+    mean = float(work.mean(dtype=np.float64))
+    variance = 0.0
+    block = 1 << 20
+    for start in range(0, n, block):
+        centred = work[start:start + block].astype(np.float64) - mean
+        variance += float(np.dot(centred, centred))
+    out = [float(work.min()), float(work.max()), mean, float(np.sqrt(variance / n))]
+    ranks = sorted({_rank(q, n) for q in QUANTILES.values()})
+    work.partition(ranks)
+    return out + [float(work[_rank(q, n)]) for q in QUANTILES.values()]
 
 
 def feature_stats(values: np.ndarray, shape: Sequence[int]) -> dict[str, np.ndarray]:
     """Statistics of equally weighted rows ``values`` (N >= 1 rows of ``shape``)."""
-    return weighted_feature_stats([values], [Fraction(1)], shape)
+    if not len(values):
+        raise ValueError("no rows to compute statistics of")
+    rows = _as_rows(values)
+    table = np.array([_column_stats(rows[:, d]) for d in range(rows.shape[1])], np.float64).T
+    names = ("min", "max", "mean", "std", *QUANTILES)
+    out = {name: row.reshape(tuple(shape)) for name, row in zip(names, table)}
+    out["count"] = np.array([len(values)], np.int64)
+    return {name: out[name] for name in STAT_NAMES}
 
 
 def weighted_feature_stats(parts: Sequence[np.ndarray], weights: Sequence[Fraction],
@@ -83,11 +102,8 @@ def weighted_feature_stats(parts: Sequence[np.ndarray], weights: Sequence[Fracti
         "max": np.max(np.stack([p.max(axis=0) for p, _ in kept]), axis=0).astype(np.float64),
         "mean": mean, "std": np.sqrt(variance),
         "count": np.array([int(counts.sum())], np.int64)}
-    if len(kept) == 1:
-        quantiles = np.stack([_column_quantiles(kept[0][0][:, d]) for d in range(width)], axis=1)
-    else:
-        quantiles = np.stack([weighted_quantiles([p[:, d] for p, _ in kept], [w for _, w in kept])
-                              for d in range(width)], axis=1)
+    quantiles = np.stack([weighted_quantiles([p[:, d] for p, _ in kept], [w for _, w in kept])
+                          for d in range(width)], axis=1)
     for name, row in zip(QUANTILES, quantiles):
         out[name] = row
     return {name: value if name == "count" else value.reshape(tuple(shape)) for name, value in out.items()}
