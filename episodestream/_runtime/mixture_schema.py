@@ -100,12 +100,17 @@ class MixtureSchema:
         if keys == "intersection":
             every = [k for k in every if all(k in c.features for c in components)]
         resize = dict(resize or {})
-        self.keys = {key: self._reconcile(key, resize) for key in every}
-        unknown = sorted(set(resize) - {k for k, m in self.keys.items() if m.kind == _CAMERA})
+        cameras = sorted(k for k in every if any(_kind(c.features[k].dtype) == _CAMERA
+                                                 for c in components if k in c.features))
+        unknown = sorted(set(resize) - set(cameras))
         if unknown:
-            cameras = sorted(k for k, m in self.keys.items() if m.kind == _CAMERA)
             raise ValueError(f"resize names {unknown}, which are not camera keys of the mixture (its cameras: "
                              f"{cameras}).")
+        for key, target in resize.items():
+            if (not isinstance(target, (tuple, list)) or len(target) != 2
+                    or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in target)):
+                raise ValueError(f"resize[{key!r}] must be (height, width), two positive ints, got {target!r}.")
+        self.keys = {key: self._reconcile(key, resize) for key in every}
         self.resize = resize
         self.adapters = [ComponentAdapter(self, i) for i in range(len(components))]
 
@@ -146,9 +151,6 @@ class MixtureSchema:
                 raise clash(i, "cameras with different channel counts")
             target = resize.get(key)
             if target is not None:
-                if (not isinstance(target, (tuple, list)) or len(target) != 2
-                        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in target)):
-                    raise ValueError(f"resize[{key!r}] must be (height, width), two positive ints, got {target!r}.")
                 chw = (sizes[first_i][0], int(target[0]), int(target[1]))
             else:
                 if len(set(sizes.values())) > 1:
