@@ -176,3 +176,20 @@ def test_not_finite_values_name_the_file_episode_and_key(tmp_path):
     dataset = EpisodeStreamingDataset(root, cache_dir=tmp_path / "cache")
     with pytest.raises(ValueError, match=r"episode_index 1\) frame 2: 'observation.state' is .*nan.*not finite"):
         dataset.compute_stats()
+
+
+def test_the_stats_command_prints_and_writes_the_selections_stats(camera_less_root, tmp_path, capsys):
+    from episodestream.tools.cli import main
+
+    out = tmp_path / "stats.json"
+    assert main(["stats", str(camera_less_root), "--episodes", "1-3,7", "--cache-dir", str(tmp_path / "c"),
+                 "--json", "--out", str(out), "--no-progress"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    expected = EpisodeStreamingDataset(camera_less_root, episodes=[1, 2, 3, 7], cache_dir=tmp_path / "c").compute_stats()
+    assert printed == json.loads(out.read_text())
+    assert printed == {k: {n: v.tolist() for n, v in e.items()} for k, e in expected.items()}
+    assert main(["stats", str(camera_less_root), "--no-cache"]) == 0
+    text = capsys.readouterr()
+    assert "24 episodes" in text.out and "observation.state [6]: mean" in text.out and "stats" in text.err  # tqdm bar
+    assert main(["stats", str(camera_less_root), "--episodes", "99", "--no-progress"]) != 0
+    assert "episodes [99] are not in" in capsys.readouterr().err
