@@ -31,7 +31,7 @@ def aggregate_stats(stats: Sequence[Mapping[str, Mapping[str, np.ndarray]] | Non
     out = {}
     for key in keys:
         parts = [s[key] for s in present if key in s]
-        if len({np.shape(p.get("mean")) for p in parts}) == 1:  # widths that differ do not aggregate (as in LeRobot)
+        if len({np.shape(p["mean"]) if "mean" in p else None for p in parts}) == 1:  # widths that differ do not aggregate (as in LeRobot)
             out[key] = _aggregate_feature(parts)
     return out
 

@@ -42,9 +42,9 @@ class MixtureSource(StreamSource):
     """A mixture's epoch, consumer streams and resume position, over its components' runtimes."""
 
     def __init__(self, components: Sequence[DatasetSource], *, weights: tuple[float, ...] | None, seed: int,
-                 stop: str | int, renames: Sequence[Mapping[str, str]], schema: MixtureSchema | None = None) -> None:
+                 stop: str | int, renames: Sequence[Mapping[str, str]], schema: MixtureSchema) -> None:
         self.components = list(components)
-        self.schema = schema  # None: keys="same", samples as the components give them (plus robot_type)
+        self.schema = schema  # the mixture's keys and each component's adapter (``keys=``)
         self.rank, self.world_size = components[0].rank, components[0].world_size
         self.weights = weights
         self.seed = seed
@@ -147,12 +147,10 @@ class MixtureSource(StreamSource):
         order, steps = self.consumer_plan(world, epoch)
         counts = np.bincount(order, minlength=len(self.components)).tolist()
         streams = [c.stream(s, count, epoch) for c, s, count in zip(self.components, steps, counts)]
-        schema = self.schema
         return MixtureStream(streams, order, renames=self.renames,
                              group_size=min(c.settings.decode_group_size for c in self.components),
-                             finished=lambda: self.shared_epoch.finished(epoch),
-                             adapters=None if schema is None else schema.adapters,
-                             frames_in_place=True if schema is None else schema.frames_in_place())
+                             finished=lambda: self.shared_epoch.finished(epoch), adapters=self.schema.adapters,
+                             frames_in_place=self.schema.frames_in_place())
 
     def _components_state(self) -> list[dict[str, Any]]:
         return [{"seed": c.settings.seed, "shuffle": c.settings.shuffle, "fingerprint": c.fingerprint()}

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -93,10 +93,10 @@ def _combine_cameras(parts: Sequence[dict[str, np.ndarray]], shares: Sequence[fl
 class MixtureStats:
     """Computes (once) and holds a mixture's ``stats``, ``component_stats`` and ``provenance``."""
 
-    def __init__(self, components: Sequence[Any], schema: MixtureSchema, renames: Sequence[dict[str, str]],
+    def __init__(self, components: Sequence[Any], schema: MixtureSchema, renames: Sequence[Mapping[str, str]],
                  weights: Sequence[Fraction]) -> None:
         self._cores = [c.core for c in components]  # DatasetSource.core: files, meta, selection
-        self._schema, self._renames, self._weights = schema, list(renames), list(weights)
+        self._schema, self._renames, self._weights = schema, [dict(r) for r in renames], list(weights)
 
     def provenance(self) -> dict[str, str]:
         """Which statistics each mixture key has (see the module docstring)."""
