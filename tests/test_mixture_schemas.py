@@ -266,3 +266,27 @@ def test_exact_resume_is_unchanged_across_schemas(robots):
     resumed = EpisodeLoader(_mix(roots, [0.5, 0.5], keys="union"), 4)
     resumed.load_state_dict(state)
     _assert_same_batches(head + _detached(resumed), expected)
+
+
+def test_components_at_other_fps_and_without_cameras_mix_under_union(robots, tmp_path):
+    slow = _robot(tmp_path / "slow", "slow10", cameras=(), state_dim=4, fps=10, seed=4)
+    window = {ACTION: [0.0, 0.1]}  # seconds: 1 frame back at 10 fps, 3 at 30 fps; 2 steps for both
+    datasets = [EpisodeStreamingDataset(slow, delta_timestamps=window, episode_pool_size=2),
+                EpisodeStreamingDataset(robots["bimanual"], delta_timestamps=window, episode_pool_size=2)]
+    mixture = EpisodeMixture(datasets, [0.5, 0.5], keys="union")
+    own = [EpisodeDataset(slow, delta_timestamps=window), EpisodeDataset(robots["bimanual"], delta_timestamps=window)]
+    with EpisodeLoader(mixture, 4) as loader:
+        batches = _detached(loader)
+    seen = set()
+    for b in batches:
+        for j in range(len(b["index"])):
+            i = int(b["dataset_index"][j])
+            seen.add(i)
+            expected = own[i][int(b["index"][j])]
+            width = (4, 14)[i]
+            assert torch.equal(b[ACTION][j][:, :width], expected[ACTION]) and not b[ACTION][j][:, width:].any()
+            assert torch.equal(b[f"{ACTION}_is_pad"][j], expected[f"{ACTION}_is_pad"])
+            for camera in (FRONT, WRIST):
+                assert b[f"{camera}_is_missing"][j].item() is (i == 0)
+                assert (not b[camera][j].any()) if i == 0 else torch.equal(b[camera][j], expected[camera])
+    assert seen == {0, 1}
