@@ -159,13 +159,11 @@ class MixtureStats:
             if m.kind == "string":
                 continue
             if m.kind == "camera":
-                parts = [component_stats[i][key] for i in having if "mean" in component_stats[i].get(key, {})
-                         and int(np.ravel(component_stats[i][key].get("count", [1]))[0]) > 0]
-                shares = [float(weights[i]) * core_frames(self._cores[i]) for i in having
-                          if "mean" in component_stats[i].get(key, {})
-                          and int(np.ravel(component_stats[i][key].get("count", [1]))[0]) > 0]
-                if parts:
-                    out[key] = _combine_cameras(parts, shares)
+                # Components without stats.json values for it (identity: count 0) do not count.
+                known = [i for i in having if int(np.ravel(component_stats[i][key].get("count", [1]))[0]) > 0]
+                if known:
+                    out[key] = _combine_cameras([component_stats[i][key] for i in known],
+                                                [float(weights[i]) * int(self._cores[i].num_frames) for i in known])
                 continue
             if len(having) == 1:
                 (i,) = having
@@ -193,9 +191,5 @@ class MixtureStats:
         result = {name: value.reshape(m.shape) for name, value in out.items()}
         result["count"] = np.array([count], np.int64)
         return result
-
-
-def core_frames(core: Any) -> int:
-    return int(core.num_frames)
 
 
