@@ -61,9 +61,20 @@ def _column_stats(column: np.ndarray) -> list[float]:
         centred = work[start:start + block].astype(np.float64) - mean
         variance += float(np.dot(centred, centred))
     out = [float(work.min()), float(work.max()), mean, float(np.sqrt(variance / n))]
-    ranks = sorted({_rank(q, n) for q in QUANTILES.values()})
-    work.partition(ranks)
+    _select(work, sorted({_rank(q, n) for q in QUANTILES.values()}))
     return out + [float(work[_rank(q, n)]) for q in QUANTILES.values()]
+
+
+def _select(work: np.ndarray, ranks: list[int], offset: int = 0) -> None:
+    """Put the values of ``ranks`` (positions in sorted order) in place, partitioning at the middle
+    rank and then each side for its own: numpy's ``partition`` with five kth values at once was
+    slower than a full sort, this a fifth of it (docs/benchmarks.md, "Exact stats")."""
+    if not ranks:
+        return
+    middle = ranks[len(ranks) // 2]
+    work.partition(middle - offset)
+    _select(work[:middle - offset], [r for r in ranks if r < middle], offset)
+    _select(work[middle - offset + 1:], [r for r in ranks if r > middle], middle + 1)
 
 
 def feature_stats(values: np.ndarray, shape: Sequence[int]) -> dict[str, np.ndarray]:
