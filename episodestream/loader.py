@@ -18,7 +18,7 @@ import os
 import threading
 import warnings
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -190,13 +190,24 @@ class EpisodeLoader:
 
 
 class _BatchBuffer:
-    """One batch being written by decode threads: camera frames in place, the rest per sample."""
+    """One batch being written by decode threads: camera frames in place, numeric tabular values
+    into one array per key, the rest (strings, images) per sample.
+
+    Writing a sample's numbers into the batch's arrays and making one tensor per key per batch is
+    what ``default_collate`` of per-sample tensors gives (the same dtype, shape and values: the
+    shape and dtype of every value are checked against the array), at a fraction of its cost per
+    frame: the per-value tensors and their stacking were most of the trainer thread's work.
+    """
 
     def __init__(self, size: int) -> None:
         self.frames: dict[str, torch.Tensor] = {}
         self.arrays: dict[str, np.ndarray | torch.Tensor] = {}  # the same memory, as written to
         self.video_keys: list[str] | None = None  # the first sample's order, as default_collate keeps
-        self.items: list[dict[str, Any] | None] = [None] * size
+        # The tabular keys in the samples' order, each with the array of its numbers ((size, *value
+        # shape)), or None for what stays per sample (strings, images).
+        self.layout: list[tuple[str, np.ndarray | None]] | None = None
+        self.others: list[dict[str, Any] | None] = [None] * size  # the rest of each sample's tabular part
+        self.items: list[dict[str, Any] | None] = [None] * size  # whole samples (not written in place)
         self.lock = threading.Lock()
 
     def frame_out(self, key: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, *,
@@ -214,6 +225,56 @@ class _BatchBuffer:
                              f"whose {key!r} frames are {list(out.shape[1:])} (a DataLoader could not stack "
                              f"them either).")
         return self.arrays[key]
+
+    def write_tabular(self, slot: int, tabular: dict[str, Any], who: str) -> None:
+        """Sample ``slot``'s tabular part (``GroupBuilder.tabular``): numbers into the batch's arrays."""
+        layout = self.layout
+        if layout is None:
+            with self.lock:
+                if self.layout is None:
+                    # The first sample written sets the keys, their order and the arrays.
+                    self.layout = [(key, np.empty((len(self.others), *value.shape), dtype=value.dtype)
+                                    if isinstance(value, (np.ndarray, np.generic)) else None)
+                                   for key, value in tabular.items()]
+                layout = self.layout
+        if len(tabular) != len(layout):
+            self._refuse_keys(tabular, who)
+        others: dict[str, Any] = {}
+        for (key, out), (name, value) in zip(layout, tabular.items()):
+            if key != name:
+                self._refuse_keys(tabular, who)
+            if out is None:
+                if isinstance(value, (np.ndarray, np.generic)):
+                    raise ValueError(f"{who}: {key!r} is an array here but not in its batch's first sample.")
+                others[key] = value
+            # Without the check numpy would broadcast a smaller value, or cast another dtype, silently.
+            elif (type(value) is np.ndarray and value.shape == out.shape[1:]
+                  and (value.dtype is out.dtype or value.dtype == out.dtype)):
+                out[slot] = value
+            else:
+                shown = (f"{value.dtype} of shape {list(value.shape)}" if isinstance(value, (np.ndarray, np.generic))
+                         else type(value).__name__)
+                if isinstance(value, np.generic) and value.shape == out.shape[1:] and value.dtype == out.dtype:
+                    out[slot] = value
+                    continue
+                raise ValueError(f"{who}: {key!r} is {shown} but its batch's are {out.dtype} of shape "
+                                 f"{list(out.shape[1:])} (a DataLoader could not stack them either).")
+        self.others[slot] = others
+
+    def _refuse_keys(self, tabular: dict[str, Any], who: str) -> None:
+        batch = sorted(key for key, _ in self.layout or ())
+        raise ValueError(f"{who}: the sample's keys {sorted(tabular)} differ from its batch's {batch} "
+                         f"(a DataLoader could not collate them either).")
+
+    def tabular_batch(self, count: int) -> dict[str, Any]:
+        """The tabular keys of the batch's first ``count`` samples, as ``default_collate`` gives them."""
+        batch: dict[str, Any] = {}
+        others = self.others[:count]
+        for key, values in self.layout or ():
+            # The arrays are this batch's alone (never reused): the tensors can share them.
+            batch[key] = (torch.from_numpy(values[:count]) if values is not None
+                          else default_collate([sample[key] for sample in others]))  # type: ignore[index]
+        return batch
 
 
 class _BatchWriter:
@@ -257,58 +318,67 @@ class _BatchWriter:
             return
         builder = self._builder
         decoded = builder.decode(decoders, pendings)
+        if not self._in_place:
+            for offset, pending in enumerate(pendings):
+                index, slot = divmod(first_sample + offset, self._batch_size)
+                self.buffer(index).items[slot] = finish_decoded(builder, pending, decoded)
+            return
         sources: dict[str, np.ndarray | torch.Tensor] = {}  # per file: its decoded (N, H, W, C) frames
+        # Per (batch, camera, file): the batch's frames of that camera and the writer from that
+        # file into them, set up once (shape and layout checks included), not once per frame.
+        targets: dict[tuple[int, str, str], tuple[np.ndarray | torch.Tensor, Callable]] = {}
         # Each decoded frame is converted once per group: a window padded at an episode's edge,
         # or overlapping another sample's, copies the slot already written (a plain copy of the
         # converted frame costs under half the conversion in float32).
         written: dict[tuple[str, int], np.ndarray | torch.Tensor] = {}
 
-        def write(out: np.ndarray | torch.Tensor, path: str, row: int) -> None:
-            first = written.get((path, row))
-            if first is None:
-                builder.write_frame(out, sources[path][row])
-                written[path, row] = out
-            elif isinstance(out, np.ndarray):
-                np.copyto(out, first)
-            else:  # accelerator memory: ``first`` is a tensor too (as_tensor returns it as it is)
-                out.copy_(torch.as_tensor(first))
-
         for offset, pending in enumerate(pendings):
             index, slot = divmod(first_sample + offset, self._batch_size)
             buffer = self.buffer(index)
-            if not self._in_place:
-                buffer.items[slot] = finish_decoded(builder, pending, decoded)
-                continue
             for key, windowed, query in zip(pending.video_keys, pending.windowed, pending.queries):
-                source = sources.get(query.path)
-                if source is None:
-                    frames = decoded[query.path].frames
-                    # numpy on CPU: indexing it costs a fraction of torch's per frame
-                    source = sources[query.path] = frames.numpy() if frames.device.type == "cpu" else frames
-                row_of = decoded[query.path].row_of
-                rows = [row_of[t] for t in query.timestamps_s]
-                chw = (source.shape[3], source.shape[1], source.shape[2])
-                shape = (len(rows), *chw) if windowed else chw
-                out = buffer.frame_out(key, shape, builder.frame_dtype, decoded[query.path].frames.device,
-                                       memory=self._memory, pin_memory=self._pin_memory, query=query)[slot]
-                if windowed:
-                    for step, row in enumerate(rows):
-                        write(out[step], query.path, row)
-                else:
-                    write(out, query.path, rows[0])
+                path = query.path
+                file = decoded[path]
+                target = targets.get((index, key, path))
+                if target is None:
+                    source = sources.get(path)
+                    if source is None:
+                        # numpy on CPU: indexing it costs a fraction of torch's per frame
+                        source = sources[path] = file.frames.numpy() if file.frames.device.type == "cpu" else file.frames
+                    chw = (source.shape[3], source.shape[1], source.shape[2])
+                    shape = (len(query.timestamps_s), *chw) if windowed else chw
+                    out_all = buffer.frame_out(key, shape, builder.frame_dtype, file.frames.device,
+                                               memory=self._memory, pin_memory=self._pin_memory, query=query)
+                    target = targets[index, key, path] = (out_all, builder.frame_writer(out_all, source))
+                elif windowed and target[0].shape[1] != len(query.timestamps_s):
+                    raise ValueError(f"{path} ({query.who}): a window of {len(query.timestamps_s)} frames cannot "
+                                     f"join a batch whose {key!r} windows are {target[0].shape[1]} frames long.")
+                out_all, write = target
+                out = out_all[slot]
+                row_of = file.row_of
+                for step, stamp in enumerate(query.timestamps_s) if windowed else ((None, query.timestamps_s[0]),):
+                    row = row_of[stamp]
+                    place = out if step is None else out[step]
+                    first = written.get((path, row))
+                    if first is None:
+                        write(place, row)
+                        written[path, row] = place
+                    elif isinstance(place, np.ndarray):
+                        np.copyto(place, first)
+                    else:  # accelerator memory: ``first`` is a tensor too (as_tensor returns it as it is)
+                        place.copy_(torch.as_tensor(first))
             if slot == 0:
                 buffer.video_keys = list(pending.video_keys)
-            buffer.items[slot] = builder.tabular(pending)  # the frames are in place: the rest, as finish() gives it
+            # The frames are in place: the rest, as finish() gives it.
+            buffer.write_tabular(slot, builder.tabular(pending), pending.queries[0].who if pending.queries else "a sample")
 
     def collate(self, buffer: _BatchBuffer, count: int) -> dict[str, Any]:
         """The batch as ``default_collate`` of its samples would give it (frames already in place)."""
-        items = buffer.items[:count]
         buffer.arrays.clear()  # the numpy views written through: lend() needs the tensors alone
         if not self._in_place:
-            batch = default_collate(items)
+            batch = default_collate(buffer.items[:count])
         else:
             batch = {key: self._memory.lend(buffer.frames[key], count) for key in buffer.video_keys or ()}
-            batch.update(default_collate(items))
+            batch.update(buffer.tabular_batch(count))
         if self._pin_memory:
             batch = {k: v.pin_memory() if isinstance(v, torch.Tensor) and not v.is_pinned() else v
                      for k, v in batch.items()}

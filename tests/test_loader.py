@@ -401,15 +401,19 @@ def test_batch_memory_is_not_reused_while_the_trainer_holds_it_through_its_stora
 
 
 @pytest.mark.parametrize("return_uint8", [False, True])
-def test_write_frame_equals_finish_conversion_for_every_byte_value(many_episodes_root, return_uint8):
+@pytest.mark.parametrize("contiguous", [False, True])  # the compiled kernel takes only the contiguous one
+def test_frame_writer_equals_finish_conversion_for_every_byte_value(many_episodes_root, return_uint8, contiguous):
     meta = EpisodeStreamingDataset(many_episodes_root).typed_meta
     builder = SampleBuilder(meta, offsets={}, tolerance_s=1e-4, return_uint8=return_uint8, image_transforms=None)
     frame = torch.arange(256, dtype=torch.uint8).reshape(1, 16, 16).expand(3, 16, 16)
-    out = torch.empty((3, 16, 16), dtype=builder.frame_dtype)
-    builder.write_frame(out.numpy(), frame.permute(1, 2, 0).numpy())
+    out = torch.zeros((2, 3, 16, 16), dtype=builder.frame_dtype)
+    frames_nhwc = frame.permute(1, 2, 0)[None].expand(2, 16, 16, 3).numpy()
+    frames_nhwc = frames_nhwc.copy() if contiguous else frames_nhwc
+    write = builder.frame_writer(out.numpy(), frames_nhwc)
+    write(out.numpy()[1], 1)
     expected = builder._image(frame.clone())
-    assert out.dtype == expected.dtype and torch.equal(out, expected)
-    assert torch.equal(out[0].flatten(), frame[0].flatten() / 255.0 if not return_uint8 else frame[0].flatten())
+    assert out.dtype == expected.dtype and torch.equal(out[1], expected) and not out[0].any()
+    assert torch.equal(out[1, 0].flatten(), frame[0].flatten() / 255.0 if not return_uint8 else frame[0].flatten())
 
 
 def test_a_second_iterator_makes_the_first_one_raise_not_end_short(many_episodes_root):
@@ -499,3 +503,61 @@ def test_a_state_loaded_into_the_dataset_with_another_batch_size_is_refused_by_t
     with pytest.raises(ValueError, match=r"saved with batch_size=4; this loader has batch_size=8"):
         iter(EpisodeLoader(dataset, 8, num_threads=2))
 
+
+
+def test_a_resumed_epoch_is_whole_when_selected_again_after_it_ran_to_its_end(many_episodes_root):
+    # The resume point used to outlive its epoch: set_epoch back to it streamed only the remainder.
+    reference = _new_loader(many_episodes_root)
+    whole = [batch["index"].tolist() for batch in reference]
+    loader = _new_loader(many_episodes_root)
+    iterator = iter(loader)
+    for _ in range(3):
+        next(iterator)
+    state = loader.state_dict()
+    loader.close()
+
+    resumed = _new_loader(many_episodes_root)
+    resumed.load_state_dict(state)
+    assert [batch["index"].tolist() for batch in resumed] == whole[3:]
+    resumed.set_epoch(0)
+    assert len(resumed) == len(whole) and len(resumed.dataset) == sum(map(len, whole))
+    assert [batch["index"].tolist() for batch in resumed] == whole
+
+    # The dataset alone (iterated in this process) likewise.
+    dataset = _new_loader(many_episodes_root).dataset
+    dataset.load_state_dict(state)
+    first = [int(sample["index"]) for sample in dataset]
+    assert first == sum(whole, [])[12:]
+    dataset.set_epoch(0)
+    assert [int(sample["index"]) for sample in dataset] == sum(whole, [])
+
+
+def test_batch_tabular_values_equal_default_collate_and_refuse_what_it_could_not_stack():
+    import numpy as np
+    from torch.utils.data import default_collate
+
+    from episodestream._sample.builder import as_tensor
+    from episodestream.loader import _BatchBuffer
+
+    samples = [{"state": np.arange(3, dtype=np.float32) + i, "index": np.array(i), "flag": np.bool_(i % 2),
+                "window_is_pad": np.array([i == 0, False]), "note": f"s{i}", "words": ["a", f"b{i}"]}
+               for i in range(3)]
+    buffer = _BatchBuffer(4)
+    for slot in (2, 0, 1):  # threads write slots in any order
+        buffer.write_tabular(slot, samples[slot], "sample")
+    batch = buffer.tabular_batch(3)
+    expected = default_collate([{k: as_tensor(v) for k, v in s.items()} for s in samples])
+    assert list(batch) == list(expected)
+    for key, value in expected.items():
+        if isinstance(value, torch.Tensor):
+            assert batch[key].dtype == value.dtype and torch.equal(batch[key], value), key
+        else:
+            assert batch[key] == value, key
+
+    for wrong, message in [({**samples[0], "state": np.zeros(4, np.float32)}, r"'state' is float32 of shape \[4\]"),
+                           ({**samples[0], "state": np.zeros(3, np.float64)}, r"'state' is float64 of shape \[3\]"),
+                           ({**samples[0], "index": 3}, r"'index' is int but"),
+                           ({k: v for k, v in samples[0].items() if k != "note"}, r"keys .* differ"),
+                           ({**samples[0], "extra": np.zeros(1)}, r"keys .* differ")]:
+        with pytest.raises(ValueError, match=message):
+            buffer.write_tabular(3, wrong, "episode 7 key 'cam'")

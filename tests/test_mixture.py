@@ -500,3 +500,19 @@ def test_selections_of_one_folder_decode_each_file_once(many_episodes_root):
                for d, f, e, i in zip(b["dataset_index"], b[FRONT], b["episode_index"], b["frame_index"])]
     assert len(ids) == len(mixture)
     assert all(frame == (episode, index, 0) and episode % 2 == d for d, frame, episode, index in ids)
+
+
+def test_a_resumed_mixture_epoch_is_whole_again_after_a_pass_ran_to_its_end(tabular):
+    roots = [tabular["a"], tabular["b"], tabular["c"]]
+    expected = _batch_ids(_loader(_mixture(roots, [0.6, 0.3, 0.1]), 2))
+    first = _mixture(roots, [0.6, 0.3, 0.1])
+    loader = _loader(first, 2)
+    for _ in zip(range(3), loader):
+        pass
+    state = json.loads(json.dumps(stream_state(loader, 3)))
+    resumed = _mixture(roots, [0.6, 0.3, 0.1])
+    resumed.load_state_dict(state)
+    assert _batch_ids(_loader(resumed, 2)) == expected[3 * 4:]
+    resumed.set_epoch(0)
+    assert len(resumed) == len(expected)
+    assert _batch_ids(_loader(resumed, 2)) == expected

@@ -258,3 +258,47 @@ def test_out_of_order_delivery_is_refused(camera_less_root):
     for num_workers in (0, 1):
         loader = torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=num_workers, in_order=False)
         assert stream_state(loader, 3)["batches_consumed"] == 3
+
+
+def test_a_resumed_epoch_is_whole_again_once_every_worker_ran_it_to_its_end(many_episodes_root):
+    """Through a DataLoader with 2 workers: the resumed pass streams the remainder, then the same
+    epoch selected again streams all of it, and ``len`` says so at each step."""
+    whole = ids(loader_for(make(many_episodes_root), 2))
+    state, consumed = save_after(many_episodes_root, rank=0, world_size=1, num_workers=2, epoch_batches=5,
+                                 into_next=False)
+    resumed = make(many_episodes_root)
+    resumed.load_state_dict(state)
+    remainder = sum(map(len, whole)) - 5 * BATCH
+    assert len(resumed) == remainder
+    again = ids(loader_for(resumed, 2))
+    assert ids(consumed) + again == whole
+    resumed.set_epoch(0)
+    assert len(resumed) == sum(map(len, whole))
+    assert ids(loader_for(resumed, 2)) == whole
+    resumed.load_state_dict(state)  # a new load sets a resume point afresh
+    assert len(resumed) == remainder and ids(loader_for(resumed, 2)) == again
+
+
+def test_one_workers_end_does_not_use_up_the_resume_point_of_its_siblings(monkeypatch):
+    """The pass is done when its last worker finishes: a worker that starts after a sibling ran its
+    share to the end still finds the resume point (it used to stream the whole epoch)."""
+    from types import SimpleNamespace
+
+    from episodestream._runtime.epoch import SharedEpoch
+
+    shared = SharedEpoch(4)
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: SimpleNamespace(num_workers=2))
+    assert shared.claim(2) == 4
+    shared.finished(4)  # the first worker is done before its sibling claims
+    assert shared.get() == 5 and not shared.passed(4)
+    assert shared.claim(2) == 4
+    shared.finished(4)
+    assert shared.passed(4)
+    shared.forget_passes()
+    assert not shared.passed(4)
+    assert shared.claim(2) == 5  # the next iteration: a pass over epoch 5 that ends early
+    shared.finished(5)
+    assert not shared.passed(5)
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: None)
+    shared.finished(5)  # in the main process, its one consumer's end is the pass's
+    assert shared.passed(5)

@@ -97,46 +97,6 @@ def _reset_peak_rss() -> None:
         pass
 
 
-def _use_channels_last_batches() -> None:
-    """``--frame-writer channels-last``, an experiment (issue 21): EpisodeLoader's batch frames are
-    allocated in the decoder's (..., H, W, C) layout and handed out as (..., C, H, W) views of it
-    (PyTorch's channels_last), so writing a frame is a contiguous copy (uint8) or cast (float32)
-    instead of a de-interleave. Same values, other strides. This process only."""
-    from episodestream import loader as loader_module
-
-    def to_chw(tensor: torch.Tensor) -> torch.Tensor:
-        n = tensor.dim()
-        return tensor.permute(*range(n - 3), n - 1, n - 3, n - 2)
-
-    def frame_out(self, key, shape, dtype, device, *, memory, pin_memory, query):
-        with self.lock:
-            out = self.frames.get(key)
-            if out is None:
-                *lead, c, h, w = (len(self.items), *shape)
-                base = memory.empty((*lead, h, w, c), dtype=dtype, device=device, pin_memory=pin_memory)
-                out = self.frames[key] = to_chw(base)
-                self.arrays[key] = out.numpy() if out.device.type == "cpu" else out
-        if tuple(out.shape[1:]) != shape:
-            raise ValueError(f"{key!r}: frames of shape {list(shape)} cannot join {list(out.shape[1:])}")
-        return self.arrays[key]
-
-    def collate(self, buffer, count):
-        items = buffer.items[:count]
-        buffer.arrays.clear()
-        if not self._in_place:
-            return torch.utils.data.default_collate(items)
-        batch = {}
-        for key in buffer.video_keys or ():
-            base = buffer.frames.pop(key)._base  # the (..., H, W, C) tensor; its view let go for lend()
-            batch[key] = to_chw(self._memory.lend(base, count))
-            del base
-        batch.update(torch.utils.data.default_collate(items))
-        return batch
-
-    loader_module._BatchBuffer.frame_out = frame_out
-    loader_module._BatchWriter.collate = collate
-
-
 def _train_step(kind: str, seconds: float) -> None:
     """A simulated training step: ``sleep`` releases the GIL (as GPU work waited on does);
     ``busy`` holds it in pure Python for the same wall time (a trainer doing Python work)."""
@@ -581,11 +541,10 @@ def main(argv=None) -> int:
                         help="also stream single float32 with a simulated training step of this many ms after "
                              "each batch: a sleep (releases the GIL) and a pure-Python busy loop (holds it); "
                              "local source")
-    parser.add_argument("--frame-writer", choices=("compiled", "numpy", "channels-last"),
+    # (An experiment's third choice, channels-last batches, was removed once measured: docs/benchmarks.md.)
+    parser.add_argument("--frame-writer", choices=("compiled", "numpy"),
                         help="how EpisodeLoader writes frames into batches: compiled (episodestream's C "
-                             "kernel, the default where it was built), numpy (what runs without a C compiler) "
-                             "or channels-last (an experiment: batches in the decoder's HWC layout, a contiguous "
-                             "copy per frame)")
+                             "kernel, the default where it was built) or numpy (what runs without a C compiler)")
     parser.add_argument("--decoder", default="torchcodec", metavar="torchcodec|stand-in:MS",
                         help="stand-in:MS measures the pipeline's own ceiling: every video reader is replaced by "
                              "one that sleeps MS milliseconds per decoded frame (GIL released) and returns "
@@ -613,12 +572,9 @@ def main(argv=None) -> int:
     if args.frame_writer == "compiled" and not _chw.compiled():
         parser.error("--frame-writer compiled: episodestream._sample._chw_kernel is not built here (installed without a "
                      "C compiler); use --frame-writer numpy")
-    if args.frame_writer == "channels-last":
-        _use_channels_last_batches()
-    else:
-        if args.frame_writer == "numpy":
-            _chw._kernel = None  # this process only: EpisodeLoader's decode threads write here
-        args.frame_writer = "compiled" if _chw.compiled() else "numpy"
+    if args.frame_writer == "numpy":
+        _chw._kernel = None  # this process only: EpisodeLoader's decode threads write here
+    args.frame_writer = "compiled" if _chw.compiled() else "numpy"
     print(f"frames written into EpisodeLoader batches by: {args.frame_writer}", file=sys.stderr)
     decode_device = "cpu"
     if args.decode == "cuda":

@@ -107,8 +107,11 @@ class DatasetSource(StreamSource):
         return legs[-1].batch_size, sum(leg.batches for leg in legs)
 
     def _resumption_of(self, epoch: int) -> Resumption | None:
+        """The loaded resume point of ``epoch``, until a whole pass of that epoch ran to its end."""
         resumption = self._resumption
-        return resumption if resumption is not None and resumption.request.epoch == epoch else None
+        if resumption is None or resumption.request.epoch != epoch or self.shared_epoch.passed(epoch):
+            return None
+        return resumption
 
     # -- streams ----------------------------------------------------------------------------------
 
@@ -190,6 +193,7 @@ class DatasetSource(StreamSource):
 
     def load_consumer_state(self, state: Mapping[str, Any], *, strict: bool) -> None:
         """Resume one consumer from its own ``state_dict()`` (``position``): its next iteration."""
+        self.shared_epoch.forget_passes()
         epoch, self._resumption = load_consumer_state(
             state, self.position, strict=strict, seed=self.settings.seed, shuffle=self.settings.shuffle,
             fingerprint=self.fingerprint(), segments=self.core.whole_episodes(), world_size=self.world_size,
@@ -216,6 +220,7 @@ class DatasetSource(StreamSource):
 
     def apply_state(self, checked: CheckedState) -> None:
         request, done = checked.request, checked.finished
+        self.shared_epoch.forget_passes()
         self._resumption = None if done else Resumption(request, self.core.whole_episodes(), world_size=self.world_size,
                                                         pool_size=self.settings.episode_pool_size)
         self.shared_epoch.set(request.epoch + 1 if done else request.epoch)

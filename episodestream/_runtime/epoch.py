@@ -18,9 +18,11 @@ from multiprocessing.context import get_spawning_popen
 
 # Slots: the epoch the next iteration streams; the latest one started (-1: none); the epoch of the
 # DataLoader iteration whose workers are still claiming, and how many of its workers have not
-# claimed yet; how many times a resume state was loaded.
-_NEXT, _STARTED, _CLAIM_EPOCH, _CLAIMS_LEFT, _CLAIM_WORKERS, _LOADS = range(6)
-_INITIAL = (0, -1, -1, 0, 0, 0)
+# claimed yet; how many times a resume state was loaded; how many of the claimed iteration's
+# workers have not run their share to its end; the epoch a whole pass ran to its end since a resume
+# point was last set (-1: none), which uses that resume point up.
+_NEXT, _STARTED, _CLAIM_EPOCH, _CLAIMS_LEFT, _CLAIM_WORKERS, _LOADS, _FINISHES_LEFT, _PASSED = range(8)
+_INITIAL = (0, -1, -1, 0, 0, 0, 0, -1)
 
 
 class SharedEpoch:
@@ -49,7 +51,7 @@ class SharedEpoch:
         with self._locked():
             slots = self._slots()
             slots[_NEXT], slots[_STARTED], slots[_CLAIMS_LEFT] = epoch, -1, 0
-            self._local = [epoch, -1, -1, 0, 0, slots[_LOADS]]
+            self._local = [epoch, -1, -1, 0, 0, slots[_LOADS], 0, slots[_PASSED]]
 
     def claim(self, num_workers: int) -> int:
         """The epoch of the DataLoader iteration this worker belongs to (the same for all its workers).
@@ -65,6 +67,7 @@ class SharedEpoch:
             slots = self._slots()
             if slots[_CLAIMS_LEFT] <= 0 or slots[_CLAIM_WORKERS] != num_workers:
                 slots[_CLAIM_EPOCH], slots[_CLAIMS_LEFT], slots[_CLAIM_WORKERS] = slots[_NEXT], num_workers, num_workers
+                slots[_FINISHES_LEFT] = num_workers
             slots[_CLAIMS_LEFT] -= 1
             return slots[_CLAIM_EPOCH]
 
@@ -88,11 +91,35 @@ class SharedEpoch:
         self._slots()[_STARTED] = epoch
 
     def finished(self, epoch: int) -> None:
-        """Called by every consumer that reaches the end of ``epoch``; advances the counter once."""
+        """Called by every consumer that reaches the end of ``epoch``; advances the counter once,
+        and marks the pass done (``passed``) once every consumer of the pass got here."""
+        import torch.utils.data  # only when iterating: this module loads without torch
+
+        in_worker = torch.utils.data.get_worker_info() is not None
         with self._locked():
+            slots = self._slots()
             # Below ``epoch`` only where a per-consumer state chose the epoch (``_runtime.position``).
-            if self.get() <= epoch:
-                self._slots()[_NEXT] = epoch + 1
+            if slots[_NEXT] <= epoch:
+                slots[_NEXT] = epoch + 1
+            if not in_worker:
+                slots[_PASSED] = epoch  # the main process is the pass's one consumer
+            elif slots[_CLAIM_EPOCH] == epoch and slots[_FINISHES_LEFT] > 0:
+                # One worker's end is not the pass's: a sibling that starts late must still find the
+                # resume point (its share of the remainder), so only the last of them marks it.
+                slots[_FINISHES_LEFT] -= 1
+                if slots[_FINISHES_LEFT] == 0:
+                    slots[_PASSED] = epoch
+
+    def passed(self, epoch: int) -> bool:
+        """Whether a whole pass of ``epoch`` (all the consumers of one iteration) ran to its end since
+        ``forget_passes``: a resume point for ``epoch`` is then used up, and selecting the epoch
+        again streams all of it."""
+        return self._slots()[_PASSED] == epoch
+
+    def forget_passes(self) -> None:
+        """A resume point was just set: passes that ended before it do not use it up."""
+        with self._locked():
+            self._slots()[_PASSED] = -1
 
     def state_loaded(self) -> int:
         """Count a loaded resume state; returns the new count (see ``loads``)."""

@@ -36,9 +36,6 @@ DIM_MASK_SUFFIX = "_dim_mask"
 MISSING_SUFFIX = "_is_missing"
 PAD_SUFFIX = "_is_pad"
 _CAMERA, _NUMBER, _STRING = "camera", "number", "string"
-_TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
-                 "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8,
-                 "uint8": torch.uint8, "bool": torch.bool}
 
 
 def _kind(dtype: str) -> str:
@@ -226,12 +223,14 @@ def _padded_names(names: Any, width: int) -> Any:
 
 
 def _zeros(m: MixtureKey, frame_dtype: torch.dtype) -> Any:
+    """A missing key's value: as the sample's planned values are (numpy for numbers, a tensor for a
+    camera frame, as a decoded PNG image is; strings)."""
     shape = (m.window,) if m.window is not None else ()
     if m.kind == _STRING:
         return [""] * m.window if m.window is not None else ""
     if m.kind == _CAMERA:
         return torch.zeros((*shape, *m.shape), dtype=frame_dtype)
-    return torch.zeros((*shape, *m.shape), dtype=_TORCH_DTYPES.get(m.dtype, torch.float32))
+    return np.zeros((*shape, *m.shape), dtype=np.dtype(m.dtype))
 
 
 @dataclass
@@ -241,7 +240,7 @@ class ComponentAdapter:
     schema: MixtureSchema
     index: int
     pads: dict[str, int] = field(default_factory=dict)  # key -> zeros to add on the last axis
-    dim_masks: dict[str, torch.Tensor] = field(default_factory=dict)
+    dim_masks: dict[str, np.ndarray] = field(default_factory=dict)
     missing: dict[str, MixtureKey] = field(default_factory=dict)  # keys to fill with zeros
     present_flags: list[str] = field(default_factory=list)  # <key>_is_missing False
     drop: set[str] = field(default_factory=set)  # own keys the mixture leaves out
@@ -255,7 +254,7 @@ class ComponentAdapter:
             if m.padded:
                 real = np.zeros(m.shape[-1], bool)
                 real[:width or 0] = True
-                self.dim_masks[key] = torch.from_numpy(real)
+                self.dim_masks[key] = real
             if width is None:
                 self.missing[key] = m
             elif m.kind == _NUMBER and width != m.shape[-1]:
@@ -276,22 +275,23 @@ class ComponentAdapter:
         return out
 
     def adapt_item(self, item: dict[str, Any], frame_dtype: torch.dtype) -> dict[str, Any]:
-        """A planned sample's tabular part (keys already the mixture's) as the mixture's."""
+        """A planned sample's tabular part (keys already the mixture's) as the mixture's; values
+        stay as planned values are (numpy arrays, strings, image tensors)."""
         for key in self.drop:
             item.pop(key, None)
             item.pop(f"{key}{PAD_SUFFIX}", None)
         for key, extra in self.pads.items():
-            value = item[key]
-            item[key] = torch.nn.functional.pad(value, (0, extra))
+            value = np.asarray(item[key])
+            item[key] = np.concatenate([value, np.zeros((*value.shape[:-1], extra), value.dtype)], axis=-1)
         for key, mask in self.dim_masks.items():
-            item[f"{key}{DIM_MASK_SUFFIX}"] = mask.clone()
+            item[f"{key}{DIM_MASK_SUFFIX}"] = mask.copy()
         for key, m in self.missing.items():
             item[key] = _zeros(m, frame_dtype)
             if m.window is not None:
-                item[f"{key}{PAD_SUFFIX}"] = torch.ones(m.window, dtype=torch.bool)
-            item[f"{key}{MISSING_SUFFIX}"] = torch.tensor(True)
+                item[f"{key}{PAD_SUFFIX}"] = np.ones(m.window, dtype=bool)
+            item[f"{key}{MISSING_SUFFIX}"] = np.array(True)
         for key in self.present_flags:
-            item[f"{key}{MISSING_SUFFIX}"] = torch.tensor(False)
+            item[f"{key}{MISSING_SUFFIX}"] = np.array(False)
         item["robot_type"] = self.robot_type
         return item
 

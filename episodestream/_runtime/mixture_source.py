@@ -80,9 +80,11 @@ class MixtureSource(StreamSource):
                            weights=self.weights, stop=self.stop)
 
     def _request_of(self, epoch: int) -> tuple[int, tuple[MixLeg, ...]] | None:
-        """The loaded request, in the epoch it was loaded for."""
+        """The loaded request of ``epoch``, until a whole pass of that epoch ran to its end."""
         request = self._resume_request
-        return request if request is not None and request[0] == epoch else None
+        if request is None or request[0] != epoch or self.shared_epoch.passed(epoch):
+            return None
+        return request
 
     def num_samples(self) -> int:
         epoch = self.epoch
@@ -221,6 +223,7 @@ class MixtureSource(StreamSource):
     def apply_state(self, checked: CheckedState) -> None:
         """Make a ``check_state`` result the position the next iteration starts from."""
         request, done = checked.request, checked.finished
+        self.shared_epoch.forget_passes()
         self._resume_request = None if done else request
         self._resume_points = {}
         self._legs = {}

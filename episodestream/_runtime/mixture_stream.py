@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from episodestream._sample.builder import PendingSample
+from episodestream._sample.builder import PendingSample, as_tensor
 from episodestream._format.metadata import EpisodeInfo
 from episodestream._runtime.mixture_schema import ComponentAdapter
 from episodestream._runtime.stream import ConsumerStream, DecoderSet, GroupBuilder, PlannedGroup, summed_stats
@@ -51,7 +51,7 @@ class SourceBuilder:
         self.frame_dtype = inner.frame_dtype
         self.writes_in_place = inner.writes_in_place
         self.decode = inner.decode
-        self.write_frame = inner.write_frame
+        self.frame_writer = inner.frame_writer
 
     def finish(self, pending: PendingSample, frames: Sequence[torch.Tensor]) -> dict[str, Any]:
         renamer, adapter = self._renamer, self._adapter
@@ -64,7 +64,7 @@ class SourceBuilder:
                                 [renamer.backward.get(k, k) for k in pending.video_keys],
                                 pending.windowed, pending.queries, pending.task)
             sample = renamer.keys(self._inner.finish(own, frames), renamer.forward)
-            sample.update(added)
+            sample.update((key, as_tensor(value)) for key, value in added.items())
         if adapter is None:
             return sample
         for key in adapter.drop:
@@ -102,7 +102,7 @@ class MixedBuilder:
         # In-place frame writes need one conversion for all (the loader checks every builder).
         self.frame_dtype = builders[0].frame_dtype
         self.writes_in_place = frames_in_place and all(b.writes_in_place for b in builders)
-        self.write_frame = builders[0].write_frame
+        self.frame_writer = builders[0].frame_writer
 
     def decode(self, caches: ComponentDecoders, pendings: Sequence[PendingSample]) -> dict[str, DecodedFile]:
         # Each file once, by the first component that wants it: two components may select episodes
@@ -140,7 +140,6 @@ class MixtureStream(ConsumerStream):
         self.builder = MixedBuilder([SourceBuilder(s.builder, r, a) for s, r, a in
                                      zip(self._streams, self._renamers, self._adapters)],
                                     frames_in_place=frames_in_place)
-        self._indices = [torch.tensor(i, dtype=torch.int64) for i in range(len(self._streams))]
         self._finished = finished
         self.num_samples = len(order)
         self.num_cameras = self._streams[0].num_cameras
@@ -154,7 +153,7 @@ class MixtureStream(ConsumerStream):
     def _pending(self, component: int, pending: PendingSample) -> PendingSample:
         renamer = self._renamers[component]
         item = pending.item if renamer is None else renamer.keys(pending.item, renamer.forward)
-        item["dataset_index"] = self._indices[component].clone()
+        item["dataset_index"] = np.array(component, dtype=np.int64)  # a tensor in the sample (as_tensor)
         keys = pending.video_keys if renamer is None else [renamer.forward.get(k, k) for k in pending.video_keys]
         adapter = self._adapters[component]
         if adapter is None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -48,7 +48,7 @@ class GroupBuilder(Protocol):
 
     def decode(self, decoders: Any, pendings: Sequence[PendingSample]) -> dict[str, Any]: ...
 
-    def write_frame(self, out: Any, frame_uint8: Any) -> None: ...
+    def frame_writer(self, out: Any, frames_nhwc: Any) -> Callable[[Any, int], None]: ...
 
     def tabular(self, pending: PendingSample) -> dict[str, Any]: ...
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from episodestream._sample.chw import divide_by_255_, write_chw
+from episodestream._sample.chw import chw_writer, divide_by_255_
 from episodestream._format.files import EpisodeVideos
 from episodestream._format.metadata import DatasetMeta
 from episodestream._format.rows import EpisodeRows
@@ -60,7 +60,13 @@ def delta_indices(meta: DatasetMeta, delta_timestamps: Mapping[str, Sequence[flo
 
 @dataclass
 class PendingSample:
-    """A sample whose tabular part is built and whose video frames are still to decode."""
+    """A sample whose tabular part is built and whose video frames are still to decode.
+
+    ``item`` holds the tabular values as numpy arrays and scalars the sample owns (copies, never
+    views of the pool's rows), strings, and decoded PNG images as tensors: ``finish`` makes them
+    tensors one sample at a time, ``EpisodeLoader`` copies them into its batch arrays, a batch at a
+    time, with no tensor per value (``as_tensor`` is the one conversion both give).
+    """
 
     item: dict[str, Any]
     video_keys: list[str]  # parallel to ``queries``
@@ -106,29 +112,35 @@ class SampleBuilder:
 
     @property
     def writes_in_place(self) -> bool:
-        """Whether ``write_frame`` gives what ``finish`` would (no ``image_transforms`` to apply)."""
+        """Whether ``frame_writer`` gives what ``finish`` would (no ``image_transforms`` to apply)."""
         return self._image_transforms is None
 
-    def write_frame(self, out: np.ndarray | torch.Tensor, frame_hwc: np.ndarray | torch.Tensor) -> None:
-        """Write one decoded (H, W, C) frame into its (C, H, W) slot of batch memory, converted as
-        ``finish`` converts frames (the same float32 division, bit for bit), with no temporary."""
+    def frame_writer(self, out: np.ndarray | torch.Tensor,
+                     frames_nhwc: np.ndarray | torch.Tensor) -> Callable[[np.ndarray | torch.Tensor, int], None]:
+        """``write(slot, row)``: decoded frame ``frames_nhwc[row]`` ((H, W, C)) written straight into
+        ``slot``, its (C, H, W) place in ``out`` (batch memory), converted as ``finish`` converts
+        frames (the same float32 division, bit for bit), with no temporary."""
         # On CPU one single-threaded pass that releases the GIL: PyTorch would start an OpenMP team
         # per decode thread for a frame this size and oversubscribe the cores the decoders need.
-        write_chw(out, frame_hwc, to_float32=not self._return_uint8)
+        return chw_writer(out, frames_nhwc, to_float32=not self._return_uint8)
 
     def plan(self, rows: EpisodeRows, frame: int, videos: EpisodeVideos) -> PendingSample:
         episode = rows.episode
+        length = rows.length
         item: dict[str, Any] = {}
-        pads: dict[str, torch.Tensor] = {}
+        pads: dict[str, np.ndarray] = {}
+        offsets = self._offsets
         for name, column in rows.columns.items():
-            at, pad = self._rows_at(name, frame, rows.length)
-            # np.array copies the value (the tensor must not share the pool's rows) and keeps its
-            # dtype and shape, as torch.tensor would, at a third of its cost.
-            item[name] = torch.from_numpy(column[at] if pad is not None else np.array(column[at]))
-            if pad is not None:
-                pads[f"{name}_is_pad"] = torch.from_numpy(pad)
+            window = offsets.get(name)
+            if window is None:
+                # np.array copies the value (the sample must not share the pool's rows) and keeps
+                # its dtype and shape; a scalar column gives a 0-d array, as torch.tensor would.
+                item[name] = np.array(column[frame])
+            else:
+                at, pads[f"{name}_is_pad"] = self._window(window, frame, length)
+                item[name] = column[at]  # fancy indexing copies
         for name, values in rows.strings.items():
-            at, pad = self._rows_at(name, frame, rows.length)
+            at, pad = self._rows_at(name, frame, length)
             if self._meta.features[name].dtype != "image":
                 item[name] = [values[i] for i in at] if pad is not None else values[at]
             else:
@@ -136,20 +148,20 @@ class SampleBuilder:
                 images = [_decode_png(values[i], where) for i in np.atleast_1d(at)]
                 item[name] = self._image(torch.stack(images) if pad is not None else images[0])
             if pad is not None:
-                pads[f"{name}_is_pad"] = torch.from_numpy(pad)
+                pads[f"{name}_is_pad"] = pad
         video_keys, windowed, queries = [], [], []
         timestamps = rows.columns["timestamp"]
         for key, span in episode.videos.items():
-            at, pad = self._rows_at(key, frame, rows.length)
-            stamps = np.atleast_1d(timestamps[at])
+            window = offsets.get(key)
             video_keys.append(key)
-            windowed.append(pad is not None)
+            windowed.append(window is not None)
             # Time within the file: the episode's start in it plus the row's own timestamp, never index/fps.
-            queries.append(FrameQuery(videos.path(episode, key),
-                                      [span.from_timestamp_s + float(t) for t in stamps],
-                                      f"episode {episode.episode_index} key {key!r}"))
-            if pad is not None:
-                pads[f"{key}_is_pad"] = torch.from_numpy(pad)
+            if window is None:
+                times = [span.from_timestamp_s + float(timestamps[frame])]
+            else:
+                at, pads[f"{key}_is_pad"] = self._window(window, frame, length)
+                times = (span.from_timestamp_s + timestamps[at].astype(np.float64)).tolist()
+            queries.append(FrameQuery(videos.path(episode, key), times, f"episode {episode.episode_index} key {key!r}"))
         item.update(pads)
         task_index = int(rows.columns["task_index"][frame])
         if not 0 <= task_index < len(self._meta.tasks):
@@ -157,16 +169,23 @@ class SampleBuilder:
                              f"{task_index} is not in meta/tasks.parquet ({len(self._meta.tasks)} tasks).")
         return PendingSample(item, video_keys, windowed, queries, self._meta.tasks[task_index])
 
+    @staticmethod
+    def _window(offsets: np.ndarray, frame: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+        wanted = frame + offsets
+        # Out-of-episode rows repeat the boundary frame and are flagged, as LeRobot pads.
+        return np.clip(wanted, 0, length - 1), (wanted < 0) | (wanted >= length)
+
     def tabular(self, pending: PendingSample) -> dict[str, Any]:
-        """Every key of the sample but its camera frames: what ``finish`` puts beside the frames,
-        and what ``EpisodeLoader`` collates beside the frames it wrote in place."""
+        """Every key of the sample but its camera frames, as ``pending.item`` holds the values
+        (numpy, strings, tensors): what ``finish`` makes tensors of beside the frames, and what
+        ``EpisodeLoader`` collates beside the frames it wrote in place."""
         return {**pending.item, "task": pending.task}
 
     def finish(self, pending: PendingSample, frames: Sequence[torch.Tensor]) -> dict[str, Any]:
         item = {}
         for key, window, decoded in zip(pending.video_keys, pending.windowed, frames):
             item[key] = self._image(decoded if window else decoded[0])
-        item.update(self.tabular(pending))
+        item.update((key, as_tensor(value)) for key, value in self.tabular(pending).items())
         if self._image_transforms is not None:
             for key in self._meta.camera_keys:
                 item[key] = self._image_transforms(item[key])
@@ -176,6 +195,17 @@ class SampleBuilder:
         """Decode the frames of several samples together: one decoder call per file."""
         return decode_files(cache, [q for p in pendings for q in p.queries], fps=self._meta.fps,
                             tolerance_s=self._tolerance_s)
+
+
+def as_tensor(value: Any) -> Any:
+    """A tabular value of a sample as the sample holds it: numpy arrays and scalars become tensors
+    of their dtype and shape (sharing the array, which the sample owns); strings, lists and tensors
+    stay as they are."""
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value)
+    if isinstance(value, np.generic):
+        return torch.from_numpy(np.array(value))
+    return value
 
 
 def finish_decoded(builder: Any, pending: PendingSample, decoded: Mapping[str, DecodedFile]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ laid out as it needs), numpy gives the same values, bit for bit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
 
 import numpy as np
@@ -53,6 +54,32 @@ def write_chw(out: np.ndarray | torch.Tensor, frame_hwc: np.ndarray | torch.Tens
         # Cast, then divide in place: numpy's one-pass divide of the strided uint8 frame goes
         # through a cast buffer and is slower for the same values.
         np.divide(out, _UINT8_MAX, out=out)
+
+
+def chw_writer(out: np.ndarray | torch.Tensor, frames_nhwc: np.ndarray | torch.Tensor, *,
+               to_float32: bool) -> Callable[[np.ndarray | torch.Tensor, int], None]:
+    """``write(slot, row)``: ``frames_nhwc[row]`` ((N, H, W, C) decoded frames) written into ``slot``,
+    a (C, H, W) view of ``out`` (batch memory, (..., C, H, W)), as ``write_chw`` writes it.
+
+    The kernel's conditions are checked here once for the two arrays instead of once per frame:
+    they hold for every slot of a C-contiguous, aligned ``out`` and every row of a C-contiguous
+    ``frames_nhwc`` (the checks cost about a fifth of the kernel's own time per frame).
+    """
+    if (_kernel is not None and isinstance(out, np.ndarray) and isinstance(frames_nhwc, np.ndarray)
+            and frames_nhwc.ndim == 4 and frames_nhwc.shape[3] == 3 and frames_nhwc.dtype == np.uint8
+            and frames_nhwc.flags.c_contiguous and out.ndim >= 3 and out.shape[-3:] == (3, *frames_nhwc.shape[1:3])
+            and out.dtype == (np.float32 if to_float32 else np.uint8)
+            and out.flags.c_contiguous and out.flags.aligned and out.flags.writeable
+            and not np.may_share_memory(out, frames_nhwc)):
+        kernel = _kernel.hwc_to_chw
+
+        def write_checked(slot: np.ndarray | torch.Tensor, row: int) -> None:
+            kernel(frames_nhwc[row], slot)
+        return write_checked
+
+    def write(slot: np.ndarray | torch.Tensor, row: int) -> None:
+        write_chw(slot, frames_nhwc[row], to_float32=to_float32)
+    return write
 
 
 def gather_chw(frames_nhwc: torch.Tensor, rows: list[int]) -> torch.Tensor:
