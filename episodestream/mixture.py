@@ -7,19 +7,21 @@ consumer's order, keys renamed, ``dataset_index`` added. See ``docs/mixtures.md`
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch.utils.data
 
-from episodestream._base.options import check_bool, check_int
+from episodestream._base.options import check_bool, check_choice, check_int
 from episodestream._base.tracing import set_process_name, tracer_enabled
 from episodestream._plan.mix_options import check_stop, check_weights
 from episodestream._runtime.placement import current_world
 from episodestream._runtime.dataset_source import DatasetSource
 from episodestream._runtime.epoch import StaleWorkerCopy, raising
 from episodestream._runtime.mixture_meta import MixtureMeta
+from episodestream._runtime.mixture_schema import KEY_MODES, ComponentView, MixtureSchema, camera_chw
 from episodestream._runtime.mixture_source import MixtureSource
+from episodestream._runtime.mixture_stats import MixtureStats, row_weights
 from episodestream._runtime.pipeline import stream_samples
 from episodestream._runtime.renames import check_renames
 from episodestream._runtime.stream import ConsumerStream
@@ -32,18 +34,40 @@ def _component(dataset: EpisodeStreamingDataset) -> DatasetSource:
     return component
 
 
-def _feature_table(dataset: EpisodeStreamingDataset, rename: Mapping[str, str]) -> dict[str, str]:
-    """Each (renamed) feature's dtype, shape and window length, as text to compare and to show."""
+def _feature_table(dataset: EpisodeStreamingDataset, rename: Mapping[str, str],
+                   resized: Collection[str] = ()) -> dict[str, str]:
+    """Each (renamed) feature's dtype, shape and window length, as text to compare and to show
+    (a camera that ``resize=`` names without its size)."""
     offsets = _component(dataset).offsets
     table = {}
     for key, feature in dataset.typed_meta.features.items():
         window = f", window of {len(offsets[key])}" if key in offsets else ""
-        table[rename.get(key, key)] = f"{feature.dtype} {list(feature.shape)}{window}"
+        target = rename.get(key, key)
+        shape = "resized" if target in resized else list(feature.shape)
+        table[target] = f"{feature.dtype} {shape}{window}"
     return table
 
 
-def _check_features(datasets, renames) -> None:
-    tables = [_feature_table(d, r) for d, r in zip(datasets, renames)]
+def _view(index: int, dataset: EpisodeStreamingDataset, rename: Mapping[str, str]) -> ComponentView:
+    offsets = _component(dataset).offsets
+    names = dataset.meta.names
+    return ComponentView(
+        description=dataset.typed_meta.description,
+        features={rename.get(k, k): f for k, f in dataset.typed_meta.features.items()},
+        names={rename.get(k, k): names.get(k) for k in dataset.typed_meta.features},
+        windows={rename.get(k, k): len(v) for k, v in offsets.items()},
+        robot_type=str(dataset.typed_meta.info.get("robot_type") or ""),
+        own_keys={rename.get(k, k): k for k in dataset.typed_meta.features})
+
+
+def _camera_sizes(dataset: EpisodeStreamingDataset, rename: Mapping[str, str]) -> dict[str, tuple[int, int, int]]:
+    features = dataset.typed_meta.features
+    return {rename.get(k, k): camera_chw(features[k].shape, dataset.meta.features[k])
+            for k in dataset.typed_meta.camera_keys}
+
+
+def _check_features(datasets, renames, resized: Collection[str] = ()) -> None:
+    tables = [_feature_table(d, r, resized) for d, r in zip(datasets, renames)]
     keys = list(dict.fromkeys(k for t in tables for k in t))
     lines = []
     for key in keys:
@@ -65,8 +89,17 @@ class EpisodeMixture(StreamingFace, torch.utils.data.IterableDataset):
         weights: each component's share of the samples (positive; normalised). Default: in
             proportion to their frames, which makes the mixture a shuffled concatenation.
         rename: a list aligned with ``datasets`` of ``{its key: mixture key}`` dicts (or None), so
-            that cameras named differently meet under one key. After renaming, every component must
-            give the same keys, dtypes, shapes and window lengths (else one ValueError lists them).
+            that cameras named differently meet under one key (applied before ``keys``).
+        keys: which keys a sample has when the components' schemas differ (docs/mixtures.md,
+            "Mixtures across schemas"): "same" (default): every component must give the same keys,
+            dtypes, shapes and window lengths (else one ValueError lists the differences);
+            "union": every key of any component, zeros plus ``<key>_is_missing`` where a component
+            lacks it; "intersection": only the keys every component has. Under both, a numeric
+            feature narrower than the widest component's is zero-padded on its last axis, with a
+            ``<key>_dim_mask``.
+        resize: ``{mixture camera key: (height, width)}``: resize that camera's frames (torch's
+            bilinear ``interpolate`` with antialiasing) where a component's differ; cameras of
+            different sizes are refused otherwise.
 
     What an epoch is (see docs/mixtures.md):
         stop: "all" (default): the epoch lasts until every component has run to its end at least
@@ -79,14 +112,16 @@ class EpisodeMixture(StreamingFace, torch.utils.data.IterableDataset):
             interleaving (drawn from (seed, epoch, rank, worker)).
 
     Every rank yields ``len(self)`` samples per epoch; each sample is its component's sample (keys
-    renamed) plus ``dataset_index``, an int64 tensor: the component's position in ``datasets``.
+    renamed, reconciled by ``keys``) plus ``dataset_index``, an int64 tensor: the component's
+    position in ``datasets``, and ``robot_type``, the component's info.json string.
     """
 
     _source: MixtureSource
 
     def __init__(self, datasets: Sequence[EpisodeStreamingDataset], weights: Sequence[float] | None = None, *,
                  seed: int = 0, stop: str | int = "all",
-                 rename: Sequence[Mapping[str, str] | None] | None = None) -> None:
+                 rename: Sequence[Mapping[str, str] | None] | None = None, keys: str = "same",
+                 resize: Mapping[str, tuple[int, int]] | None = None) -> None:
         super().__init__()
         if isinstance(datasets, EpisodeStreamingDataset) or not isinstance(datasets, Sequence) or not datasets:
             raise TypeError(f"datasets must be a non-empty list of EpisodeStreamingDataset, got {datasets!r:.200}.")
@@ -100,13 +135,19 @@ class EpisodeMixture(StreamingFace, torch.utils.data.IterableDataset):
         weights, seed, stop = check_weights(weights, len(datasets)), check_int("seed", seed, minimum=0), check_stop(stop)
         renames = check_renames(rename, [d.typed_meta.features for d in datasets],
                                 [d.typed_meta.description for d in datasets])
-        _check_features(self.datasets, renames)
+        keys = check_choice("keys", keys, KEY_MODES)
+        if resize is not None and not isinstance(resize, Mapping):
+            raise TypeError(f"resize must be a dict {{camera key: (height, width)}}, got {resize!r:.200}.")
+        if keys == "same":
+            _check_features(self.datasets, renames, resized=set(resize or ()))
+        schema = MixtureSchema([_view(i, d, r) for i, (d, r) in enumerate(zip(self.datasets, renames))], keys=keys,
+                               resize=resize, camera_sizes=[_camera_sizes(d, r) for d, r in zip(self.datasets, renames)])
         dtypes = [str(_component(d).builder.frame_dtype).removeprefix("torch.") for d in self.datasets]
         if len(set(dtypes)) > 1:
             raise ValueError(f"The datasets of a mixture must give camera frames of one dtype (return_uint8 alike); "
                              f"they give {dtypes}.")
         self._source = MixtureSource([_component(d) for d in self.datasets], weights=weights, seed=seed, stop=stop,
-                                     renames=renames)
+                                     renames=renames, schema=schema)
         self._source.rank_counts()  # an epoch too large to plan is refused now, not at len() or the first sample
         self._meta: MixtureMeta | None = None
 
@@ -114,6 +155,7 @@ class EpisodeMixture(StreamingFace, torch.utils.data.IterableDataset):
     weights = property(lambda self: self._source.weights)
     seed = property(lambda self: self._source.seed)
     stop = property(lambda self: self._source.stop)
+    keys = property(lambda self: self._source.schema.mode)
     rank = property(lambda self: self._source.rank)
     world_size = property(lambda self: self._source.world_size)
 
@@ -121,14 +163,18 @@ class EpisodeMixture(StreamingFace, torch.utils.data.IterableDataset):
 
     @property
     def meta(self) -> MixtureMeta:
-        """Per-source metadata (``meta.sources``) and stats aggregated by frames (``meta.stats``)."""
+        """Per-source metadata (``meta.sources``), the mixture's features, and its exact stats
+        (``meta.stats``, weighted by each component's share of the epoch; ``meta.component_stats``)."""
         if self._meta is None:
             frames = [d.num_frames for d in self.datasets]
             # Unweighted, components mix by their anchors (kept frames times episode weights).
             anchors = [c.num_anchors() for c in self._source.components]
             weights = self.weights or tuple(a / sum(anchors) for a in anchors)
-            self._meta = MixtureMeta(sources=[d.meta for d in self.datasets], renames=self._source.renames,
-                                     weights=weights, frames=frames)
+            source = self._source
+            exact = MixtureStats(source.components, source.schema, source.renames,
+                                 row_weights(source.rank_counts(), frames, weighted=self.weights is not None))
+            self._meta = MixtureMeta(sources=[d.meta for d in self.datasets], renames=source.renames,
+                                     weights=weights, frames=frames, features=source.schema.features(), stats=exact)
         return self._meta
 
     @property

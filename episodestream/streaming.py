@@ -108,7 +108,8 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace, torch.utils.data.Iter
             decode_threads=check_int("decode_threads", decode_threads, minimum=1),
             prefetch_episodes=check_int("prefetch_episodes", prefetch_episodes, minimum=0))
         rank, world_size = resolve_rank(rank, world_size)
-        self._core = DatasetCore(source, **source_options(locals()), episode_weights=episode_weights,
+        # local_cache_dir: a local folder's cache_dir is where compute_stats() keeps its results.
+        self._core = DatasetCore(source, **source_options(locals()), local_cache_dir=True, episode_weights=episode_weights,
                                  episodes_in_flight=settings.episode_pool_size + settings.prefetch_episodes + 1)
         self._source = DatasetSource(self._core, settings, rank=rank, world_size=world_size)
         self._decoders: list[DecoderSet] | None = None  # the current iteration's, one per decode thread

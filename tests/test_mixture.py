@@ -248,7 +248,7 @@ def test_components_must_share_rank_and_be_streaming_datasets(tabular):
 # -- meta ---------------------------------------------------------------------------------------
 
 
-def test_meta_aggregates_stats_as_the_concatenated_data_gives_them(tabular):
+def test_meta_lerobot_stats_aggregate_stats_json_as_the_concatenated_data_gives_them(tabular):
     roots = [tabular["a"], tabular["b"], tabular["c"]]
     mixture = _mixture(roots, [0.2, 0.3, 0.5])
     assert [m.repo_id for m in mixture.meta.sources] == [str(r) for r in roots]
@@ -256,15 +256,24 @@ def test_meta_aggregates_stats_as_the_concatenated_data_gives_them(tabular):
     for key in ("observation.state", "action"):
         values = np.concatenate([np.stack(pq.read_table(r / "data", columns=[key])[key].to_numpy(zero_copy_only=False))
                                  for r in roots]).astype(np.float64)
-        stats = mixture.meta.stats[key]
+        stats = mixture.meta.lerobot_stats[key]
         np.testing.assert_allclose(stats["mean"], values.mean(0), rtol=1e-9)
         np.testing.assert_allclose(stats["std"], values.std(0), rtol=1e-6)
         np.testing.assert_allclose(stats["min"], values.min(0), rtol=1e-6)
         np.testing.assert_allclose(stats["max"], values.max(0), rtol=1e-6)
         assert stats["count"].tolist() == [len(values)]
-        # Weighted by frames, not by the mixture's weights.
+        # Weighted by frames, not by the mixture's weights, as LeRobot's aggregate_stats.
         assert not np.allclose(stats["mean"], sum(w * m.stats[key]["mean"] for w, m in
                                                   zip((0.2, 0.3, 0.5), mixture.meta.sources)))
+        # meta.stats is weighted by the epoch's shares instead (tests/test_mixture_schemas.py checks its values).
+        assert not np.allclose(mixture.meta.stats[key]["mean"], stats["mean"])
+    # Without weights the mixture is the concatenation: its exact stats are the rows'.
+    unweighted = _mixture(roots).meta.stats
+    for key in ("observation.state", "action"):
+        values = np.concatenate([np.stack(pq.read_table(r / "data", columns=[key])[key].to_numpy(zero_copy_only=False))
+                                 for r in roots]).astype(np.float64)
+        np.testing.assert_allclose(unweighted[key]["mean"], values.mean(0), rtol=1e-9)
+        np.testing.assert_array_equal(unweighted[key]["q10"], np.quantile(values, 0.1, axis=0, method="inverted_cdf"))
 
 
 # -- resume -------------------------------------------------------------------------------------

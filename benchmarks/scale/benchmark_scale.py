@@ -12,6 +12,9 @@ action window:
   resumed by one rank fewer);
 - map-style: the first touch of every data file (opens it and, cold, builds its column cache),
   then the random access rate (``EpisodeDataset[i]`` at uniformly random ``i``);
+- ``dataset.compute_stats()`` (exact stats of every tabular column, issue 24): the first pass with a
+  cold stats cache, then a new dataset's call read from the cache (construction timed apart), and
+  the process's peak RSS above the baseline;
 - RSS, PSS (pages shared with other processes, such as the page cache of memory-mapped files,
   counted in shares) and private memory (``RssAnon``: what is not file pages) of the larger of 2
   DataLoader workers after ``--worker-batches`` batches, streaming and map-style (shuffled).
@@ -141,6 +144,25 @@ def measure(kind: str, root: str, args) -> dict:
         loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=2, shuffle=True,
                                              generator=torch.Generator().manual_seed(0))
         return _worker_memory(loader, args.worker_batches, prefix="map_worker")
+    if kind == "stats":
+        import shutil
+        import tempfile
+        cache = tempfile.mkdtemp(prefix="episodestream-scale-stats-")  # cold: nothing cached yet
+        try:
+            dataset = _streaming(root, args, cache_dir=cache)
+            start = time.perf_counter()
+            stats = dataset.compute_stats()
+            first_s = time.perf_counter() - start
+            peak_mb = _rss_mb(field="VmHWM") - base_mb
+            start = time.perf_counter()
+            again = _streaming(root, args, cache_dir=cache)  # another run's dataset: construction timed apart
+            built = time.perf_counter()
+            again.compute_stats()
+            cached_s = time.perf_counter() - built
+            return {"stats_first_s": first_s, "stats_cached_s": cached_s, "stats_construct_s": built - start,
+                    "stats_peak_rss_mb": peak_mb, "stats_count": int(stats["index"]["count"][0])}
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
     if kind == "workers":
         import torch.utils.data
         dataset = _streaming(root, args)
@@ -150,7 +172,7 @@ def measure(kind: str, root: str, args) -> dict:
 
 
 KINDS = ["construct", "resume-exact-50", "resume-exact-90", "resume-elastic-50", "resume-elastic-90", "random",
-         "workers", "map-workers"]
+         "workers", "map-workers", "stats"]
 COLUMNS = [("episodes", "episodes", "{:,}"), ("len", "len (rank 0)", "{:,}"),
            ("construct_s", "construct s", "{:.2f}"), ("construct_rss_mb", "construct RSS MB", "{:.0f}"),
            ("first_sample_s", "first sample s", "{:.2f}"),
@@ -164,7 +186,10 @@ COLUMNS = [("episodes", "episodes", "{:,}"), ("len", "len (rank 0)", "{:,}"),
            ("worker_anon_mb", "stream worker private MB", "{:.0f}"),
            ("map_worker_rss_mb", "map-style worker RSS MB", "{:.0f}"),
            ("map_worker_pss_mb", "map-style worker PSS MB", "{:.0f}"),
-           ("map_worker_anon_mb", "map-style worker private MB", "{:.0f}")]
+           ("map_worker_anon_mb", "map-style worker private MB", "{:.0f}"),
+           ("stats_first_s", "compute_stats() first s", "{:.1f}"),
+           ("stats_cached_s", "compute_stats() cached s", "{:.3f}"),
+           ("stats_peak_rss_mb", "compute_stats() peak RSS MB", "{:.0f}")]
 
 
 def ensure_dataset(data_dir: Path, episodes: int, length: tuple[int, int]) -> Path:

@@ -29,6 +29,7 @@ from episodestream._format.episode_filters import (
 )
 from episodestream._plan.curation import Anchors, anchor_counts, check_keep_frames, check_weights
 from episodestream._runtime.needed_spans import NeededEpisodes
+from episodestream._runtime.dataset_stats import exact_stats
 from episodestream._runtime.sources import open_source
 from episodestream._sample.video.decoder_cache import MAX_DECODERS, DecoderCache
 from episodestream._sample.video.backends import resolve_backend
@@ -84,6 +85,7 @@ class DatasetCore:
                  episodes_in_flight: int = 1, local_cache_dir: bool = False) -> None:
         self.source = source
         self.revision = revision
+        self.cache_dir = cache_dir  # also where exact stats are cached (``compute_stats``)
         self.tolerance_s = check_positive_float("tolerance_s", tolerance_s)
         if image_transforms is not None and not callable(image_transforms):
             raise TypeError(f"image_transforms must be callable, got {image_transforms!r}.")
@@ -234,6 +236,23 @@ class DatasetFacts:
         """The node cache folder a remote source's bytes are fetched into (what ``episodestream
         cache ls --cache-dir`` takes); None for a local folder, read in place."""
         return self._core.files.node_cache_dir
+
+    def compute_stats(self, *, cache: bool = True, progress: bool = False) -> dict[str, dict[str, np.ndarray]]:
+        """Exact statistics of the selected episodes, in LeRobot's ``stats.json`` layout.
+
+        For every tabular feature (numbers and bools): ``mean``, ``std``, ``min``, ``max``, ``q01``,
+        ``q10``, ``q50``, ``q90``, ``q99`` (float64 arrays of the feature's shape) and ``count``
+        (int64, shape (1,): the selected frames), computed from the parquet rows in one pass, the
+        quantiles exact (``_format.exact_stats`` defines them). Camera features keep the values of
+        the dataset's ``meta/stats.json`` (whole dataset, sampled by LeRobot), where it has them.
+        ``meta.stats`` stays LeRobot's ``stats.json`` as it is (see docs/mixtures.md, "Stats").
+
+        cache: keep the result under ``cache_dir/stats`` (default ``EPISODESTREAM_CACHE_DIR``, else
+            the user's cache folder), keyed by the source, revision, selection and each data file's
+            version; a second call, in this run or a later one, reads it back.
+        progress: show a tqdm progress bar of the rows read.
+        """
+        return exact_stats(self._core, cache=check_bool("cache", cache), progress=check_bool("progress", progress))
 
     def source_stats(self) -> SourceStats:
         """What this process's reads of the source have cost so far (requests, bytes, node-cache

@@ -1,11 +1,13 @@
-"""``mixture.meta``: each source's metadata, and stats aggregated over the sources as LeRobot does.
+"""``mixture.meta``: each source's metadata, the mixture's features and its stats.
 
+``stats`` and ``component_stats`` are exact, computed on first use (``mixture_stats``). This
+module also keeps ``lerobot_stats``: the sources' ``stats.json`` aggregated as LeRobot does.
 LeRobot's ``aggregate_stats`` (``lerobot.datasets.compute_stats``) combines datasets' stats weighted
 by their ``count`` (frames): the count-weighted mean, the pooled variance (each source's variance
 plus its mean's squared distance from the combined mean, count-weighted) as ``std``, elementwise
 ``min`` / ``max``, the summed ``count``; quantiles (``q01`` ...) as the count-weighted mean of the
 sources' quantiles (an approximation, as there). A feature missing from some source's stats is
-aggregated over the sources that have it.
+aggregated over the sources that have it; one whose shapes differ (a padded key) is left out.
 """
 
 from __future__ import annotations
@@ -26,7 +28,12 @@ def aggregate_stats(stats: Sequence[Mapping[str, Mapping[str, np.ndarray]] | Non
     if not present:
         return None
     keys = list(dict.fromkeys(key for s in present for key in s))
-    return {key: _aggregate_feature([s[key] for s in present if key in s]) for key in keys}
+    out = {}
+    for key in keys:
+        parts = [s[key] for s in present if key in s]
+        if len({np.shape(p["mean"]) if "mean" in p else None for p in parts}) == 1:  # widths that differ do not aggregate (as in LeRobot)
+            out[key] = _aggregate_feature(parts)
+    return out
 
 
 def _aggregate_feature(parts: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -54,19 +61,55 @@ def rename_stats(stats: Mapping[str, Any] | None, rename: Mapping[str, str]) -> 
 
 
 class MixtureMeta:
-    """What a mixture's ``meta`` gives: ``sources`` (each component's own ``meta``, a ``LeRobotMeta``,
-    unrenamed), ``stats`` (aggregated over the sources, keys renamed; see the module docstring),
-    ``features`` (the features every source shares, renamed, as info.json dicts from the first),
-    ``fps`` per source, ``weights`` and ``total_frames`` (selected frames per source)."""
+    """What a mixture's ``meta`` gives (docs/mixtures.md, "meta" and "Stats"):
+
+    - ``sources``: each component's own ``meta`` (a ``LeRobotMeta``, unrenamed; its ``stats`` is
+      that dataset's ``stats.json``, as LeRobot's);
+    - ``features``: the mixture's own feature table (info.json dicts: dtype, shape, names; padded
+      names say "pad");
+    - ``stats``: exact statistics of the mixture as it is sampled (``mixture_stats``), computed on
+      first use from the components' rows and cached; ``provenance`` says, per key, which are exact
+      and which (cameras) come from the components' ``stats.json``;
+    - ``component_stats[i]``: component ``i``'s own exact statistics in mixture keys and shapes;
+    - ``lerobot_stats``: the components' ``stats.json`` aggregated as LeRobot's ``aggregate_stats``
+      does (frame-weighted, quantiles averaged; see the module docstring), for comparison;
+    - ``fps`` per source, ``weights``, ``total_frames`` (selected frames per source), ``robot_types``.
+    """
 
     def __init__(self, *, sources: Sequence[Any], renames: Sequence[Mapping[str, str]],
-                 weights: Sequence[float], frames: Sequence[int]) -> None:
+                 weights: Sequence[float], frames: Sequence[int], features: Mapping[str, Any] | None = None,
+                 stats: Any = None) -> None:
         self.sources = list(sources)
-        self.stats = aggregate_stats([rename_stats(m.stats, r) for m, r in zip(sources, renames)])
-        self.features = {renames[0].get(key, key): spec for key, spec in sources[0].features.items()}
+        self.lerobot_stats = aggregate_stats([rename_stats(m.stats, r) for m, r in zip(sources, renames)])
+        self.features = dict(features) if features is not None else {
+            renames[0].get(key, key): spec for key, spec in sources[0].features.items()}
         self.fps = [m.fps for m in sources]
         self.weights = list(weights)
         self.total_frames = list(frames)
+        self.robot_types = [m.robot_type for m in sources]
+        self._exact = stats  # a mixture_stats.MixtureStats, or None: stats are LeRobot's aggregate
+        self._stats: dict | None = None
+        self._component_stats: list | None = None
+
+    @property
+    def component_stats(self) -> list[dict[str, dict[str, np.ndarray]]]:
+        """Each component's own exact statistics, in mixture keys and shapes (computed on first use)."""
+        if self._component_stats is None:
+            self._component_stats = self._exact.component_stats() if self._exact is not None else [
+                rename_stats(m.stats, {}) or {} for m in self.sources]
+        return self._component_stats
+
+    @property
+    def stats(self) -> dict[str, dict[str, np.ndarray]] | None:
+        """The mixture's exact statistics, weighted by each component's share of the epoch."""
+        if self._stats is None:
+            self._stats = self._exact.stats(self.component_stats) if self._exact is not None else self.lerobot_stats
+        return self._stats
+
+    @property
+    def provenance(self) -> dict[str, str]:
+        """Per key of ``stats``: exact, or combined from the components' stats.json (cameras)."""
+        return self._exact.provenance() if self._exact is not None else {}
 
     @property
     def camera_keys(self) -> list[str]:

@@ -29,6 +29,7 @@ from episodestream._plan.resume import BeyondEpochError, chain_legs, refuse_othe
 from episodestream._plan.sampling import Step
 from episodestream._runtime.dataset_source import DatasetSource
 from episodestream._runtime.epoch import SharedEpoch
+from episodestream._runtime.mixture_schema import MixtureSchema
 from episodestream._runtime.mixture_stream import MixtureStream
 from episodestream._runtime.stream import CheckedState, ConsumerStream, refuse_mismatches
 from episodestream._runtime.stream_source import StreamSource
@@ -41,8 +42,9 @@ class MixtureSource(StreamSource):
     """A mixture's epoch, consumer streams and resume position, over its components' runtimes."""
 
     def __init__(self, components: Sequence[DatasetSource], *, weights: tuple[float, ...] | None, seed: int,
-                 stop: str | int, renames: Sequence[Mapping[str, str]]) -> None:
+                 stop: str | int, renames: Sequence[Mapping[str, str]], schema: MixtureSchema) -> None:
         self.components = list(components)
+        self.schema = schema  # the mixture's keys and each component's adapter (``keys=``)
         self.rank, self.world_size = components[0].rank, components[0].world_size
         self.weights = weights
         self.seed = seed
@@ -149,7 +151,8 @@ class MixtureSource(StreamSource):
         streams = [c.stream(s, count, epoch) for c, s, count in zip(self.components, steps, counts)]
         return MixtureStream(streams, order, renames=self.renames,
                              group_size=min(c.settings.decode_group_size for c in self.components),
-                             finished=lambda: self.shared_epoch.finished(epoch))
+                             finished=lambda: self.shared_epoch.finished(epoch), adapters=self.schema.adapters,
+                             frames_in_place=self.schema.frames_in_place())
 
     def _components_state(self) -> list[dict[str, Any]]:
         return [{"seed": c.settings.seed, "shuffle": c.settings.shuffle, "fingerprint": c.fingerprint()}

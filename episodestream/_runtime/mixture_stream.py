@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from episodestream._sample.builder import PendingSample
+from episodestream._sample.builder import PendingSample, as_tensor
 from episodestream._format.metadata import EpisodeInfo
+from episodestream._runtime.mixture_schema import ComponentAdapter
 from episodestream._runtime.stream import ConsumerStream, DecoderSet, GroupBuilder, PlannedGroup, summed_stats
 from episodestream._sample.video.decoder_cache import DecodedFile, FrameQuery
 
@@ -42,21 +43,34 @@ class SourceBuilder:
     in-place frame writes as the component's; ``finish`` runs the component's own (its
     ``image_transforms`` name its own keys) and renames the result."""
 
-    def __init__(self, inner: GroupBuilder, renamer: _Renamer | None) -> None:
-        self._inner, self._renamer = inner, renamer
+    def __init__(self, inner: GroupBuilder, renamer: _Renamer | None, adapter: ComponentAdapter | None) -> None:
+        self._inner, self._renamer, self._adapter = inner, renamer, adapter
+        # Keys the mixture added to the planned sample: kept out of the component's finish, where
+        # renaming back could make one meet a key of the component's own.
+        self._added = adapter.added_keys() if adapter is not None else set()
         self.frame_dtype = inner.frame_dtype
         self.writes_in_place = inner.writes_in_place
         self.decode = inner.decode
         self.frame_writer = inner.frame_writer
 
     def finish(self, pending: PendingSample, frames: Sequence[torch.Tensor]) -> dict[str, Any]:
-        renamer = self._renamer
+        renamer, adapter = self._renamer, self._adapter
         if renamer is None:
-            return self._inner.finish(pending, frames)
-        own = PendingSample(renamer.keys(pending.item, renamer.backward),
-                            [renamer.backward.get(k, k) for k in pending.video_keys],
-                            pending.windowed, pending.queries, pending.task)
-        return renamer.keys(self._inner.finish(own, frames), renamer.forward)
+            sample = self._inner.finish(pending, frames)
+        else:
+            added = {k: v for k, v in pending.item.items() if k in self._added}
+            item = {k: v for k, v in pending.item.items() if k not in self._added}
+            own = PendingSample(renamer.keys(item, renamer.backward),
+                                [renamer.backward.get(k, k) for k in pending.video_keys],
+                                pending.windowed, pending.queries, pending.task)
+            sample = renamer.keys(self._inner.finish(own, frames), renamer.forward)
+            sample.update((key, as_tensor(value)) for key, value in added.items())
+        if adapter is None:
+            return sample
+        for key in adapter.drop:
+            sample.pop(key, None)
+            sample.pop(f"{key}_is_pad", None)
+        return adapter.resized(sample)
 
     def tabular(self, pending: PendingSample) -> dict[str, Any]:
         return self._inner.tabular(pending)  # its keys were renamed when it was planned
@@ -83,11 +97,11 @@ class MixedBuilder:
     """The builder of groups mixing components: each sample decoded and finished by its own
     component's builder (``dataset_index`` says which), files decoded once per component part."""
 
-    def __init__(self, builders: Sequence[SourceBuilder]) -> None:
+    def __init__(self, builders: Sequence[SourceBuilder], *, frames_in_place: bool = True) -> None:
         self._builders = list(builders)
         # In-place frame writes need one conversion for all (the loader checks every builder).
         self.frame_dtype = builders[0].frame_dtype
-        self.writes_in_place = all(b.writes_in_place for b in builders)
+        self.writes_in_place = frames_in_place and all(b.writes_in_place for b in builders)
         self.frame_writer = builders[0].frame_writer
 
     def decode(self, caches: ComponentDecoders, pendings: Sequence[PendingSample]) -> dict[str, DecodedFile]:
@@ -116,12 +130,16 @@ class MixtureStream(ConsumerStream):
     """One consumer's pass over a mixture (see the module docstring)."""
 
     def __init__(self, streams: Sequence[ConsumerStream], order: np.ndarray, *,
-                 renames: Sequence[Mapping[str, str]], group_size: int, finished: Callable[[], None]) -> None:
+                 renames: Sequence[Mapping[str, str]], group_size: int, finished: Callable[[], None],
+                 adapters: Sequence[ComponentAdapter] | None = None, frames_in_place: bool = True) -> None:
         self._streams = list(streams)
         self._order = order
         self._group_size = self.group_size = group_size
         self._renamers = [_Renamer(r) if r else None for r in renames]
-        self.builder = MixedBuilder([SourceBuilder(s.builder, r) for s, r in zip(self._streams, self._renamers)])
+        self._adapters: list[ComponentAdapter | None] = list(adapters) if adapters is not None else [None] * len(streams)
+        self.builder = MixedBuilder([SourceBuilder(s.builder, r, a) for s, r, a in
+                                     zip(self._streams, self._renamers, self._adapters)],
+                                    frames_in_place=frames_in_place)
         self._finished = finished
         self.num_samples = len(order)
         self.num_cameras = self._streams[0].num_cameras
@@ -137,7 +155,18 @@ class MixtureStream(ConsumerStream):
         item = pending.item if renamer is None else renamer.keys(pending.item, renamer.forward)
         item["dataset_index"] = np.array(component, dtype=np.int64)  # a tensor in the sample (as_tensor)
         keys = pending.video_keys if renamer is None else [renamer.forward.get(k, k) for k in pending.video_keys]
-        return PendingSample(item, keys, pending.windowed, pending.queries, pending.task)
+        adapter = self._adapters[component]
+        if adapter is None:
+            return PendingSample(item, keys, pending.windowed, pending.queries, pending.task)
+        item = adapter.adapt_item(item, self.builder.frame_dtype)
+        # Cameras the mixture leaves out are not decoded, unless the component's image_transforms
+        # expect them (then SourceBuilder.finish drops them after).
+        kept = [j for j, key in enumerate(keys)
+                if key not in adapter.drop or not self._streams[component].builder.writes_in_place]
+        if len(kept) == len(keys):
+            return PendingSample(item, keys, pending.windowed, pending.queries, pending.task)
+        return PendingSample(item, [keys[j] for j in kept], [pending.windowed[j] for j in kept],
+                             [pending.queries[j] for j in kept], pending.task)
 
     def _interleave(self) -> Iterator[PlannedGroup]:
         # Per component: its planned samples not yet handed on, each with the episodes its group

@@ -1,6 +1,6 @@
 """The ``episodestream`` command line. ``demo`` is the main job: write, stream, report throughput.
 
-``info`` describes a dataset, ``bench`` runs the streaming benchmark, ``cache ls|unpin|clear`` inspects,
+``info`` describes a dataset, ``stats`` computes exact statistics of a selection of its episodes, ``bench`` runs the streaming benchmark, ``cache ls|unpin|clear`` inspects,
 unpins and empties the node cache of remote sources and ``prewarm`` fills it (pinned) ahead of training.
 ``lerobot-train ARGS`` runs LeRobot's trainer on these datasets (``tools/lerobot_train``).
 """
@@ -14,6 +14,8 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+import numpy as np
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -276,6 +278,36 @@ def _bench(bench_args: list[str]) -> int:
     return 0
 
 
+def _stats(args: argparse.Namespace) -> int:
+    from episodestream._remote.cache.node_cache import CacheFullError
+    from episodestream.streaming import EpisodeStreamingDataset
+
+    try:
+        dataset = EpisodeStreamingDataset(args.source, episodes=args.episodes, revision=args.revision,
+                                          cache_dir=args.cache_dir)
+        stats = dataset.compute_stats(cache=not args.no_cache, progress=not args.no_progress)
+    except (OSError, ValueError, CacheFullError) as error:
+        return _user_error("stats", error)
+    as_json = {key: {name: value.tolist() for name, value in entry.items()} for key, entry in stats.items()}
+    if args.out:
+        Path(args.out).write_text(json.dumps(as_json, indent=4))
+    if args.json:
+        print(json.dumps(as_json, indent=2))
+        return 0
+    cameras = set(dataset.meta.camera_keys)
+    print(f"{dataset.resolved_source}: {dataset.num_episodes} episodes, {dataset.num_frames} frames; exact "
+          f"statistics of the tabular features (cameras: the dataset's stats.json)")
+    for key, entry in stats.items():
+        shape = list(np.shape(entry.get("mean")))
+        first = {name: [round(float(v), 6) for v in np.ravel(entry[name])[:3]]
+                 for name in ("mean", "std", "q01", "q99") if name in entry}
+        print(f"{key} {shape}{' (stats.json)' if key in cameras else ''}: "
+              + "  ".join(f"{name} {values}" for name, values in first.items()))
+    if args.out:
+        print(f"wrote {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="episodestream", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -300,6 +332,19 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--revision")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.set_defaults(run=_info)
+
+    stats = commands.add_parser("stats", help="exact mean, std, min, max, count and q01..q99 of a selection of "
+                                              "episodes' tabular features (LeRobot's stats.json layout)")
+    stats.add_argument("source", help="a LeRobot v3.0 dataset (folder, URL or Hub repo id)")
+    stats.add_argument("--episodes", type=_episode_list, help="episode indices, e.g. 0,3,5-9 (default: all)")
+    stats.add_argument("--revision", help="Hub branch, tag or commit (default: main)")
+    stats.add_argument("--cache-dir", help="where the result is cached, under stats/ (default: "
+                                           "$EPISODESTREAM_CACHE_DIR, else ~/.cache/episodestream)")
+    stats.add_argument("--no-cache", action="store_true", help="compute again, and do not keep the result")
+    stats.add_argument("--out", help="also write the statistics to this JSON file (stats.json layout)")
+    stats.add_argument("--json", action="store_true", help="print JSON instead of text")
+    stats.add_argument("--no-progress", action="store_true", help="no progress bar")
+    stats.set_defaults(run=_stats)
 
     bench = commands.add_parser("bench", add_help=False,
                                 help="run benchmarks/streaming/benchmark_streaming.py (its --help lists options)")
