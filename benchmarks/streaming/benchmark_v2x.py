@@ -1,0 +1,102 @@
+"""The same episodes read in place as LeRobot v2.1 (one parquet and one mp4 per camera per episode)
+against v3.0 (the writer's default layout, episodes concatenated into shared files, as LeRobot's
+converter writes them): ``EpisodeLoader`` throughput, float32, local.
+
+Both copies are written once by the synthetic writer with ``texture=True`` (same seed, same frames)
+under ``--cache-dir``. Trials alternate v2.1 and v3.0 so that machine noise hits both; prints the
+medians of the whole-epoch and warm (after ``--warmup-batches``) samples/s, the first batch's time
+and the ratios v2.1 / v3.0 (goal: >= 0.95), and writes them as JSON.
+
+    python benchmarks/streaming/benchmark_v2x.py --output-dir bench_out/v2x
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from episodestream import EpisodeLoader, EpisodeStreamingDataset
+from episodestream.tools.synthetic import write_synthetic_dataset
+
+VERSIONS = ("v2.1", "v3.0")
+
+
+def ensure_copies(args) -> dict[str, Path]:
+    roots = {}
+    for version in VERSIONS:
+        root = Path(args.cache_dir) / f"v2x-{version}-{args.episodes}x{args.episode_length}-{args.height}x{args.width}"
+        if not (root / "meta" / "info.json").exists():
+            print(f"writing the {version} copy to {root}", file=sys.stderr, flush=True)
+            write_synthetic_dataset(root, num_episodes=args.episodes, episode_length=args.episode_length,
+                                    height=args.height, width=args.width, texture=True, version=version,
+                                    overwrite=True, progress=True)
+        roots[version] = root
+    return roots
+
+
+def run(root: Path, args) -> tuple[float, float, float, int]:
+    """(whole-epoch samples/s, warm samples/s, first batch s, samples) of one epoch from iter() on."""
+    dataset = EpisodeStreamingDataset(root, episode_pool_size=args.pool_size, seed=0)
+    loader = EpisodeLoader(dataset, args.batch_size, num_threads=args.num_threads)
+    samples = warm_samples = 0
+    start = time.perf_counter()
+    first = warm_start = start
+    for batch_index, batch in enumerate(loader):
+        if batch_index == 0:
+            first = time.perf_counter()
+        samples += len(batch["index"])
+        if batch_index + 1 == args.warmup_batches:
+            warm_start, warm_samples = time.perf_counter(), samples
+    end = time.perf_counter()
+    loader.close()
+    return samples / (end - start), (samples - warm_samples) / (end - warm_start), first - start, samples
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cache-dir", default=os.path.join(tempfile.gettempdir(), "episodestream-bench"))
+    parser.add_argument("--episodes", type=int, default=8)
+    parser.add_argument("--episode-length", type=int, default=300)
+    parser.add_argument("--height", type=int, default=240)
+    parser.add_argument("--width", type=int, default=320)
+    parser.add_argument("--pool-size", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--num-threads", type=int, default=2)
+    parser.add_argument("--warmup-batches", type=int, default=4)
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--output-dir", default="bench_out")
+    args = parser.parse_args(argv)
+    roots = ensure_copies(args)
+    runs: dict[str, dict[str, list[float]]] = {v: {"whole": [], "warm": [], "first_batch_s": []} for v in VERSIONS}
+    for _ in range(args.trials):
+        counts = {}
+        for version in VERSIONS:
+            whole, warm, first, counts[version] = run(roots[version], args)
+            runs[version]["whole"].append(whole)
+            runs[version]["warm"].append(warm)
+            runs[version]["first_batch_s"].append(first)
+        if len(set(counts.values())) != 1:
+            print(f"warning: the copies yielded {counts} samples", file=sys.stderr)
+    medians = {v: {kind: statistics.median(values) for kind, values in rates.items()} for v, rates in runs.items()}
+    ratios = {kind: medians["v2.1"][kind] / medians["v3.0"][kind] for kind in ("whole", "warm", "first_batch_s")}
+    result = {"runs": runs, "medians": medians, "ratios": ratios,
+              "settings": {k: v for k, v in vars(args).items() if k != "output_dir"}}
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "v2x.json").write_text(json.dumps(result, indent=2))
+    for kind in ("whole", "warm"):
+        print(f"{kind}: v2.1 {medians['v2.1'][kind]:.1f} samples/s, v3.0 {medians['v3.0'][kind]:.1f} samples/s, "
+              f"ratio {ratios[kind]:.3f} (goal >= 0.95); trials v2.1 "
+              f"{[round(x, 1) for x in runs['v2.1'][kind]]}, v3.0 {[round(x, 1) for x in runs['v3.0'][kind]]}")
+    print(f"first batch: v2.1 {medians['v2.1']['first_batch_s']:.3f} s, v3.0 {medians['v3.0']['first_batch_s']:.3f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
