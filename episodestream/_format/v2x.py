@@ -134,9 +134,13 @@ def _relpaths(files: DatasetFiles, template: str, field: str, episodes: np.ndarr
     """Each episode's file named by ``template``; every one must exist (one listing, then set look-ups)."""
     relpaths = [format_path(template, f"{info_where} (field {field!r}, episode_index {e})",
                             episode_chunk=e // chunks_size, episode_index=e, **fixed) for e in episodes.tolist()]
-    suffix = "." + template.rsplit(".", 1)[-1] if "." in template.rsplit("/", 1)[-1] else ""
-    present = set(files.list_files(_top_folder(template), suffix=suffix))
-    missing = [(e, p) for e, p in zip(episodes.tolist(), relpaths) if p not in present]
+    folder = _top_folder(template)
+    if folder:
+        suffix = "." + template.rsplit(".", 1)[-1] if "." in template.rsplit("/", 1)[-1] else ""
+        present = set(files.list_files(folder, suffix=suffix))
+        missing = [(e, p) for e, p in zip(episodes.tolist(), relpaths) if p not in present]
+    else:  # a template that starts with a field: no folder to list, ask file by file
+        missing = [(e, p) for e, p in zip(episodes.tolist(), relpaths) if not files.exists(p)]
     if missing:
         e, path = missing[0]
         raise FileNotFoundError(
@@ -160,7 +164,8 @@ def load_v2_metadata(files: DatasetFiles, info: Mapping[str, Any]) -> DatasetMet
     for key in [k for k, f in features.items() if f.dtype == "video"]:
         relpaths = _relpaths(files, info["video_path"], "video_path", episode, chunks_size, info_where, video_key=key)
         # Every v2.x mp4 holds one episode and starts at 0; ``to`` is where the converter's would end.
-        videos[key] = VideoColumns(np.arange(len(episode)), tuple(relpaths), np.zeros(len(episode)), length / fps)
+        videos[key] = VideoColumns(np.arange(len(episode)), tuple(relpaths), np.zeros(len(episode)), length / fps,
+                                   whole_files=True)
     distinct: dict[tuple[str, ...], int] = {}
     task_id = np.array([distinct.setdefault(t, len(distinct)) for t in episode_tasks], np.int64)
     table = EpisodeTable(episode_index=episode, length=length, from_index=ends - length, to_index=ends,

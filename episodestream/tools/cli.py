@@ -296,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=_demo)
 
     info = commands.add_parser("info", help="episodes, frames, fps, cameras, codecs, GOP, files and sizes")
-    info.add_argument("source", help="a LeRobot v3.0 dataset")
+    info.add_argument("source", help="a LeRobot dataset (v3.0, v2.1 or v2.0)")
     info.add_argument("--revision")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.set_defaults(run=_info)

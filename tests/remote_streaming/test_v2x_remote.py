@@ -45,6 +45,8 @@ def test_v21_repo_streams_with_bounded_bytes(v21_hub, tmp_path):
     fetched = {key: s for key, s in stats.by_file.items() if key.startswith(V21_REPO)}
     assert all(not key.endswith((".jsonl", ".json")) for key in fetched), sorted(fetched)  # metadata read once, before
     assert len(fetched) == len(episode_files)
+    # Each mp4 holds one episode: fetched whole, once, in one request (no header read first).
+    assert all(s.requests == 1 for key, s in fetched.items() if key.endswith(".mp4")), fetched
     assert sum(s.bytes_sent for s in fetched.values()) <= 1.1 * own_bytes, (stats.bytes_sent, own_bytes)
 
 
@@ -56,3 +58,21 @@ def test_v21_repo_map_style(v21_hub, tmp_path):
         picks = [0, 7, len(local) - 1]
         assert_same_samples([dataset[i] for i in picks], [local[i] for i in picks])
     local.close()
+
+
+def test_prewarm_of_a_v21_repo(v21_hub, tmp_path, capsys):
+    from episodestream.tools.cli import main
+
+    local_root, hub_root = v21_hub
+    cache_dir = tmp_path / "cache"
+    expected = list(EpisodeStreamingDataset(local_root, **STREAM))
+    with FakeHub(hub_root) as hub:
+        assert main(["prewarm", V21_REPO, "--cache-dir", str(cache_dir), "--hub-endpoint", hub.url,
+                     "--no-progress"]) == 0
+        assert f"prewarmed {len(COMMON['episode_length'])} episodes" in capsys.readouterr().out
+        hub.reset_stats()
+        with remote_dataset(EpisodeStreamingDataset, V21_REPO, cache_dir=cache_dir, hub_endpoint=hub.url,
+                            token=False, **STREAM) as dataset:
+            assert_same_samples(list(dataset), expected)
+        mp4 = [key for key, s in hub.stats().by_file.items() if key.endswith(".mp4") and s.bytes_sent]
+        assert mp4 == [], "prewarmed video is read from the cache"
