@@ -108,9 +108,12 @@ AT_CONSTRUCTION = [
      r"meta/episodes_stats.jsonl not found \(LeRobot v2.x keeps per-episode stats there\)"),
     ("malformed episodes_stats.jsonl line", _edit_line(EPISODES_STATS, 2, lambda r: "{"), DatasetFormatError,
      r"meta/episodes_stats.jsonl line 2: not valid JSON"),
+    ("an episode's stats without count", _edit_line(EPISODES_STATS, 3, lambda r: {
+        **r, "stats": {**r["stats"], "action": {k: v for k, v in r["stats"]["action"].items() if k != "count"}}}),
+     DatasetFormatError, r"meta/episodes_stats.jsonl \(feature 'action'\): statistic 'count' is missing"),
     ("episodes' stats that do not stack", _edit_line(EPISODES_STATS, 2, lambda r: {
         **r, "stats": {**r["stats"], "action": {**r["stats"]["action"], "mean": [1.0, 2.0]}}}), DatasetFormatError,
-     r"meta/episodes_stats.jsonl \(feature 'action'\): episodes' stats do not stack"),
+     r"meta/episodes_stats.jsonl \(feature 'action'\): episodes' 'mean' do not stack"),
 ]
 
 

@@ -17,38 +17,58 @@ normalises with them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from episodestream._format.files import DatasetFiles
 from episodestream._format.metadata import STATS_PATH, fail
-from episodestream._format.stats import load_stats, to_numpy
+from episodestream._format.stats import load_stats
 from episodestream._format.v2x import read_jsonl
 
 EPISODES_STATS_JSONL = "meta/episodes_stats.jsonl"
 Stats = dict[str, dict[str, np.ndarray]]
 
 
-def _aggregate_feature(parts: Sequence[Mapping[str, np.ndarray]], where: str) -> dict[str, np.ndarray]:
+def _column(parts: Sequence[Mapping[str, Any]], name: str, where: str) -> np.ndarray:
+    """Statistic ``name`` of every episode, stacked: (episodes, *shape), each episode's value at
+    least 1-D as LeRobot casts it. One numpy call for all episodes, not one per episode: a dataset
+    of 100,000 episodes has millions of these values."""
     try:
-        means = np.stack([p["mean"] for p in parts])
-        variances = np.stack([p["std"] ** 2 for p in parts])
-        counts = np.stack([p["count"] for p in parts])
-        total = counts.sum(axis=0)
-        while counts.ndim < means.ndim:  # (episodes, 1) counts against (episodes, *shape) means
-            counts = np.expand_dims(counts, axis=-1)
+        values = [p[name] for p in parts]
+    except KeyError:
+        raise fail(where, f"statistic {name!r} is missing from some episode's stats") from None
+    try:
+        stacked = np.array(values)
+        if stacked.dtype == object:
+            raise ValueError("ragged")
+    except ValueError:  # scalars in some episodes and [x] in others, or shapes that differ
+        try:
+            stacked = np.stack([np.atleast_1d(np.array(v)) for v in values])
+        except ValueError as error:
+            raise fail(where, f"episodes' {name!r} do not stack ({error})") from None
+    if stacked.dtype.kind not in "biuf":
+        raise fail(where, f"statistic {name!r} must hold numbers, got {values[0]!r:.80}")
+    return stacked[:, None] if stacked.ndim == 1 else stacked  # per-episode scalars as shape (1,)
+
+
+def _aggregate_feature(parts: Sequence[Mapping[str, Any]], where: str) -> dict[str, np.ndarray]:
+    means, stds, counts = (_column(parts, name, where) for name in ("mean", "std", "count"))
+    if means.shape[1:] != stds.shape[1:]:
+        raise fail(where, f"episodes' stats do not stack (mean {means.shape[1:]}, std {stds.shape[1:]})")
+    total = counts.sum(axis=0)
+    while counts.ndim < means.ndim:  # (episodes, 1) counts against (episodes, *shape) means
+        counts = np.expand_dims(counts, axis=-1)
+    try:
         mean = (means * counts).sum(axis=0) / total
-        variance = ((variances + (means - mean) ** 2) * counts).sum(axis=0) / total
-        out = {"min": np.min(np.stack([p["min"] for p in parts]), axis=0),
-               "max": np.max(np.stack([p["max"] for p in parts]), axis=0),
-               "mean": mean, "std": np.sqrt(variance), "count": total}
-        for name in [k for k in parts[0] if k.startswith("q") and k[1:].isdigit()]:
-            if all(name in p for p in parts):
-                out[name] = (np.stack([p[name] for p in parts]) * counts).sum(axis=0) / total
-    except KeyError as error:
-        raise fail(where, f"statistic {error.args[0]!r} is missing from some episode's stats") from None
-    except ValueError as error:  # shapes that differ between episodes
+        variance = ((stds**2 + (means - mean) ** 2) * counts).sum(axis=0) / total
+    except ValueError as error:
         raise fail(where, f"episodes' stats do not stack ({error})") from None
+    out = {"min": np.min(_column(parts, "min", where), axis=0), "max": np.max(_column(parts, "max", where), axis=0),
+           "mean": mean, "std": np.sqrt(variance), "count": total}
+    for name in [k for k in parts[0] if k.startswith("q") and k[1:].isdigit()]:
+        if all(name in p for p in parts):
+            out[name] = (_column(parts, name, where) * counts).sum(axis=0) / total
     return out
 
 
@@ -58,12 +78,13 @@ def aggregate_episode_stats(files: DatasetFiles) -> Stats:
     records = read_jsonl(files, EPISODES_STATS_JSONL, ("episode_index", "stats"), why="per-episode stats")
     if not records:
         raise fail(where, "no episodes' stats")
-    by_feature: dict[str, list[dict[str, np.ndarray]]] = {}
+    by_feature: dict[str, list[Mapping[str, Any]]] = {}
     for record in sorted(records, key=lambda r: r["episode_index"]):  # LeRobot's order (sorted by episode)
-        line = f"{where} line {record['_line']}"
-        if not isinstance(record["stats"], dict) or not all(isinstance(v, dict) for v in record["stats"].values()):
-            raise fail(line, "field 'stats' must be an object of {feature: {statistic: values}}")
-        for key, values in to_numpy(record["stats"], line).items():
+        stats = record["stats"]
+        if not isinstance(stats, dict) or not all(isinstance(v, dict) for v in stats.values()):
+            raise fail(f"{where} line {record['_line']}", "field 'stats' must be an object of "
+                                                         "{feature: {statistic: values}}")
+        for key, values in stats.items():
             by_feature.setdefault(key, []).append(values)
     return {key: _aggregate_feature(parts, f"{where} (feature {key!r})") for key, parts in by_feature.items()}
 
