@@ -33,8 +33,12 @@ def test_missing_info_json(copy_root):
 
 
 def test_wrong_codebase_version(copy_root):
+    edit_info(copy_root, codebase_version="v1.6")
+    with pytest.raises(DatasetFormatError, match=r"info.json: field 'codebase_version' is 'v1.6'.*'v2.0', 'v2.1', 'v3.0'"):
+        EpisodeDataset(copy_root)
+    # A v3.0 layout that says v2.1 is read as v2.1, and has no episodes.jsonl.
     edit_info(copy_root, codebase_version="v2.1")
-    with pytest.raises(DatasetFormatError, match=r"info.json: field 'codebase_version' is 'v2.1'.*'v3.0'"):
+    with pytest.raises(FileNotFoundError, match=r"meta/episodes.jsonl not found"):
         EpisodeDataset(copy_root)
 
 

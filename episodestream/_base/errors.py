@@ -12,4 +12,4 @@ class CacheFullError(RuntimeError):
 
 
 class DatasetFormatError(ValueError):
-    """The dataset's files do not follow the LeRobot v3.0 format."""
+    """The dataset's files do not follow the LeRobot format (v3.0, or the v2.0 / v2.1 layout they say they have)."""

@@ -28,6 +28,9 @@ class VideoSpan:
     # sources fetch only the bytes of this part; decoding still places frames by ``from_timestamp_s``.
     needed_from_s: float | None = None
     needed_to_s: float | None = None
+    # The file holds this episode's frames only (v2.x: one mp4 per episode), so a remote source
+    # fetches it whole in one read instead of its header first and then the span.
+    whole_file: bool = False
 
     @property
     def needed_s(self) -> tuple[float, float]:
@@ -55,6 +58,7 @@ class VideoColumns:
     relpaths: tuple[str, ...]
     from_timestamp_s: np.ndarray
     to_timestamp_s: np.ndarray
+    whole_files: bool = False  # every file holds one episode's frames only (``VideoSpan.whole_file``)
 
 
 class EpisodeTable(Mapping):
@@ -70,7 +74,7 @@ class EpisodeTable(Mapping):
         self.data_file_id, self.data_relpaths = data_file_id[order], tuple(data_relpaths)
         self._tasks, self._task_id = tuple(tasks), task_id[order]  # distinct task tuples, and each row's
         self._videos = {key: VideoColumns(v.file_id[order], v.relpaths, v.from_timestamp_s[order],
-                                          v.to_timestamp_s[order]) for key, v in videos.items()}
+                                          v.to_timestamp_s[order], v.whole_files) for key, v in videos.items()}
 
     def position(self, episode_index: int) -> int:
         """The row of ``episode_index``; KeyError when the dataset has no such episode."""
@@ -85,7 +89,7 @@ class EpisodeTable(Mapping):
 
     def at(self, row: int) -> EpisodeInfo:
         videos = {key: VideoSpan(v.relpaths[v.file_id[row]], float(v.from_timestamp_s[row]),
-                                 float(v.to_timestamp_s[row])) for key, v in self._videos.items()}
+                                 float(v.to_timestamp_s[row]), whole_file=v.whole_files) for key, v in self._videos.items()}
         return EpisodeInfo(int(self.episode_index[row]), int(self.length[row]), int(self.from_index[row]),
                            int(self.to_index[row]), self.data_relpaths[self.data_file_id[row]],
                            self._tasks[self._task_id[row]], videos)

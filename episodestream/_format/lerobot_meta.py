@@ -34,13 +34,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from episodestream._base.redact import shown_source
 from episodestream._format.files import DatasetFiles, LocalFiles
-from episodestream._format.metadata import EPISODES_DIR, DatasetMeta
-from episodestream._format.stats import load_stats
+from episodestream._format.metadata import DatasetMeta
+from episodestream._format.versions import load_dataset_stats, load_lerobot_episodes
 
 
 class InfoDict(dict):
@@ -65,17 +62,6 @@ class InfoDict(dict):
             if isinstance(spec.get("shape"), tuple):
                 spec["shape"] = list(spec["shape"])
         return data
-
-
-def _read_episode_table(files: DatasetFiles) -> pa.Table:
-    tables = []
-    for relpath in files.list_files(EPISODES_DIR, suffix=".parquet"):
-        path = files.local_path(relpath)
-        columns = [c for c in pq.read_schema(path).names if not c.startswith("stats/")]
-        tables.append(pq.read_table(path, columns=columns))
-    # Files written by different LeRobot versions may differ in column types (int32 vs int64).
-    table = pa.concat_tables(tables, promote_options="permissive")
-    return table.sort_by("episode_index")
 
 
 def _repo_id(source: str | os.PathLike) -> str:
@@ -139,8 +125,8 @@ class LeRobotMeta:
         self.revision = revision
         self.info = InfoDict(copy.deepcopy(dict(typed.info)))
         self.info["features"] = _lerobot_features(typed.info)
-        self.stats = load_stats(files)
-        self._episode_table = _read_episode_table(files)
+        self.stats = load_dataset_stats(files, typed)  # v2.x: aggregated as LeRobot's converter does
+        self._episode_table = load_lerobot_episodes(files, typed)
         self._episodes = None  # the datasets.Dataset over _episode_table, made on first read
 
     def __getstate__(self) -> dict[str, Any]:

@@ -24,6 +24,8 @@ from episodestream._base.errors import DatasetFormatError  # noqa: F401  (re-exp
 from episodestream._format.video_spans import check_video_spans
 
 SUPPORTED_CODEBASE_VERSION = "v3.0"
+# What ``read_info`` accepts; the v2.x layout is read by ``_format.v2x`` (``_format.versions`` picks).
+READABLE_CODEBASE_VERSIONS = ("v2.0", "v2.1", SUPPORTED_CODEBASE_VERSION)
 INFO_PATH = "meta/info.json"
 TASKS_PATH = "meta/tasks.parquet"
 STATS_PATH = "meta/stats.json"
@@ -54,6 +56,8 @@ class DatasetMeta:
     info: Mapping[str, Any]
     # Rows each data file must hold: the sum of its episodes' lengths (checked when it is opened).
     data_file_rows: Mapping[str, int] = field(default_factory=dict)
+    # Where the episodes' lengths were read from, for errors ("meta/episodes", "meta/episodes.jsonl").
+    episodes_where: str = EPISODES_DIR
 
     @property
     def video_keys(self) -> list[str]:
@@ -72,8 +76,12 @@ class DatasetMeta:
         return self.episodes.total_frames
 
 
-def _fail(where: str, message: str) -> DatasetFormatError:
+def fail(where: str, message: str) -> DatasetFormatError:
+    """The format's error, ``where: message`` (``where`` names the file, and the episode or line)."""
     return DatasetFormatError(f"{where}: {message}")
+
+
+_fail = fail  # the name this module's own checks use
 
 
 @contextmanager
@@ -89,11 +97,13 @@ def parquet_errors(where: str) -> Iterator[None]:
                            f"({type(error).__name__}: {error})") from error
 
 
-def _read_info(files: DatasetFiles) -> dict[str, Any]:
+def read_info(files: DatasetFiles) -> dict[str, Any]:
+    """``meta/info.json`` with the fields every readable version shares checked (``codebase_version``
+    one of ``READABLE_CODEBASE_VERSIONS``, ``fps``, ``data_path``, ``features``)."""
     where = f"{files.description}/{INFO_PATH}"
     if not files.exists(INFO_PATH):
         raise FileNotFoundError(f"{where} not found: {files.description} is not a LeRobot dataset "
-                                f"(every LeRobot v3.0 dataset has {INFO_PATH}).")
+                                f"(every LeRobot dataset, v2.0 to v3.0, has {INFO_PATH}).")
     try:
         info = json.loads(files.read_bytes(INFO_PATH))
     except json.JSONDecodeError as error:
@@ -101,10 +111,10 @@ def _read_info(files: DatasetFiles) -> dict[str, Any]:
     if not isinstance(info, dict):
         raise _fail(where, f"expected a JSON object, got {type(info).__name__}")
     version = info.get("codebase_version")
-    if version != SUPPORTED_CODEBASE_VERSION:
-        raise _fail(where, f"field 'codebase_version' is {version!r}; episodestream reads only "
-                           f"{SUPPORTED_CODEBASE_VERSION!r} datasets (convert older ones with LeRobot's "
-                           f"convert_dataset_v21_to_v30 script)")
+    if version not in READABLE_CODEBASE_VERSIONS:
+        raise _fail(where, f"field 'codebase_version' is {version!r}; episodestream reads "
+                           f"{', '.join(map(repr, READABLE_CODEBASE_VERSIONS))} datasets (convert older ones "
+                           f"to v2.1 or v3.0 with LeRobot's conversion scripts)")
     fps = info.get("fps")
     if isinstance(fps, bool) or not isinstance(fps, (int, float)) or fps <= 0 or int(fps) != fps:
         raise _fail(where, f"field 'fps' must be a positive integer, got {fps!r}")
@@ -116,7 +126,7 @@ def _read_info(files: DatasetFiles) -> dict[str, Any]:
     return info
 
 
-def _parse_features(info: Mapping[str, Any], where: str) -> dict[str, Feature]:
+def parse_features(info: Mapping[str, Any], where: str) -> dict[str, Feature]:
     raw = info["features"]
     if not isinstance(raw, dict):
         raise _fail(where, f"field 'features' must be an object, got {type(raw).__name__}")
@@ -130,14 +140,15 @@ def _parse_features(info: Mapping[str, Any], where: str) -> dict[str, Feature]:
         features[name] = Feature(name, str(spec["dtype"]), tuple(shape), dict(spec.get("info") or {}))
     missing = [name for name in REQUIRED_FEATURES if name not in features]
     if missing:
-        raise _fail(where, f"features {missing} are missing (every v3.0 dataset has {list(REQUIRED_FEATURES)})")
+        raise _fail(where, f"features {missing} are missing (every LeRobot dataset has {list(REQUIRED_FEATURES)})")
     if any(f.dtype == "video" for f in features.values()) and not isinstance(info.get("video_path"), str):
         raise _fail(where, f"field 'video_path' must be a path template when there are video features, "
                            f"got {info.get('video_path')!r}")
     return features
 
 
-def _format_path(template: str, where: str, **values: Any) -> str:
+def format_path(template: str, where: str, **values: Any) -> str:
+    """``template`` formatted with ``values``, as a checked dataset-relative path; errors say ``where``."""
     try:
         relpath = template.format(**values)
     except (KeyError, IndexError, ValueError, TypeError) as error:
@@ -244,11 +255,11 @@ def _file_ids(tables, template: str, description: str, episodes: np.ndarray, nam
         row = min(int(np.flatnonzero(columns[f].is_null().to_numpy(zero_copy_only=False))[0])
                   if columns[f] is not None else 0 for f in nulls)
         values = {f: (c[row].as_py() if c is not None else None) for f, c in columns.items()}
-        _format_path(template, _row_where(tables, description, row, int(episodes[row])), **fixed, **values)
+        format_path(template, _row_where(tables, description, row, int(episodes[row])), **fixed, **values)
     ints = {field: column.to_numpy() for field, column in columns.items()}
     keys = np.stack([ints[f] for f in names], axis=1) if len(episodes) else np.zeros((0, len(names)), np.int64)
     distinct, first, ids = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-    relpaths = [_format_path(template, _row_where(tables, description, int(row), int(episodes[row])), **fixed,
+    relpaths = [format_path(template, _row_where(tables, description, int(row), int(episodes[row])), **fixed,
                              **{f: v.item() for f, v in zip(names, key)})
                 for key, row in zip(distinct, first)]
     return ids.reshape(-1), relpaths
@@ -292,10 +303,17 @@ def _episode_table(tables: list[tuple[str, pa.Table]], info: Mapping[str, Any], 
                         tasks=list(distinct_tasks), task_id=task_id, videos=videos)
 
 
-def load_metadata(files: DatasetFiles) -> DatasetMeta:
-    """Read and validate a v3.0 dataset's metadata."""
-    info = _read_info(files)
-    features = _parse_features(info, f"{files.description}/{INFO_PATH}")
+def load_metadata(files: DatasetFiles, info: Mapping[str, Any] | None = None) -> DatasetMeta:
+    """Read and validate a v3.0 dataset's metadata (``info``: its info.json, when read already).
+
+    ``_format.versions.load_metadata`` reads any readable version; this one refuses the others.
+    """
+    info = read_info(files) if info is None else info
+    if info["codebase_version"] != SUPPORTED_CODEBASE_VERSION:
+        raise _fail(f"{files.description}/{INFO_PATH}", f"field 'codebase_version' is "
+                                                        f"{info['codebase_version']!r}; this reader reads "
+                                                        f"{SUPPORTED_CODEBASE_VERSION!r} only")
+    features = parse_features(info, f"{files.description}/{INFO_PATH}")
     video_keys = [k for k, f in features.items() if f.dtype == "video"]
     tables = _read_episode_tables(files)
     for relpath, table in tables:

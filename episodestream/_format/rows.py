@@ -109,7 +109,7 @@ class RowReader:
         if expected is not None and handle.metadata.num_rows != expected:
             episodes = [e.episode_index for e in self._meta.episodes.values() if e.data_relpath == relpath]
             raise DatasetFormatError(
-                f"{where}: holds {handle.metadata.num_rows} rows, but its episodes in meta/episodes "
+                f"{where}: holds {handle.metadata.num_rows} rows, but its episodes in {self._meta.episodes_where} "
                 f"({_preview(episodes)}) have {expected} frames in all (sum of their 'length')")
         schema = handle.schema_arrow
         missing = [c for c in self._columns if c not in schema.names]

@@ -29,9 +29,9 @@ def _cast(value: Any, where: str) -> np.ndarray:
     return array
 
 
-def _to_numpy(tree: Mapping[str, Any], where: str) -> dict[str, Any]:
+def to_numpy(tree: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Nested dicts kept as they are, every leaf an array (LeRobot flattens, casts, unflattens: same result)."""
-    return {key: _to_numpy(value, f"{where}[{key!r}]") if isinstance(value, dict) else
+    return {key: to_numpy(value, f"{where}[{key!r}]") if isinstance(value, dict) else
             _cast(value, f"{where}[{key!r}]") for key, value in tree.items()}
 
 
@@ -50,7 +50,7 @@ def load_stats(files: DatasetFiles) -> dict[str, dict[str, np.ndarray]] | None:
         raise DatasetFormatError(f"{where}: not valid JSON ({error})") from None
     if not isinstance(raw, dict):
         raise DatasetFormatError(f"{where}: expected a JSON object of features, got {type(raw).__name__}")
-    return _to_numpy(raw, where)
+    return to_numpy(raw, where)
 
 
 def _first(array: np.ndarray, dims: int) -> list[float]:

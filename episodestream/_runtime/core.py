@@ -17,7 +17,8 @@ from episodestream._format.episodes import EpisodeSelection, EpisodeTable
 from episodestream._format.files import EpisodeVideos, SourceStats
 from episodestream._sample.builder import SampleBuilder, delta_indices
 from episodestream._format.lerobot_meta import LeRobotMeta
-from episodestream._format.metadata import DatasetMeta, load_metadata
+from episodestream._format.metadata import DatasetMeta
+from episodestream._format.versions import load_metadata
 from episodestream._base.options import check_bool, check_positive_float
 from episodestream._format.rows import RowReader
 from episodestream._format.episode_filters import (

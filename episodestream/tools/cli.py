@@ -65,14 +65,14 @@ def _human_bytes(size_bytes: float) -> str:
 
 def dataset_info(source: str, *, revision: str | None = None) -> dict:
     """What ``episodestream info`` prints, as data: counts, cameras, codecs, files and sizes, and a
-    summary of ``meta/stats.json`` (None without the file)."""
-    from episodestream._format.metadata import load_metadata
+    summary of the stats (``meta/stats.json``; v2.1: its episodes' stats aggregated; None without)."""
+    from episodestream._format.stats import summarize_stats
+    from episodestream._format.versions import load_dataset_stats, load_metadata
     from episodestream._runtime.sources import open_source
-    from episodestream._format.stats import load_stats, summarize_stats
 
     files = open_source(source, revision=revision)
     meta = load_metadata(files)
-    stats = summarize_stats(load_stats(files))
+    stats = summarize_stats(load_dataset_stats(files, meta))
     size_bytes = files.size_bytes
     episodes = list(meta.episodes.values())
     data_files = sorted({ep.data_relpath for ep in episodes})
@@ -228,7 +228,7 @@ def _prewarm(args: argparse.Namespace) -> int:
     import sys
 
     from episodestream._runtime.core import select_episodes
-    from episodestream._format.metadata import load_metadata
+    from episodestream._format.versions import load_metadata
     from episodestream._remote.cache.node_cache import CacheFullError
     from episodestream._remote.source.open import open_remote_source
     from episodestream._remote.source.prewarm import prewarm
@@ -328,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=_demo)
 
     info = commands.add_parser("info", help="episodes, frames, fps, cameras, codecs, GOP, files and sizes")
-    info.add_argument("source", help="a LeRobot v3.0 dataset")
+    info.add_argument("source", help="a LeRobot dataset (v3.0, v2.1 or v2.0)")
     info.add_argument("--revision")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.set_defaults(run=_info)

@@ -27,6 +27,7 @@ from tqdm import tqdm
 # Camera-less datasets of DROID size (100,000 episodes), written with numpy in seconds.
 from episodestream.tools._synthetic_bulk import write_tabular_dataset  # noqa: E402
 from episodestream._base.options import check_bool
+from episodestream.tools._synthetic_v2 import V2_DATA_PATH, V2_VERSIONS, V2_VIDEO_PATH, PerEpisodeFile, write_v2_metadata
 from episodestream.tools._write_folder import check_root, invalid, write_into_place
 
 __all__ = ["decode_frame_ids", "encode_frame_ids", "write_synthetic_dataset", "write_tabular_dataset"]
@@ -378,8 +379,9 @@ def write_synthetic_dataset(
     overwrite: bool = False,
     progress: bool = False,
     texture: bool = False,
+    version: Literal["v3.0", "v2.1", "v2.0"] = "v3.0",
 ) -> pathlib.Path:
-    """Write a LeRobot v3.0 dataset at ``root`` and return its path.
+    """Write a LeRobot v3.0 (or ``version`` v2.1 / v2.0) dataset at ``root`` and return its path.
 
     What to write: ``num_episodes`` episodes of ``episode_length`` frames (an int; an inclusive
     ``(min, max)`` tuple drawn per episode from ``seed``; or a list of each episode's length; a pair is
@@ -396,6 +398,11 @@ def write_synthetic_dataset(
     new file past their size in MB or their ``max_episodes_per_*_file`` (video: per camera allowed).
     Video bytes count as the encoder releases packets, so a file can pass its size by the encoder's
     delay (SVT-AV1: tens of frames); ``max_episodes_per_video_file`` is exact.
+    Format: ``version`` "v2.1" or "v2.0" writes LeRobot 0.3.x's layout instead, with the same frames
+    and values: one parquet and one mp4 per camera per episode (each starting at timestamp 0, in
+    ``chunks_size`` episodes per chunk folder), ``meta/episodes.jsonl``, ``meta/tasks.jsonl`` and
+    ``meta/episodes_stats.jsonl`` (v2.1) or ``meta/stats.json`` (v2.0); the file-size and
+    ``max_episodes_per_*_file`` options are v3.0's only (v2.x has no multi-episode files).
     Safety: a non-empty ``root`` is refused unless ``overwrite``; the dataset is built in a sibling
     temporary folder and renamed into place, so a crash leaves no half-written dataset.
     """
@@ -409,13 +416,19 @@ def write_synthetic_dataset(
                               cameras=cameras, image_keys=image_keys, max_per_data=max_episodes_per_data_file,
                               max_per_video=max_episodes_per_video_file)
     lengths = _episode_lengths(episode_length, num_episodes, seed)
+    if version not in ("v3.0", *V2_VERSIONS):
+        raise invalid("version", version, ", ".join(map(repr, ("v3.0", *V2_VERSIONS))))
+    if version != "v3.0" and (max_episodes_per_data_file is not None or max_episodes_per_video_file is not None):
+        raise invalid("max_episodes_per_data_file" if max_episodes_per_data_file is not None else
+                      "max_episodes_per_video_file", max_episodes_per_data_file or max_episodes_per_video_file,
+                      f"None with version={version!r} (every v2.x episode has its own files)")
     check_root(root, overwrite=overwrite)
     return write_into_place(root, lambda staging: _write(
         staging, lengths=lengths, fps=fps, cameras=list(cameras), image_keys=list(image_keys),
         encoding=dict(codec=codec, height=height, width=width, gop=gop, crf=crf), state_dim=state_dim,
         num_tasks=num_tasks, chunks_size=chunks_size, data_mb=data_files_size_in_mb,
         video_mb=video_files_size_in_mb, max_per_data=max_episodes_per_data_file, max_per_video=max_per_video,
-        progress=progress, texture=check_bool("texture", texture)))
+        progress=progress, texture=check_bool("texture", texture), version=version))
 
 
 def _add_texture(images: np.ndarray, frames: np.ndarray, *, camera_index: int) -> np.ndarray:
@@ -479,32 +492,47 @@ def _write_episode(out: pathlib.Path, *, episode_index: int, length: int, global
 
 
 def _write(out: pathlib.Path, *, lengths, fps, cameras, image_keys, encoding, state_dim, num_tasks, chunks_size,
-           data_mb, video_mb, max_per_data, max_per_video, progress, texture) -> None:
-    data = _RollingFile(_DATA_PATH, max_bytes=data_mb * 2**20, max_episodes=max_per_data, chunks_size=chunks_size)
-    videos = {camera: _RollingFile(_VIDEO_PATH, max_bytes=video_mb * 2**20, max_episodes=max_per_video[camera],
-                                   chunks_size=chunks_size, video_key=camera) for camera in cameras}
+           data_mb, video_mb, max_per_data, max_per_video, progress, texture, version) -> None:
+    data: _RollingFile | PerEpisodeFile
+    videos: dict[str, _RollingFile] | dict[str, PerEpisodeFile]
+    if version == "v3.0":
+        data = _RollingFile(_DATA_PATH, max_bytes=data_mb * 2**20, max_episodes=max_per_data, chunks_size=chunks_size)
+        videos = {camera: _RollingFile(_VIDEO_PATH, max_bytes=video_mb * 2**20, max_episodes=max_per_video[camera],
+                                       chunks_size=chunks_size, video_key=camera) for camera in cameras}
+    else:
+        data = PerEpisodeFile(V2_DATA_PATH, chunks_size=chunks_size)
+        videos = {camera: PerEpisodeFile(V2_VIDEO_PATH, chunks_size=chunks_size, video_key=camera)
+                  for camera in cameras}
     episode_rows, episode_stats, global_index = [], {}, 0
+    per_episode_stats = []
     try:
         for episode_index, length in enumerate(tqdm(lengths, desc="episodes", disable=not progress)):
             row, stats = _write_episode(out, episode_index=episode_index, length=length, global_index=global_index,
                                         data=data, videos=videos, image_keys=image_keys, fps=fps, encoding=encoding,
                                         state_dim=state_dim, num_tasks=num_tasks, texture=texture)
             episode_rows.append(row)
+            per_episode_stats.append(stats)
             for key, values in stats.items():
                 episode_stats.setdefault(key, []).append(values)
             global_index += length
     finally:  # flush what was written; on failure the caller removes the staging folder anyway
         for roll in (data, *videos.values()):
             roll.close()
+    stats = {key: _pool(parts) for key, parts in episode_stats.items()}
+    features = _features(state_dim=state_dim, cameras=cameras, image_keys=image_keys, fps=fps, **encoding)
+    if version != "v3.0":
+        write_v2_metadata(out, version=version, episode_rows=episode_rows, episode_stats=per_episode_stats,
+                          dataset_stats=stats, fps=fps, num_tasks=num_tasks, chunks_size=chunks_size,
+                          cameras=cameras, features=features)
+        return
     (out / _EPISODES_PATH).parent.mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist(episode_rows), out / _EPISODES_PATH)
     pq.write_table(_tasks_table(num_tasks), out / "meta/tasks.parquet")
-    stats = {key: _pool(parts) for key, parts in episode_stats.items()}
     (out / "meta/stats.json").write_text(json.dumps(stats, indent=4))
     info = {"codebase_version": "v3.0", "robot_type": "synthetic", "total_episodes": len(lengths),
             "total_frames": global_index, "total_tasks": num_tasks, "chunks_size": chunks_size,
             "data_files_size_in_mb": data_mb, "video_files_size_in_mb": video_mb, "fps": fps,
             "splits": {"train": f"0:{len(lengths)}"}, "data_path": _DATA_PATH,
             "video_path": _VIDEO_PATH if cameras else None,
-            "features": _features(state_dim=state_dim, cameras=cameras, image_keys=image_keys, fps=fps, **encoding)}
+            "features": features}
     (out / "meta/info.json").write_text(json.dumps(info, indent=4))

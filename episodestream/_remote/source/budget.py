@@ -17,7 +17,9 @@ if TYPE_CHECKING:
     from episodestream._format.files import EpisodesOf
     from episodestream._remote.source.cached_files import CachedFiles
 
-METADATA_FILES = ("meta/info.json", "meta/tasks.parquet", "meta/stats.json")  # downloaded whole, with meta/episodes/
+# Downloaded whole, with meta/episodes/ (v3.0); the .jsonl files are v2.x's (``_format.v2x``, ``v2_stats``).
+METADATA_FILES = ("meta/info.json", "meta/tasks.parquet", "meta/stats.json", "meta/episodes.jsonl",
+                  "meta/tasks.jsonl", "meta/episodes_stats.jsonl")
 EPISODES_METADATA = "meta/episodes"
 DISK_SLACK_BYTES = 2 * 4096  # a sparse file's two written regions round up to filesystem blocks
 _SPAN_MARGIN = 1.25  # an episode's span is padded and cut at sample boundaries: more than its share

@@ -284,7 +284,8 @@ class RemoteVideos(EpisodeVideos):
         if not files.exists(relpath):
             raise FileNotFoundError(f"Video file {files.description}/{relpath} (episode {episode.episode_index}, "
                                     f"{key}) is missing.")
-        parsed = self._header(relpath, stop)
+        # A file of this episode alone (v2.x) is fetched whole: one read, where header then span is two or more.
+        parsed = None if video.whole_file else self._header(relpath, stop)
         span = None
         if parsed is not None:
             header, track = parsed
