@@ -57,7 +57,8 @@ def _view(index: int, dataset: EpisodeStreamingDataset, rename: Mapping[str, str
         names={rename.get(k, k): names.get(k) for k in dataset.typed_meta.features},
         windows={rename.get(k, k): len(v) for k, v in offsets.items()},
         robot_type=str(dataset.typed_meta.info.get("robot_type") or ""),
-        own_keys={rename.get(k, k): k for k in dataset.typed_meta.features})
+        own_keys={rename.get(k, k): k for k in dataset.typed_meta.features},
+        specs={rename.get(k, k): dict(dataset.meta.features[k]) for k in dataset.typed_meta.features})
 
 
 def _camera_sizes(dataset: EpisodeStreamingDataset, rename: Mapping[str, str]) -> dict[str, tuple[int, int, int]]:

@@ -80,8 +80,9 @@ def test_union_pads_vectors_and_fills_missing_cameras_exactly(robots):
     assert {k for s in samples for k in s} == set(samples[0])  # every sample has every key
     # The mixture's feature table: widths of the widest, names padded.
     features = mixture.meta.features
-    assert features[STATE]["shape"] == [14] and features[STATE]["names"] == [f"motor_{j}" for j in range(6)] + ["pad"] * 8
-    assert features[WRIST]["shape"] == [64, 96, 3] and features[WRIST]["dtype"] == "video"
+    assert features[STATE]["shape"] == (14,) and features[STATE]["names"] == [f"motor_{j}" for j in range(6)] + ["pad"] * 8
+    assert features[WRIST]["shape"] == (64, 96, 3) and features[WRIST]["dtype"] == "video"
+    assert features[WRIST]["info"] == mixture.datasets[1].meta.features[WRIST]["info"]  # the codec and the rest kept
     assert mixture.meta.robot_types == ["arm6", "bimanual14"]
 
 
@@ -178,7 +179,7 @@ def test_cameras_of_different_sizes_are_refused_unless_resized(robots):
                 expected = own[i][index][FRONT]
                 expected = expected if i == 0 else resize_frames(expected, (64, 96))
                 assert torch.equal(b[FRONT][j], expected)
-    assert _mix(roots, keys="union", resize={FRONT: (32, 48)}).meta.features[FRONT]["shape"] == [32, 48, 3]
+    assert _mix(roots, keys="union", resize={FRONT: (32, 48)}).meta.features[FRONT]["shape"] == (32, 48, 3)
     with pytest.raises(ValueError, match=r"resize names \['observation.state'\], which are not camera keys"):
         _mix(roots, keys="union", resize={STATE: (1, 1)})
     with pytest.raises(ValueError, match=r"resize\['observation.images.front'\] must be \(height, width\)"):

@@ -54,6 +54,7 @@ class ComponentView:
     windows: Mapping[str, int]  # mixture key -> window length, for windowed keys
     robot_type: str
     own_keys: Mapping[str, str]  # mixture key -> the component's own key (before rename=)
+    specs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # mixture key -> info.json dict
 
 
 @dataclass(frozen=True)
@@ -173,17 +174,18 @@ class MixtureSchema:
     # -- what the mixture says about itself -------------------------------------------------------
 
     def features(self) -> dict[str, dict[str, Any]]:
-        """The mixture's feature table, info.json style (dtype, shape, names padded with "pad")."""
+        """The mixture's feature table, info.json style: the first component's dict with the
+        mixture's dtype, shape and names (padded with "pad")."""
         table = {}
         for key, m in self.keys.items():
             first = next(c for c in self.components if key in c.features)
-            spec: dict[str, Any] = {"dtype": m.dtype}
+            spec: dict[str, Any] = {**first.specs.get(key, {}), "dtype": m.dtype}  # "info" and the rest kept
             if m.kind == _CAMERA:
                 c, h, w = m.shape
-                spec["shape"] = [h, w, c]
+                spec["shape"] = (h, w, c)  # tuples, as dataset.meta.features gives them
                 spec["names"] = ["height", "width", "channels"]
             else:
-                spec["shape"] = list(m.shape)
+                spec["shape"] = tuple(m.shape)
                 spec["names"] = _padded_names(first.names.get(key), m.shape[-1] if m.shape else 0) if m.padded \
                     else first.names.get(key)
             table[key] = spec

@@ -145,7 +145,7 @@ def main(argv=None) -> int:
                                         seed=args.seed + i) for i, s in enumerate(sources)]
     mixture = EpisodeMixture(datasets, args.weights, seed=args.seed, keys="union")
     meta = mixture.meta
-    print("mixture features: " + ", ".join(f"{k} {v['shape']}" for k, v in meta.features.items()
+    print("mixture features: " + ", ".join(f"{k} {list(v['shape'])}" for k, v in meta.features.items()
                                            if k.startswith(("observation", "action"))), flush=True)
     policy = make_policy(cfg, ds_meta=meta)
     preprocessor, postprocessor = make_pre_post_processors(policy.config, dataset_stats=processor_stats(meta))
