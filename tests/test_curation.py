@@ -386,3 +386,37 @@ def test_an_unweighted_mixture_mixes_curated_components_by_anchors(camera_less_r
     mixture = EpisodeMixture([a, b], seed=0)
     assert mixture.meta.weights == pytest.approx((3 / 15, 12 / 15))
     assert len(mixture) == 15
+
+
+def test_compute_stats_of_a_curated_dataset_weighs_each_kept_frame_by_its_anchors(camera_less_root, tmp_path):
+    """The stats of what an epoch samples: frames outside keep_frames left out, an integer weight w
+    counting each kept frame w times, a fractional one its expected share; exact against numpy on
+    the repeated rows (rows doubled throughout so the 0.5 weight becomes a whole repeat)."""
+    import pyarrow.parquet as pq
+
+    keep = {0: [(2, 6)], 2: [(0, 3), (5, 8)], 4: [(0, 8)]}  # episodes of 7, 12 and 9 frames
+    weights = {2: 3, 4: 0.5}  # episode 4: 8 kept frames, 4 anchors an epoch
+    dataset = EpisodeStreamingDataset(camera_less_root, episodes=[0, 2, 4], keep_frames=keep, episode_weights=weights,
+                                      cache_dir=tmp_path)
+    stats = dataset.compute_stats()
+    table = pq.read_table(camera_less_root / "data").to_pydict()
+    repeats = {0: 2, 2: 6, 4: 1}
+    for key in ("observation.state", "action"):
+        rows = []
+        for values, episode, frame in zip(table[key], table["episode_index"], table["frame_index"]):
+            if episode not in repeats or (episode in keep and not any(a <= frame < b for a, b in keep[episode])):
+                continue
+            rows += [values] * repeats[episode]
+        rows = np.asarray(rows, np.float64)
+        np.testing.assert_allclose(stats[key]["mean"], rows.mean(0), rtol=1e-9)
+        np.testing.assert_allclose(stats[key]["std"], rows.std(0), rtol=1e-6)
+        np.testing.assert_array_equal(stats[key]["min"], rows.min(0))
+        np.testing.assert_array_equal(stats[key]["max"], rows.max(0))
+        for name, q in (("q01", 0.01), ("q10", 0.1), ("q50", 0.5), ("q90", 0.9), ("q99", 0.99)):
+            np.testing.assert_array_equal(stats[key][name], np.quantile(rows, q, axis=0, method="inverted_cdf"))
+    # Cached per curation: the uncurated dataset's stats are another entry, and differ.
+    again = EpisodeStreamingDataset(camera_less_root, episodes=[0, 2, 4], keep_frames=keep, episode_weights=weights,
+                                    cache_dir=tmp_path).compute_stats()
+    np.testing.assert_array_equal(again["action"]["mean"], stats["action"]["mean"])
+    whole = EpisodeStreamingDataset(camera_less_root, episodes=[0, 2, 4], cache_dir=tmp_path).compute_stats()
+    assert not np.allclose(whole["action"]["mean"], stats["action"]["mean"])

@@ -247,6 +247,10 @@ class DatasetFacts:
         quantiles exact (``_format.exact_stats`` defines them). Camera features keep the values of
         the dataset's ``meta/stats.json`` (whole dataset, sampled by LeRobot), where it has them.
         ``meta.stats`` stays LeRobot's ``stats.json`` as it is (see docs/mixtures.md, "Stats").
+        A curated dataset's are the statistics of what an epoch samples: frames outside
+        ``keep_frames`` left out, each kept frame weighing its episode's anchors per epoch over its
+        kept frames (``episode_weights``: ``w`` for an integer weight, the anchors' exact share for a
+        fractional one); ``count`` is the kept frames.
 
         cache: keep the result under ``cache_dir/stats`` (default ``EPISODESTREAM_CACHE_DIR``, else
             the user's cache folder), keyed by the source, revision, selection and each data file's
