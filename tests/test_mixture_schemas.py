@@ -320,3 +320,12 @@ def test_elastic_resume_across_schemas_covers_every_frame_once(robots):
     assert set(counts) == expected
     assert sum(counts.values()) - len(counts) <= 2 + 1
     assert len(keys) == 1 and {f"{STATE}_dim_mask", f"{WRIST}_is_missing", "robot_type"} <= set(next(iter(keys)))
+
+
+def test_weights_hold_across_schemas(robots):
+    """The weights plan the same counts whatever the schemas: each component's samples over an epoch
+    are the mixture's ``rank_counts`` (planning is schema-free; this checks nothing in between drops one)."""
+    roots = [robots["arm"], robots["bimanual"], robots["wide"]]
+    mixture = _mix(roots, [0.6, 0.3, 0.1], keys="union", resize={FRONT: (64, 96)}, stop=40)
+    counts = Counter(int(i) for batch in EpisodeLoader(mixture, 4) for i in batch["dataset_index"].tolist())
+    assert [counts[i] for i in range(3)] == mixture.rank_counts() and sum(counts.values()) == 40
