@@ -251,12 +251,11 @@ class _BatchBuffer:
             elif (type(value) is np.ndarray and value.shape == out.shape[1:]
                   and (value.dtype is out.dtype or value.dtype == out.dtype)):
                 out[slot] = value
+            elif isinstance(value, np.generic) and value.shape == out.shape[1:] and value.dtype == out.dtype:
+                out[slot] = value  # a numpy scalar (a mixture's, say): the same value as a 0-d array
             else:
                 shown = (f"{value.dtype} of shape {list(value.shape)}" if isinstance(value, (np.ndarray, np.generic))
                          else type(value).__name__)
-                if isinstance(value, np.generic) and value.shape == out.shape[1:] and value.dtype == out.dtype:
-                    out[slot] = value
-                    continue
                 raise ValueError(f"{who}: {key!r} is {shown} but its batch's are {out.dtype} of shape "
                                  f"{list(out.shape[1:])} (a DataLoader could not stack them either).")
         self.others[slot] = others

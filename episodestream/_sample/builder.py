@@ -94,11 +94,7 @@ class SampleBuilder:
 
     def _rows_at(self, key: str, frame: int, length: int) -> tuple[np.ndarray | int, np.ndarray | None]:
         offsets = self._offsets.get(key)
-        if offsets is None:
-            return frame, None
-        wanted = frame + offsets
-        # Out-of-episode rows repeat the boundary frame and are flagged, as LeRobot pads.
-        return np.clip(wanted, 0, length - 1), (wanted < 0) | (wanted >= length)
+        return (frame, None) if offsets is None else self._window(offsets, frame, length)
 
     def _image(self, frames_uint8: torch.Tensor) -> torch.Tensor:
         # Bit-identical to LeRobot's ``frames / 255.0`` (a float32 division either way), but the
