@@ -23,7 +23,7 @@ from episodestream.loader import EpisodeLoader
 from episodestream.mapstyle import EpisodeDataset
 from episodestream.mixture import EpisodeMixture
 from episodestream.splits import split_episodes
-from episodestream.streaming import EpisodeStreamingDataset, stream_state
+from episodestream.streaming import EpisodeStreamingDataset, load_loader_state, stream_state
 
 __all__ = [
     "CacheFullError",
@@ -35,6 +35,7 @@ __all__ = [
     "SourceOptions",
     "SourceStats",
     "VideoDecodeError",
+    "load_loader_state",
     "split_episodes",
     "stream_state",
 ]

@@ -22,6 +22,7 @@ from episodestream._runtime.core import DatasetCore, DatasetFacts
 from episodestream._runtime.dataset_source import DatasetSource, StreamSettings
 from episodestream._runtime.epoch import StaleWorkerCopy, raising
 from episodestream._runtime.pipeline import stream_samples
+from episodestream._runtime.loader_state import is_loader_state, read_loader_state, trainer_state
 from episodestream._runtime.position import is_consumer_state, without_consumer
 from episodestream._runtime.source_options import refuses_unknown_keywords, source_options
 from episodestream._runtime.stream import ConsumerStream, DecoderSet, summed_stats
@@ -188,6 +189,11 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace, torch.utils.data.Iter
         dataset size) differ from this dataset's is refused unless ``strict=False``.
         """
         strict = check_bool("strict", strict)
+        if is_loader_state(state):
+            raise ValueError("This is a StatefulDataLoader's state (loader.state_dict()), not the dataset's: "
+                             "load it with loader.load_state_dict(state), or with "
+                             "episodestream.load_loader_state(loader, state), which also resumes another "
+                             "num_workers.")
         if is_consumer_state(state):  # dataset.state_dict() itself, as StatefulDataLoader saves it per consumer
             self._source.load_consumer_state(state, strict=strict)
             return
@@ -208,3 +214,34 @@ def stream_state(loader: torch.utils.data.DataLoader, batches_consumed: int) -> 
             "batches_consumed": check_int("batches_consumed", batches_consumed, minimum=0),
             # batch_size=None hands out single samples: the same round robin as batches of one.
             "batch_size": loader.batch_size or 1, "num_workers": loader.num_workers, "drop_last": loader.drop_last}
+
+
+def load_loader_state(loader: torch.utils.data.DataLoader, state: Mapping[str, Any], *, strict: bool = True) -> None:
+    """Resume ``loader``, a torchdata ``StatefulDataLoader`` over an ``EpisodeStreamingDataset``, from
+    ``state``: the ``state_dict()`` of such a loader over the same dataset, with any ``num_workers``.
+
+    With the saving loader's ``num_workers`` and world size this is ``loader.load_state_dict(state)``:
+    exact, batch for batch. With another ``num_workers`` (or world size: each rank loads its own
+    rank's state), torchdata would refuse the state, so the batches its loader yielded are read from
+    its workers' snapshots and loaded into the dataset as a trainer's state (``stream_state``'s): the
+    new workers split the rest of the epoch afresh, every frame not yet yielded once, none again.
+    ``loader``'s ``batch_size`` and ``drop_last`` must be the saving loader's; a state they do not fit
+    is refused. ``strict`` as for ``load_state_dict``.
+    """
+    strict = check_bool("strict", strict)
+    source = source_of(loader.dataset, needs="load_loader_state needs a StatefulDataLoader over")
+    if not isinstance(source, DatasetSource):
+        raise TypeError(f"load_loader_state needs a StatefulDataLoader over an EpisodeStreamingDataset, got one over "
+                        f"{type(loader.dataset).__name__}; save stream_state(loader, batches_consumed) for it instead.")
+    if not is_loader_state(state):
+        raise ValueError(f"load_loader_state needs a StatefulDataLoader's state_dict(), got {state!r:.200}.")
+    saved = read_loader_state(state)
+    if saved.num_workers == loader.num_workers and saved.consumers[0].get("world_size") == source.world_size:
+        loader.load_state_dict(state)  # type: ignore[attr-defined]
+        return
+    if loader.num_workers > 1 and not getattr(loader, "in_order", True):
+        raise ValueError(f"load_loader_state resumes another worker count only with in-order delivery, got "
+                         f"num_workers={loader.num_workers}, in_order=False.")
+    resumed = trainer_state(source, saved, batch_size=loader.batch_size or 1, drop_last=loader.drop_last)
+    loader.dataset.load_state_dict(resumed, strict=strict)  # type: ignore[attr-defined]
+

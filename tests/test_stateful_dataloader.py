@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from episodestream import EpisodeStreamingDataset, stream_state
+from episodestream import EpisodeStreamingDataset, load_loader_state, stream_state
 
 stateful = pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata is not installed (test extra)")
 # torchdata 0.11 calls a torch function that torch 2.13 deprecates, on every StatefulDataLoader.
@@ -59,6 +59,110 @@ def test_stateful_dataloader_resumes_the_rest_of_the_epoch(camera_less_root, num
         assert sorted(following) == sorted(whole) and following != whole
 
 
+def _saved(root, num_workers, taken, *, batch_size=4, **options):
+    """A StatefulDataLoader's state after ``taken`` batches, and the indices of those batches."""
+    loader = stateful.StatefulDataLoader(_dataset(root), batch_size=batch_size, num_workers=num_workers, **options)
+    iterator = iter(loader)
+    head = [next(iterator) for _ in range(taken)]
+    state = loader.state_dict()
+    del iterator
+    return state, _indices(head)
+
+
+# (saved with, resumed with) worker counts: fewer, more, to and from the main process.
+CHANGES = [(2, 1), (2, 3), (2, 0), (0, 2), (3, 2)]
+
+
+@pytest.mark.parametrize(("saved_workers", "resumed_workers"), CHANGES)
+def test_load_loader_state_resumes_another_worker_count_with_every_frame_once(camera_less_root, saved_workers,
+                                                                              resumed_workers):
+    every = list(range(len(_dataset(camera_less_root))))
+    for taken in (1, 5, 9):
+        state, head = _saved(camera_less_root, saved_workers, taken)
+        loader = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=4, num_workers=resumed_workers)
+        load_loader_state(loader, state)
+        rest = _indices(loader)
+        assert sorted(head + rest) == every, f"after {taken} batches: a frame lost or repeated"
+        assert len(rest) == len(every) - 4 * taken
+        assert sorted(_indices(loader)) == every  # then the next epoch, whole
+
+
+@pytest.mark.parametrize("options", [{"snapshot_every_n_steps": 3}, {"drop_last": True}], ids=["sparse-snapshots",
+                                                                                              "drop_last"])
+def test_load_loader_state_counts_batches_after_the_snapshot_and_dropped_ones(camera_less_root, options):
+    drop_last = options.get("drop_last", False)
+    loader = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=5, num_workers=2, **options)
+    whole = _indices(loader)
+    for taken in (2, 4, 7):
+        state, head = _saved(camera_less_root, 2, taken, batch_size=5, **options)
+        assert head == whole[:5 * taken]
+        resumed = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=5, num_workers=1,
+                                              drop_last=drop_last)
+        load_loader_state(resumed, state)
+        rest = _indices(resumed)
+        assert not set(rest) & set(head), f"after {taken} batches: a frame again"
+        if drop_last:  # each layout drops its own partial batches: fewer than a batch per worker
+            assert len(whole) - len(head) - len(rest) < 5 * 2
+        else:
+            assert sorted(head + rest) == list(range(len(_dataset(camera_less_root))))
+
+
+def test_load_loader_state_resumes_another_world_size_from_any_ranks_state(camera_less_root):
+    saved = {}
+    for rank in (0, 1):  # two ranks, 2 workers each, the same 3 batches taken on each
+        loader = stateful.StatefulDataLoader(_dataset(camera_less_root, rank=rank, world_size=2), batch_size=4,
+                                             num_workers=2)
+        iterator = iter(loader)
+        head = _indices([next(iterator) for _ in range(3)])
+        saved[rank] = (loader.state_dict(), head)
+        del iterator
+    heads = saved[0][1] + saved[1][1]
+    for rank in (0, 1):
+        alone = stateful.StatefulDataLoader(_dataset(camera_less_root, rank=0, world_size=1), batch_size=4,
+                                            num_workers=2)
+        load_loader_state(alone, saved[rank][0])
+        rest = _indices(alone)
+        assert sorted(heads + rest) == list(range(len(_dataset(camera_less_root)))), f"rank {rank}'s state"
+
+
+def test_a_state_saved_after_an_elastic_resume_resumes_again_exactly_and_elastically(camera_less_root):
+    every = list(range(len(_dataset(camera_less_root))))
+    state, head = _saved(camera_less_root, 2, 3)
+    loader = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=4, num_workers=3)
+    load_loader_state(loader, state)
+    iterator = iter(loader)
+    middle = [next(iterator) for _ in range(4)]
+    second = loader.state_dict()
+    tail = _indices(iterator)  # the uninterrupted rest of the resumed epoch
+    del iterator
+    same = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=4, num_workers=3)
+    load_loader_state(same, second)  # the same workers: torchdata's own exact resume
+    assert _indices(same) == tail
+    other = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=4, num_workers=1)
+    load_loader_state(other, second)  # a third layout: the epoch's two earlier legs both left out
+    rest = _indices(other)
+    assert sorted(head + _indices(middle) + rest) == every
+
+
+def test_load_loader_state_with_the_same_workers_is_the_loaders_exact_resume(camera_less_root):
+    whole = _indices(stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=4, num_workers=2))
+    state, _ = _saved(camera_less_root, 2, 4)
+    loader = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=4, num_workers=2)
+    load_loader_state(loader, state)
+    assert _indices(loader) == whole[16:]
+
+
+def test_load_loader_state_refuses_another_batch_size_and_a_dataset_state(camera_less_root):
+    state, _ = _saved(camera_less_root, 2, 3)
+    loader = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=8, num_workers=1)
+    with pytest.raises(ValueError, match=r"does not fit batch_size=8, drop_last=False: worker \d yielded \d+ samples"):
+        load_loader_state(loader, state)
+    with pytest.raises(ValueError, match=r"StatefulDataLoader's state .*load_loader_state"):
+        _dataset(camera_less_root).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"needs a StatefulDataLoader's state_dict\(\)"):
+        load_loader_state(loader, _dataset(camera_less_root).state_dict())
+
+
 def test_another_worker_count_or_dataset_is_refused(camera_less_root):
     loader = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=4, num_workers=2)
     iterator = iter(loader)
@@ -67,7 +171,7 @@ def test_another_worker_count_or_dataset_is_refused(camera_less_root):
     del iterator
     fewer = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=4, num_workers=1)
     fewer.load_state_dict(state)
-    with pytest.raises(ValueError, match=r"consumer 0 of 2 .* this iteration is consumer 0 of 1.*stream_state"):
+    with pytest.raises(ValueError, match=r"consumer 0 of 2 .* this iteration is consumer 0 of 1.*load_loader_state"):
         next(iter(fewer))
     dataset = _dataset(camera_less_root)
     next(iter(dataset))

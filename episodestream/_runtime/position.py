@@ -10,8 +10,9 @@ Loading such a state (one without the trainer's ``batches_consumed``; ``dataset.
 itself is one) makes the next iteration of the same consumer, in the same epoch, skip those samples,
 tabular-free, on top of whatever resume that iteration itself continued (the state's ``legs``). It
 resumes the same consumer only: a DataLoader worker cannot know what its siblings yielded, so another
-worker count (or rank count) is refused with what to save instead (``stream_state``, which counts
-batches and resumes elastically).
+worker count (or rank count) is refused with what to use instead: ``load_loader_state``, which reads
+every worker's snapshot before the workers start (``_runtime.loader_state``), or ``stream_state``,
+which counts batches; both resume elastically.
 
 In a DataLoader worker the loaded state also names the epoch (a new process's shared counter still
 reads 0); all of that iteration's workers get their snapshot, so none of them claims an epoch from
@@ -112,8 +113,8 @@ class StreamPosition:
                 f"{pending.world_size}) in epoch {epoch}, but this iteration is consumer {world.worker} of "
                 f"{world.num_workers} (rank {world.rank} of {world.world_size}). A per-consumer state (what "
                 f"dataset.state_dict() and StatefulDataLoader save) resumes the same num_workers and world size "
-                f"only; to change them, save stream_state(loader, batches_consumed) instead, which resumes "
-                f"elastically.")
+                f"only; to change them, load a StatefulDataLoader's state with episodestream.load_loader_state("
+                f"loader, state), or save stream_state(loader, batches_consumed): both resume elastically.")
         self.samples_yielded = pending.samples_yielded
         return pending.samples_yielded
 
