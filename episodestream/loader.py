@@ -18,7 +18,7 @@ import os
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,7 @@ from episodestream._base.options import check_bool, check_int
 from episodestream._runtime.pipeline import GroupPipeline
 from episodestream._runtime.stream import ConsumerStream, DecoderSet, PlannedGroup
 from episodestream._sample.builder import finish_decoded
+from episodestream._sample.chw import FrameWrites
 from episodestream._runtime.stream_source import StreamingFace, source_of
 from episodestream._base.world import World
 from episodestream._sample.video.decoder_cache import FrameQuery
@@ -323,13 +324,15 @@ class _BatchWriter:
                 self.buffer(index).items[slot] = finish_decoded(builder, pending, decoded)
             return
         sources: dict[str, np.ndarray | torch.Tensor] = {}  # per file: its decoded (N, H, W, C) frames
-        # Per (batch, camera, file): the batch's frames of that camera and the writer from that
-        # file into them, set up once (shape and layout checks included), not once per frame.
-        targets: dict[tuple[int, str, str], tuple[np.ndarray | torch.Tensor, Callable]] = {}
+        # Per (batch, camera, file): the batch's frames of that camera and the writes from that
+        # file into them, set up once (shape and layout checks included), not once per frame, and
+        # written in one call per group (``FrameWrites.flush``).
+        targets: dict[tuple[int, str, str], tuple[np.ndarray | torch.Tensor, FrameWrites]] = {}
         # Each decoded frame is converted once per group: a window padded at an episode's edge,
-        # or overlapping another sample's, copies the slot already written (a plain copy of the
-        # converted frame costs under half the conversion in float32).
-        written: dict[tuple[str, int], np.ndarray | torch.Tensor] = {}
+        # or overlapping another sample's, copies the frame already written (a plain copy of the
+        # converted frame costs under half the conversion in float32), after the writes.
+        written: dict[tuple[str, int], tuple[FrameWrites, int]] = {}
+        copies: list[tuple[FrameWrites, int, FrameWrites, int]] = []
 
         for offset, pending in enumerate(pendings):
             index, slot = divmod(first_sample + offset, self._batch_size)
@@ -347,28 +350,37 @@ class _BatchWriter:
                     shape = (len(query.timestamps_s), *chw) if windowed else chw
                     out_all = buffer.frame_out(key, shape, builder.frame_dtype, file.frames.device,
                                                memory=self._memory, pin_memory=self._pin_memory, query=query)
-                    target = targets[index, key, path] = (out_all, builder.frame_writer(out_all, source))
-                elif windowed and target[0].shape[1] != len(query.timestamps_s):
-                    raise ValueError(f"{path} ({query.who}): a window of {len(query.timestamps_s)} frames cannot "
-                                     f"join a batch whose {key!r} windows are {target[0].shape[1]} frames long.")
-                out_all, write = target
-                out = out_all[slot]
+                    writes = builder.frame_writer(out_all, source)
+                    targets[index, key, path] = (out_all, writes)
+                else:
+                    if windowed and target[0].shape[1] != len(query.timestamps_s):
+                        raise ValueError(f"{path} ({query.who}): a window of {len(query.timestamps_s)} frames "
+                                         f"cannot join a batch whose {key!r} windows are {target[0].shape[1]} "
+                                         f"frames long.")
+                    writes = target[1]
                 row_of = file.row_of
-                for step, stamp in enumerate(query.timestamps_s) if windowed else ((None, query.timestamps_s[0]),):
+                stamps = query.timestamps_s
+                first_frame = slot * len(stamps) if windowed else slot
+                for step, stamp in enumerate(stamps if windowed else stamps[:1]):
                     row = row_of[stamp]
-                    place = out if step is None else out[step]
                     first = written.get((path, row))
                     if first is None:
-                        write(place, row)
-                        written[path, row] = place
-                    elif isinstance(place, np.ndarray):
-                        np.copyto(place, first)
-                    else:  # accelerator memory: ``first`` is a tensor too (as_tensor returns it as it is)
-                        place.copy_(torch.as_tensor(first))
+                        writes.add(first_frame + step, row)
+                        written[path, row] = (writes, first_frame + step)
+                    else:
+                        copies.append((writes, first_frame + step, *first))
             if slot == 0:
                 buffer.video_keys = list(pending.video_keys)
             # The frames are in place: the rest, as finish() gives it.
             buffer.write_tabular(slot, builder.tabular(pending), pending.queries[0].who if pending.queries else "a sample")
+        for _, writes in targets.values():
+            writes.flush()
+        for to, to_frame, source_writes, source_frame in copies:
+            place, converted = to.frame(to_frame), source_writes.frame(source_frame)
+            if isinstance(place, np.ndarray):
+                np.copyto(place, converted)
+            else:  # accelerator memory: ``converted`` is a tensor too (as_tensor returns it as it is)
+                place.copy_(torch.as_tensor(converted))
 
     def collate(self, buffer: _BatchBuffer, count: int) -> dict[str, Any]:
         """The batch as ``default_collate`` of its samples would give it (frames already in place)."""

@@ -151,3 +151,29 @@ def test_divide_by_255_on_cuda_gives_the_cpus_values():
     frames = torch.arange(256, dtype=torch.uint8)
     on_gpu = _chw.divide_by_255_(frames.to("cuda", torch.float32)).cpu()
     assert torch.equal(on_gpu, frames / 255.0)
+
+
+@pytest.mark.parametrize("to_float32", [True, False], ids=["float32", "uint8"])
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])  # strided: no kernel, frames by index
+def test_frame_writes_put_each_row_in_its_frame_at_flush(path, to_float32, layout):
+    rows = np.stack([decoded(7, 13, seed=s).transpose(1, 2, 0) for s in range(5)])  # (5, H, W, 3), contiguous
+    dtype = np.float32 if to_float32 else np.uint8
+    memory = np.full((3, 2, 3, 7, 13) if layout == "contiguous" else (3, 4, 3, 7, 13), 7, dtype=dtype)
+    out = memory if layout == "contiguous" else memory[:, ::2]  # (3 samples, 2-frame windows, C, H, W)
+    writes = _chw.FrameWrites(out, rows, to_float32=to_float32)
+    pairs = {0: 4, 3: 0, 5: 2, 2: 2}  # out frame (flattened: sample * 2 + step) -> row
+    for frame, row in pairs.items():
+        writes.add(frame, row)
+    assert (out == 7).all(), "nothing is written before flush"
+    writes.flush()
+    for frame in range(6):
+        sample, step = divmod(frame, 2)
+        expected = (lerobot(rows[pairs[frame]].transpose(2, 0, 1), to_float32) if frame in pairs
+                    else np.full((3, 7, 13), 7, dtype=dtype))
+        assert np.array_equal(out[sample, step], expected), f"frame {frame}"
+        assert writes.frame(frame).base is not None and np.shares_memory(writes.frame(frame), memory)
+    writes.flush()  # nothing pending: a no-op
+    with pytest.raises(IndexError, match=r"pair 0 \(src row 5, dst frame 0\)") if path == "compiled" and \
+            layout == "contiguous" else pytest.raises(IndexError):
+        writes.add(0, 5)
+        writes.flush()

@@ -409,8 +409,10 @@ def test_frame_writer_equals_finish_conversion_for_every_byte_value(many_episode
     out = torch.zeros((2, 3, 16, 16), dtype=builder.frame_dtype)
     frames_nhwc = frame.permute(1, 2, 0)[None].expand(2, 16, 16, 3).numpy()
     frames_nhwc = frames_nhwc.copy() if contiguous else frames_nhwc
-    write = builder.frame_writer(out.numpy(), frames_nhwc)
-    write(out.numpy()[1], 1)
+    writes = builder.frame_writer(out.numpy(), frames_nhwc)
+    writes.add(1, 1)
+    assert not out.any(), "written before flush"
+    writes.flush()
     expected = builder._image(frame.clone())
     assert out.dtype == expected.dtype and torch.equal(out[1], expected) and not out[0].any()
     assert torch.equal(out[1, 0].flatten(), frame[0].flatten() / 255.0 if not return_uint8 else frame[0].flatten())

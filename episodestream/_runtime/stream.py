@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from episodestream._sample.builder import PendingSample
+from episodestream._sample.chw import FrameWrites
 
 
 @dataclass
@@ -48,7 +49,7 @@ class GroupBuilder(Protocol):
 
     def decode(self, decoders: Any, pendings: Sequence[PendingSample]) -> dict[str, Any]: ...
 
-    def frame_writer(self, out: Any, frames_nhwc: Any) -> Callable[[Any, int], None]: ...
+    def frame_writer(self, out: Any, frames_nhwc: Any) -> FrameWrites: ...
 
     def tabular(self, pending: PendingSample) -> dict[str, Any]: ...
 

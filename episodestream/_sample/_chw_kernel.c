@@ -96,9 +96,94 @@ static PyObject *hwc_to_chw(PyObject *module, PyObject *args) {
     return result;
 }
 
+/* Many frames in one call: rows of src (N, H, W, 3) into frames of dst (M, 3, H, W), by pairs
+ * (src row, dst frame) of an int64 buffer. One call per decoded file and batch array releases the
+ * GIL once for all of a decode group's frames: with many decode threads every release and retake is a
+ * hand-off between threads, which per frame serialises them (docs/benchmarks.md, issue 26). */
+static PyObject *hwc_to_chw_rows(PyObject *module, PyObject *args) {
+    PyObject *src_obj, *dst_obj, *pairs_obj;
+    if (!PyArg_ParseTuple(args, "OOO:hwc_to_chw_rows", &src_obj, &dst_obj, &pairs_obj)) {
+        return NULL;
+    }
+    Py_buffer src, dst, pairs;
+    if (PyObject_GetBuffer(src_obj, &src, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(dst_obj, &dst, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&src);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(pairs_obj, &pairs, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&dst);
+        PyBuffer_Release(&src);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const char *src_format = src.format ? src.format : "B";
+    const char *dst_format = dst.format ? dst.format : "B";
+    const char *pairs_format = pairs.format ? pairs.format : "B";
+    int to_float32 = dst.itemsize == 4 && dst_format[0] == 'f' && dst_format[1] == '\0';
+    int to_uint8 = dst.itemsize == 1 && dst_format[0] == 'B' && dst_format[1] == '\0';
+    Py_ssize_t rows = src.ndim == 4 ? src.shape[0] : -1;
+    Py_ssize_t frame_bytes = src.ndim == 4 ? src.shape[1] * src.shape[2] * src.shape[3] : 0;
+    Py_ssize_t frames = dst.ndim >= 1 && frame_bytes ? dst.len / dst.itemsize / frame_bytes : 0;
+    Py_ssize_t count = pairs.len / 8 / 2;
+    if (src.itemsize != 1 || src_format[0] != 'B' || src_format[1] != '\0' || src.ndim != 4 || src.shape[3] != 3) {
+        PyErr_Format(PyExc_ValueError, "hwc_to_chw_rows: src must be contiguous (N, H, W, 3) uint8, got format %s, "
+                     "itemsize %zd, %d dimensions", src_format, src.itemsize, src.ndim);
+    } else if (!to_float32 && !to_uint8) {
+        PyErr_Format(PyExc_ValueError, "hwc_to_chw_rows: dst must be contiguous float32 or uint8, got format %s, "
+                     "itemsize %zd", dst_format, dst.itemsize);
+    } else if (frames * frame_bytes * dst.itemsize != dst.len) {
+        PyErr_Format(PyExc_ValueError, "hwc_to_chw_rows: dst holds %zd values, not whole frames of %zd",
+                     dst.len / dst.itemsize, frame_bytes);
+    } else if (pairs.itemsize != 8 || (pairs_format[0] != 'q' && pairs_format[0] != 'l') || pairs.len % 16 != 0) {
+        PyErr_Format(PyExc_ValueError, "hwc_to_chw_rows: pairs must be contiguous int64 (src row, dst frame) pairs, "
+                     "got format %s, itemsize %zd, %zd bytes", pairs_format, pairs.itemsize, pairs.len);
+    } else {
+        const int64_t *pair = (const int64_t *)pairs.buf;
+        Py_ssize_t bad = -1;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            if (pair[2 * i] < 0 || pair[2 * i] >= rows || pair[2 * i + 1] < 0 || pair[2 * i + 1] >= frames) {
+                bad = i;
+                break;
+            }
+        }
+        if (bad >= 0) {
+            PyErr_Format(PyExc_IndexError, "hwc_to_chw_rows: pair %zd (src row %lld, dst frame %lld) is outside "
+                         "src's %zd rows or dst's %zd frames", bad, (long long)pair[2 * bad],
+                         (long long)pair[2 * bad + 1], rows, frames);
+        } else {
+            const uint8_t *rgb = (const uint8_t *)src.buf;
+            Py_ssize_t pixels = frame_bytes / 3;
+            Py_BEGIN_ALLOW_THREADS
+            for (Py_ssize_t i = 0; i < count; i++) {
+                const uint8_t *from = rgb + pair[2 * i] * frame_bytes;
+                if (to_float32) {
+                    float *out = (float *)dst.buf + pair[2 * i + 1] * frame_bytes;
+                    planes_float32(from, out, out + pixels, out + 2 * pixels, pixels);
+                } else {
+                    uint8_t *out = (uint8_t *)dst.buf + pair[2 * i + 1] * frame_bytes;
+                    planes_uint8(from, out, out + pixels, out + 2 * pixels, pixels);
+                }
+            }
+            Py_END_ALLOW_THREADS
+            result = Py_None;
+            Py_INCREF(result);
+        }
+    }
+    PyBuffer_Release(&pairs);
+    PyBuffer_Release(&dst);
+    PyBuffer_Release(&src);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"hwc_to_chw", hwc_to_chw, METH_VARARGS,
      "hwc_to_chw(src, dst): contiguous (H, W, 3) uint8 into contiguous (3, H, W) uint8, or float32 / 255."},
+    {"hwc_to_chw_rows", hwc_to_chw_rows, METH_VARARGS,
+     "hwc_to_chw_rows(src, dst, pairs): rows of contiguous (N, H, W, 3) uint8 into frames of contiguous "
+     "(M, 3, H, W) uint8 or float32 / 255, by int64 (src row, dst frame) pairs."},
     {NULL, NULL, 0, NULL},
 };
 

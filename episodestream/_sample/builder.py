@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from episodestream._sample.chw import chw_writer, divide_by_255_
+from episodestream._sample.chw import FrameWrites, divide_by_255_
 from episodestream._format.files import EpisodeVideos
 from episodestream._format.metadata import DatasetMeta
 from episodestream._format.rows import EpisodeRows
@@ -111,14 +111,13 @@ class SampleBuilder:
         """Whether ``frame_writer`` gives what ``finish`` would (no ``image_transforms`` to apply)."""
         return self._image_transforms is None
 
-    def frame_writer(self, out: np.ndarray | torch.Tensor,
-                     frames_nhwc: np.ndarray | torch.Tensor) -> Callable[[np.ndarray | torch.Tensor, int], None]:
-        """``write(slot, row)``: decoded frame ``frames_nhwc[row]`` ((H, W, C)) written straight into
-        ``slot``, its (C, H, W) place in ``out`` (batch memory), converted as ``finish`` converts
-        frames (the same float32 division, bit for bit), with no temporary."""
+    def frame_writer(self, out: np.ndarray | torch.Tensor, frames_nhwc: np.ndarray | torch.Tensor) -> FrameWrites:
+        """Decoded frames ``frames_nhwc`` ((N, H, W, C)) written straight into their places in ``out``
+        (batch memory, (..., C, H, W)), converted as ``finish`` converts frames (the same float32
+        division, bit for bit), with no temporary (``chw.FrameWrites``: ``add``, then ``flush``)."""
         # On CPU one single-threaded pass that releases the GIL: PyTorch would start an OpenMP team
         # per decode thread for a frame this size and oversubscribe the cores the decoders need.
-        return chw_writer(out, frames_nhwc, to_float32=not self._return_uint8)
+        return FrameWrites(out, frames_nhwc, to_float32=not self._return_uint8)
 
     def plan(self, rows: EpisodeRows, frame: int, videos: EpisodeVideos) -> PendingSample:
         episode = rows.episode

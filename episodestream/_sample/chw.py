@@ -9,7 +9,6 @@ laid out as it needs), numpy gives the same values, bit for bit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from types import ModuleType
 
 import numpy as np
@@ -56,30 +55,57 @@ def write_chw(out: np.ndarray | torch.Tensor, frame_hwc: np.ndarray | torch.Tens
         np.divide(out, _UINT8_MAX, out=out)
 
 
-def chw_writer(out: np.ndarray | torch.Tensor, frames_nhwc: np.ndarray | torch.Tensor, *,
-               to_float32: bool) -> Callable[[np.ndarray | torch.Tensor, int], None]:
-    """``write(slot, row)``: ``frames_nhwc[row]`` ((N, H, W, C) decoded frames) written into ``slot``,
-    a (C, H, W) view of ``out`` (batch memory, (..., C, H, W)), as ``write_chw`` writes it.
+class FrameWrites:
+    """Decoded frames of one file (``frames_nhwc``, (N, H, W, C) uint8) written into one batch array
+    (``out``, (..., C, H, W)) as ``write_chw`` writes them: ``add`` says which row goes to which
+    frame of ``out`` (its leading dimensions flattened), ``flush`` writes all of them.
 
-    The kernel's conditions are checked here once for the two arrays instead of once per frame:
-    they hold for every slot of a C-contiguous, aligned ``out`` and every row of a C-contiguous
-    ``frames_nhwc`` (the checks cost about a fifth of the kernel's own time per frame).
+    Collected, not written at once, so that the compiled kernel writes a decode group's frames in
+    one call that releases the GIL once: with many decode threads each release and retake is a
+    hand-off between threads. The kernel's conditions are checked once here for the two arrays
+    (they hold for every frame of a C-contiguous, aligned ``out`` and every row of a C-contiguous
+    ``frames_nhwc``); elsewhere (another layout, accelerator memory, no kernel) each frame goes
+    through ``write_chw``.
     """
-    if (_kernel is not None and isinstance(out, np.ndarray) and isinstance(frames_nhwc, np.ndarray)
-            and frames_nhwc.ndim == 4 and frames_nhwc.shape[3] == 3 and frames_nhwc.dtype == np.uint8
-            and frames_nhwc.flags.c_contiguous and out.ndim >= 3 and out.shape[-3:] == (3, *frames_nhwc.shape[1:3])
-            and out.dtype == (np.float32 if to_float32 else np.uint8)
-            and out.flags.c_contiguous and out.flags.aligned and out.flags.writeable
-            and not np.may_share_memory(out, frames_nhwc)):
-        kernel = _kernel.hwc_to_chw
 
-        def write_checked(slot: np.ndarray | torch.Tensor, row: int) -> None:
-            kernel(frames_nhwc[row], slot)
-        return write_checked
+    def __init__(self, out: np.ndarray | torch.Tensor, frames_nhwc: np.ndarray | torch.Tensor, *,
+                 to_float32: bool) -> None:
+        self._out = out
+        contiguous = out.flags.c_contiguous if isinstance(out, np.ndarray) else out.is_contiguous()
+        # Contiguous: a flat view of the frames (the kernel's dst); else frames by index into ``out``
+        # (a reshape would copy, and writes to the copy would be lost).
+        self._flat = out.reshape(-1, *out.shape[-3:]) if contiguous else None
+        self._source = frames_nhwc
+        self._to_float32 = to_float32
+        self._pairs: list[int] = []  # src row, out frame, src row, out frame, ...
+        self._kernel = (_kernel is not None and isinstance(out, np.ndarray) and isinstance(frames_nhwc, np.ndarray)
+                        and frames_nhwc.ndim == 4 and frames_nhwc.shape[3] == 3 and frames_nhwc.dtype == np.uint8
+                        and frames_nhwc.flags.c_contiguous and out.ndim >= 3
+                        and out.shape[-3:] == (3, *frames_nhwc.shape[1:3])
+                        and out.dtype == (np.float32 if to_float32 else np.uint8)
+                        and out.flags.c_contiguous and out.flags.aligned and out.flags.writeable
+                        and not np.may_share_memory(out, frames_nhwc))
 
-    def write(slot: np.ndarray | torch.Tensor, row: int) -> None:
-        write_chw(slot, frames_nhwc[row], to_float32=to_float32)
-    return write
+    def frame(self, index: int) -> np.ndarray | torch.Tensor:
+        """Frame ``index`` of ``out`` ((C, H, W), a view)."""
+        if self._flat is not None:
+            return self._flat[index]
+        return self._out[tuple(int(i) for i in np.unravel_index(index, self._out.shape[:-3]))]
+
+    def add(self, index: int, row: int) -> None:
+        """``frames_nhwc[row]`` goes to frame ``index`` of ``out`` at the next ``flush``."""
+        self._pairs += (row, index)
+
+    def flush(self) -> None:
+        pairs, self._pairs = self._pairs, []
+        if not pairs:
+            return
+        if self._kernel:
+            assert _kernel is not None
+            _kernel.hwc_to_chw_rows(self._source, self._flat, np.array(pairs, dtype=np.int64))
+            return
+        for row, index in zip(pairs[::2], pairs[1::2]):
+            write_chw(self.frame(index), self._source[row], to_float32=self._to_float32)
 
 
 def gather_chw(frames_nhwc: torch.Tensor, rows: list[int]) -> torch.Tensor:
