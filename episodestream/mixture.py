@@ -22,6 +22,8 @@ from episodestream._runtime.mixture_meta import MixtureMeta
 from episodestream._runtime.mixture_schema import KEY_MODES, ComponentView, MixtureSchema, camera_chw
 from episodestream._runtime.mixture_source import MixtureSource
 from episodestream._runtime.mixture_stats import MixtureStats, row_weights
+from episodestream._runtime.loader_state import is_loader_state
+from episodestream._runtime.position import is_consumer_state
 from episodestream._runtime.pipeline import stream_samples
 from episodestream._runtime.renames import check_renames
 from episodestream._runtime.stream import ConsumerStream
@@ -205,7 +207,8 @@ class EpisodeMixture(StreamingFace, torch.utils.data.IterableDataset):
         source = self._source
         world = current_world(source.rank, source.world_size)
         try:
-            epoch = source.shared_epoch.for_iteration(source.loads_seen, "mixture")
+            epoch = source.position.pending_epoch()  # a worker given its own snapshot (StatefulDataLoader)
+            epoch = source.shared_epoch.for_iteration(source.loads_seen, "mixture") if epoch is None else epoch
         except StaleWorkerCopy as error:
             return raising(error)  # from the first next(), where the trainer hears of it
         if tracer_enabled():
@@ -214,8 +217,11 @@ class EpisodeMixture(StreamingFace, torch.utils.data.IterableDataset):
 
     def _samples(self, stream: ConsumerStream) -> Iterator[dict[str, Any]]:
         """The stream's samples in order, decoded on ``decode_threads`` threads (the components' most)."""
-        return stream_samples(stream, decode_threads=max(d.decode_threads for d in self.datasets),
-                              group_size=max(d.decode_group_size for d in self.datasets))
+        position = self._source.position
+        for sample in stream_samples(stream, decode_threads=max(d.decode_threads for d in self.datasets),
+                                     group_size=max(d.decode_group_size for d in self.datasets)):
+            position.samples_yielded += 1  # before the yield: a state taken once the sample is out counts it
+            yield sample
 
     def close(self) -> None:
         """Release the components' holds on remote sources' cached metadata."""
@@ -233,5 +239,16 @@ class EpisodeMixture(StreamingFace, torch.utils.data.IterableDataset):
     def load_state_dict(self, state: Mapping[str, Any], *, strict: bool = True) -> None:
         """Resume from ``state`` (``state_dict()`` plus the trainer's fields); the next iteration
         continues that epoch, exactly with the same ranks, workers and pool sizes, else elastically.
-        A state whose seed, weights, stop or components differ is refused unless ``strict=False``."""
-        self._source.apply_state(self._source.check_state(state, strict=check_bool("strict", strict)))
+        A state whose seed, weights, stop or components differ is refused unless ``strict=False``.
+        ``state_dict()`` itself (what torchdata's StatefulDataLoader saves per consumer) resumes the
+        same consumer, as for ``EpisodeStreamingDataset``."""
+        strict = check_bool("strict", strict)
+        if is_loader_state(state):
+            raise ValueError("This is a StatefulDataLoader's state (loader.state_dict()), not the mixture's: "
+                             "load it with loader.load_state_dict(state), or with "
+                             "episodestream.load_loader_state(loader, state), which also resumes another "
+                             "num_workers.")
+        if is_consumer_state(state):
+            self._source.load_consumer_state(state, strict=strict)
+            return
+        self._source.apply_state(self._source.check_state(state, strict=strict))

@@ -217,8 +217,9 @@ def stream_state(loader: torch.utils.data.DataLoader, batches_consumed: int) -> 
 
 
 def load_loader_state(loader: torch.utils.data.DataLoader, state: Mapping[str, Any], *, strict: bool = True) -> None:
-    """Resume ``loader``, a torchdata ``StatefulDataLoader`` over an ``EpisodeStreamingDataset``, from
-    ``state``: the ``state_dict()`` of such a loader over the same dataset, with any ``num_workers``.
+    """Resume ``loader``, a torchdata ``StatefulDataLoader`` over an ``EpisodeStreamingDataset`` (or an
+    ``EpisodeMixture``), from ``state``: the ``state_dict()`` of such a loader over the same dataset,
+    with any ``num_workers``.
 
     With the saving loader's ``num_workers`` and world size this is ``loader.load_state_dict(state)``:
     exact, batch for batch. With another ``num_workers`` (or world size: each rank loads its own
@@ -230,9 +231,6 @@ def load_loader_state(loader: torch.utils.data.DataLoader, state: Mapping[str, A
     """
     strict = check_bool("strict", strict)
     source = source_of(loader.dataset, needs="load_loader_state needs a StatefulDataLoader over")
-    if not isinstance(source, DatasetSource):
-        raise TypeError(f"load_loader_state needs a StatefulDataLoader over an EpisodeStreamingDataset, got one over "
-                        f"{type(loader.dataset).__name__}; save stream_state(loader, batches_consumed) for it instead.")
     if not is_loader_state(state):
         raise ValueError(f"load_loader_state needs a StatefulDataLoader's state_dict(), got {state!r:.200}.")
     saved = read_loader_state(state)

@@ -186,3 +186,36 @@ def test_stream_state_of_a_plain_dataloader_still_resumes_by_batches(camera_less
     resumed = _dataset(camera_less_root)
     resumed.load_state_dict(state)  # batches_consumed present: the trainer's count decides, consumer ignored
     assert _indices(torch.utils.data.DataLoader(resumed, batch_size=4, num_workers=2)) == whole[20:]
+
+
+def _mixture(root):
+    """Two components of the camera-less dataset (its first and last 12 episodes), by size."""
+    from episodestream import EpisodeMixture
+
+    return EpisodeMixture([EpisodeStreamingDataset(root, seed=5, episode_pool_size=3, episodes=list(range(12))),
+                           EpisodeStreamingDataset(root, seed=6, episode_pool_size=2, episodes=list(range(12, 24)))],
+                          seed=3)
+
+
+def _keys(batches) -> list[tuple[int, int]]:
+    return [(d, i) for batch in batches for d, i in zip(batch["dataset_index"].tolist(), batch["index"].tolist())]
+
+
+@pytest.mark.parametrize(("saved_workers", "resumed_workers"), [(0, 0), (2, 2), (2, 1), (0, 2)])
+def test_a_mixture_resumes_under_stateful_dataloader_exactly_or_elastically(camera_less_root, saved_workers,
+                                                                            resumed_workers):
+    whole = _keys(stateful.StatefulDataLoader(_mixture(camera_less_root), batch_size=4, num_workers=saved_workers))
+    loader = stateful.StatefulDataLoader(_mixture(camera_less_root), batch_size=4, num_workers=saved_workers)
+    iterator = iter(loader)
+    head = _keys([next(iterator) for _ in range(5)])
+    state = loader.state_dict()
+    del iterator
+    assert head == whole[:20]
+    resumed = stateful.StatefulDataLoader(_mixture(camera_less_root), batch_size=4, num_workers=resumed_workers)
+    if saved_workers == resumed_workers:
+        resumed.load_state_dict(state)  # torchdata's own resume: the rest, batch for batch
+        assert _keys(resumed) == whole[20:]
+    else:
+        load_loader_state(resumed, state)
+        rest = _keys(resumed)
+        assert sorted(head + rest) == sorted(whole) and len(set(head + rest)) == len(whole)

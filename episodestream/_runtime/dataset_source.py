@@ -14,11 +14,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from episodestream._base.options import check_int
 from episodestream._base.tracing import trace_instant, trace_span
 from episodestream._base.world import World
 from episodestream._format.files import EpisodeVideos
 from episodestream._format.metadata import EpisodeInfo
-from episodestream._plan.resume import STATE_FORMAT, refuse_other_format, Resumption, consumer_steps, fingerprint_digest, locate, read_request
+from episodestream._plan.resume import (STATE_FORMAT, Leg, ResumeRequest, Resumption, consumer_steps, fingerprint_digest,
+                                        locate, read_request, refuse_other_format)
 from episodestream._plan.sampling import ADMIT, EMIT, EpochPlan, Segment, Step
 from episodestream._runtime.core import DatasetCore
 from episodestream._runtime.epoch import SharedEpoch
@@ -205,6 +207,34 @@ class DatasetSource(StreamSource):
         if not in_dataloader_worker():  # the main process: workers started later copy it
             self.shared_epoch.set(epoch)
             self.loads_seen = self.shared_epoch.state_loaded()
+
+    def _saved_legs(self, state: Mapping[str, Any]) -> tuple[Leg, ...]:
+        saved = state.get("legs", [])
+        if not isinstance(saved, (list, tuple)):
+            raise ValueError(f"state['legs'] must be a list of legs, got {saved!r:.200}.")
+        return tuple(Leg.from_state(leg, f"state['legs'][{i}]") for i, leg in enumerate(saved))
+
+    def saved_leg_batches(self, state: Mapping[str, Any]) -> int:
+        return sum(leg.batches for leg in self._saved_legs(state))
+
+    def position_under(self, state: Mapping[str, Any], world: World) -> tuple[int, int, int] | None:
+        seed, shuffle = self.settings.seed, self.settings.shuffle
+        epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
+        if "batches_consumed" in state:
+            request: ResumeRequest | None = read_request(state, seed=seed, shuffle=shuffle)
+        else:
+            legs = self._saved_legs(state)
+            request = ResumeRequest(epoch, seed, shuffle, legs) if legs else None
+        segments = self.segments(epoch)
+        pool_size = check_int("state['episode_pool_size']", state.get("episode_pool_size"), minimum=1)
+        point = (Resumption(request, segments, world_size=world.world_size, pool_size=pool_size).point(world.num_workers)
+                 if request is not None else None)
+        if request is not None and point is None:
+            return None
+        plan = (point.plan(world.world_size) if point is not None else
+                EpochPlan(segments, seed=seed, epoch=epoch, shuffle=shuffle, world_size=world.world_size))
+        role, skip = point.share_for(plan, world) if point is not None else (world, 0)
+        return role.worker, skip, plan.share(role).num_samples
 
     def check_state(self, state: Mapping[str, Any], *, strict: bool = True) -> CheckedState:
         refuse_other_format(state, STATE_FORMAT, "stream")

@@ -24,10 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from episodestream._base.world import World
-from episodestream._plan.resume import Leg, ResumePoint, ResumeRequest, Resumption, read_request
-from episodestream._plan.sampling import EpochPlan, Segment
-from episodestream._runtime.dataset_source import DatasetSource
 from episodestream._runtime.position import ConsumerPosition, is_consumer_state, without_consumer
+from episodestream._runtime.stream_source import StreamSource
 
 # The parts of torchdata's state read here (stateful_dataloader.py's class constants, torchdata 0.11).
 _KEYS = {"snapshot": "_snapshot", "main": "_main_snapshot", "workers": "_worker_snapshots",
@@ -78,27 +76,22 @@ def _dataset_state(part: Any, where: str) -> Mapping[str, Any]:
     return dataset_state
 
 
-def trainer_state(source: DatasetSource, saved: SavedLoader, *, batch_size: int, drop_last: bool) -> dict[str, Any]:
+def trainer_state(source: StreamSource, saved: SavedLoader, *, batch_size: int, drop_last: bool) -> dict[str, Any]:
     """``saved`` as a trainer's state of ``source``: the batches its loader took this epoch, with
     ``batch_size`` and ``drop_last`` (the resuming loader's), checked against every consumer."""
-    first = saved.consumers[0]
-    common = without_consumer(first)
+    common = without_consumer(saved.consumers[0])
     for w, other in enumerate(saved.consumers[1:], start=1):
         if without_consumer(other) != common:
             raise ValueError(f"The StatefulDataLoader state's worker 0 and worker {w} describe different "
                              f"streams (epoch, seed, legs or dataset differ): it cannot be resumed as one.")
     positions = [ConsumerPosition.from_state(c["consumer"]) for c in saved.consumers]
     placed = _placed(positions, saved.num_workers)
-    saved_legs = common.get("legs", [])
-    if not isinstance(saved_legs, (list, tuple)):
-        raise ValueError(f"state['legs'] must be a list of legs, got {saved_legs!r:.200}.")
-    legs = tuple(Leg.from_state(leg, f"state['legs'][{i}]") for i, leg in enumerate(saved_legs))
     # Each worker's batches: whole ones, and its last partial one unless the loader dropped it.
     taken = sum(p.samples_yielded // batch_size if drop_last else -(-p.samples_yielded // batch_size)
                 for p in positions)
-    state = {**common, "batches_consumed": sum(leg.batches for leg in legs) + taken, "batch_size": batch_size,
+    state = {**common, "batches_consumed": source.saved_leg_batches(common) + taken, "batch_size": batch_size,
              "num_workers": saved.num_workers, "drop_last": drop_last}
-    _check_positions(source, state, legs, placed, saved.num_workers)
+    _check_positions(source, state, common, placed, saved.num_workers)
     state["batches_consumed"] += saved.batches_after  # round robin as well: whole batches after the snapshots
     return state
 
@@ -116,42 +109,26 @@ def _placed(positions: Sequence[ConsumerPosition], num_workers: int) -> list[Con
     return placed
 
 
-def _check_positions(source: DatasetSource, state: Mapping[str, Any], legs: tuple[Leg, ...],
+def _check_positions(source: StreamSource, state: Mapping[str, Any], snapshot: Mapping[str, Any],
                      placed: Sequence[ConsumerPosition], num_workers: int) -> None:
-    """The trainer's ``state`` must put every consumer where its snapshot says it is, under the
-    saving run's layout; else the batch size (or ``drop_last``, or in-order delivery) differed."""
+    """The trainer's ``state`` must put every consumer where its ``snapshot`` (the legs its iteration
+    continued, and what it yielded since) says it is, under the saving run's layout; else the batch
+    size (or ``drop_last``, or in-order delivery) differed."""
     if not placed:
         return
-    rank, world_size, epoch = placed[0].rank, placed[0].world_size, placed[0].epoch
-    segments = source.segments(epoch)
-    pool = state["episode_pool_size"]
-    trainer = Resumption(read_request(state, seed=source.settings.seed, shuffle=source.settings.shuffle),
-                         segments, world_size=world_size, pool_size=pool).point(num_workers)
-    snapshot = (Resumption(ResumeRequest(epoch, source.settings.seed, source.settings.shuffle, legs), segments,
-                           world_size=world_size, pool_size=pool).point(num_workers) if legs else None)
+    rank, world_size = placed[0].rank, placed[0].world_size
+    workers = max(1, num_workers)
+    # The trainer's state: what each worker role's share had given when the snapshots were taken.
+    trainer = [source.position_under(state, World(rank, world_size, w, workers)) for w in range(workers)]
+    consumed_by_role = {at[0]: at[1] for at in trainer if at is not None}
     for p in placed:
-        role, consumed, share = _snapshot_position(snapshot, legs, p, segments, source, num_workers)
-        expected = (share if trainer is None else trainer.skips[rank][0][role] if trainer.skips is not None
-                    else None)
+        at = source.position_under(snapshot, World(rank, world_size, p.worker, workers))
+        role, consumed, share = (p.worker, p.samples_yielded, p.samples_yielded) if at is None else \
+            (at[0], at[1] + p.samples_yielded, at[2])
+        expected = share if trainer[0] is None else consumed_by_role.get(role)
         if expected != consumed:
             raise ValueError(
                 f"The StatefulDataLoader state does not fit batch_size={state['batch_size']}, "
                 f"drop_last={state['drop_last']}: worker {p.worker} yielded {p.samples_yielded} samples, which "
                 f"the in-order round robin of {state['batches_consumed']} batches does not give it. Resume with "
                 f"the batch size and drop_last the state was saved with (and in_order=True).")
-
-
-def _snapshot_position(snapshot: ResumePoint | None, legs: tuple[Leg, ...], p: ConsumerPosition,
-                       segments: Sequence[Segment], source: DatasetSource,
-                       num_workers: int) -> tuple[int, int, int]:
-    """The worker role ``p`` played, the samples of that role's share consumed (what its iteration
-    skipped plus what it yielded), and the share's size."""
-    world = World(p.rank, p.world_size, p.worker, max(1, num_workers))
-    if snapshot is None and legs:
-        return p.worker, p.samples_yielded, p.samples_yielded  # the legs had consumed the whole epoch
-    plan = (snapshot.plan(p.world_size) if snapshot is not None else
-            EpochPlan(segments, seed=source.settings.seed, epoch=p.epoch, shuffle=source.settings.shuffle,
-                      world_size=p.world_size))
-    role, skip = snapshot.share_for(plan, world) if snapshot is not None else (world, 0)
-    return role.worker, skip + p.samples_yielded, plan.share(role).num_samples
-

@@ -31,6 +31,8 @@ from episodestream._runtime.dataset_source import DatasetSource
 from episodestream._runtime.epoch import SharedEpoch
 from episodestream._runtime.mixture_schema import MixtureSchema
 from episodestream._runtime.mixture_stream import MixtureStream
+from episodestream._runtime.placement import in_dataloader_worker
+from episodestream._runtime.position import StreamPosition
 from episodestream._runtime.stream import CheckedState, ConsumerStream, refuse_mismatches
 from episodestream._runtime.stream_source import StreamSource
 
@@ -55,6 +57,7 @@ class MixtureSource(StreamSource):
         self._resume_request: tuple[int, tuple[MixLeg, ...]] | None = None  # (epoch, legs)
         self._resume_points: dict[int, MixResume | None] = {}
         self._legs: dict[tuple, LegPlan] = {}
+        self.position = StreamPosition()  # this copy's own iteration, for state_dict (``position``)
 
     def __getstate__(self) -> dict:
         # DataLoader workers rebuild leg plans (episode permutations) rather than unpickle them.
@@ -129,15 +132,19 @@ class MixtureSource(StreamSource):
                 world_size=self.world_size, num_workers=key, pool_sizes=self.pool_sizes)
         return self._resume_points[key]
 
-    def consumer_plan(self, world: World, epoch: int) -> tuple[np.ndarray, list[Iterator[Step]]]:
+    def consumer_plan(self, world: World, epoch: int, *,
+                      then_skip: int = 0) -> tuple[np.ndarray, list[Iterator[Step]]]:
         """One consumer's interleave order (the component of each sample it yields) and each
-        component's steps, tabular-free; in the epoch a state was loaded for, what is left."""
+        component's steps, tabular-free; in the epoch a state was loaded for, what is left.
+        ``then_skip``: samples to skip as well (what a per-consumer state says this consumer
+        yielded, ``_runtime.position``)."""
         request = self._request_of(epoch)
         point = self._resume_point(world.num_workers) if request else None
         if request and point is None:
             return np.zeros(0, np.int64), [iter(()) for _ in self.components]
         leg = self._leg(point, epoch, world.num_workers)
         role, skip = point.role_for(world) if point else (world, 0)
+        skip += then_skip
         consumer = leg.consumer(role)
         skips = consumer.counts_before(skip)
         return consumer.order()[skip:], [consumer.steps(i, skips[i]) for i in range(len(self.components))]
@@ -146,7 +153,7 @@ class MixtureSource(StreamSource):
         """Open ``world``'s pass over ``epoch`` for a loader to pull (see ``_runtime.stream``); marks the
         epoch started."""
         self.shared_epoch.start(epoch)
-        order, steps = self.consumer_plan(world, epoch)
+        order, steps = self.consumer_plan(world, epoch, then_skip=self.position.begin(world, epoch))
         counts = np.bincount(order, minlength=len(self.components)).tolist()
         streams = [c.stream(s, count, epoch) for c, s, count in zip(self.components, steps, counts)]
         return MixtureStream(streams, order, renames=self.renames,
@@ -169,7 +176,8 @@ class MixtureSource(StreamSource):
         return {"format": MIXTURE_STATE_FORMAT, "epoch": epoch, "seed": self.seed,
                 "weights": None if self.weights is None else list(self.weights), "stop": self.stop,
                 "world_size": self.world_size, "pool_sizes": list(self.pool_sizes),
-                "legs": [leg.to_state() for leg in legs], "components": self._components_state()}
+                "legs": [leg.to_state() for leg in legs], "components": self._components_state(),
+                "consumer": self.position.state(epoch)}
 
     def check_state(self, state: Mapping[str, Any], *, strict: bool = True) -> CheckedState:
         """Check ``state`` and work out where it resumes, changing nothing (``load_state_dict`` is
@@ -179,29 +187,14 @@ class MixtureSource(StreamSource):
             if key not in state:
                 raise ValueError(f"The state lacks {key!r}: add what the trainer knows, e.g. "
                                  f"stream_state(loader, batches_consumed).")
-        saved_components = state.get("components")
-        if not isinstance(saved_components, list) or len(saved_components) != len(self.components):
-            raise ValueError(f"state['components'] must list {len(self.components)} components (this mixture's), "
-                             f"got {saved_components!r:.200}.")
-        checks = [("seed", state.get("seed"), self.seed),
-                  ("weights", state.get("weights"), None if self.weights is None else list(self.weights)),
-                  ("stop", state.get("stop"), self.stop)]
-        for i, (saved, now) in enumerate(zip(saved_components, self._components_state())):
-            saved = saved if isinstance(saved, Mapping) else {}
-            checks += [(f"components[{i}].{k}", saved.get(k), v) for k, v in now.items() if k != "fingerprint"]
-            checks += [(f"components[{i}].fingerprint.{k}", (saved.get("fingerprint") or {}).get(k), v)
-                       for k, v in now["fingerprint"].items()]
-        refuse_mismatches(checks, state="mixture", what="mixture", strict=strict)
+        self._check_matches(state, strict=strict)
         epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
         batch_size = check_int("state['batch_size']", state["batch_size"], minimum=1)
         batches = check_int("state['batches_consumed']", state["batches_consumed"], minimum=0)
-        pools = state.get("pool_sizes")
-        if not isinstance(pools, list) or len(pools) != len(self.components):
-            raise ValueError(f"state['pool_sizes'] must list {len(self.components)} ints, got {pools!r:.200}.")
         current = MixLeg(check_int("state['world_size']", state.get("world_size"), minimum=1),
                          check_int("state['num_workers']", state["num_workers"], minimum=0),
-                         tuple(check_int(f"state['pool_sizes'][{i}]", p, minimum=1) for i, p in enumerate(pools)),
-                         batch_size, 0, check_bool("state['drop_last']", state.get("drop_last", False)))
+                         self._saved_pool_sizes(state), batch_size, 0,
+                         check_bool("state['drop_last']", state.get("drop_last", False)))
         legs = chain_legs(state, current, batches, MixLeg.from_state)
         current = legs[-1]
         try:
@@ -217,6 +210,80 @@ class MixtureSource(StreamSource):
             warnings.warn(message + " Treating the epoch as finished (strict=False).", RuntimeWarning, stacklevel=3)
             point = None
         return CheckedState(epoch, point is None, (epoch, legs))
+
+    def _check_matches(self, state: Mapping[str, Any], *, strict: bool) -> None:
+        """``state``'s seed, weights, stop and components against this mixture's (``refuse_mismatches``)."""
+        saved_components = state.get("components")
+        if not isinstance(saved_components, list) or len(saved_components) != len(self.components):
+            raise ValueError(f"state['components'] must list {len(self.components)} components (this mixture's), "
+                             f"got {saved_components!r:.200}.")
+        checks = [("seed", state.get("seed"), self.seed),
+                  ("weights", state.get("weights"), None if self.weights is None else list(self.weights)),
+                  ("stop", state.get("stop"), self.stop)]
+        for i, (saved, now) in enumerate(zip(saved_components, self._components_state())):
+            saved = saved if isinstance(saved, Mapping) else {}
+            checks += [(f"components[{i}].{k}", saved.get(k), v) for k, v in now.items() if k != "fingerprint"]
+            checks += [(f"components[{i}].fingerprint.{k}", (saved.get("fingerprint") or {}).get(k), v)
+                       for k, v in now["fingerprint"].items()]
+        refuse_mismatches(checks, state="mixture", what="mixture", strict=strict)
+
+    def _saved_pool_sizes(self, state: Mapping[str, Any]) -> tuple[int, ...]:
+        pools = state.get("pool_sizes")
+        if not isinstance(pools, list) or len(pools) != len(self.components):
+            raise ValueError(f"state['pool_sizes'] must list {len(self.components)} ints, got {pools!r:.200}.")
+        return tuple(check_int(f"state['pool_sizes'][{i}]", p, minimum=1) for i, p in enumerate(pools))
+
+    def _saved_legs(self, state: Mapping[str, Any]) -> tuple[MixLeg, ...]:
+        saved = state.get("legs", [])
+        if not isinstance(saved, (list, tuple)):
+            raise ValueError(f"state['legs'] must be a list of legs, got {saved!r:.200}.")
+        return tuple(MixLeg.from_state(leg, f"state['legs'][{i}]") for i, leg in enumerate(saved))
+
+    def saved_leg_batches(self, state: Mapping[str, Any]) -> int:
+        return sum(leg.batches for leg in self._saved_legs(state))
+
+    def position_under(self, state: Mapping[str, Any], world: World) -> tuple[int, int, int] | None:
+        epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
+        pools = self._saved_pool_sizes(state)
+        if "batches_consumed" in state:
+            current = MixLeg(world.world_size, check_int("state['num_workers']", state["num_workers"], minimum=0),
+                             pools, check_int("state['batch_size']", state["batch_size"], minimum=1), 0,
+                             check_bool("state['drop_last']", state.get("drop_last", False)))
+            legs = chain_legs(state, current, check_int("state['batches_consumed']", state["batches_consumed"],
+                                                        minimum=0), MixLeg.from_state)
+        else:
+            legs = self._saved_legs(state)
+        sources = self._sources(epoch)
+        point = (plan_mixture_resume(sources, seed=self.seed, epoch=epoch, weights=self.weights, stop=self.stop,
+                                     legs=legs, world_size=world.world_size, num_workers=world.num_workers,
+                                     pool_sizes=pools) if legs else None)
+        if legs and point is None:
+            return None
+        counts = rank_counts([c.num_anchors() for c in self.components], world_size=world.world_size,
+                             weights=self.weights, stop=self.stop)
+        passes = initial_passes(sources, counts, world.world_size) if point is None else point.passes
+        leg = LegPlan(sources, passes, seed=self.seed, epoch=epoch, leg=0 if point is None else point.leg_index,
+                      world_size=world.world_size, num_workers=world.num_workers, pool_sizes=pools)
+        role, skip = point.role_for(world) if point is not None else (world, 0)
+        return role.worker, skip, leg.consumer(role).num_samples
+
+    def load_consumer_state(self, state: Mapping[str, Any], *, strict: bool) -> None:
+        """Resume one consumer from its own ``state_dict()`` (``position``): its next iteration, in
+        the saved epoch, skips the samples it yielded on top of the legs that iteration continued."""
+        refuse_other_format(state, MIXTURE_STATE_FORMAT, "mixture")
+        self._check_matches(state, strict=strict)
+        legs = self._saved_legs(state)
+        loaded = self.position.load(state["consumer"])
+        if loaded.epoch != state.get("epoch"):
+            raise ValueError(f"state['consumer']['epoch']={loaded.epoch} differs from state['epoch']="
+                             f"{state.get('epoch')!r}.")
+        self.shared_epoch.forget_passes()
+        self._resume_request = (loaded.epoch, legs) if legs else None
+        self._resume_points = {}
+        self._legs = {}
+        if not in_dataloader_worker():  # the main process: workers started later copy it
+            self.shared_epoch.set(loaded.epoch)
+            self.loads_seen = self.shared_epoch.state_loaded()
 
     def apply_state(self, checked: CheckedState) -> None:
         """Make a ``check_state`` result the position the next iteration starts from."""

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from episodestream._base.world import World
+from episodestream._runtime.position import StreamPosition
 from episodestream._runtime.stream import CheckedState, ConsumerStream
 
 
@@ -52,6 +53,22 @@ class StreamSource(ABC):
         """Make ``check_state``'s result the position the next iteration starts from."""
 
     loads_seen: int  # resume states loaded into this runtime (a position counted before a load is stale)
+    position: StreamPosition  # this copy's own iteration, for ``state_dict()["consumer"]``
+
+    @abstractmethod
+    def load_consumer_state(self, state: Mapping[str, Any], *, strict: bool) -> None:
+        """Resume one consumer from its own ``state_dict()`` (``position``): its next iteration."""
+
+    @abstractmethod
+    def position_under(self, state: Mapping[str, Any], world: World) -> tuple[int, int, int] | None:
+        """Where ``world`` (a rank, a worker and their counts) starts its iteration under ``state``
+        (a trainer's state; or a per-consumer one, of which only its legs count): the worker role
+        it plays, the samples of that role's share consumed before it, and the share's size. None
+        when ``state`` consumed the whole epoch. Checks a StatefulDataLoader state (``loader_state``)."""
+
+    @abstractmethod
+    def saved_leg_batches(self, state: Mapping[str, Any]) -> int:
+        """The batches of ``state['legs']`` (the epoch's earlier legs), every leg checked."""
 
     @abstractmethod
     def resumed_batches(self, epoch: int) -> tuple[int, int] | None:
