@@ -24,6 +24,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -194,15 +195,23 @@ def write_stats_file(path: Path, stats: dict[str, dict[str, np.ndarray]], **abou
                       f"folder to keep them.", RuntimeWarning, stacklevel=4)
 
 
+def cached_stats(path: Path | None, compute: Callable[[], dict[str, dict[str, np.ndarray]]],
+                 **about: Any) -> dict[str, dict[str, np.ndarray]]:
+    """Statistics read from ``path`` when computed before, else ``compute()``'s, kept there with
+    ``about`` (what they describe); ``path`` None: no cache."""
+    stats = read_stats_file(path) if path is not None else None
+    if stats is None:
+        stats = compute()
+        if path is not None:
+            write_stats_file(path, stats, **about)
+    return stats
+
+
 def cached_exact_stats(files: DatasetFiles, meta: DatasetMeta, selection: EpisodeSelection, *,
                        revision: str | None, stats_dir: Path | None,
                        progress: Progress | None = None) -> dict[str, dict[str, np.ndarray]]:
     """``compute_exact_stats``, read from ``stats_dir`` when computed before (None: no cache)."""
-    if stats_dir is None:
-        return compute_exact_stats(files, meta, selection, progress=progress)
-    path = stats_dir / f"{stats_cache_key(files, meta, selection, revision=revision)}.json"
-    stats = read_stats_file(path)
-    if stats is None:
-        stats = compute_exact_stats(files, meta, selection, progress=progress)
-        write_stats_file(path, stats, source=files.description, episodes=len(selection))
-    return stats
+    path = (stats_dir / f"{stats_cache_key(files, meta, selection, revision=revision)}.json"
+            if stats_dir is not None else None)
+    return cached_stats(path, lambda: compute_exact_stats(files, meta, selection, progress=progress),
+                        source=files.description, episodes=len(selection))

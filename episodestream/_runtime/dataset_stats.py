@@ -21,12 +21,11 @@ from episodestream._format.exact_stats import weighted_feature_stats
 from episodestream._format.stats_pass import (
     Progress,
     cached_exact_stats,
+    cached_stats,
     default_stats_dir,
     read_columns,
-    read_stats_file,
     stat_keys,
     stats_cache_key,
-    write_stats_file,
 )
 
 StatsDict = dict[str, dict[str, np.ndarray]]
@@ -70,9 +69,11 @@ def _curated_stats(core: Any, stats_dir: Any, progress: Progress | None) -> Stat
         key = stats_cache_key(core.files, core.meta, core.episodes, revision=core.revision)
         curation = hashlib.sha1(json.dumps(core.curation, sort_keys=True).encode()).hexdigest()[:12]
         path = stats_dir / f"{key}-{curation}.json"
-        cached = read_stats_file(path)
-        if cached is not None:
-            return cached
+    return cached_stats(path, lambda: _compute_curated_stats(core, progress), source=core.files.description,
+                        episodes=len(core.episodes))
+
+
+def _compute_curated_stats(core: Any, progress: Progress | None) -> StatsDict:
     keys = stat_keys(core.meta)
     columns = read_columns(core.files, core.meta, core.episodes, list(dict.fromkeys([*keys, "index"])),
                            progress=progress)
@@ -80,11 +81,8 @@ def _curated_stats(core: Any, stats_dir: Any, progress: Progress | None) -> Stat
     groups = sorted(set(zip(numerator.tolist(), denominator.tolist())) - {(0, 1)})
     masks = [(numerator == n) & (denominator == d) for n, d in groups]
     weights = [Fraction(n, d) for n, d in groups]
-    stats = {key: weighted_feature_stats([columns[key][m] for m in masks], weights, core.meta.features[key].shape)
-             for key in keys}
-    if path is not None:
-        write_stats_file(path, stats, source=core.files.description, episodes=len(core.episodes))
-    return stats
+    return {key: weighted_feature_stats([columns[key][m] for m in masks], weights, core.meta.features[key].shape)
+            for key in keys}
 
 
 def _row_weights(core: Any, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -36,9 +36,8 @@ from episodestream._format.exact_stats import identity_stats, weighted_feature_s
 from episodestream._format.stats_pass import (
     default_stats_dir,
     read_columns,
-    read_stats_file,
+    cached_stats,
     stats_cache_key,
-    write_stats_file,
 )
 from episodestream._runtime.dataset_stats import StatsDict, exact_stats
 from episodestream._runtime.mixture_schema import MixtureKey, MixtureSchema
@@ -140,10 +139,10 @@ class MixtureStats:
         return default_stats_dir(first.cache_dir) / f"mixture-{digest}.json"
 
     def stats(self, component_stats: Sequence[StatsDict]) -> StatsDict:
-        path = self._cache_path()
-        cached = read_stats_file(path)
-        if cached is not None:
-            return cached
+        return cached_stats(self._cache_path(), lambda: self._compute(component_stats), source="mixture",
+                            components=len(self._cores))
+
+    def _compute(self, component_stats: Sequence[StatsDict]) -> StatsDict:
         schema, weights = self._schema, self._weights
         out: StatsDict = {}
         need_rows = [k for k, m in schema.keys.items() if m.kind == "number"
@@ -170,7 +169,6 @@ class MixtureStats:
                 out[key] = component_stats[i][key]
                 continue
             out[key] = self._combined(m, [(i, columns[i][key]) for i in having])
-        write_stats_file(path, out, source="mixture", components=len(self._cores))
         return out
 
     def _combined(self, m: MixtureKey, parts: Sequence[tuple[int, np.ndarray]]) -> dict[str, np.ndarray]:
