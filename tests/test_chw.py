@@ -177,3 +177,15 @@ def test_frame_writes_put_each_row_in_its_frame_at_flush(path, to_float32, layou
             layout == "contiguous" else pytest.raises(IndexError):
         writes.add(0, 5)
         writes.flush()
+
+
+def test_frame_writes_into_tensors_as_accelerator_memory_takes_them():
+    # CUDA batch memory comes as tensors (no kernel there): the same places and values, on CPU here.
+    rows = torch.from_numpy(np.stack([decoded(4, 5, seed=s).transpose(1, 2, 0) for s in range(3)]))
+    out = torch.zeros((2, 2, 3, 4, 5), dtype=torch.float32)
+    writes = _chw.FrameWrites(out, rows, to_float32=True)
+    writes.add(3, 1)
+    writes.add(0, 2)
+    writes.flush()
+    assert torch.equal(out[1, 1], rows[1].permute(2, 0, 1) / 255.0) and torch.equal(out[0, 0], rows[2].permute(2, 0, 1) / 255.0)
+    assert not out[0, 1].any() and not out[1, 0].any() and writes.frame(3).data_ptr() == out[1, 1].data_ptr()
