@@ -50,13 +50,14 @@ def test_info_describes_the_dataset(dataset_root, capsys):
 
 
 def test_errors_are_one_line_on_stderr_and_a_nonzero_exit(tmp_path, capsys):
-    # `info` on a bad path printed a traceback; `cache ls` on a missing folder exited 0 as if empty.
+    # `info` on a bad path printed a traceback; `cache ls|clear|unpin` on a missing folder exited 0 as if empty.
     (tmp_path / "not-a-dataset").mkdir()
     (tmp_path / "empty-cache").mkdir()
     cases = {("info", str(tmp_path / "missing")): str(tmp_path / "missing"),
              ("info", str(tmp_path / "not-a-dataset")): f"{tmp_path / 'not-a-dataset'}/meta/info.json not found",
-             ("cache", "ls", "--cache-dir", str(tmp_path / "no-cache")): f"no cache folder at {tmp_path / 'no-cache'} "
-                                                                          f"(given by --cache-dir)"}
+             **{("cache", command, "--cache-dir", str(tmp_path / "no-cache")):
+                f"no cache folder at {tmp_path / 'no-cache'} (given by --cache-dir)"
+                for command in ("ls", "clear", "unpin")}}
     for argv, named in cases.items():
         assert main(list(argv)) == 1, argv
         captured = capsys.readouterr()

@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -132,22 +132,34 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _cache_root(args: argparse.Namespace) -> Path:
-    from episodestream._base.paths import default_cache_dir
+    """The cache folder the command works on; a missing one is an error: listing, clearing or
+    unpinning it as if empty would hide a mistyped ``--cache-dir``."""
+    from episodestream._base.paths import CACHE_DIR_ENV, default_cache_dir
 
-    return Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir()
+    root = Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir()
+    if not root.is_dir():
+        given = "--cache-dir" if args.cache_dir else f"${CACHE_DIR_ENV}" if os.environ.get(CACHE_DIR_ENV) else None
+        raise FileNotFoundError(f"no cache folder at {root}" + (f" (given by {given})" if given else " (the default)")
+                                + ": check the path; a cache folder appears once a remote source has been read with it")
+    return root
 
 
-def _cache_ls(args: argparse.Namespace) -> int:
-    from episodestream._base.paths import CACHE_DIR_ENV
+def _cache_command(run: Callable[[argparse.Namespace, Path], int],
+                   name: str) -> Callable[[argparse.Namespace], int]:
+    """``cache NAME``: ``run(args, root)`` on an existing cache folder, else the one-line error."""
+    def command(args: argparse.Namespace) -> int:
+        try:
+            root = _cache_root(args)
+        except FileNotFoundError as error:
+            return _user_error(f"cache {name}", error)
+        return run(args, root)
+    return command
+
+
+def _cache_ls(args: argparse.Namespace, root: Path) -> int:
     from episodestream._remote.cache.node_cache import NodeCache
     from episodestream._remote.source.prewarm import source_matches
 
-    root = _cache_root(args)
-    if not root.is_dir():  # listing it as empty would hide a mistyped --cache-dir
-        given = "--cache-dir" if args.cache_dir else f"${CACHE_DIR_ENV}" if os.environ.get(CACHE_DIR_ENV) else None
-        return _user_error("cache ls", FileNotFoundError(
-            f"no cache folder at {root}" + (f" (given by {given})" if given else " (the default)")
-            + ": check the path; a cache folder appears once a remote source has been read with it"))
     entries = [e for e in NodeCache(root).list_entries() if source_matches(e.source, args.source)]
     totals = {"entries": len(entries), "size_bytes": sum(e.size_bytes for e in entries),
               "pinned": sum(e.pinned for e in entries), "in_use": sum(e.users > 0 for e in entries)}
@@ -171,11 +183,10 @@ def _cache_ls(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cache_clear(args: argparse.Namespace) -> int:
+def _cache_clear(args: argparse.Namespace, root: Path) -> int:
     from episodestream._remote.cache.node_cache import NodeCache
     from episodestream._remote.source.prewarm import clear
 
-    root = _cache_root(args)
     report = clear(NodeCache(root), source=args.source)
     print(f"removed {report.removed} entries ({_human_bytes(report.removed_bytes)}) from {root}"
           + (f" (sources matching {args.source!r})" if args.source else "")
@@ -187,11 +198,10 @@ def _cache_clear(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cache_unpin(args: argparse.Namespace) -> int:
+def _cache_unpin(args: argparse.Namespace, root: Path) -> int:
     from episodestream._remote.cache.node_cache import NodeCache
     from episodestream._remote.source.prewarm import unpin_all
 
-    root = _cache_root(args)
     report = unpin_all(NodeCache(root), source=args.source)
     print(f"unpinned {report.unpinned} entries ({_human_bytes(report.unpinned_bytes)}) in {root}"
           + (f" (sources matching {args.source!r})" if args.source else "")
@@ -363,16 +373,16 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--cache-dir", help=cache_dir_help)
     ls.add_argument("--source", help=source_help)
     ls.add_argument("--json", action="store_true", help="print JSON instead of text")
-    ls.set_defaults(run=_cache_ls)
+    ls.set_defaults(run=_cache_command(_cache_ls, "ls"))
     unpin = cache_commands.add_parser("unpin", help="remove the pins of prewarmed entries, in use or not: unused ones "
                                                     "are deleted now, the others when their users release them")
     unpin.add_argument("--cache-dir", help=cache_dir_help)
     unpin.add_argument("--source", help=source_help)
-    unpin.set_defaults(run=_cache_unpin)
+    unpin.set_defaults(run=_cache_command(_cache_unpin, "unpin"))
     clear = cache_commands.add_parser("clear", help="unpin and remove entries no live process uses")
     clear.add_argument("--cache-dir", help=cache_dir_help)
     clear.add_argument("--source", help=source_help)
-    clear.set_defaults(run=_cache_clear)
+    clear.set_defaults(run=_cache_command(_cache_clear, "clear"))
 
     prewarm = commands.add_parser(
         "prewarm", help="fetch a remote dataset's metadata and episodes' video bytes into the node cache and pin "
