@@ -3,15 +3,23 @@
 Validates the options once (errors name the argument), resolves the source (a Hub revision to a
 commit), lists its files once, prunes what killed processes left in the cache and checks the cache
 budget can hold the metadata, all in the process that builds the dataset.
+
+What is listed: ``meta/`` first, then info.json's ``codebase_version`` decides. LeRobot v2.x names
+every episode's files by info.json's templates, so nothing more is listed (a 100k-episode repo
+would list 300k files; ``RemoteFiles`` looks an episode's files up when it is admitted); anything
+else (v3.0, or an info.json the metadata reader will refuse) lists the whole source, as it always did.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from episodestream._format.metadata import INFO_PATH
+from episodestream._format.v2x import V2_CODEBASE_VERSIONS
 from episodestream._remote.transport.config import ControllerConfig
 from episodestream._remote.transport.download import default_fetch
 from episodestream._remote.cache.node_cache import DEFAULT_WAIT_S, NodeCache
@@ -72,9 +80,27 @@ def open_remote_source(source: str, *, revision: str | None = None, cache_dir: s
     fetch = default_fetch(download_config)  # validates the knobs (and reads the environment) up front
     resolved = resolve_source(source, revision=revision, storage_options=storage_options,
                               hub_endpoint=hub_endpoint, token=token)
-    listing = list_source(resolved)
+    listing = list_source(resolved, folder=META_FOLDER)
     cache = NodeCache(root, limit_bytes=limit_bytes, timeout_s=timeout_s, wait_s=wait_s)
     cache.prune()  # leftovers of processes killed in earlier runs
-    files = RemoteFiles(resolved, listing, cache=cache, fetch_threads=fetch_threads, fetch=fetch)
-    files.check_cache_budget()  # before downloading metadata that would not fit
+    files = RemoteFiles(resolved, listing, listed_folder=META_FOLDER, cache=cache, fetch_threads=fetch_threads,
+                        fetch=fetch)
+    files.check_cache_budget()  # before downloading metadata that would not fit (all of it is in meta/)
+    if not _named_by_templates(files):
+        files.list_everything(list_source(resolved))
     return files
+
+
+META_FOLDER = "meta"
+
+
+def _named_by_templates(files: RemoteFiles) -> bool:
+    """Whether info.json says LeRobot v2.x, whose templates name every file outside ``meta/``. An
+    info.json that is absent or unreadable says no: the metadata reader then refuses it, naming it."""
+    if not files.exists(INFO_PATH):
+        return False
+    try:
+        info = json.loads(files.read_bytes(INFO_PATH))
+    except ValueError:  # not UTF-8, not JSON
+        return False
+    return isinstance(info, dict) and info.get("codebase_version") in V2_CODEBASE_VERSIONS
