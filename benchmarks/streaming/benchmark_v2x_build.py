@@ -48,8 +48,13 @@ def ensure_copies(args) -> dict[str, Path]:
 
 
 def child(source: str, options: dict) -> None:
-    """One build, timed after the imports (huggingface_hub's alone cost seconds)."""
+    """One build, timed after the imports a build makes the first time (huggingface_hub, torch,
+    torchcodec, pandas through pyarrow: seconds, paid once per process whatever the dataset)."""
     import huggingface_hub  # noqa: F401
+    import pandas  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+    import torch  # noqa: F401
+    import torchcodec.decoders  # noqa: F401
     from huggingface_hub import HfFileSystem  # noqa: F401
 
     from episodestream import EpisodeStreamingDataset

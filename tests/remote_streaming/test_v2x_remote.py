@@ -90,29 +90,34 @@ def _hub_of(tmp_path_factory, name, root):
     return hub
 
 
-def _build_requests(hub_root, tmp_path, **options):
-    """The requests (by URL path) that building a dataset on ``hub_root``'s repo makes, and the dataset."""
-    with FakeHub(hub_root, **options) as hub:
-        dataset = EpisodeStreamingDataset(V21_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False)
+def _build_requests(hub_root, tmp_path, cache_limit=None):
+    """The requests (by URL path) that building a dataset on ``hub_root``'s repo makes."""
+    with FakeHub(hub_root) as hub:
+        dataset = EpisodeStreamingDataset(V21_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False,
+                                          cache_limit=cache_limit)
         by_path = {path: s.requests for path, s in hub.stats().by_path.items()}
         dataset.close()
     return by_path
 
 
-def test_building_lists_meta_only_whatever_the_episodes(tmp_path_factory, tmp_path):
+@pytest.mark.parametrize("cache_limit", [None, "1GB"])
+def test_building_lists_meta_only_whatever_the_episodes(cache_limit, tmp_path_factory, tmp_path):
     """No listing of data/ or videos/ (or of the root, which holds them), no request per episode:
-    as many requests for 3 episodes as for 24."""
+    as many requests for 3 episodes as for 24. Under a ``cache_limit`` the budget check looks up
+    the longest episodes' files (one request), not every episode's."""
     requests = {}
     for num_episodes in (3, 24):
         root = built_once(tmp_path_factory, f"v2x-remote-many-{num_episodes}", lambda root, n=num_episodes: write_synthetic_dataset(
             root, version="v2.1", num_episodes=n, episode_length=2, chunks_size=10, height=64, width=64,
             cameras=("observation.images.front",), seed=1))
-        by_path = _build_requests(_hub_of(tmp_path_factory, f"many-{num_episodes}", root), tmp_path / str(num_episodes))
+        by_path = _build_requests(_hub_of(tmp_path_factory, f"many-{num_episodes}", root), tmp_path / str(num_episodes),
+                                  cache_limit)
         listed = sorted(path for path in by_path if "/tree/" in path)
         assert len(listed) == 1 and listed[0].endswith("/meta"), listed
         fetched = sorted(path.split("/resolve/", 1)[1].split("/", 1)[1] for path in by_path if "/resolve/" in path)
         assert all(path.startswith("meta/") for path in fetched), fetched
-        assert not any("/paths-info/" in path for path in by_path), by_path
+        asked = sum(n for path, n in by_path.items() if "/paths-info/" in path)
+        assert asked == (0 if cache_limit is None else 1), by_path
         requests[num_episodes] = sum(by_path.values())
     assert requests[3] == requests[24], requests
 

@@ -81,13 +81,14 @@ def open_remote_source(source: str, *, revision: str | None = None, cache_dir: s
     fetch = default_fetch(download_config)  # validates the knobs (and reads the environment) up front
     resolved = resolve_source(source, revision=revision, storage_options=storage_options,
                               hub_endpoint=hub_endpoint, token=token)
-    listing = list_source(resolved, folder=META_FOLDER)
+    fs = resolved.filesystem()  # one client for both listings
+    listing = list_source(resolved, folder=META_FOLDER, fs=fs)
     cache = NodeCache(root, limit_bytes=limit_bytes, timeout_s=timeout_s, wait_s=wait_s)
     cache.prune()  # leftovers of processes killed in earlier runs
     files = RemoteFiles(resolved, listing, listed_folder=META_FOLDER, cache=cache, fetch_threads=fetch_threads,
                         fetch=fetch)
     if not _named_by_templates(listing):
-        files.list_everything(list_source(resolved))
+        files.list_everything(list_source(resolved, fs=fs))
     files.check_cache_budget()  # before downloading metadata that would not fit (all of it is in meta/)
     return files
 

@@ -251,11 +251,13 @@ def _resolve_hub(repo_id: str, subfolder: str, revision: str | None, options: di
                           storage_options=options)
 
 
-def list_source(resolved: ResolvedSource, *, folder: str = "") -> dict[str, FileEntry]:
+def list_source(resolved: ResolvedSource, *, folder: str = "",
+                fs: fsspec.AbstractFileSystem | None = None) -> dict[str, FileEntry]:
     """Every file below the root (or below its ``folder``) with its size and version: one recursive
     listing (paged by the client). A ``folder`` that is absent or empty lists as ``{}``; the root
-    holding no files is an error."""
-    fs = resolved.filesystem()
+    holding no files is an error. ``fs``: a client of ``resolved`` to reuse (a new Hub client asks
+    for the revision again)."""
+    fs = resolved.filesystem() if fs is None else fs
     root = resolved.root.rstrip("/")
     below = f"{root}/{folder}" if folder else root
     try:
