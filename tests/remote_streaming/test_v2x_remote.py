@@ -179,3 +179,38 @@ def test_v21_from_a_bucket_or_a_file_server(kind, v21_hub, tmp_path):
                 got = list(dataset)
         assert heads_at_build <= meta_files, heads_at_build
     assert_same_samples(got, expected)
+
+
+def test_threads_asking_about_one_episode_share_one_look_up(v21_hub, tmp_path):
+    """Eight threads wanting sizes of the same episode's files at once: one paths-info request,
+    the sizes the files have, and a path that is not there known to be absent (no error, no hang)."""
+    import threading
+
+    from episodestream._remote.source.open import open_remote_source
+
+    local_root, hub_root = v21_hub
+    relpaths = ["data/chunk-000/episode_000001.parquet",
+                "videos/chunk-000/observation.images.front/episode_000001.mp4"]
+    with FakeHub(hub_root) as hub:
+        files = open_remote_source(V21_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False)
+        try:
+            assert not files.knows_every_file
+            hub.reset_stats()
+            sizes, start = [], threading.Barrier(8)
+
+            def ask() -> None:
+                start.wait()
+                files.look_up([*relpaths, "data/chunk-000/episode_999999.parquet"])
+                sizes.append([files.size_bytes(p) for p in relpaths])
+
+            threads = [threading.Thread(target=ask) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+            asked = sum(s.requests for path, s in hub.stats().by_path.items() if "/paths-info/" in path)
+            assert not files.exists("data/chunk-000/episode_999999.parquet")
+        finally:
+            files.close()
+    assert sizes == [[(local_root / p).stat().st_size for p in relpaths]] * 8
+    assert asked == 1, asked

@@ -67,6 +67,9 @@ class _ProcessState:
         self.held: set[str] = set()
         # Look-ups retry as downloads do, with the download knobs when the fetch has them.
         self.policy = RetryPolicy(config=getattr(files._fetch, "config", None))
+        # Per process, so that a fork while another thread looks up leaves no lock held in the child.
+        self.lookup_lock = threading.Lock()
+        self.in_flight: dict[str, threading.Event] = {}  # paths one thread is asking about right now
         self.lock = threading.Lock()
         # Metadata entries stay referenced while this process may read them; released at close
         # or exit (a killed process's reference is recognised as stale by the next user).
@@ -86,8 +89,6 @@ class RemoteFiles(DatasetFiles):
         self._listing = dict(listing)
         self._listed_prefix = None if listed_folder is None else check_relpath(listed_folder, what="Folder") + "/"
         self._looked_up: dict[str, FileEntry | None] = {}  # None: asked, and the source has no such file
-        self._lookup_lock = threading.Lock()
-        self._in_flight: dict[str, threading.Event] = {}  # paths one thread is asking about right now
         self.description = resolved.description
         self.cache = cache
         self.fetch_threads = fetch_threads
@@ -97,15 +98,8 @@ class RemoteFiles(DatasetFiles):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_process"] = None  # clients, threads and cache holders never cross a process boundary
-        with self._lookup_lock:
-            state["_looked_up"] = dict(self._looked_up)
-        del state["_lookup_lock"], state["_in_flight"]
+        state["_looked_up"] = dict(self._looked_up)  # what this process learned travels (a copy: threads add to it)
         return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lookup_lock = threading.Lock()
-        self._in_flight = {}
 
     # -- per process -----------------------------------------------------------------------------
 
@@ -162,27 +156,31 @@ class RemoteFiles(DatasetFiles):
         """Make sure this process knows whether each of ``relpaths`` exists, and its size: the
         unknown ones are asked together (``_remote.source.lookup``); paths another thread is asking
         about right now are waited for, not asked again. A no-op where the listing answers."""
+        wanted = [p for p in dict.fromkeys(check_relpath(p, what="Path") for p in relpaths)
+                  if not (p in self._listing or self._listed(p) or p in self._looked_up)]
+        if not wanted:
+            return
+        state = self._state()
         mine, theirs = [], []
-        with self._lookup_lock:
-            for relpath in dict.fromkeys(check_relpath(p, what="Path") for p in relpaths):
-                if relpath in self._listing or self._listed(relpath) or relpath in self._looked_up:
+        with state.lookup_lock:
+            for relpath in wanted:
+                if relpath in self._looked_up:
                     continue
-                event = self._in_flight.get(relpath)
+                event = state.in_flight.get(relpath)
                 if event is None:
-                    self._in_flight[relpath] = threading.Event()
+                    state.in_flight[relpath] = threading.Event()
                     mine.append(relpath)
                 else:
                     theirs.append(event)
         if mine:
             found: dict[str, FileEntry | None] = {}
             try:
-                state = self._state()
                 found = look_up(self._resolved, state.fs, mine, policy=state.policy)
             finally:  # on an error, waiters wake to find the paths unknown and ask again themselves
-                with self._lookup_lock:
+                with state.lookup_lock:
                     self._looked_up.update(found)
                     for relpath in mine:
-                        self._in_flight.pop(relpath).set()
+                        state.in_flight.pop(relpath).set()
         for event in theirs:
             event.wait()
 
