@@ -150,6 +150,8 @@ class RowReader:
     def read(self, episode: EpisodeInfo) -> EpisodeRows:
         relpath = episode.data_relpath
         where = f"{self._files.description}/{relpath} (episode_index {episode.episode_index})"
+        if not self._files.knows_every_file:  # the episode's files in one look-up, whoever asks first
+            self._files.look_up([relpath, *(video.relpath for video in episode.videos.values())])
         handle = self._parquet(relpath, where, episode.episode_index)
         with parquet_errors(where):
             table = handle.read_row_groups(self._row_groups(handle, episode), columns=self._columns)
