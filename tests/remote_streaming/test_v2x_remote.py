@@ -48,7 +48,7 @@ def test_v21_repo_streams_with_bounded_bytes(v21_hub, tmp_path):
     # Sizes come from look-ups by name: one paths-info request per episode (its parquet and mp4s), no listing.
     asked = {path: s.requests for path, s in stats.by_path.items() if "/paths-info/" in path or "/tree/" in path}
     assert all("/paths-info/" in path for path in asked), asked
-    assert sum(asked.values()) <= len(COMMON["episode_length"]), asked
+    assert sum(asked.values()) == len(COMMON["episode_length"]), asked
     assert all(not key.endswith((".jsonl", ".json")) for key in fetched), sorted(fetched)  # metadata read once, before
     assert len(fetched) == len(episode_files)
     # Each mp4 holds one episode: fetched whole, once, in one request (no header read first).
