@@ -15,6 +15,7 @@ import abc
 import io
 import os
 import posixpath
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -73,6 +74,11 @@ class EpisodeVideos(abc.ABC):
         """A local file the decoder can read this episode's frames of camera ``key`` from (admits
         the episode first if it was not admitted; the caller evicts it)."""
 
+    def check(self, episode: EpisodeInfo) -> None:  # noqa: B027 - a no-op default: most sources checked at start
+        """Raise now, naming the file, if the episode's video files are missing (called when the
+        pool holds the episode, after its rows are read). Sources that looked at every file when the
+        dataset was built have nothing left to check."""
+
     @abc.abstractmethod
     def evict(self, episode: EpisodeInfo) -> None:
         """The episode's samples are decoded: release what one ``admit`` took."""
@@ -129,6 +135,17 @@ class DatasetFiles(abc.ABC):
     def node_cache_dir(self) -> Path | None:
         """The node cache folder this source's fetched bytes live in; None when read in place."""
         return None
+
+    @property
+    def knows_every_file(self) -> bool:
+        """Whether ``exists`` and ``size_bytes`` cost no request (a local folder, a listed remote
+        source). Where each costs one (a remote v2.x source, whose files the templates name), the
+        readers trust the templates and check each file when its episode is admitted."""
+        return True
+
+    def look_up(self, relpaths: Iterable[str]) -> None:  # noqa: B027 - a no-op default: nothing to ask
+        """Learn, in as few requests as the source allows, whether each of ``relpaths`` exists and
+        its size, before they are asked about one by one (a no-op where ``knows_every_file``)."""
 
     def check_cache_budget(  # noqa: B027 - a no-op default on purpose: only cached sources override it
             self, meta: EpisodesOf | None = None, *, episodes_in_flight: int = 0) -> None:

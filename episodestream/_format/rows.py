@@ -86,11 +86,12 @@ class RowReader:
         self._open_row_groups = 0
         self._columns = [k for k, f in meta.features.items() if f.dtype != "video"]
 
-    def _parquet(self, relpath: str, where: str) -> pq.ParquetFile:
+    def _parquet(self, relpath: str, where: str, episode_index: int | None = None) -> pq.ParquetFile:
         handle = self._open.pop(relpath, None)
         if handle is None:
             if not self._files.exists(relpath):
-                raise FileNotFoundError(f"Data file {self._files.description}/{relpath} is missing.")
+                whose = "" if episode_index is None else f" (episode_index {episode_index} has its rows there)"
+                raise FileNotFoundError(f"Data file {self._files.description}/{relpath} is missing{whose}.")
             with parquet_errors(where):
                 handle = pq.ParquetFile(self._files.open_input(relpath))
             self._check_file(relpath, handle)
@@ -149,7 +150,9 @@ class RowReader:
     def read(self, episode: EpisodeInfo) -> EpisodeRows:
         relpath = episode.data_relpath
         where = f"{self._files.description}/{relpath} (episode_index {episode.episode_index})"
-        handle = self._parquet(relpath, where)
+        if not self._files.knows_every_file:  # the episode's files in one look-up, whoever asks first
+            self._files.look_up([relpath, *(video.relpath for video in episode.videos.values())])
+        handle = self._parquet(relpath, where, episode.episode_index)
         with parquet_errors(where):
             table = handle.read_row_groups(self._row_groups(handle, episode), columns=self._columns)
         index = table.column("index")

@@ -98,8 +98,10 @@ def read_columns(files: DatasetFiles, meta: DatasetMeta, selection: EpisodeSelec
                           for key in keys}
 
     parts: dict[str, list[np.ndarray]] = {key: [] for key in keys}
+    ranges = _file_ranges(selection)
+    files.look_up(table.data_relpaths[file_id] for file_id in ranges)  # one request, not one per file
     with ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="episodestream-stats") as pool:
-        for rows, columns in pool.map(read_file, _file_ranges(selection).items()):
+        for rows, columns in pool.map(read_file, ranges.items()):
             for key in keys:
                 parts[key].append(columns[key])
             if progress is not None:
@@ -145,7 +147,9 @@ def stats_cache_key(files: DatasetFiles, meta: DatasetMeta, selection: EpisodeSe
     """A digest of everything the statistics depend on (see the module docstring)."""
     table = selection._table
     versions = []
-    for file_id in np.unique(table.data_file_id[selection.rows]).tolist():
+    file_ids = np.unique(table.data_file_id[selection.rows]).tolist()
+    files.look_up(table.data_relpaths[file_id] for file_id in file_ids)
+    for file_id in file_ids:
         relpath = table.data_relpaths[file_id]
         if isinstance(files, LocalFiles):
             stat = os.stat(files.local_path(relpath))

@@ -12,7 +12,10 @@ first frame is the sum of the lengths before it, in episode order, as LeRobot's 
 
 Episodes must be numbered 0..N-1, once each (LeRobot's converter numbers the episodes' files in
 order, so a gap would pair one episode's rows with another's metadata). Every file the templates
-name must exist: checked once against one listing of the template's top folder, not file by file.
+name must exist: checked here against one listing of the template's top folder where that costs no
+request (a local folder: ``DatasetFiles.knows_every_file``); a remote source is not listed beyond
+``meta/`` (a 100k-episode repo holds 300k such files) and checks each episode's files when the
+episode is admitted (its rows read, ``EpisodeVideos.check``), naming the file and the episode.
 """
 
 from __future__ import annotations
@@ -131,9 +134,12 @@ def _top_folder(template: str) -> str:
 
 def _relpaths(files: DatasetFiles, template: str, field: str, episodes: np.ndarray, chunks_size: int,
               info_where: str, **fixed: Any) -> list[str]:
-    """Each episode's file named by ``template``; every one must exist (one listing, then set look-ups)."""
+    """Each episode's file named by ``template``; every one must exist (one listing, then set look-ups)
+    where the source knows its files, else checked when the episode is admitted."""
     relpaths = [format_path(template, f"{info_where} (field {field!r}, episode_index {e})",
                             episode_chunk=e // chunks_size, episode_index=e, **fixed) for e in episodes.tolist()]
+    if not files.knows_every_file:
+        return relpaths
     folder = _top_folder(template)
     if folder:
         suffix = "." + template.rsplit(".", 1)[-1] if "." in template.rsplit("/", 1)[-1] else ""

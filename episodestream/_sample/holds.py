@@ -50,9 +50,16 @@ class HeldEpisodes:
         it becomes the most recently used."""
         held = self._held.get(episode.episode_index)
         if held is None:
-            held = self._held[episode.episode_index] = _Held(self._reader.read(episode))
+            rows = self._reader.read(episode)
             if self._admit_video:
                 self._videos.admit(episode)
+            try:
+                self._videos.check(episode)  # a missing mp4 is an error now, not at its first decode
+            except BaseException:
+                if self._admit_video:
+                    self._videos.evict(episode)
+                raise
+            held = self._held[episode.episode_index] = _Held(rows)
         else:
             self._held.move_to_end(episode.episode_index)
         held.holds += 1

@@ -76,6 +76,7 @@ def dataset_info(source: str, *, revision: str | None = None) -> dict:
     size_bytes = files.size_bytes
     episodes = list(meta.episodes.values())
     data_files = sorted({ep.data_relpath for ep in episodes})
+    files.look_up([*data_files, *(span.relpath for ep in episodes for span in ep.videos.values())])
     cameras = {}
     for key in meta.video_keys:
         video_files = sorted({ep.videos[key].relpath for ep in episodes})

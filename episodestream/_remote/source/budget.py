@@ -1,5 +1,10 @@
 """How much cache a remote dataset needs, estimated from its listing before anything is fetched.
 
+A source that looks its files up by name (v2.x: ``knows_every_file`` False) is asked about the
+episodes an estimate covers in one look-up, and the dataset's own check covers the longest
+``episodes_in_flight`` episodes only (their frames stand for their bytes), so building a dataset
+asks about a bounded number of files however many episodes it has.
+
 Used by ``RemoteFiles.check_cache_budget`` (a dataset refuses a ``cache_limit`` too small for one
 consumer) and by ``_remote.source.prewarm`` (a prewarm refuses pins that cannot fit); both count the same
 metadata files and the same per-episode estimate, defined here once.
@@ -9,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from episodestream._remote.cache.node_cache import CacheFullError, describe_pins, unpin_hint
 
@@ -53,6 +60,7 @@ def video_share_bytes(files: CachedFiles, episodes: Iterable[EpisodeInfo]) -> in
     """The episodes' share of their mp4s (by duration): what fetching their video costs, roughly
     (a progress bar's total)."""
     episodes = list(episodes)
+    files.look_up(_video_files(episodes))
     ends = _file_ends_s(episodes)
     total = 0
     for episode in episodes:
@@ -62,13 +70,20 @@ def video_share_bytes(files: CachedFiles, episodes: Iterable[EpisodeInfo]) -> in
     return total
 
 
-def episode_cache_bytes(files: CachedFiles, meta: EpisodesOf) -> dict[int, int]:
-    """An upper estimate of the cache each episode's video takes, by episode index: its spans
-    (1.25x its share of its files' bytes) with their files' headers (twice: the header entry and
-    its copy in the sparse file), for every camera."""
+def _video_files(episodes: Iterable[EpisodeInfo]) -> list[str]:
+    return [span.relpath for episode in episodes for span in episode.videos.values()]
+
+
+def episode_cache_bytes(files: CachedFiles, meta: EpisodesOf,
+                        episodes: Iterable[EpisodeInfo] | None = None) -> dict[int, int]:
+    """An upper estimate of the cache each of ``episodes`` (default: every episode of ``meta``)
+    takes for its video, by episode index: its spans (1.25x its share of its files' bytes) with
+    their files' headers (twice: the header entry and its copy in the sparse file), for every camera."""
     ends = _file_ends_s(meta.episodes.values())
+    wanted = list(meta.episodes.values() if episodes is None else episodes)
+    files.look_up(_video_files(wanted))
     per_episode = {}
-    for episode in meta.episodes.values():
+    for episode in wanted:
         total = 0
         for span in episode.videos.values():
             if not files.exists(span.relpath):
@@ -83,8 +98,14 @@ def episode_cache_bytes(files: CachedFiles, meta: EpisodesOf) -> dict[int, int]:
 
 def minimum_cache_bytes(files: CachedFiles, meta: EpisodesOf, episodes_in_flight: int) -> int:
     """An estimate of the cache one consumer needs: the metadata, and the ``episodes_in_flight``
-    largest episodes' video (``episode_cache_bytes``)."""
-    largest = sorted(episode_cache_bytes(files, meta).values(), reverse=True)
+    largest episodes' video (``episode_cache_bytes``; where files are looked up by name, of the
+    ``episodes_in_flight`` longest episodes)."""
+    if files.knows_every_file:
+        largest = sorted(episode_cache_bytes(files, meta).values(), reverse=True)
+    else:
+        table = meta.episodes
+        longest = [table.at(int(row)) for row in np.argsort(-table.length, kind="stable")[:episodes_in_flight]]
+        largest = sorted(episode_cache_bytes(files, meta, longest).values(), reverse=True)
     return metadata_bytes(files) + sum(largest[:episodes_in_flight])
 
 

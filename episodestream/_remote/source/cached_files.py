@@ -4,7 +4,7 @@ protocol rather than import it back (no import cycle, not even a type-only one).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -20,6 +20,11 @@ class CachedFiles(Protocol):
     def cache_name(self, kind: str, relpath: str, suffix: str = "") -> str: ...
 
     def pinned_bytes(self) -> tuple[dict[str, tuple[int, int]], int, int]: ...
+
+    @property
+    def knows_every_file(self) -> bool: ...
+
+    def look_up(self, relpaths: Iterable[str]) -> None: ...
 
     def exists(self, relpath: str) -> bool: ...
 

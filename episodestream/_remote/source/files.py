@@ -6,6 +6,13 @@ row group(s) only. ``episode_videos()`` gives each consumer a ``RemoteVideos`` (
 How much cache that takes is estimated in ``_remote.source.budget``; client errors are translated in
 ``_remote.transport.failures``; ``open_remote_source`` (``_open``) builds one.
 
+Which files it knows: a LeRobot v3.0 source is listed whole once (a few files per chunk of
+episodes). A v2.x source keeps one parquet and one mp4 per camera per episode, which its info.json
+templates name, so it is listed for ``meta/`` only (``listed_folder``) and every other file is
+looked up by name (``look_up``, ``_remote.source.lookup``) when first needed: an episode's files
+when it is admitted, in one request on the Hub. A path looked up is asked once per process (the
+main process's answers travel to workers in the pickle), however many threads want it at once.
+
 Process model: a ``RemoteFiles`` is built (and lists the source) once, in the process that builds the
 dataset, and pickles into DataLoader workers without its clients; each process makes its own
 filesystem client, reader and cache holder on first use (nothing is opened before that).
@@ -18,20 +25,21 @@ import os
 import secrets
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from episodestream._format.files import DatasetFiles, SourceStats, check_relpath
 from episodestream._remote.source import budget as _budget
 from episodestream._remote.transport.failures import as_file_error
+from episodestream._remote.source.lookup import look_up
 from episodestream._remote.source.mp4 import Mp4LayoutError
 from episodestream._remote.cache.node_cache import NodeCache, release_all
 from episodestream._remote.transport.process import process_state
 from episodestream._remote.transport.reader import LARGE_READ_BYTES, ChunkedReader, FetchFn, RangedFile, fetch_range
 from episodestream._remote.source.videos import RemoteVideos
 from episodestream._remote.source.resolve import FileEntry, ResolvedSource
-from episodestream._remote.transport.retry import DownloadError
+from episodestream._remote.transport.retry import DownloadError, RetryPolicy
 
 if TYPE_CHECKING:
     import fsspec
@@ -57,6 +65,11 @@ class _ProcessState:
         self.reader = ChunkedReader(self.fs, files._remote_size, fetch=files._fetch)
         self.holder = secrets.token_hex(6)
         self.held: set[str] = set()
+        # Look-ups retry as downloads do, with the download knobs when the fetch has them.
+        self.policy = RetryPolicy(config=getattr(files._fetch, "config", None))
+        # Per process, so that a fork while another thread looks up leaves no lock held in the child.
+        self.lookup_lock = threading.Lock()
+        self.in_flight: dict[str, threading.Event] = {}  # paths one thread is asking about right now
         self.lock = threading.Lock()
         # Metadata entries stay referenced while this process may read them; released at close
         # or exit (a killed process's reference is recognised as stale by the next user).
@@ -64,12 +77,18 @@ class _ProcessState:
 
 
 class RemoteFiles(DatasetFiles):
-    """A remote LeRobot v3.0 dataset (see the module docstring). Built by ``open_remote_source``."""
+    """A remote LeRobot dataset (see the module docstring). Built by ``open_remote_source``.
+
+    ``listing`` holds every file of the source, or with ``listed_folder`` every file below that
+    folder (dataset-relative): paths elsewhere are looked up by name when first needed.
+    """
 
     def __init__(self, resolved: ResolvedSource, listing: Mapping[str, FileEntry], *, cache: NodeCache,
-                 fetch_threads: int = 4, fetch: FetchFn = fetch_range) -> None:
+                 listed_folder: str | None = None, fetch_threads: int = 4, fetch: FetchFn = fetch_range) -> None:
         self._resolved = resolved
         self._listing = dict(listing)
+        self._listed_prefix = None if listed_folder is None else check_relpath(listed_folder, what="Folder") + "/"
+        self._looked_up: dict[str, FileEntry | None] = {}  # None: asked, and the source has no such file
         self.description = resolved.description
         self.cache = cache
         self.fetch_threads = fetch_threads
@@ -79,6 +98,7 @@ class RemoteFiles(DatasetFiles):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_process"] = None  # clients, threads and cache holders never cross a process boundary
+        state["_looked_up"] = dict(self._looked_up)  # what this process learned travels (a copy: threads add to it)
         return state
 
     # -- per process -----------------------------------------------------------------------------
@@ -119,12 +139,69 @@ class RemoteFiles(DatasetFiles):
 
     # -- naming ----------------------------------------------------------------------------------
 
+    @property
+    def knows_every_file(self) -> bool:
+        """Whether the listing holds every file (v3.0), so that asking about one costs no request."""
+        return self._listed_prefix is None
+
+    def list_everything(self, listing: Mapping[str, FileEntry]) -> None:
+        """Replace the listing by one of every file of the source (``open_remote_source``, v3.0)."""
+        self._listing, self._listed_prefix = dict(listing), None
+
+    def _listed(self, relpath: str) -> bool:
+        """Whether the listing answers for ``relpath`` (it is absent if the listing lacks it)."""
+        return self._listed_prefix is None or relpath.startswith(self._listed_prefix)
+
+    def look_up(self, relpaths: Iterable[str]) -> None:
+        """Make sure this process knows whether each of ``relpaths`` exists, and its size: the
+        unknown ones are asked together (``_remote.source.lookup``); paths another thread is asking
+        about right now are waited for, not asked again. A no-op where the listing answers."""
+        wanted = [p for p in dict.fromkeys(check_relpath(p, what="Path") for p in relpaths)
+                  if not (p in self._listing or self._listed(p) or p in self._looked_up)]
+        if not wanted:
+            return
+        state = self._state()
+        mine, theirs = [], []
+        with state.lookup_lock:
+            for relpath in wanted:
+                if relpath in self._looked_up:
+                    continue
+                event = state.in_flight.get(relpath)
+                if event is None:
+                    state.in_flight[relpath] = threading.Event()
+                    mine.append(relpath)
+                else:
+                    theirs.append(event)
+        if mine:
+            found: dict[str, FileEntry | None] = {}
+            try:
+                found = look_up(self._resolved, state.fs, mine, policy=state.policy)
+            finally:  # on an error, waiters wake to find the paths unknown and ask again themselves
+                with state.lookup_lock:
+                    self._looked_up.update(found)
+                    for relpath in mine:
+                        state.in_flight.pop(relpath).set()
+        for event in theirs:
+            event.wait()
+
+    def _known(self, relpath: str) -> FileEntry | None:
+        """The entry of a normalised ``relpath`` (None: no such file), looking it up if needed."""
+        entry = self._listing.get(relpath)
+        if entry is not None or self._listed(relpath):
+            return entry
+        if relpath not in self._looked_up:
+            self.look_up([relpath])
+        return self._looked_up.get(relpath)
+
     def _entry(self, relpath: str) -> tuple[str, FileEntry]:
         relpath = check_relpath(relpath, what="Path")
-        entry = self._listing.get(relpath)
+        entry = self._known(relpath)
         if entry is None:
-            raise FileNotFoundError(f"{self.description}/{relpath} does not exist (the dataset lists "
-                                    f"{len(self._listing)} files; none has this path).")
+            if self._listed(relpath):
+                raise FileNotFoundError(f"{self.description}/{relpath} does not exist (the dataset lists "
+                                        f"{len(self._listing)} files; none has this path).")
+            raise FileNotFoundError(f"{self.description}/{relpath} does not exist (asked for by name, the source "
+                                    f"has no file at this path).")
         return relpath, entry
 
     def _remote_path(self, relpath: str) -> str:
@@ -132,7 +209,7 @@ class RemoteFiles(DatasetFiles):
 
     def _remote_size(self, remote_path: str) -> int:
         root = self._resolved.root
-        return self._listing[remote_path[len(root) + 1:] if root else remote_path].size
+        return self._entry(remote_path[len(root) + 1:] if root else remote_path)[1].size
 
     def cache_name(self, kind: str, relpath: str, suffix: str = "") -> str:
         relpath, entry = self._entry(relpath)
@@ -151,7 +228,7 @@ class RemoteFiles(DatasetFiles):
     # -- DatasetFiles ----------------------------------------------------------------------------
 
     def exists(self, relpath: str) -> bool:
-        return check_relpath(relpath, what="Path") in self._listing
+        return self._known(check_relpath(relpath, what="Path")) is not None
 
     def size_bytes(self, relpath: str) -> int:
         return self._entry(relpath)[1].size
@@ -161,6 +238,9 @@ class RemoteFiles(DatasetFiles):
 
     def list_files(self, reldir: str, *, suffix: str) -> list[str]:
         prefix = check_relpath(reldir, what="Folder").rstrip("/") + "/"
+        if not self._listed(prefix):
+            raise ValueError(f"{self.description} is listed for {self._listed_prefix} only (its other files are "
+                             f"named by meta/info.json's templates and looked up by name); cannot list {reldir!r}.")
         return sorted(p for p in self._listing if p.startswith(prefix) and p.endswith(suffix))
 
     def local_path(self, relpath: str) -> str:

@@ -3,6 +3,13 @@
 Validates the options once (errors name the argument), resolves the source (a Hub revision to a
 commit), lists its files once, prunes what killed processes left in the cache and checks the cache
 budget can hold the metadata, all in the process that builds the dataset.
+
+What is listed: ``meta/`` first. LeRobot v2.x names every episode's files by info.json's
+templates, so for a v2.x layout nothing more is listed (a 100k-episode repo would list 300k files;
+``RemoteFiles`` looks an episode's files up when it is admitted); anything else (v3.0, or a layout
+the metadata reader will refuse) lists the whole source, as it always did. The layout is told from
+the ``meta/`` listing, not from info.json, so that nothing is downloaded before the metadata
+reader asks for it (and the reader still checks ``codebase_version``).
 """
 
 from __future__ import annotations
@@ -12,6 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from episodestream._format.metadata import EPISODES_DIR
+from episodestream._format.v2x import EPISODES_JSONL
 from episodestream._remote.transport.config import ControllerConfig
 from episodestream._remote.transport.download import default_fetch
 from episodestream._remote.cache.node_cache import DEFAULT_WAIT_S, NodeCache
@@ -72,9 +81,24 @@ def open_remote_source(source: str, *, revision: str | None = None, cache_dir: s
     fetch = default_fetch(download_config)  # validates the knobs (and reads the environment) up front
     resolved = resolve_source(source, revision=revision, storage_options=storage_options,
                               hub_endpoint=hub_endpoint, token=token)
-    listing = list_source(resolved)
+    fs = resolved.filesystem()  # one client for both listings
+    listing = list_source(resolved, folder=META_FOLDER, fs=fs)
     cache = NodeCache(root, limit_bytes=limit_bytes, timeout_s=timeout_s, wait_s=wait_s)
     cache.prune()  # leftovers of processes killed in earlier runs
-    files = RemoteFiles(resolved, listing, cache=cache, fetch_threads=fetch_threads, fetch=fetch)
-    files.check_cache_budget()  # before downloading metadata that would not fit
+    files = RemoteFiles(resolved, listing, listed_folder=META_FOLDER, cache=cache, fetch_threads=fetch_threads,
+                        fetch=fetch)
+    if not _named_by_templates(listing):
+        files.list_everything(list_source(resolved, fs=fs))
+    files.check_cache_budget()  # before downloading metadata that would not fit (all of it is in meta/)
     return files
+
+
+META_FOLDER = "meta"
+
+
+def _named_by_templates(meta_listing: Mapping[str, object]) -> bool:
+    """Whether ``meta/`` is laid out as LeRobot v2.x's (``meta/episodes.jsonl``, no
+    ``meta/episodes/`` parquet files, which v3.0 keeps instead), whose templates name every file
+    outside ``meta/``."""
+    prefix = EPISODES_DIR.rstrip("/") + "/"
+    return EPISODES_JSONL in meta_listing and not any(path.startswith(prefix) for path in meta_listing)

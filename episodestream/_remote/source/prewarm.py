@@ -67,7 +67,7 @@ def _check_room(files: CachedFiles, episodes: Sequence[EpisodeInfo], meta: Episo
     if meta is None:
         video = video_share_bytes(files, episodes)
     else:
-        per_episode = episode_cache_bytes(files, meta)
+        per_episode = episode_cache_bytes(files, meta, episodes)
         video = sum(per_episode[episode.episode_index] for episode in episodes)
     need = metadata_bytes(files) + video
     pins, own, others = files.pinned_bytes()

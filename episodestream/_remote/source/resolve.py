@@ -251,20 +251,29 @@ def _resolve_hub(repo_id: str, subfolder: str, revision: str | None, options: di
                           storage_options=options)
 
 
-def list_source(resolved: ResolvedSource) -> dict[str, FileEntry]:
-    """Every file below the root with its size and version: one recursive listing (paged by the client)."""
-    fs = resolved.filesystem()
-    try:
-        found = fs.find(resolved.root, detail=True, withdirs=False)
-    except Exception as error:  # each client has its own hierarchy (OSError, httpx, botocore)
-        raise _listing_error(error, resolved) from None
+def list_source(resolved: ResolvedSource, *, folder: str = "",
+                fs: fsspec.AbstractFileSystem | None = None) -> dict[str, FileEntry]:
+    """Every file below the root (or below its ``folder``) with its size and version: one recursive
+    listing (paged by the client). A ``folder`` that is absent or empty lists as ``{}``; the root
+    holding no files is an error. ``fs``: a client of ``resolved`` to reuse (a new Hub client asks
+    for the revision again)."""
+    fs = resolved.filesystem() if fs is None else fs
     root = resolved.root.rstrip("/")
+    below = f"{root}/{folder}" if folder else root
+    try:
+        found = fs.find(below, detail=True, withdirs=False)
+    except Exception as error:  # each client has its own hierarchy (OSError, httpx, botocore)
+        if not (folder and isinstance(error, FileNotFoundError)):
+            raise _listing_error(error, resolved) from None
+        found = {}
     infos = {}
     for path, info in found.items():
         path = fs._strip_protocol(path) if "://" in path else path
-        if path.startswith(root + "/") and info.get("type", "file") == "file":
+        if path.startswith(below + "/") and info.get("type", "file") == "file":
             infos[path[len(root) + 1:]] = info
     if not infos:
+        if folder:
+            return {}
         if resolved.protocol in _HTTP:
             _check_reachable(fs, resolved)
         raise FileNotFoundError(f"{resolved.description} holds no files: check the path (a LeRobot v3.0 dataset "
@@ -272,12 +281,22 @@ def list_source(resolved: ResolvedSource) -> dict[str, FileEntry]:
     unsized = sorted(relpath for relpath, info in infos.items() if info.get("size") is None)
     if unsized:  # an HTML folder listing (plain HTTP servers) has links, not sizes
         infos.update(_sized(fs, resolved, unsized))
-    listing = {}
-    for relpath, info in infos.items():
-        version = next((str(info[k]) for k in ("blob_id", "ETag", "etag", "md5Hash", "generation", "mtime", "oid",
-                                                "Last-Modified") if info.get(k)), "")
-        listing[relpath] = FileEntry(int(info["size"]), version)
-    return listing
+    return {relpath: file_entry(info) for relpath, info in infos.items()}
+
+
+def file_entry(info: Mapping[str, Any]) -> FileEntry:
+    """A client's ``info`` of a file as a ``FileEntry``: listed or asked for alone, the same file
+    gives the same entry (its cache names depend on it)."""
+    version = next((str(info[k]) for k in ("blob_id", "ETag", "etag", "md5Hash", "generation", "mtime", "oid",
+                                            "Last-Modified") if info.get(k)), "")
+    return FileEntry(int(info["size"]), version)
+
+
+def hub_repo_path(resolved: ResolvedSource) -> tuple[str, str]:
+    """A Hub source's repo id and the folder inside the repo its root is (``""`` for the top):
+    ``root`` is ``datasets/<owner>/<name>@<sha>[/<folder>]`` (``_resolve_hub``)."""
+    owner, name_at_sha, *folder = resolved.root.split("/", 1)[1].split("/")
+    return f"{owner}/{name_at_sha.split('@', 1)[0]}", "/".join(folder)
 
 
 def _check_reachable(fs: fsspec.AbstractFileSystem, resolved: ResolvedSource) -> None:
@@ -327,7 +346,7 @@ def _sized(fs: fsspec.AbstractFileSystem, resolved: ResolvedSource, relpaths: li
                     try:
                         info = await fs._info(url)
                         if info.get("size") is None and resolved.protocol in _HTTP:
-                            info["size"] = await _ranged_size(fs, url)
+                            info["size"] = await ranged_size(fs, url)
                         return info
                     except Exception as error:  # returned, so one failure does not leave others running
                         return error
@@ -366,7 +385,7 @@ async def _first_byte(fs: Any, url: str) -> tuple[int, Any]:
         return response.status, response.headers
 
 
-async def _ranged_size(fs: Any, url: str) -> int | None:
+async def ranged_size(fs: Any, url: str) -> int | None:
     _, headers = await _first_byte(fs, url)
     total = headers.get("Content-Range", "").rpartition("/")[2]
     return int(total) if total.isdigit() else None

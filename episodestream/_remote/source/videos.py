@@ -4,6 +4,10 @@ Admitting an episode fetches, on a few background threads (``DaemonPool``), a sp
 camera's mp4 holding the header and the episode's byte span (found from the mp4's sample tables,
 ``_remote.source.mp4``), which the decoder reads like the whole file. Entries live in the node cache
 (``NodeCache``), referenced once per consumer however many of its episodes share one.
+
+A source that looks its files up by name (v2.x, ``CachedFiles.knows_every_file`` False) asks about
+all of an episode's files (its parquet and every camera's mp4) in one look-up, from whichever of
+its tasks runs first; ``check`` raises for a missing mp4 when the pool holds the episode.
 """
 
 from __future__ import annotations
@@ -176,6 +180,15 @@ class RemoteVideos(EpisodeVideos):
         for name in headers:
             self._unhold(name)
 
+    def check(self, episode: EpisodeInfo) -> None:
+        files = self._files
+        if files.knows_every_file:
+            return  # listed: a missing file was an error when the dataset was built, or is one at path()
+        files.look_up(_episode_files(episode))  # usually answered already, by the episode's first task
+        for key, video in episode.videos.items():
+            if not files.exists(video.relpath):
+                raise _missing_video(files.description, video.relpath, episode.episode_index, key)
+
     def stats(self) -> VideoStats:
         with self._lock:
             return VideoStats(**self._counts_by_kind, wait_s=self._wait_s)
@@ -281,9 +294,10 @@ class RemoteVideos(EpisodeVideos):
         files = self._files
         video = episode.videos[key]
         relpath = video.relpath
+        if not files.knows_every_file:
+            files.look_up(_episode_files(episode))  # one request for the episode's files, not one per file
         if not files.exists(relpath):
-            raise FileNotFoundError(f"Video file {files.description}/{relpath} (episode {episode.episode_index}, "
-                                    f"{key}) is missing.")
+            raise _missing_video(files.description, relpath, episode.episode_index, key)
         # A file of this episode alone (v2.x) is fetched whole: one read, where header then span is two or more.
         parsed = None if video.whole_file else self._header(relpath, stop)
         span = None
@@ -324,3 +338,11 @@ class RemoteVideos(EpisodeVideos):
         with self._lock:
             self._counts_by_kind["spans"] += 1
         return name, str(path)
+
+
+def _episode_files(episode: EpisodeInfo) -> list[str]:
+    return [episode.data_relpath, *(video.relpath for video in episode.videos.values())]
+
+
+def _missing_video(description: str, relpath: str, episode_index: int, key: str) -> FileNotFoundError:
+    return FileNotFoundError(f"Video file {description}/{relpath} (episode {episode_index}, {key}) is missing.")

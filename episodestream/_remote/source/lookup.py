@@ -1,0 +1,122 @@
+"""``look_up``: the size and version of files a remote source was not listed for, asked by name.
+
+LeRobot v2.x names every episode's files by info.json's templates, so a v2.x source is listed for
+``meta/`` only and asks about an episode's files when it is admitted (``RemoteFiles.look_up``):
+the Hub answers many paths in one paths-info request (``HUB_PATHS_PER_REQUEST``), other stores one
+``info`` (HEAD) per file, ``INFO_REQUESTS_IN_FLIGHT`` at a time on async filesystems. A path the
+source does not have comes back as None, never as an error; other failures are retried as
+downloads are (``RetryPolicy``: throttles, timeouts, 5xx), then raised naming the file.
+
+The entries equal the listing's for the same file (``resolve.file_entry``), so cache names made
+from either meet (a prewarmed cache serves a later run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import fsspec
+from fsspec.asyn import AsyncFileSystem
+
+from episodestream._remote.source.resolve import FileEntry, ResolvedSource, file_entry, hub_repo_path, ranged_size
+from episodestream._remote.transport.failures import as_file_error, classify, status_of
+from episodestream._remote.transport.retry import RetryPolicy
+
+HUB_PATHS_PER_REQUEST = 500
+INFO_REQUESTS_IN_FLIGHT = 16
+_HTTP = ("http", "https")
+
+Answer = dict[str, "dict[str, Any] | None | BaseException"]  # relpath -> info, absent, or the failure
+
+
+def look_up(resolved: ResolvedSource, fs: fsspec.AbstractFileSystem, relpaths: Sequence[str], *,
+            policy: RetryPolicy) -> dict[str, FileEntry | None]:
+    """Each of ``relpaths`` (dataset-relative, distinct) as its ``FileEntry``, None where the source
+    has no such file. Raises ``FileNotFoundError`` / ``PermissionError`` / ``OSError`` naming the
+    file when asking fails for good."""
+    found: dict[str, FileEntry | None] = {}
+    pending, attempt = list(relpaths), 0
+    while pending:
+        attempt += 1
+        answers = _ask_hub(resolved, pending) if resolved.protocol == "hf" else _ask_files(resolved, fs, pending)
+        retry, retry_after_s = [], None
+        for relpath in pending:
+            answer = answers[relpath]
+            if isinstance(answer, BaseException):
+                if isinstance(answer, FileNotFoundError) or status_of(answer) == 404:
+                    found[relpath] = None
+                    continue
+                failure = classify(answer)
+                if failure.kind == "fatal" or attempt >= policy.config.max_attempts:
+                    raise as_file_error(answer, where=f"{resolved.description}/{relpath}",
+                                        secrets=resolved.secrets()) from None
+                retry.append(relpath)
+                retry_after_s = failure.retry_after_s if retry_after_s is None else retry_after_s
+            elif answer is None or answer.get("type", "file") != "file":
+                found[relpath] = None
+            elif answer.get("size") is None:
+                raise OSError(f"{resolved.description}/{relpath}: the server gives no size for it (no Content-Length "
+                              f"on HEAD or GET, no Content-Range on a ranged GET); episodestream needs file sizes "
+                              f"to read byte ranges.")
+            else:
+                found[relpath] = file_entry(answer)
+        if retry:
+            time.sleep(policy.delay_s(attempt, retry_after_s=retry_after_s))
+        pending = retry
+    return found
+
+
+def _ask_hub(resolved: ResolvedSource, relpaths: list[str]) -> Answer:
+    """One paths-info request per ``HUB_PATHS_PER_REQUEST`` paths, at the pinned commit."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.hf_api import RepoFile
+
+    api = HfApi(endpoint=resolved.endpoint, token=resolved.token, library_name="episodestream")
+    repo_id, folder = hub_repo_path(resolved)
+    answers: Answer = {}
+    for start in range(0, len(relpaths), HUB_PATHS_PER_REQUEST):
+        in_repo = {(f"{folder}/{p}" if folder else p): p for p in relpaths[start:start + HUB_PATHS_PER_REQUEST]}
+        try:
+            infos = api.get_paths_info(repo_id, list(in_repo), revision=resolved.revision_sha, repo_type="dataset")
+        except Exception as error:  # httpx's and huggingface_hub's classes: classified by the caller
+            answers.update(dict.fromkeys(in_repo.values(), error))
+            continue
+        answers.update(dict.fromkeys(in_repo.values()))  # the Hub leaves missing paths out
+        for info in infos:
+            if isinstance(info, RepoFile) and info.path in in_repo:
+                # The keys HfFileSystem's listing gives, so ``file_entry`` makes the listing's entry.
+                answers[in_repo[info.path]] = {"type": "file", "size": info.size, "blob_id": info.blob_id}
+    return answers
+
+
+def _ask_files(resolved: ResolvedSource, fs: fsspec.AbstractFileSystem, relpaths: list[str]) -> Answer:
+    """``info`` of each file (HEAD on http, HeadObject on s3), in parallel on async filesystems."""
+    urls = [resolved.path(relpath) for relpath in relpaths]
+    if isinstance(fs, AsyncFileSystem):
+        async def all_infos() -> list[Any]:
+            gate = asyncio.Semaphore(INFO_REQUESTS_IN_FLIGHT)
+
+            async def one(url: str) -> Any:
+                async with gate:
+                    try:
+                        info = await fs._info(url)
+                        if info.get("size") is None and resolved.protocol in _HTTP:
+                            info["size"] = await ranged_size(fs, url)
+                        return info
+                    except Exception as error:  # returned, so one failure does not leave others running
+                        return error
+
+            return await asyncio.gather(*(one(url) for url in urls))
+
+        results = fsspec.asyn.sync(fs.loop, all_infos)
+    else:
+        results = []
+        for url in urls:
+            try:
+                results.append(fs.info(url))
+            except Exception as error:
+                results.append(error)
+    return dict(zip(relpaths, results))

@@ -1,0 +1,60 @@
+"""A remote v2.x source looks its episodes' files up by name when they are admitted: those requests
+retry as downloads do (a flaky link still streams the whole epoch, exactly), and when attempts run
+out the error names the file, not a hang or a silent skip."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from episodestream import EpisodeStreamingDataset
+from episodestream._remote.source.open import open_remote_source
+from episodestream.testing import FakeHub, ShapingProxy
+from episodestream.tools.synthetic import write_synthetic_dataset
+
+from ..conftest import built_once
+from ..remote_streaming.conftest import remote_dataset
+from .conftest import FAST_KNOBS, assert_same_epoch
+
+V21_REPO = "lerobot/v21-faults"
+STREAM = dict(seed=3, episode_pool_size=2, prefetch_episodes=2)
+MP4 = "videos/chunk-000/observation.images.front/episode_000001.mp4"
+
+
+@pytest.fixture(scope="module")
+def v21_faults(tmp_path_factory):
+    root = built_once(tmp_path_factory, "v2x-lookup-faults", lambda root: write_synthetic_dataset(
+        root, version="v2.1", num_episodes=4, episode_length=(6, 9), height=64, width=64,
+        cameras=("observation.images.front",), seed=2))
+    hub = tmp_path_factory.mktemp("hub-v21-faults")
+    shutil.copytree(root, hub / "datasets" / V21_REPO)
+    return root, hub
+
+
+def test_flaky_look_ups_retry_and_the_epoch_is_exact(v21_faults, tmp_path, download_knobs):
+    download_knobs(**FAST_KNOBS)
+    local_root, hub_root = v21_faults
+    expected = list(EpisodeStreamingDataset(local_root, **STREAM))
+    with FakeHub(hub_root) as hub, ShapingProxy(hub.url) as proxy:
+        with remote_dataset(EpisodeStreamingDataset, V21_REPO, cache_dir=tmp_path / "cache", hub_endpoint=proxy.url,
+                            token=False, **STREAM) as dataset:
+            proxy.update(error_503_rate=0.3, seed=1)
+            got = list(dataset)
+            assert proxy.stats().injected_503 > 0
+    assert_same_epoch(got, expected)
+
+
+def test_look_ups_that_keep_failing_name_the_file(v21_faults, tmp_path, download_knobs):
+    download_knobs(**{**FAST_KNOBS, "max_attempts": 3})
+    _, hub_root = v21_faults
+    with FakeHub(hub_root) as hub, ShapingProxy(hub.url) as proxy:
+        files = open_remote_source(V21_REPO, cache_dir=tmp_path / "cache", hub_endpoint=proxy.url, token=False)
+        try:
+            proxy.update(error_503_rate=1.0)
+            proxy.reset_stats()
+            with pytest.raises(OSError, match=rf"{V21_REPO}@[0-9a-f]{{40}}/{MP4} failed: .*503"):
+                files.size_bytes(MP4)
+            assert proxy.stats().requests == 3  # bounded attempts, huggingface_hub's own retries not in the way
+        finally:
+            files.close()
