@@ -24,7 +24,7 @@ from episodestream._remote.source.budget import DISK_SLACK_BYTES
 from episodestream._remote.transport.daemon_pool import DaemonPool
 from episodestream._remote.source.mp4 import Mp4Header, Mp4LayoutError, VideoTrack, read_header
 from episodestream._remote.cache.node_cache import release_all
-from episodestream._remote.transport.reader import LARGE_READ_BYTES
+from episodestream._remote.transport.reader import CACHED_PIECE_MAX_BYTES, LARGE_READ_BYTES
 
 if TYPE_CHECKING:
     from episodestream._format.metadata import EpisodeInfo
@@ -34,8 +34,39 @@ logger = logging.getLogger("episodestream.remote")
 
 SPAN_PAD_MAX_BYTES = 64 * 1024
 HEADER_BLOCK_BYTES = 4096
+# The tail read with the start of an mp4: a LeRobot mp4's moov takes ~6-16 bytes per frame of
+# several KB, so 1/512 of the file holds it; a larger moov costs the walk its usual reads, no more.
+# At least a block (a small file's moov), at most the reader's largest kept piece (the walk must
+# find it there).
+_TAIL_FRACTION = 512
 _SPAN_PAD_FRACTION = 64  # pad each side by 1/64 of the span, at most SPAN_PAD_MAX_BYTES
 _CLOSE_JOIN_S = 60.0
+
+
+def _tail_bytes(size: int) -> int:
+    return min(size, CACHED_PIECE_MAX_BYTES, max(HEADER_BLOCK_BYTES, size // _TAIL_FRACTION))
+
+
+def _read_both(first: Callable[[], object], second: Callable[[], object]) -> None:
+    """Run ``first`` here and ``second`` on a daemon thread at the same time; raise the first
+    error. A daemon thread, not an executor's: a read stalled past its timeouts must not hold the
+    interpreter's exit (the reason ``DaemonPool`` exists)."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            second()
+        except BaseException as error:  # raised in the caller below
+            errors.append(error)
+
+    thread = threading.Thread(target=run, name="episodestream-mp4-tail", daemon=True)
+    thread.start()
+    try:
+        first()
+    finally:
+        thread.join()
+    if errors:
+        raise errors[0]
 
 
 @dataclass(frozen=True)
@@ -69,6 +100,12 @@ class RemoteVideos(EpisodeVideos):
     thread has started it yet); ``evict`` releases the episode's cache entries once its
     admissions are all evicted. mp4 headers stay referenced until ``close``, so each file's header
     is fetched once while the consumer runs.
+
+    Head start: the first admitted episode's tasks run alone, the others' wait until it is local
+    (or failed, or the consumer closed). A consumer's first draws need that episode only (the
+    pool's ramp, ``_plan.sampling``), and prefetching admits several episodes at once: sharing the
+    link with them, its bytes would arrive when theirs do. Only the order of downloads depends on
+    this, never which samples come out.
     """
 
     prefetches = True
@@ -86,6 +123,8 @@ class RemoteVideos(EpisodeVideos):
         self._header_locks: dict[str, threading.Lock] = {}
         self._header_entries: set[str] = set()
         self._pool = DaemonPool(threads)
+        self._first: list[_Task] | None = None  # the first admitted episode's tasks
+        self._head_start = threading.Event()  # set once they are all done (or at close)
         self._counts_by_kind = {"spans": 0, "whole_files": 0, "waits": 0}
         self._wait_s = 0.0
         # A task waits for a lock (timeout_s) and twice for space (the header, the span): path()
@@ -106,8 +145,13 @@ class RemoteVideos(EpisodeVideos):
             for key in episode.videos:
                 task = self._tasks[(episode.episode_index, key)] = _Task(episode, key)
                 tasks.append(task)
+            first = self._first is None
+            if first:
+                self._first = tasks
+        if first and not tasks:
+            self._head_start.set()
         for task in tasks:
-            self._pool.submit(functools.partial(self._run, task))
+            self._pool.submit(functools.partial(self._run if first else self._run_after_head_start, task))
 
     def path(self, episode: EpisodeInfo, key: str) -> str:
         with self._lock:
@@ -162,6 +206,7 @@ class RemoteVideos(EpisodeVideos):
             self._admitted.clear()
             for task in tasks:
                 task.cancelled = True
+        self._head_start.set()  # threads waiting for it find their tasks cancelled
         self._pool.close(_CLOSE_JOIN_S)
         releases = []
         with self._lock:
@@ -182,6 +227,18 @@ class RemoteVideos(EpisodeVideos):
 
     # -- fetching --------------------------------------------------------------------------------
 
+    def _run_after_head_start(self, task: _Task) -> None:
+        # No timeout: the first tasks end (their reads time out), and close() sets the event; a
+        # path() that wants this task meanwhile runs it itself.
+        self._head_start.wait()
+        self._run(task)
+
+    def _end_head_start_when_done(self) -> None:
+        with self._lock:
+            over = self._first is not None and all(t.done.is_set() for t in self._first)
+        if over:
+            self._head_start.set()
+
     def _run(self, task: _Task) -> None:
         with self._lock:
             if task.started:
@@ -190,6 +247,7 @@ class RemoteVideos(EpisodeVideos):
             skip = task.cancelled
         if skip:
             task.done.set()
+            self._end_head_start_when_done()
             return
         entry = path = error = None
         try:
@@ -202,6 +260,7 @@ class RemoteVideos(EpisodeVideos):
             if not task.cancelled:
                 task.entry = entry
             task.done.set()
+        self._end_head_start_when_done()
         if orphan is not None:
             self._unhold(orphan)
 
@@ -249,9 +308,18 @@ class RemoteVideos(EpisodeVideos):
         size = files.size_bytes(relpath)
         found: dict[str, Mp4Header] = {}
 
-        def download(tmp: Path) -> int:
+        def read(start: int, end: int) -> bytes:
             # Small blocks: box headers sit just before megabytes of mdat that are not wanted here.
-            header = read_header(lambda s, e: files.read_range(relpath, s, e, block_bytes=HEADER_BLOCK_BYTES), size)
+            return files.read_range(relpath, start, end, block_bytes=HEADER_BLOCK_BYTES)
+
+        def download(tmp: Path) -> int:
+            # Walking the boxes costs a round trip per box (ftyp and mdat's header, then moov's
+            # header, then moov); LeRobot's encoder writes moov last, so the file's tail is asked
+            # for together with its start, and the walk then finds both in the reader's pieces.
+            tail_start = max(HEADER_BLOCK_BYTES, size - _tail_bytes(size))
+            if tail_start < size:
+                _read_both(lambda: read(0, HEADER_BLOCK_BYTES), lambda: read(tail_start, size))
+            header = read_header(read, size)
             stored = tmp.write_bytes(header.to_bytes())
             found["header"] = header
             return stored  # a header entry's bytes: what it stores
