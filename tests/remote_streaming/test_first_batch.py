@@ -1,0 +1,108 @@
+"""What a remote first batch waits for, in round trips: a dataset's metadata files download
+together while it is built, an mp4's header is one round trip (its start and tail at once), and a
+consumer's first admitted episode downloads alone before the rest of the prefetch (head start).
+File bytes go through a slow link (the Hub's CDN behind a ``ShapingProxy`` that holds every request
+``LATENCY_S`` before forwarding it): requests sent together reach the server within a moment of
+each other, requests sent one after another at least ``LATENCY_S`` apart."""
+
+from __future__ import annotations
+
+from episodestream import EpisodeStreamingDataset
+from episodestream._format.versions import load_metadata
+from episodestream._remote.source.open import open_remote_source
+from episodestream.testing import FakeHub, ShapingProxy
+
+from .conftest import REPO, SPANS_REPO, cache_files, remote_dataset
+
+LATENCY_S = 0.3  # per request on the CDN's link
+TOGETHER_S = LATENCY_S / 2  # arrivals closer than this were sent together (one after another: >= LATENCY_S)
+
+
+def _hub_with_slow_files(hub_root):
+    hub = FakeHub(hub_root, redirect_resolve=True).start()
+    cdn = ShapingProxy(hub.cdn_url).start()
+    hub.redirect_base_url = cdn.url  # file bytes come through the shaped link, the API does not
+    return hub, cdn
+
+
+def _arrivals(stats) -> list[float]:
+    """When requests reached the server through the proxy (each rise of its in-flight count)."""
+    series = stats.in_flight_series
+    return [t for (t, count), (_, before) in zip(series[1:], series) if count > before]
+
+
+def test_metadata_files_download_together_while_a_dataset_is_built(hub_root, dataset_root, tmp_path):
+    metadata = [p for p in (dataset_root / "meta").rglob("*") if p.is_file()]
+    assert len(metadata) >= 4  # info.json, the episodes parquet, tasks, stats
+    hub, cdn = _hub_with_slow_files(hub_root)
+    try:
+        cdn.update(latency_s=LATENCY_S)
+        with remote_dataset(EpisodeStreamingDataset, REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url,
+                            token=False) as dataset:
+            stats = cdn.stats()
+            # Every metadata file once, all sent together (one after another: >= 3 x LATENCY_S).
+            arrivals = _arrivals(stats)
+            assert stats.requests == len(arrivals) == len(metadata)
+            assert max(arrivals) - min(arrivals) < TOGETHER_S, arrivals
+            assert dataset.source_stats().cache_misses == len(metadata)
+            assert len(dataset) > 0
+    finally:
+        cdn.stop()
+        hub.stop()
+    assert cache_files(tmp_path / "cache") == []
+
+
+def test_an_mp4_header_is_its_start_and_tail_asked_for_together(hub_root, tmp_path):
+    hub, cdn = _hub_with_slow_files(hub_root)
+    try:
+        files = open_remote_source(SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False)
+        videos = files.episode_videos()
+        episode = load_metadata(files).episodes[0]
+        key = next(iter(episode.videos))
+        cdn.update(latency_s=LATENCY_S)
+        cdn.reset_stats()
+        videos.path(episode, key)
+        # The header's two reads (the file's start, its tail holding moov) sent together, then the
+        # episode's span: three requests, two round trips.
+        arrivals = _arrivals(cdn.stats())
+        assert len(arrivals) == 3
+        assert arrivals[1] - arrivals[0] < TOGETHER_S <= arrivals[2] - arrivals[1], arrivals
+    finally:
+        videos.close()
+        files.close()
+        cdn.stop()
+        hub.stop()
+    assert cache_files(tmp_path / "cache") == []
+
+
+def test_the_first_admitted_episode_downloads_alone_then_the_rest_together(hub_root, tmp_path):
+    hub, cdn = _hub_with_slow_files(hub_root)
+    try:
+        files = open_remote_source(SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False)
+        videos = files.episode_videos()
+        meta = load_metadata(files)
+        first, *later = (meta.episodes[i] for i in (0, 1, 2, 3))
+        key = next(iter(first.videos))
+        assert len({e.videos[key].relpath for e in (first, *later)}) == 1  # one header for all
+        cdn.update(latency_s=LATENCY_S)
+        cdn.reset_stats()
+        for episode in (first, *later):  # a consumer's first admissions, as prefetching makes them
+            videos.admit(episode)
+        videos.path(first, key)
+        # When the first episode's bytes are local, only they were asked for (the header's two
+        # reads, its span): the others' spans did not share the link with it.
+        assert cdn.stats().requests == 3
+        for episode in later:
+            videos.path(episode, key)
+        arrivals = _arrivals(cdn.stats())
+        assert len(arrivals) == 3 + len(later)
+        # After the head start the prefetch runs ahead: the other spans were asked for together.
+        assert arrivals[-1] - arrivals[3] < TOGETHER_S <= arrivals[3] - arrivals[2], arrivals
+        for episode in (first, *later):
+            videos.evict(episode)
+    finally:
+        videos.close()
+        files.close()
+        cdn.stop()
+        hub.stop()
+    assert cache_files(tmp_path / "cache") == []
