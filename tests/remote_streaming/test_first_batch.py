@@ -1,5 +1,5 @@
-"""What a remote first batch waits for, in round trips: a dataset's metadata files download
-together while it is built, an mp4's header is one round trip (its start and tail at once), and a
+"""What a remote first batch waits for, in round trips: building a dataset asks the Hub's API
+twice (the commit, the listing) and downloads its metadata files together, an mp4's header is one round trip (its start and tail at once), and a
 consumer's first admitted episode downloads alone before the rest of the prefetch (head start).
 File bytes go through a slow link (the Hub's CDN behind a ``ShapingProxy`` that holds every request
 ``LATENCY_S`` before forwarding it): requests sent together reach the server within a moment of
@@ -44,6 +44,10 @@ def test_metadata_files_download_together_while_a_dataset_is_built(hub_root, dat
             arrivals = _arrivals(stats)
             assert stats.requests == len(arrivals) == len(metadata)
             assert max(arrivals) - min(arrivals) < TOGETHER_S, arrivals
+            # Before them, two requests to the Hub's API: the commit, then the listing (the commit
+            # is not asked for again before the listing).
+            api = {path: counts.requests for path, counts in hub.stats().by_path.items() if path.startswith("/api/")}
+            assert sum(api.values()) == 2, api
             assert dataset.source_stats().cache_misses == len(metadata)
             assert len(dataset) > 0
     finally:
