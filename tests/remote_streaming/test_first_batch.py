@@ -3,16 +3,19 @@ twice (the commit, the listing) and downloads its metadata files together, an mp
 consumer's first admitted episode downloads alone before the rest of the prefetch (head start).
 File bytes go through a slow link (the Hub's CDN behind a ``ShapingProxy`` that holds every request
 ``LATENCY_S`` before forwarding it): requests sent together reach the server within a moment of
-each other, requests sent one after another at least ``LATENCY_S`` apart."""
+each other, requests sent one after another at least ``LATENCY_S`` apart. Rows are read ahead too,
+off the consumer's thread, and the samples stay the local ones."""
 
 from __future__ import annotations
+
+import threading
 
 from episodestream import EpisodeStreamingDataset
 from episodestream._format.versions import load_metadata
 from episodestream._remote.source.open import open_remote_source
 from episodestream.testing import FakeHub, ShapingProxy
 
-from .conftest import REPO, SPANS_REPO, cache_files, remote_dataset
+from .conftest import REPO, SPANS_REPO, assert_same_samples, cache_files, remote_dataset
 
 LATENCY_S = 0.3  # per request on the CDN's link
 TOGETHER_S = LATENCY_S / 2  # arrivals closer than this were sent together (one after another: >= LATENCY_S)
@@ -23,6 +26,12 @@ def _hub_with_slow_files(hub_root):
     cdn = ShapingProxy(hub.cdn_url).start()
     hub.redirect_base_url = cdn.url  # file bytes come through the shaped link, the API does not
     return hub, cdn
+
+
+def _fresh_budget(tmp_path) -> dict:
+    """A download budget of this test's own, at its initial permits (8): earlier tests' throttles
+    lower the session's, which would hold requests back that these tests expect together."""
+    return {"permits_dir": str(tmp_path / "permits")}
 
 
 def _arrivals(stats) -> list[float]:
@@ -38,7 +47,7 @@ def test_metadata_files_download_together_while_a_dataset_is_built(hub_root, dat
     try:
         cdn.update(latency_s=LATENCY_S)
         with remote_dataset(EpisodeStreamingDataset, REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url,
-                            token=False) as dataset:
+                            token=False, download_config=_fresh_budget(tmp_path)) as dataset:
             stats = cdn.stats()
             # Every metadata file once, all sent together (one after another: >= 3 x LATENCY_S).
             arrivals = _arrivals(stats)
@@ -59,7 +68,8 @@ def test_metadata_files_download_together_while_a_dataset_is_built(hub_root, dat
 def test_an_mp4_header_is_its_start_and_tail_asked_for_together(hub_root, tmp_path):
     hub, cdn = _hub_with_slow_files(hub_root)
     try:
-        files = open_remote_source(SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False)
+        files = open_remote_source(SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False,
+                                   download_config=_fresh_budget(tmp_path))
         videos = files.episode_videos()
         episode = load_metadata(files).episodes[0]
         key = next(iter(episode.videos))
@@ -82,7 +92,8 @@ def test_an_mp4_header_is_its_start_and_tail_asked_for_together(hub_root, tmp_pa
 def test_the_first_admitted_episode_downloads_alone_then_the_rest_together(hub_root, tmp_path):
     hub, cdn = _hub_with_slow_files(hub_root)
     try:
-        files = open_remote_source(SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False)
+        files = open_remote_source(SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False,
+                                   download_config=_fresh_budget(tmp_path))
         videos = files.episode_videos()
         meta = load_metadata(files)
         first, *later = (meta.episodes[i] for i in (0, 1, 2, 3))
@@ -109,4 +120,34 @@ def test_the_first_admitted_episode_downloads_alone_then_the_rest_together(hub_r
         files.close()
         cdn.stop()
         hub.stop()
+    assert cache_files(tmp_path / "cache") == []
+
+
+def test_a_remote_consumer_reads_rows_ahead_on_their_own_thread(hub_root, spans_root, tmp_path, monkeypatch):
+    from episodestream._runtime.core import DatasetCore
+
+    options = dict(episode_pool_size=3, seed=4)
+    expected = list(EpisodeStreamingDataset(spans_root, **options))
+    threads: list[str] = []
+    row_reader = DatasetCore.row_reader
+
+    def recording(core):
+        reader = row_reader(core)
+        read = reader.read
+
+        def recorded(episode):
+            threads.append(threading.current_thread().name)
+            return read(episode)
+
+        reader.read = recorded
+        return reader
+
+    monkeypatch.setattr(DatasetCore, "row_reader", recording)
+    with FakeHub(hub_root) as hub:
+        with remote_dataset(EpisodeStreamingDataset, SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url,
+                            token=False, **options) as dataset:
+            got = list(dataset)
+    assert_same_samples(got, expected)
+    # Each admission's rows were read ahead, off the consumer's thread (which decodes meanwhile).
+    assert len(threads) >= len(dataset.episode_indices) and set(threads) == {"episodestream-rows"}
     assert cache_files(tmp_path / "cache") == []
