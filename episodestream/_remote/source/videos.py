@@ -34,11 +34,11 @@ logger = logging.getLogger("episodestream.remote")
 
 SPAN_PAD_MAX_BYTES = 64 * 1024
 HEADER_BLOCK_BYTES = 4096
-# The tail read with the start of an mp4: a LeRobot mp4's moov takes ~6-16 bytes per frame of
-# several KB, so 1/512 of the file holds it; a larger moov costs the walk its usual reads, no more.
-# At least a block (a small file's moov), at most the reader's largest kept piece (the walk must
-# find it there).
-_TAIL_FRACTION = 512
+# The tail read with the start of an mp4: a LeRobot mp4's moov takes ~6-12 bytes per frame of
+# several KB (0.1-0.2% of the file), so 1/256 of the file holds it; a larger moov costs the walk
+# its usual reads, no more. At least a block (a small file's moov), at most the reader's largest
+# kept piece (the walk must find it there).
+_TAIL_FRACTION = 256
 _SPAN_PAD_FRACTION = 64  # pad each side by 1/64 of the span, at most SPAN_PAD_MAX_BYTES
 _CLOSE_JOIN_S = 60.0
 
