@@ -1,6 +1,6 @@
 """What a remote first batch waits for, in round trips: building a dataset asks the Hub's API
 twice (the commit, the listing) and downloads its metadata files together, an mp4's header is one round trip (its start and tail at once), and a
-consumer's first admitted episode downloads alone before the rest of the prefetch (head start).
+consumer's first admitted episodes download one after another, each alone (head start).
 File bytes go through a slow link (the Hub's CDN behind a ``ShapingProxy`` that holds every request
 ``LATENCY_S`` before forwarding it): requests sent together reach the server within a moment of
 each other, requests sent one after another at least ``LATENCY_S`` apart. Rows are read ahead too,
@@ -13,6 +13,7 @@ import threading
 from episodestream import EpisodeStreamingDataset
 from episodestream._format.versions import load_metadata
 from episodestream._remote.source.open import open_remote_source
+from episodestream._remote.source.videos import RAMP_ADMISSIONS
 from episodestream.testing import FakeHub, ShapingProxy
 
 from .conftest import REPO, SPANS_REPO, assert_same_samples, cache_files, remote_dataset
@@ -89,31 +90,34 @@ def test_an_mp4_header_is_its_start_and_tail_asked_for_together(hub_root, tmp_pa
     assert cache_files(tmp_path / "cache") == []
 
 
-def test_the_first_admitted_episode_downloads_alone_then_the_rest_together(hub_root, tmp_path):
+def test_the_first_admitted_episodes_download_one_after_another(hub_root, tmp_path):
     hub, cdn = _hub_with_slow_files(hub_root)
     try:
         files = open_remote_source(SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False,
                                    download_config=_fresh_budget(tmp_path))
         videos = files.episode_videos()
         meta = load_metadata(files)
-        first, *later = (meta.episodes[i] for i in (0, 1, 2, 3))
-        key = next(iter(first.videos))
-        assert len({e.videos[key].relpath for e in (first, *later)}) == 1  # one header for all
+        episodes = [meta.episodes[i] for i in range(RAMP_ADMISSIONS + 1)]
+        key = next(iter(episodes[0].videos))
+        assert len({e.videos[key].relpath for e in episodes}) == 1  # one camera, one mp4, one header
         cdn.update(latency_s=LATENCY_S)
         cdn.reset_stats()
-        for episode in (first, *later):  # a consumer's first admissions, as prefetching makes them
+        for episode in episodes:  # a consumer's first admissions, as prefetching makes them
             videos.admit(episode)
-        videos.path(first, key)
+        videos.path(episodes[0], key)
         # When the first episode's bytes are local, only they were asked for (the header's two
         # reads, its span): the others' spans did not share the link with it.
         assert cdn.stats().requests == 3
-        for episode in later:
+        for episode in episodes[1:]:
             videos.path(episode, key)
         arrivals = _arrivals(cdn.stats())
-        assert len(arrivals) == 3 + len(later)
-        # After the head start the prefetch runs ahead: the other spans were asked for together.
-        assert arrivals[-1] - arrivals[3] < TOGETHER_S <= arrivals[3] - arrivals[2], arrivals
-        for episode in (first, *later):
+        assert len(arrivals) == 3 + RAMP_ADMISSIONS
+        gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:])]
+        # The header's reads together; then spans 0, 1, 2, 3 one after another, each alone but for
+        # span 4 (past the head start), which a free fetch thread asked for with span 1.
+        together = [gap < TOGETHER_S for gap in gaps]
+        assert together == [True, False, False, True, False, False], arrivals
+        for episode in episodes:
             videos.evict(episode)
     finally:
         videos.close()

@@ -39,6 +39,7 @@ HEADER_BLOCK_BYTES = 4096
 # its usual reads, no more. At least a block (a small file's moov), at most the reader's largest
 # kept piece (the walk must find it there).
 _TAIL_FRACTION = 256
+RAMP_ADMISSIONS = 4  # the pool's first slots draw from 1, 2 and 4 episodes
 _SPAN_PAD_FRACTION = 64  # pad each side by 1/64 of the span, at most SPAN_PAD_MAX_BYTES
 _CLOSE_JOIN_S = 60.0
 
@@ -91,6 +92,15 @@ class _Task:
         self.path: str | None = None
         self.entry: str | None = None
         self.error: BaseException | None = None
+        self.admission: _Admission | None = None  # one of the head start's, if it is
+
+
+class _Admission:
+    """One of a consumer's first admissions (the head start): its tasks, and whether all are done."""
+
+    def __init__(self, tasks: list[_Task]) -> None:
+        self.tasks = tasks
+        self.done = threading.Event()
 
 
 class RemoteVideos(EpisodeVideos):
@@ -101,11 +111,13 @@ class RemoteVideos(EpisodeVideos):
     admissions are all evicted. mp4 headers stay referenced until ``close``, so each file's header
     is fetched once while the consumer runs.
 
-    Head start: the first admitted episode's tasks run alone, the others' wait until it is local
-    (or failed, or the consumer closed). A consumer's first draws need that episode only (the
-    pool's ramp, ``_plan.sampling``), and prefetching admits several episodes at once: sharing the
-    link with them, its bytes would arrive when theirs do. Only the order of downloads depends on
-    this, never which samples come out.
+    Head start: the first ``RAMP_ADMISSIONS`` admitted episodes download one after another, each
+    alone (its cameras together): an episode's tasks wait until the one admitted before it is
+    local (or failed, or the consumer closed); later admissions queue as usual. A consumer's first
+    draws need its first episode only, the next ones a second, then two more (the pool's ramp,
+    ``_plan.sampling``), and prefetching admits several episodes at once: sharing the link, the
+    first episode's bytes would arrive when all of theirs do. In turn, each arrives as soon as the
+    link allows. Only the order of downloads depends on this, never which samples come out.
     """
 
     prefetches = True
@@ -123,8 +135,7 @@ class RemoteVideos(EpisodeVideos):
         self._header_locks: dict[str, threading.Lock] = {}
         self._header_entries: set[str] = set()
         self._pool = DaemonPool(threads)
-        self._first: list[_Task] | None = None  # the first admitted episode's tasks
-        self._head_start = threading.Event()  # set once they are all done (or at close)
+        self._ramp: list[_Admission] = []  # the first admissions with video, in order
         self._counts_by_kind = {"spans": 0, "whole_files": 0, "waits": 0}
         self._wait_s = 0.0
         # A task waits for a lock (timeout_s) and twice for space (the header, the span): path()
@@ -145,13 +156,16 @@ class RemoteVideos(EpisodeVideos):
             for key in episode.videos:
                 task = self._tasks[(episode.episode_index, key)] = _Task(episode, key)
                 tasks.append(task)
-            first = self._first is None
-            if first:
-                self._first = tasks
-        if first and not tasks:
-            self._head_start.set()
+            after = None  # the admission these tasks wait for (the head start)
+            if tasks and len(self._ramp) < RAMP_ADMISSIONS:
+                after = self._ramp[-1] if self._ramp else None
+                admission = _Admission(tasks)
+                self._ramp.append(admission)
+                for task in tasks:
+                    task.admission = admission
         for task in tasks:
-            self._pool.submit(functools.partial(self._run if first else self._run_after_head_start, task))
+            job = self._run if after is None else functools.partial(self._run_after, after)
+            self._pool.submit(functools.partial(job, task))
 
     def path(self, episode: EpisodeInfo, key: str) -> str:
         with self._lock:
@@ -206,7 +220,8 @@ class RemoteVideos(EpisodeVideos):
             self._admitted.clear()
             for task in tasks:
                 task.cancelled = True
-        self._head_start.set()  # threads waiting for it find their tasks cancelled
+        for admission in self._ramp:  # threads waiting for one find their tasks cancelled
+            admission.done.set()
         self._pool.close(_CLOSE_JOIN_S)
         releases = []
         with self._lock:
@@ -227,17 +242,20 @@ class RemoteVideos(EpisodeVideos):
 
     # -- fetching --------------------------------------------------------------------------------
 
-    def _run_after_head_start(self, task: _Task) -> None:
-        # No timeout: the first tasks end (their reads time out), and close() sets the event; a
-        # path() that wants this task meanwhile runs it itself.
-        self._head_start.wait()
+    def _run_after(self, before: _Admission, task: _Task) -> None:
+        # No timeout: the tasks waited for end (their reads time out), and close() sets the event;
+        # a path() that wants this task meanwhile runs it itself.
+        before.done.wait()
         self._run(task)
 
-    def _end_head_start_when_done(self) -> None:
+    def _note_done(self, task: _Task) -> None:
+        admission = task.admission
+        if admission is None:
+            return
         with self._lock:
-            over = self._first is not None and all(t.done.is_set() for t in self._first)
+            over = all(t.done.is_set() for t in admission.tasks)
         if over:
-            self._head_start.set()
+            admission.done.set()
 
     def _run(self, task: _Task) -> None:
         with self._lock:
@@ -247,7 +265,7 @@ class RemoteVideos(EpisodeVideos):
             skip = task.cancelled
         if skip:
             task.done.set()
-            self._end_head_start_when_done()
+            self._note_done(task)
             return
         entry = path = error = None
         try:
@@ -260,7 +278,7 @@ class RemoteVideos(EpisodeVideos):
             if not task.cancelled:
                 task.entry = entry
             task.done.set()
-        self._end_head_start_when_done()
+        self._note_done(task)
         if orphan is not None:
             self._unhold(orphan)
 
