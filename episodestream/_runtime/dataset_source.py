@@ -26,6 +26,7 @@ from episodestream._runtime.core import DatasetCore
 from episodestream._runtime.epoch import SharedEpoch
 from episodestream._runtime.placement import in_dataloader_worker
 from episodestream._runtime.position import StreamPosition, load_consumer_state
+from episodestream._runtime.rows_ahead import RowsAhead
 from episodestream._runtime.stream import CheckedState, ConsumerStream, PlannedGroup, refuse_mismatches
 from episodestream._runtime.stream_source import StreamSource
 from episodestream._sample.builder import PendingSample, SampleBuilder
@@ -157,31 +158,38 @@ class DatasetSource(StreamSource):
         builder = self.core.builder
         episodes = self.core.fetched_episodes
         group_size = self.settings.decode_group_size
-        # Prefetching sources admit video ahead of the pool (_admit_ahead), the rest on first hold.
-        pool = HeldEpisodes(self.core.row_reader(), videos, admit_video=not videos.prefetches)
+        # Prefetching sources admit video ahead of the pool (_admit_ahead), and start reading the
+        # rows then (RowsAhead); the rest admit video on first hold.
+        depth = self.settings.prefetch_episodes
+        rows = RowsAhead(self.core.row_reader(), keep=2 * (depth + 1)) if videos.prefetches else None
+        pool = HeldEpisodes(rows or self.core.row_reader(), videos, admit_video=not videos.prefetches)
         pending: list[PendingSample] = []
         evicted: list[EpisodeInfo] = []
         if videos.prefetches:
-            steps = _admit_ahead(steps, videos, episodes, depth=self.settings.prefetch_episodes)
-        for kind, episode_index, frame in steps:
-            if kind == EMIT:
-                with trace_span("plan", cat="samples", level="detailed", episode=episode_index, frame=frame):
-                    pending.append(builder.plan(pool.rows(episode_index), frame, videos))
-                if len(pending) >= group_size:
-                    yield PlannedGroup(pending, evicted)
-                    pending, evicted = [], []
-            elif kind == ADMIT:
-                if episode_index not in pool:
-                    trace_instant("admit", cat="pool", episode=episode_index)
-                with trace_span("read_rows", cat="rows", level="detailed", episode=episode_index):
-                    pool.hold(episodes[episode_index])
-            elif (episode := pool.release(episode_index)) is not None:
-                trace_instant("evict", cat="pool", episode=episode_index)
-                # Its rows are gone now (plan() copied what it needs); its video bytes go only
-                # after the pending samples are decoded.
-                evicted.append(episode)
-        if pending or evicted:
-            yield PlannedGroup(pending, evicted)
+            steps = _admit_ahead(steps, videos, episodes, depth=depth, rows=rows)
+        try:
+            for kind, episode_index, frame in steps:
+                if kind == EMIT:
+                    with trace_span("plan", cat="samples", level="detailed", episode=episode_index, frame=frame):
+                        pending.append(builder.plan(pool.rows(episode_index), frame, videos))
+                    if len(pending) >= group_size:
+                        yield PlannedGroup(pending, evicted)
+                        pending, evicted = [], []
+                elif kind == ADMIT:
+                    if episode_index not in pool:
+                        trace_instant("admit", cat="pool", episode=episode_index)
+                    with trace_span("read_rows", cat="rows", level="detailed", episode=episode_index):
+                        pool.hold(episodes[episode_index])
+                elif (episode := pool.release(episode_index)) is not None:
+                    trace_instant("evict", cat="pool", episode=episode_index)
+                    # Its rows are gone now (plan() copied what it needs); its video bytes go only
+                    # after the pending samples are decoded.
+                    evicted.append(episode)
+            if pending or evicted:
+                yield PlannedGroup(pending, evicted)
+        finally:
+            if rows is not None:
+                rows.close()
 
     # -- resume -----------------------------------------------------------------------------------
 
@@ -261,15 +269,17 @@ class DatasetSource(StreamSource):
 
 
 def _admit_ahead(steps: Iterator[Step], videos: EpisodeVideos, episodes,
-                 *, depth: int) -> Iterator[Step]:
-    """Pass ``steps`` through, calling ``videos.admit`` for each ADMIT as soon as it is among the
-    next ``depth`` admissions, so fetching runs ahead of the pool's need."""
+                 *, depth: int, rows: RowsAhead | None = None) -> Iterator[Step]:
+    """Pass ``steps`` through, calling ``videos.admit`` (and ``rows.ahead``) for each ADMIT as soon
+    as it is among the next ``depth`` admissions, so fetching runs ahead of the pool's need."""
     buffered: deque[Step] = deque()
     admits_buffered = 0
     for step in steps:
         buffered.append(step)
         if step[0] == ADMIT:
             videos.admit(episodes[step[1]])
+            if rows is not None:
+                rows.ahead(episodes[step[1]])
             admits_buffered += 1
         while admits_buffered > depth:
             out = buffered.popleft()

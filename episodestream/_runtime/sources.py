@@ -50,7 +50,7 @@ def open_source(source: str | os.PathLike, *, revision: str | None, cache_dir: s
         raise TypeError(f"source must be a dataset folder, a URL or a Hub repo id, got {source!r}.")
     from episodestream._remote.source.open import open_remote_source  # fsspec and huggingface_hub load only for remote sources
 
-    return open_remote_source(source, revision=revision, **remote_options)
+    return open_remote_source(source, revision=revision, fetch_metadata=True, **remote_options)
 
 
 def local_folder(source: Any) -> str | None:

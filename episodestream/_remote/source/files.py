@@ -74,6 +74,7 @@ class _ProcessState:
         # Metadata entries stay referenced while this process may read them; released at close
         # or exit (a killed process's reference is recognised as stale by the next user).
         self.finalizer = weakref.finalize(self, release_all, files.cache, self.holder, self.held)
+        self.fetching: dict[str, threading.Lock] = {}  # local_path: one download per entry at a time
 
 
 class RemoteFiles(DatasetFiles):
@@ -252,8 +253,15 @@ class RemoteFiles(DatasetFiles):
         with state.lock:
             if name in state.held:  # one marker per holder: acquiring again would not add a reference
                 return str(self.cache.path(name))
+            # Per entry, so that several files download at once (``_remote.source.metadata``).
+            fetching = state.fetching.setdefault(name, threading.Lock())
+        with fetching:
+            with state.lock:
+                if name in state.held:
+                    return str(self.cache.path(name))
             path = self.fetch_whole(relpath, holder=state.holder)
-            state.held.add(name)
+            with state.lock:
+                state.held.add(name)
         return str(path)
 
     def fetch_whole(self, relpath: str, *, holder: str, stop: Callable[[], bool] | None = None) -> Path:

@@ -1,8 +1,9 @@
 """``open_remote_source``: the factory that turns a remote ``source`` into a ``RemoteFiles``.
 
 Validates the options once (errors name the argument), resolves the source (a Hub revision to a
-commit), lists its files once, prunes what killed processes left in the cache and checks the cache
-budget can hold the metadata, all in the process that builds the dataset.
+commit), lists its files once, prunes what killed processes left in the cache, checks the cache
+budget can hold the metadata and, for a dataset being built, downloads its metadata files together
+(``_remote.source.metadata``), all in the process that builds the dataset.
 
 What is listed: ``meta/`` first. LeRobot v2.x names every episode's files by info.json's
 templates, so for a v2.x layout nothing more is listed (a 100k-episode repo would list 300k files;
@@ -25,6 +26,7 @@ from episodestream._remote.transport.config import ControllerConfig
 from episodestream._remote.transport.download import default_fetch
 from episodestream._remote.cache.node_cache import DEFAULT_WAIT_S, NodeCache
 from episodestream._remote.source.files import RemoteFiles
+from episodestream._remote.source.metadata import fetch_metadata as _fetch_metadata
 from episodestream._remote.source.resolve import (
     CACHE_LIMIT_ENV,
     CACHE_WAIT_ENV,
@@ -38,7 +40,8 @@ def open_remote_source(source: str, *, revision: str | None = None, cache_dir: s
                        cache_limit: int | str | None = None, storage_options: Mapping[str, Any] | None = None,
                        hub_endpoint: str | None = None, token: Any = None, fetch_threads: int = 4,
                        fetch_timeout_s: float = 600.0, cache_wait_s: float | None = None,
-                       download_config: ControllerConfig | Mapping[str, Any] | None = None) -> RemoteFiles:
+                       download_config: ControllerConfig | Mapping[str, Any] | None = None,
+                       fetch_metadata: bool = False) -> RemoteFiles:
     """Open a remote dataset: resolve ``source`` (Hub revisions to a commit), list its files once,
     and return a ``RemoteFiles`` reading through the node cache.
 
@@ -64,6 +67,9 @@ def open_remote_source(source: str, *, revision: str | None = None, cache_dir: s
         download_config: the download controller's knobs (node-wide permits, retries, timeouts): a
             ``ControllerConfig``, a dict of its knobs (the rest from ``EPISODESTREAM_DOWNLOAD_*``) or
             None (all from the environment, else defaults). See docs/download-controller.md.
+        fetch_metadata: download the metadata files a dataset reads while it is built, all at
+            once, before returning (``_remote.source.metadata``); a dataset's construction asks for
+            it, other users (the CLI, prewarm) read what they need themselves.
     """
     from episodestream._base.options import check_int, check_positive_float, env_override, parse_size_bytes
 
@@ -90,6 +96,8 @@ def open_remote_source(source: str, *, revision: str | None = None, cache_dir: s
     if not _named_by_templates(listing):
         files.list_everything(list_source(resolved, fs=fs))
     files.check_cache_budget()  # before downloading metadata that would not fit (all of it is in meta/)
+    if fetch_metadata:
+        _fetch_metadata(files)
     return files
 
 

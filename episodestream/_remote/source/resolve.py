@@ -75,8 +75,11 @@ class ResolvedSource:
         if self.protocol == "hf":
             from huggingface_hub import HfFileSystem
 
-            return HfFileSystem(endpoint=self.endpoint, token=self.token, skip_instance_cache=True,
-                                **dict(self.storage_options))
+            fs = HfFileSystem(endpoint=self.endpoint, token=self.token, skip_instance_cache=True,
+                              **dict(self.storage_options))
+            if self.revision_sha is not None:
+                _known_commit(fs, self.root, self.revision_sha)
+            return fs
         return fsspec.filesystem(self.protocol, skip_instance_cache=True, **dict(self.storage_options))
 
     def secrets(self) -> list[str]:
@@ -84,6 +87,21 @@ class ResolvedSource:
 
     def path(self, relpath: str) -> str:
         return f"{self.root}/{relpath}" if relpath else self.root
+
+
+def _known_commit(fs: fsspec.AbstractFileSystem, root: str, sha: str) -> None:
+    """Tell a new ``HfFileSystem`` that the repo of ``root`` exists at commit ``sha``.
+
+    Before it lists or opens a path, HfFileSystem asks the Hub whether its repo and revision exist
+    (a ``repo_info`` request, one round trip) and keeps the answer per client. ``_resolve_hub`` got
+    this commit from the Hub already, so the answer goes into that per-client dict and the listing
+    costs one request less. The dict is huggingface_hub's own (private); where a version has none,
+    nothing changes and the client asks as it always did.
+    """
+    known = getattr(fs, "_repo_and_revision_exists_cache", None)
+    if isinstance(known, dict):
+        repo_id = root.split("/", 1)[1].split("@", 1)[0]  # datasets/<owner>/<name>@<sha>[/<folder>]
+        known[("dataset", repo_id, sha)] = (True, None)
 
 
 def _secrets(token: Any, options: Mapping[str, Any]) -> list[str]:

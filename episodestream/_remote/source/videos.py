@@ -28,7 +28,7 @@ from episodestream._remote.source.budget import DISK_SLACK_BYTES
 from episodestream._remote.transport.daemon_pool import DaemonPool
 from episodestream._remote.source.mp4 import Mp4Header, Mp4LayoutError, VideoTrack, read_header
 from episodestream._remote.cache.node_cache import release_all
-from episodestream._remote.transport.reader import LARGE_READ_BYTES
+from episodestream._remote.transport.reader import CACHED_PIECE_MAX_BYTES, LARGE_READ_BYTES
 
 if TYPE_CHECKING:
     from episodestream._format.metadata import EpisodeInfo
@@ -38,8 +38,40 @@ logger = logging.getLogger("episodestream.remote")
 
 SPAN_PAD_MAX_BYTES = 64 * 1024
 HEADER_BLOCK_BYTES = 4096
+# The tail read with the start of an mp4: a LeRobot mp4's moov takes ~6-12 bytes per frame of
+# several KB (0.1-0.2% of the file), so 1/256 of the file holds it; a larger moov costs the walk
+# its usual reads, no more. At least a block (a small file's moov), at most the reader's largest
+# kept piece (the walk must find it there).
+_TAIL_FRACTION = 256
+RAMP_ADMISSIONS = 4  # the pool's first slots draw from 1, 2 and 4 episodes
 _SPAN_PAD_FRACTION = 64  # pad each side by 1/64 of the span, at most SPAN_PAD_MAX_BYTES
 _CLOSE_JOIN_S = 60.0
+
+
+def _tail_bytes(size: int) -> int:
+    return min(size, CACHED_PIECE_MAX_BYTES, max(HEADER_BLOCK_BYTES, size // _TAIL_FRACTION))
+
+
+def _read_both(first: Callable[[], object], second: Callable[[], object]) -> None:
+    """Run ``first`` here and ``second`` on a daemon thread at the same time; raise the first
+    error. A daemon thread, not an executor's: a read stalled past its timeouts must not hold the
+    interpreter's exit (the reason ``DaemonPool`` exists)."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            second()
+        except BaseException as error:  # raised in the caller below
+            errors.append(error)
+
+    thread = threading.Thread(target=run, name="episodestream-mp4-tail", daemon=True)
+    thread.start()
+    try:
+        first()
+    finally:
+        thread.join()
+    if errors:
+        raise errors[0]
 
 
 @dataclass(frozen=True)
@@ -64,6 +96,15 @@ class _Task:
         self.path: str | None = None
         self.entry: str | None = None
         self.error: BaseException | None = None
+        self.admission: _Admission | None = None  # one of the head start's, if it is
+
+
+class _Admission:
+    """One of a consumer's first admissions (the head start): its tasks, and whether all are done."""
+
+    def __init__(self, tasks: list[_Task]) -> None:
+        self.tasks = tasks
+        self.done = threading.Event()
 
 
 class RemoteVideos(EpisodeVideos):
@@ -73,6 +114,14 @@ class RemoteVideos(EpisodeVideos):
     thread has started it yet); ``evict`` releases the episode's cache entries once its
     admissions are all evicted. mp4 headers stay referenced until ``close``, so each file's header
     is fetched once while the consumer runs.
+
+    Head start: the first ``RAMP_ADMISSIONS`` admitted episodes download one after another, each
+    alone (its cameras together): an episode's tasks wait until the one admitted before it is
+    local (or failed, or the consumer closed); later admissions queue as usual. A consumer's first
+    draws need its first episode only, the next ones a second, then two more (the pool's ramp,
+    ``_plan.sampling``), and prefetching admits several episodes at once: sharing the link, the
+    first episode's bytes would arrive when all of theirs do. In turn, each arrives as soon as the
+    link allows. Only the order of downloads depends on this, never which samples come out.
     """
 
     prefetches = True
@@ -90,6 +139,7 @@ class RemoteVideos(EpisodeVideos):
         self._header_locks: dict[str, threading.Lock] = {}
         self._header_entries: set[str] = set()
         self._pool = DaemonPool(threads)
+        self._ramp: list[_Admission] = []  # the first admissions with video, in order
         self._counts_by_kind = {"spans": 0, "whole_files": 0, "waits": 0}
         self._wait_s = 0.0
         # A task waits for a lock (timeout_s) and twice for space (the header, the span): path()
@@ -110,8 +160,16 @@ class RemoteVideos(EpisodeVideos):
             for key in episode.videos:
                 task = self._tasks[(episode.episode_index, key)] = _Task(episode, key)
                 tasks.append(task)
+            after = None  # the admission these tasks wait for (the head start)
+            if tasks and len(self._ramp) < RAMP_ADMISSIONS:
+                after = self._ramp[-1] if self._ramp else None
+                admission = _Admission(tasks)
+                self._ramp.append(admission)
+                for task in tasks:
+                    task.admission = admission
         for task in tasks:
-            self._pool.submit(functools.partial(self._run, task))
+            job = self._run if after is None else functools.partial(self._run_after, after)
+            self._pool.submit(functools.partial(job, task))
 
     def path(self, episode: EpisodeInfo, key: str) -> str:
         with self._lock:
@@ -166,6 +224,8 @@ class RemoteVideos(EpisodeVideos):
             self._admitted.clear()
             for task in tasks:
                 task.cancelled = True
+        for admission in self._ramp:  # threads waiting for one find their tasks cancelled
+            admission.done.set()
         self._pool.close(_CLOSE_JOIN_S)
         releases = []
         with self._lock:
@@ -195,6 +255,21 @@ class RemoteVideos(EpisodeVideos):
 
     # -- fetching --------------------------------------------------------------------------------
 
+    def _run_after(self, before: _Admission, task: _Task) -> None:
+        # No timeout: the tasks waited for end (their reads time out), and close() sets the event;
+        # a path() that wants this task meanwhile runs it itself.
+        before.done.wait()
+        self._run(task)
+
+    def _note_done(self, task: _Task) -> None:
+        admission = task.admission
+        if admission is None:
+            return
+        with self._lock:
+            over = all(t.done.is_set() for t in admission.tasks)
+        if over:
+            admission.done.set()
+
     def _run(self, task: _Task) -> None:
         with self._lock:
             if task.started:
@@ -203,6 +278,7 @@ class RemoteVideos(EpisodeVideos):
             skip = task.cancelled
         if skip:
             task.done.set()
+            self._note_done(task)
             return
         entry = path = error = None
         try:
@@ -215,6 +291,7 @@ class RemoteVideos(EpisodeVideos):
             if not task.cancelled:
                 task.entry = entry
             task.done.set()
+        self._note_done(task)
         if orphan is not None:
             self._unhold(orphan)
 
@@ -262,9 +339,18 @@ class RemoteVideos(EpisodeVideos):
         size = files.size_bytes(relpath)
         found: dict[str, Mp4Header] = {}
 
-        def download(tmp: Path) -> int:
+        def read(start: int, end: int) -> bytes:
             # Small blocks: box headers sit just before megabytes of mdat that are not wanted here.
-            header = read_header(lambda s, e: files.read_range(relpath, s, e, block_bytes=HEADER_BLOCK_BYTES), size)
+            return files.read_range(relpath, start, end, block_bytes=HEADER_BLOCK_BYTES)
+
+        def download(tmp: Path) -> int:
+            # Walking the boxes costs a round trip per box (ftyp and mdat's header, then moov's
+            # header, then moov); LeRobot's encoder writes moov last, so the file's tail is asked
+            # for together with its start, and the walk then finds both in the reader's pieces.
+            tail_start = max(HEADER_BLOCK_BYTES, size - _tail_bytes(size))
+            if tail_start < size:
+                _read_both(lambda: read(0, HEADER_BLOCK_BYTES), lambda: read(tail_start, size))
+            header = read_header(read, size)
             stored = tmp.write_bytes(header.to_bytes())
             found["header"] = header
             return stored  # a header entry's bytes: what it stores

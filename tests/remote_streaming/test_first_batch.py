@@ -1,0 +1,157 @@
+"""What a remote first batch waits for, in round trips: building a dataset asks the Hub's API
+twice (the commit, the listing) and downloads its metadata files together, an mp4's header is one round trip (its start and tail at once), and a
+consumer's first admitted episodes download one after another, each alone (head start).
+File bytes go through a slow link (the Hub's CDN behind a ``ShapingProxy`` that holds every request
+``LATENCY_S`` before forwarding it): requests sent together reach the server within a moment of
+each other, requests sent one after another at least ``LATENCY_S`` apart. Rows are read ahead too,
+off the consumer's thread, and the samples stay the local ones."""
+
+from __future__ import annotations
+
+import threading
+
+from episodestream import EpisodeStreamingDataset
+from episodestream._format.versions import load_metadata
+from episodestream._remote.source.open import open_remote_source
+from episodestream._remote.source.videos import RAMP_ADMISSIONS
+from episodestream.testing import FakeHub, ShapingProxy
+
+from .conftest import REPO, SPANS_REPO, assert_same_samples, cache_files, remote_dataset
+
+LATENCY_S = 0.3  # per request on the CDN's link
+TOGETHER_S = LATENCY_S / 2  # arrivals closer than this were sent together (one after another: >= LATENCY_S)
+
+
+def _hub_with_slow_files(hub_root):
+    hub = FakeHub(hub_root, redirect_resolve=True).start()
+    cdn = ShapingProxy(hub.cdn_url).start()
+    hub.redirect_base_url = cdn.url  # file bytes come through the shaped link, the API does not
+    return hub, cdn
+
+
+def _fresh_budget(tmp_path) -> dict:
+    """A download budget of this test's own, at its initial permits (8): earlier tests' throttles
+    lower the session's, which would hold requests back that these tests expect together."""
+    return {"permits_dir": str(tmp_path / "permits")}
+
+
+def _arrivals(stats) -> list[float]:
+    """When requests reached the server through the proxy (each rise of its in-flight count)."""
+    series = stats.in_flight_series
+    return [t for (t, count), (_, before) in zip(series[1:], series) if count > before]
+
+
+def test_metadata_files_download_together_while_a_dataset_is_built(hub_root, dataset_root, tmp_path):
+    metadata = [p for p in (dataset_root / "meta").rglob("*") if p.is_file()]
+    assert len(metadata) >= 4  # info.json, the episodes parquet, tasks, stats
+    hub, cdn = _hub_with_slow_files(hub_root)
+    try:
+        cdn.update(latency_s=LATENCY_S)
+        with remote_dataset(EpisodeStreamingDataset, REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url,
+                            token=False, download_config=_fresh_budget(tmp_path)) as dataset:
+            stats = cdn.stats()
+            # Every metadata file once, all sent together (one after another: >= 3 x LATENCY_S).
+            arrivals = _arrivals(stats)
+            assert stats.requests == len(arrivals) == len(metadata)
+            assert max(arrivals) - min(arrivals) < TOGETHER_S, arrivals
+            # Before them, two requests to the Hub's API: the commit, then the listing (the commit
+            # is not asked for again before the listing).
+            api = {path: counts.requests for path, counts in hub.stats().by_path.items() if path.startswith("/api/")}
+            assert sum(api.values()) == 2, api
+            assert dataset.source_stats().cache_misses == len(metadata)
+            assert len(dataset) > 0
+    finally:
+        cdn.stop()
+        hub.stop()
+    assert cache_files(tmp_path / "cache") == []
+
+
+def test_an_mp4_header_is_its_start_and_tail_asked_for_together(hub_root, tmp_path):
+    hub, cdn = _hub_with_slow_files(hub_root)
+    try:
+        files = open_remote_source(SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False,
+                                   download_config=_fresh_budget(tmp_path))
+        videos = files.episode_videos()
+        episode = load_metadata(files).episodes[0]
+        key = next(iter(episode.videos))
+        cdn.update(latency_s=LATENCY_S)
+        cdn.reset_stats()
+        videos.path(episode, key)
+        # The header's two reads (the file's start, its tail holding moov) sent together, then the
+        # episode's span: three requests, two round trips.
+        arrivals = _arrivals(cdn.stats())
+        assert len(arrivals) == 3
+        assert arrivals[1] - arrivals[0] < TOGETHER_S <= arrivals[2] - arrivals[1], arrivals
+    finally:
+        videos.close()
+        files.close()
+        cdn.stop()
+        hub.stop()
+    assert cache_files(tmp_path / "cache") == []
+
+
+def test_the_first_admitted_episodes_download_one_after_another(hub_root, tmp_path):
+    hub, cdn = _hub_with_slow_files(hub_root)
+    try:
+        files = open_remote_source(SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False,
+                                   download_config=_fresh_budget(tmp_path))
+        videos = files.episode_videos()
+        meta = load_metadata(files)
+        episodes = [meta.episodes[i] for i in range(RAMP_ADMISSIONS + 1)]
+        key = next(iter(episodes[0].videos))
+        assert len({e.videos[key].relpath for e in episodes}) == 1  # one camera, one mp4, one header
+        cdn.update(latency_s=LATENCY_S)
+        cdn.reset_stats()
+        for episode in episodes:  # a consumer's first admissions, as prefetching makes them
+            videos.admit(episode)
+        videos.path(episodes[0], key)
+        # When the first episode's bytes are local, only they were asked for (the header's two
+        # reads, its span): the others' spans did not share the link with it.
+        assert cdn.stats().requests == 3
+        for episode in episodes[1:]:
+            videos.path(episode, key)
+        arrivals = _arrivals(cdn.stats())
+        assert len(arrivals) == 3 + RAMP_ADMISSIONS
+        gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:])]
+        # The header's reads together; then spans 0, 1, 2, 3 one after another, each alone but for
+        # span 4 (past the head start), which a free fetch thread asked for with span 1.
+        together = [gap < TOGETHER_S for gap in gaps]
+        assert together == [True, False, False, True, False, False], arrivals
+        for episode in episodes:
+            videos.evict(episode)
+    finally:
+        videos.close()
+        files.close()
+        cdn.stop()
+        hub.stop()
+    assert cache_files(tmp_path / "cache") == []
+
+
+def test_a_remote_consumer_reads_rows_ahead_on_their_own_thread(hub_root, spans_root, tmp_path, monkeypatch):
+    from episodestream._runtime.core import DatasetCore
+
+    options = dict(episode_pool_size=3, seed=4)
+    expected = list(EpisodeStreamingDataset(spans_root, **options))
+    threads: list[str] = []
+    row_reader = DatasetCore.row_reader
+
+    def recording(core):
+        reader = row_reader(core)
+        read = reader.read
+
+        def recorded(episode):
+            threads.append(threading.current_thread().name)
+            return read(episode)
+
+        reader.read = recorded
+        return reader
+
+    monkeypatch.setattr(DatasetCore, "row_reader", recording)
+    with FakeHub(hub_root) as hub:
+        with remote_dataset(EpisodeStreamingDataset, SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url,
+                            token=False, **options) as dataset:
+            got = list(dataset)
+    assert_same_samples(got, expected)
+    # Each admission's rows were read ahead, off the consumer's thread (which decodes meanwhile).
+    assert len(threads) >= len(dataset.episode_indices) and set(threads) == {"episodestream-rows"}
+    assert cache_files(tmp_path / "cache") == []
