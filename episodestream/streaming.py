@@ -231,6 +231,9 @@ def load_loader_state(loader: torch.utils.data.DataLoader, state: Mapping[str, A
     """
     strict = check_bool("strict", strict)
     source = source_of(loader.dataset, needs="load_loader_state needs a StatefulDataLoader over")
+    if not callable(getattr(loader, "load_state_dict", None)):
+        raise TypeError(f"load_loader_state needs a torchdata StatefulDataLoader, got a {type(loader).__name__}; for "
+                        f"a plain DataLoader save stream_state(loader, batches_consumed) and load it into the dataset.")
     if not is_loader_state(state):
         raise ValueError(f"load_loader_state needs a StatefulDataLoader's state_dict(), got {state!r:.200}.")
     saved = read_loader_state(state)

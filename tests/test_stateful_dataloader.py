@@ -161,6 +161,8 @@ def test_load_loader_state_refuses_another_batch_size_and_a_dataset_state(camera
         _dataset(camera_less_root).load_state_dict(state)
     with pytest.raises(ValueError, match=r"needs a StatefulDataLoader's state_dict\(\)"):
         load_loader_state(loader, _dataset(camera_less_root).state_dict())
+    with pytest.raises(TypeError, match=r"needs a torchdata StatefulDataLoader, got a DataLoader.*stream_state"):
+        load_loader_state(torch.utils.data.DataLoader(_dataset(camera_less_root), batch_size=4), state)
 
 
 def test_another_worker_count_or_dataset_is_refused(camera_less_root):
