@@ -5,6 +5,7 @@ its requests do not grow with the episodes; a missing file is an error naming it
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -82,6 +83,13 @@ def test_prewarm_of_a_v21_repo(v21_hub, tmp_path, capsys):
             assert_same_samples(list(dataset), expected)
         mp4 = [key for key, s in hub.stats().by_file.items() if key.endswith(".mp4") and s.bytes_sent]
         assert mp4 == [], "prewarmed video is read from the cache"
+    # The pins outlive the run: `cache ls` shows them (every mp4 at least), `cache clear` removes them.
+    assert main(["cache", "ls", "--cache-dir", str(cache_dir), "--json"]) == 0
+    totals = json.loads(capsys.readouterr().out)["totals"]
+    assert totals["pinned"] >= len(list(local_root.rglob("*.mp4"))) and totals["in_use"] == 0
+    assert main(["cache", "clear", "--cache-dir", str(cache_dir)]) == 0
+    assert f"removed {totals['entries']} entries" in capsys.readouterr().out
+    assert cache_files(cache_dir) == []
 
 
 def _hub_of(tmp_path_factory, name, root):
@@ -214,3 +222,4 @@ def test_threads_asking_about_one_episode_share_one_look_up(v21_hub, tmp_path):
             files.close()
     assert sizes == [[(local_root / p).stat().st_size for p in relpaths]] * 8
     assert asked == 1, asked
+
