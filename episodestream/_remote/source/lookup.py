@@ -3,7 +3,7 @@
 LeRobot v2.x names every episode's files by info.json's templates, so a v2.x source is listed for
 ``meta/`` only and asks about an episode's files when it is admitted (``RemoteFiles.look_up``):
 the Hub answers many paths in one paths-info request (``HUB_PATHS_PER_REQUEST``), other stores one
-``info`` (HEAD) per file, ``INFO_REQUESTS_IN_FLIGHT`` at a time on async filesystems. A path the
+``info`` (HEAD) per file, several at a time on async filesystems (``resolve.file_infos``). A path the
 source does not have comes back as None, never as an error; other failures are retried as
 downloads are (``RetryPolicy``: throttles, timeouts, 5xx), then raised naming the file.
 
@@ -13,21 +13,17 @@ from either meet (a prewarmed cache serves a later run).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import fsspec
-from fsspec.asyn import AsyncFileSystem
 
-from episodestream._remote.source.resolve import FileEntry, ResolvedSource, file_entry, hub_repo_path, ranged_size
+from episodestream._remote.source.resolve import FileEntry, ResolvedSource, file_entry, file_infos, hub_repo_path
 from episodestream._remote.transport.failures import as_file_error, classify, status_of
 from episodestream._remote.transport.retry import RetryPolicy
 
 HUB_PATHS_PER_REQUEST = 500
-INFO_REQUESTS_IN_FLIGHT = 16
-_HTTP = ("http", "https")
 
 Answer = dict[str, "dict[str, Any] | None | BaseException"]  # relpath -> info, absent, or the failure
 
@@ -93,30 +89,5 @@ def _ask_hub(resolved: ResolvedSource, relpaths: list[str]) -> Answer:
 
 
 def _ask_files(resolved: ResolvedSource, fs: fsspec.AbstractFileSystem, relpaths: list[str]) -> Answer:
-    """``info`` of each file (HEAD on http, HeadObject on s3), in parallel on async filesystems."""
-    urls = [resolved.path(relpath) for relpath in relpaths]
-    if isinstance(fs, AsyncFileSystem):
-        async def all_infos() -> list[Any]:
-            gate = asyncio.Semaphore(INFO_REQUESTS_IN_FLIGHT)
-
-            async def one(url: str) -> Any:
-                async with gate:
-                    try:
-                        info = await fs._info(url)
-                        if info.get("size") is None and resolved.protocol in _HTTP:
-                            info["size"] = await ranged_size(fs, url)
-                        return info
-                    except Exception as error:  # returned, so one failure does not leave others running
-                        return error
-
-            return await asyncio.gather(*(one(url) for url in urls))
-
-        results = fsspec.asyn.sync(fs.loop, all_infos)
-    else:
-        results = []
-        for url in urls:
-            try:
-                results.append(fs.info(url))
-            except Exception as error:
-                results.append(error)
-    return dict(zip(relpaths, results))
+    """``info`` of each file (HEAD on http, HeadObject on s3; ``resolve.file_infos``)."""
+    return dict(zip(relpaths, file_infos(fs, resolved, relpaths)))

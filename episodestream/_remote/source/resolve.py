@@ -41,7 +41,7 @@ CACHE_WAIT_ENV = "EPISODESTREAM_CACHE_WAIT_S"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 _SECRET_KEYS = ("token", "secret", "key", "password", "credential", "session", "authorization")
 _HTTP = ("http", "https")
-_SIZE_REQUESTS_IN_FLIGHT = 16  # concurrent HEADs while sizing an HTTP listing
+_SIZE_REQUESTS_IN_FLIGHT = 16  # concurrent HEADs while sizing an HTTP listing or looking files up
 SUPPORTED_SOURCES = ("a local folder (or file:// URL), a Hub repo id 'owner/name', hf://datasets/owner/name, "
                      "s3://bucket/prefix, gs://bucket/prefix, http(s)://server/folder (a server that lists "
                      "folders), or another fsspec URL whose filesystem needs only the path and storage_options")
@@ -351,34 +351,42 @@ def _listing_error(error: BaseException, resolved: ResolvedSource) -> OSError:
     return ConnectionError(f"Listing {resolved.description} failed: {type(error).__name__}: {message}")
 
 
-def _sized(fs: fsspec.AbstractFileSystem, resolved: ResolvedSource, relpaths: list[str]) -> dict[str, dict]:
-    """``info`` (with a size) of each file: HEAD, else a GET's headers (fsspec's ``info``), else a
-    ranged GET's ``Content-Range``; requests in parallel on async filesystems."""
+def file_infos(fs: fsspec.AbstractFileSystem, resolved: ResolvedSource, relpaths: list[str]) -> list[Any]:
+    """``info`` of each file, or the error asking it raised (returned, not raised: one failure does
+    not leave the others running): HEAD, else a GET's headers (fsspec's ``info``), else, on http, a
+    ranged GET's ``Content-Range`` for the size; ``_SIZE_REQUESTS_IN_FLIGHT`` at a time on async
+    filesystems, one after another on the others."""
     urls = [resolved.path(relpath) for relpath in relpaths]
-    if isinstance(fs, AsyncFileSystem):
-        async def all_infos() -> list:
-            gate = asyncio.Semaphore(_SIZE_REQUESTS_IN_FLIGHT)
-
-            async def one(url: str) -> Any:
-                async with gate:
-                    try:
-                        info = await fs._info(url)
-                        if info.get("size") is None and resolved.protocol in _HTTP:
-                            info["size"] = await ranged_size(fs, url)
-                        return info
-                    except Exception as error:  # returned, so one failure does not leave others running
-                        return error
-
-            return await asyncio.gather(*(one(url) for url in urls))
-
-        results = fsspec.asyn.sync(fs.loop, all_infos)
-    else:
-        results = []
+    if not isinstance(fs, AsyncFileSystem):
+        results: list[Any] = []
         for url in urls:
             try:
                 results.append(fs.info(url))
             except Exception as error:
                 results.append(error)
+        return results
+
+    async def all_infos() -> list:
+        gate = asyncio.Semaphore(_SIZE_REQUESTS_IN_FLIGHT)
+
+        async def one(url: str) -> Any:
+            async with gate:
+                try:
+                    info = await fs._info(url)
+                    if info.get("size") is None and resolved.protocol in _HTTP:
+                        info["size"] = await ranged_size(fs, url)
+                    return info
+                except Exception as error:
+                    return error
+
+        return await asyncio.gather(*(one(url) for url in urls))
+
+    return fsspec.asyn.sync(fs.loop, all_infos)
+
+
+def _sized(fs: fsspec.AbstractFileSystem, resolved: ResolvedSource, relpaths: list[str]) -> dict[str, dict]:
+    """``info`` (with a size) of each file (``file_infos``); an error or a missing size raises."""
+    results = file_infos(fs, resolved, relpaths)
     infos = {}
     for relpath, result in zip(relpaths, results):
         where = f"{resolved.description}/{relpath}"
