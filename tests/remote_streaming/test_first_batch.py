@@ -1,5 +1,5 @@
 """What a remote first batch waits for, in round trips: building a dataset asks the Hub's API
-twice (the commit, the listing) and downloads its metadata files together, an mp4's header is one round trip (its start and tail at once), and a
+for the commit once (then the listings) and downloads its metadata files together, an mp4's header is one round trip (its start and tail at once), and a
 consumer's first admitted episodes download one after another, each alone (head start).
 File bytes go through a slow link (the Hub's CDN behind a ``ShapingProxy`` that holds every request
 ``LATENCY_S`` before forwarding it): requests sent together reach the server within a moment of
@@ -8,6 +8,7 @@ off the consumer's thread, and the samples stay the local ones."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 from episodestream import EpisodeStreamingDataset
@@ -33,6 +34,28 @@ def _fresh_budget(tmp_path) -> dict:
     """A download budget of this test's own, at its initial permits (8): earlier tests' throttles
     lower the session's, which would hold requests back that these tests expect together."""
     return {"permits_dir": str(tmp_path / "permits")}
+
+
+@contextlib.contextmanager
+def _slow_videos(hub_root, tmp_path):
+    """``SPANS_REPO``'s files, its videos and metadata, with the CDN's link slowed from here on and
+    its counters reset; everything closed and stopped after."""
+    hub, cdn = _hub_with_slow_files(hub_root)
+    try:
+        files = open_remote_source(SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False,
+                                   download_config=_fresh_budget(tmp_path))
+        videos = files.episode_videos()
+        try:
+            meta = load_metadata(files)
+            cdn.update(latency_s=LATENCY_S)
+            cdn.reset_stats()
+            yield videos, meta, cdn
+        finally:
+            videos.close()
+            files.close()
+    finally:
+        cdn.stop()
+        hub.stop()
 
 
 def _arrivals(stats) -> list[float]:
@@ -68,41 +91,22 @@ def test_metadata_files_download_together_while_a_dataset_is_built(hub_root, dat
 
 
 def test_an_mp4_header_is_its_start_and_tail_asked_for_together(hub_root, tmp_path):
-    hub, cdn = _hub_with_slow_files(hub_root)
-    try:
-        files = open_remote_source(SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False,
-                                   download_config=_fresh_budget(tmp_path))
-        videos = files.episode_videos()
-        episode = load_metadata(files).episodes[0]
-        key = next(iter(episode.videos))
-        cdn.update(latency_s=LATENCY_S)
-        cdn.reset_stats()
-        videos.path(episode, key)
+    with _slow_videos(hub_root, tmp_path) as (videos, meta, cdn):
+        episode = meta.episodes[0]
+        videos.path(episode, next(iter(episode.videos)))
         # The header's two reads (the file's start, its tail holding moov) sent together, then the
         # episode's span: three requests, two round trips.
         arrivals = _arrivals(cdn.stats())
         assert len(arrivals) == 3
         assert arrivals[1] - arrivals[0] < TOGETHER_S <= arrivals[2] - arrivals[1], arrivals
-    finally:
-        videos.close()
-        files.close()
-        cdn.stop()
-        hub.stop()
     assert cache_files(tmp_path / "cache") == []
 
 
 def test_the_first_admitted_episodes_download_one_after_another(hub_root, tmp_path):
-    hub, cdn = _hub_with_slow_files(hub_root)
-    try:
-        files = open_remote_source(SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False,
-                                   download_config=_fresh_budget(tmp_path))
-        videos = files.episode_videos()
-        meta = load_metadata(files)
+    with _slow_videos(hub_root, tmp_path) as (videos, meta, cdn):
         episodes = [meta.episodes[i] for i in range(RAMP_ADMISSIONS + 1)]
         key = next(iter(episodes[0].videos))
         assert len({e.videos[key].relpath for e in episodes}) == 1  # one camera, one mp4, one header
-        cdn.update(latency_s=LATENCY_S)
-        cdn.reset_stats()
         for episode in episodes:  # a consumer's first admissions, as prefetching makes them
             videos.admit(episode)
         videos.path(episodes[0], key)
@@ -120,11 +124,6 @@ def test_the_first_admitted_episodes_download_one_after_another(hub_root, tmp_pa
         assert together == [True, False, False, True, False, False], arrivals
         for episode in episodes:
             videos.evict(episode)
-    finally:
-        videos.close()
-        files.close()
-        cdn.stop()
-        hub.stop()
     assert cache_files(tmp_path / "cache") == []
 
 
