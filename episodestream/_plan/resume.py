@@ -386,15 +386,21 @@ class _AnyLeg(Protocol):
 _L = TypeVar("_L", bound=_AnyLeg)
 
 
+def saved_legs(state: Mapping[str, Any], read_leg: Callable[[Any, str], _L]) -> tuple[_L, ...]:
+    """``state['legs']`` (the epoch's earlier legs), each read by ``read_leg`` (``Leg.from_state``,
+    a mixture's ``MixLeg.from_state``), which checks its fields."""
+    legs = state.get("legs", [])
+    if not isinstance(legs, (list, tuple)):
+        raise ValueError(f"state['legs'] must be a list of legs, got {legs!r:.200}.")
+    return tuple(read_leg(leg, f"state['legs'][{i}]") for i, leg in enumerate(legs))
+
+
 def chain_legs(state: Mapping[str, Any], current: _L, batches: int,
                read_leg: Callable[[Any, str], _L]) -> tuple[_L, ...]:
     """The epoch's legs from a saved state: ``state['legs']`` (read by ``read_leg``) then
     ``current``, which holds what ``batches`` (counted from the start of the epoch) leaves. A saved
     last leg that the saving run continued exactly is the same stream as ``current``: merged."""
-    saved_legs = state.get("legs", [])
-    if not isinstance(saved_legs, (list, tuple)):
-        raise ValueError(f"state['legs'] must be a list of legs, got {saved_legs!r:.200}.")
-    earlier = [read_leg(leg, f"state['legs'][{i}]") for i, leg in enumerate(saved_legs)]
+    earlier = list(saved_legs(state, read_leg))
     if earlier and earlier[-1].same_stream(current):  # the saving run continued that leg exactly
         last = earlier.pop()
         if (last.batch_size, last.drop_last) != (current.batch_size, current.drop_last):

@@ -20,7 +20,7 @@ from episodestream._base.world import World
 from episodestream._format.files import EpisodeVideos
 from episodestream._format.metadata import EpisodeInfo
 from episodestream._plan.resume import (STATE_FORMAT, Leg, ResumeRequest, Resumption, consumer_steps, fingerprint_digest,
-                                        locate, read_request, refuse_other_format)
+                                        locate, read_request, refuse_other_format, saved_legs)
 from episodestream._plan.sampling import ADMIT, EMIT, EpochPlan, Segment, Step
 from episodestream._runtime.core import DatasetCore
 from episodestream._runtime.epoch import SharedEpoch
@@ -216,14 +216,8 @@ class DatasetSource(StreamSource):
             self.shared_epoch.set(epoch)
             self.loads_seen = self.shared_epoch.state_loaded()
 
-    def _saved_legs(self, state: Mapping[str, Any]) -> tuple[Leg, ...]:
-        saved = state.get("legs", [])
-        if not isinstance(saved, (list, tuple)):
-            raise ValueError(f"state['legs'] must be a list of legs, got {saved!r:.200}.")
-        return tuple(Leg.from_state(leg, f"state['legs'][{i}]") for i, leg in enumerate(saved))
-
     def saved_leg_batches(self, state: Mapping[str, Any]) -> int:
-        return sum(leg.batches for leg in self._saved_legs(state))
+        return sum(leg.batches for leg in saved_legs(state, Leg.from_state))
 
     def position_under(self, state: Mapping[str, Any], world: World) -> tuple[int, int, int] | None:
         seed, shuffle = self.settings.seed, self.settings.shuffle
@@ -231,7 +225,7 @@ class DatasetSource(StreamSource):
         if "batches_consumed" in state:
             request: ResumeRequest | None = read_request(state, seed=seed, shuffle=shuffle)
         else:
-            legs = self._saved_legs(state)
+            legs = saved_legs(state, Leg.from_state)
             request = ResumeRequest(epoch, seed, shuffle, legs) if legs else None
         segments = self.segments(epoch)
         pool_size = check_int("state['episode_pool_size']", state.get("episode_pool_size"), minimum=1)

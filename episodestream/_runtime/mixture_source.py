@@ -25,7 +25,7 @@ from episodestream._plan.mixing import (
     plan_mixture_resume,
     rank_counts,
 )
-from episodestream._plan.resume import BeyondEpochError, chain_legs, refuse_other_format
+from episodestream._plan.resume import BeyondEpochError, chain_legs, refuse_other_format, saved_legs
 from episodestream._plan.sampling import Step
 from episodestream._runtime.dataset_source import DatasetSource
 from episodestream._runtime.epoch import SharedEpoch
@@ -233,14 +233,8 @@ class MixtureSource(StreamSource):
             raise ValueError(f"state['pool_sizes'] must list {len(self.components)} ints, got {pools!r:.200}.")
         return tuple(check_int(f"state['pool_sizes'][{i}]", p, minimum=1) for i, p in enumerate(pools))
 
-    def _saved_legs(self, state: Mapping[str, Any]) -> tuple[MixLeg, ...]:
-        saved = state.get("legs", [])
-        if not isinstance(saved, (list, tuple)):
-            raise ValueError(f"state['legs'] must be a list of legs, got {saved!r:.200}.")
-        return tuple(MixLeg.from_state(leg, f"state['legs'][{i}]") for i, leg in enumerate(saved))
-
     def saved_leg_batches(self, state: Mapping[str, Any]) -> int:
-        return sum(leg.batches for leg in self._saved_legs(state))
+        return sum(leg.batches for leg in saved_legs(state, MixLeg.from_state))
 
     def position_under(self, state: Mapping[str, Any], world: World) -> tuple[int, int, int] | None:
         epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
@@ -252,7 +246,7 @@ class MixtureSource(StreamSource):
             legs = chain_legs(state, current, check_int("state['batches_consumed']", state["batches_consumed"],
                                                         minimum=0), MixLeg.from_state)
         else:
-            legs = self._saved_legs(state)
+            legs = saved_legs(state, MixLeg.from_state)
         sources = self._sources(epoch)
         point = (plan_mixture_resume(sources, seed=self.seed, epoch=epoch, weights=self.weights, stop=self.stop,
                                      legs=legs, world_size=world.world_size, num_workers=world.num_workers,
@@ -272,7 +266,7 @@ class MixtureSource(StreamSource):
         the saved epoch, skips the samples it yielded on top of the legs that iteration continued."""
         refuse_other_format(state, MIXTURE_STATE_FORMAT, "mixture")
         self._check_matches(state, strict=strict)
-        legs = self._saved_legs(state)
+        legs = saved_legs(state, MixLeg.from_state)
         loaded = self.position.load(state["consumer"])
         if loaded.epoch != state.get("epoch"):
             raise ValueError(f"state['consumer']['epoch']={loaded.epoch} differs from state['epoch']="

@@ -32,7 +32,7 @@ from typing import Any
 
 from episodestream._base.options import check_int
 from episodestream._base.world import World
-from episodestream._plan.resume import STATE_FORMAT, refuse_other_format, Leg, ResumeRequest, Resumption
+from episodestream._plan.resume import STATE_FORMAT, Leg, ResumeRequest, Resumption, refuse_other_format, saved_legs
 from episodestream._runtime.placement import in_dataloader_worker
 
 _FIELDS = ("epoch", "rank", "world_size", "worker", "num_workers", "samples_yielded")
@@ -144,10 +144,7 @@ def load_consumer_state(state: Mapping[str, Any], position: StreamPosition, *, s
         if strict:
             raise ValueError(message + " Pass strict=False to load it anyway.")
         warnings.warn(message + " Loading anyway (strict=False).", RuntimeWarning, stacklevel=3)
-    saved_legs = state.get("legs", [])
-    if not isinstance(saved_legs, (list, tuple)):
-        raise ValueError(f"state['legs'] must be a list of legs, got {saved_legs!r:.200}.")
-    legs = tuple(Leg.from_state(leg, f"state['legs'][{i}]") for i, leg in enumerate(saved_legs))
+    legs = saved_legs(state, Leg.from_state)
     loaded = position.load(state["consumer"])
     if loaded.epoch != state.get("epoch"):
         raise ValueError(f"state['consumer']['epoch']={loaded.epoch} differs from state['epoch']={state.get('epoch')!r}.")
