@@ -189,14 +189,8 @@ class MixtureSource(StreamSource):
                                  f"stream_state(loader, batches_consumed).")
         self._check_matches(state, strict=strict)
         epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
-        batch_size = check_int("state['batch_size']", state["batch_size"], minimum=1)
-        batches = check_int("state['batches_consumed']", state["batches_consumed"], minimum=0)
-        current = MixLeg(check_int("state['world_size']", state.get("world_size"), minimum=1),
-                         check_int("state['num_workers']", state["num_workers"], minimum=0),
-                         self._saved_pool_sizes(state), batch_size, 0,
-                         check_bool("state['drop_last']", state.get("drop_last", False)))
-        legs = chain_legs(state, current, batches, MixLeg.from_state)
-        current = legs[-1]
+        legs = self._trainer_legs(state)
+        current, batch_size, batches = legs[-1], legs[-1].batch_size, state["batches_consumed"]
         try:
             point = plan_mixture_resume(self._sources(epoch), seed=self.seed, epoch=epoch, weights=self.weights,
                                         stop=self.stop, legs=legs, world_size=current.world_size,
@@ -210,6 +204,16 @@ class MixtureSource(StreamSource):
             warnings.warn(message + " Treating the epoch as finished (strict=False).", RuntimeWarning, stacklevel=3)
             point = None
         return CheckedState(epoch, point is None, (epoch, legs))
+
+    def _trainer_legs(self, state: Mapping[str, Any]) -> tuple[MixLeg, ...]:
+        """A trainer's state's legs: the saved ones, then the current one holding what
+        ``batches_consumed`` (from the epoch's start) leaves (``chain_legs``), every field checked."""
+        current = MixLeg(check_int("state['world_size']", state.get("world_size"), minimum=1),
+                         check_int("state['num_workers']", state["num_workers"], minimum=0),
+                         self._saved_pool_sizes(state), check_int("state['batch_size']", state["batch_size"], minimum=1),
+                         0, check_bool("state['drop_last']", state.get("drop_last", False)))
+        batches = check_int("state['batches_consumed']", state["batches_consumed"], minimum=0)
+        return chain_legs(state, current, batches, MixLeg.from_state)
 
     def _check_matches(self, state: Mapping[str, Any], *, strict: bool) -> None:
         """``state``'s seed, weights, stop and components against this mixture's (``refuse_mismatches``)."""
@@ -239,14 +243,7 @@ class MixtureSource(StreamSource):
     def position_under(self, state: Mapping[str, Any], world: World) -> tuple[int, int, int] | None:
         epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
         pools = self._saved_pool_sizes(state)
-        if "batches_consumed" in state:
-            current = MixLeg(world.world_size, check_int("state['num_workers']", state["num_workers"], minimum=0),
-                             pools, check_int("state['batch_size']", state["batch_size"], minimum=1), 0,
-                             check_bool("state['drop_last']", state.get("drop_last", False)))
-            legs = chain_legs(state, current, check_int("state['batches_consumed']", state["batches_consumed"],
-                                                        minimum=0), MixLeg.from_state)
-        else:
-            legs = saved_legs(state, MixLeg.from_state)
+        legs = self._trainer_legs(state) if "batches_consumed" in state else saved_legs(state, MixLeg.from_state)
         sources = self._sources(epoch)
         point = (plan_mixture_resume(sources, seed=self.seed, epoch=epoch, weights=self.weights, stop=self.stop,
                                      legs=legs, world_size=world.world_size, num_workers=world.num_workers,
