@@ -7,16 +7,24 @@ returns preallocated frames of the dataset's real shape and dtype. Everything el
 planning, rows, windows, grouping, frame writing, collation, batch memory. The ideal is
 ``threads / MS`` frames per second; what the pipeline reaches of it is its own ceiling.
 
+Each row is timed in the steady state: epochs run back to back (the benchmark's epoch is 1-2 s at
+the rates of 8 and more threads, so a row spans several, their boundaries included) and the clock
+starts after the warm-up batches, the ones that fill the pipeline and fault in fresh batch memory.
+A sarm float32 batch is 472 MB and 16 threads keep ~8 in flight: first touching those 4 GB took
+1-7 s on these VMs, longer than a 2 s window, which made rows timed from the first batch look like a
+collapse (docs/benchmarks.md). The warm-up's length is reported beside the rate.
+
 "CPU per frame" is the process's CPU time (``time.process_time``, all threads; for DataLoader
-workers the reaped children's ``RUSAGE_CHILDREN`` too) over the frames decoded: the stand-in burns
+workers theirs too, from /proc) over the frames decoded: the stand-in burns
 none, so it is the pipeline's own work per frame, an upper bound on the GIL-held part (the frame
 writer and numpy release the GIL for part of it).
 """
 
 from __future__ import annotations
 
+import math
 import multiprocessing
-import resource
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +37,7 @@ from episodestream.testing import faults
 
 LOADER_THREADS = (1, 2, 4, 8, 16, 32)
 DATALOADER_WORKERS = (2, 4, 8)
-MIN_SECONDS = 2.0  # timed per row after the first batch (or the epoch's end, if sooner)
+MIN_SECONDS = 3.0  # timed per row, after the warm-up batches
 
 
 class StandInReader:
@@ -69,13 +77,37 @@ class _Wrap:
         return StandInReader(self.ms, self.shape, self.fps, self.counter)
 
 
-def _cpu_s() -> float:
-    return time.process_time() + resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime \
-        + resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
+def _cpu_s(batches: Any) -> float:
+    """This process's CPU time and, for a DataLoader, its live workers' (read from /proc: persistent
+    workers are not reaped during the timed window, so ``RUSAGE_CHILDREN`` would not count them)."""
+    workers = getattr(getattr(batches, "_iterator", None), "_workers", None) or ()
+    return time.process_time() + sum(_process_cpu_s(worker.pid) for worker in workers)
+
+
+def _process_cpu_s(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def _warmup_batches(loader: str, count: int, batch_size: int, group_size: int) -> int:
+    """Batches until the pipeline is full and every batch buffer it keeps in flight has been
+    written once: EpisodeLoader plans ``prefetch_batches`` (2) batches and a decode group per thread
+    ahead; a DataLoader keeps ``prefetch_factor`` (2) batches per worker. Two more for the batch the
+    trainer holds and the one it just let go of."""
+    if loader == "episode":
+        return math.ceil((2 * batch_size + count * group_size) / batch_size) + 2
+    return 2 * count + 2
+
+
+def _epochs(batches):
+    """Epoch after epoch (each ``iter`` continues with the next one, as in training)."""
+    while True:
+        yield from batches
 
 
 def stream_row(dataset: EpisodeStreamingDataset, *, ms: float, loader: str, count: int, batch_size: int) -> dict:
-    """One row: ``count`` EpisodeLoader threads or DataLoader workers over the stand-in."""
+    """One row: ``count`` EpisodeLoader threads or DataLoader workers over the stand-in, timed in
+    the steady state (see the module doc)."""
     video_key = dataset.typed_meta.video_keys[0]
     height, width, channels = dataset.typed_meta.features[video_key].shape
     counter = multiprocessing.get_context("fork").Value("q", 0)
@@ -83,13 +115,17 @@ def stream_row(dataset: EpisodeStreamingDataset, *, ms: float, loader: str, coun
     if loader == "episode":
         batches = EpisodeLoader(dataset, batch_size, num_threads=count)
     else:
+        # Persistent workers, as a tuned training loop keeps them: epoch after epoch without restarts.
         batches = torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=count,
-                                              multiprocessing_context="fork")
-    iterator = iter(batches)
+                                              multiprocessing_context="fork", persistent_workers=True)
+    warmup = _warmup_batches(loader, count, batch_size, dataset.decode_group_size)
+    iterator = _epochs(batches)
     started = time.perf_counter()
-    next(iterator)  # the pipeline is full from here on
+    next(iterator)
     first_batch_s = time.perf_counter() - started
-    start, frames_at_start, cpu_at_start = time.perf_counter(), counter.value, _cpu_s()
+    for _ in range(warmup - 1):
+        next(iterator)
+    start, frames_at_start, cpu_at_start = time.perf_counter(), counter.value, _cpu_s(batches)
     batches_timed = 0
     for _ in iterator:
         batches_timed += 1
@@ -97,16 +133,17 @@ def stream_row(dataset: EpisodeStreamingDataset, *, ms: float, loader: str, coun
             break
     elapsed_s = time.perf_counter() - start
     frames = counter.value - frames_at_start
-    close = getattr(batches, "close", None) or getattr(iterator, "_shutdown_workers", None)
+    cpu_s = _cpu_s(batches) - cpu_at_start
+    iterator.close()
+    close = getattr(batches, "close", None) or getattr(getattr(batches, "_iterator", None), "_shutdown_workers", None)
     if close is not None:
         close()
-    del iterator
-    cpu_s = _cpu_s() - cpu_at_start
     ideal = count / (ms / 1000)
     return {"loader": loader, "threads_or_workers": count, "stand_in_ms": ms, "batches_timed": batches_timed,
             "frames": frames, "elapsed_s": elapsed_s, "frames_per_s": frames / elapsed_s,
             "ideal_frames_per_s": ideal, "fraction_of_ideal": frames / elapsed_s / ideal,
-            "cpu_us_per_frame": 1e6 * cpu_s / frames if frames else None, "first_batch_s": first_batch_s}
+            "cpu_us_per_frame": 1e6 * cpu_s / frames if frames else None, "first_batch_s": first_batch_s,
+            "warmup_batches": warmup, "warmup_s": start - started}
 
 
 def run(root, *, ms: float, modes, dtypes, delta_timestamps, batch_size: int, pool_size: int,
@@ -124,6 +161,6 @@ def run(root, *, ms: float, modes, dtypes, delta_timestamps, batch_size: int, po
                     cpu = row["cpu_us_per_frame"]
                     print(f"[stand-in {ms} ms {mode} {dtype} {loader} x{count}] {row['frames_per_s']:.0f} frames/s "
                           f"of ideal {row['ideal_frames_per_s']:.0f} = {row['fraction_of_ideal']:.2f}; CPU "
-                          f"{cpu:.0f} us/frame; first batch {row['first_batch_s']:.2f} s" if cpu else "", flush=True)
+                          f"{cpu:.0f} us/frame; first batch {row['first_batch_s']:.2f} s, warm after {row['warmup_s']:.2f} s" if cpu else "", flush=True)
                     rows.append(row)
     return rows

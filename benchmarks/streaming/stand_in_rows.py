@@ -20,6 +20,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkout")
     parser.add_argument("--threads", type=int, nargs="+", default=[16])
+    parser.add_argument("--workers", type=int, nargs="*", default=[], help="DataLoader worker counts too")
     parser.add_argument("--dtypes", nargs="+", choices=["uint8", "float32"], default=["uint8"])
     parser.add_argument("--ms", type=float, default=1.3)
     parser.add_argument("--mode", choices=["single", "sarm"], default="single")
@@ -39,7 +40,7 @@ def main() -> int:
     keys = episodestream.EpisodeStreamingDataset(args.dataset).typed_meta.video_keys
     rows = run(args.dataset, ms=args.ms, modes=(args.mode,), dtypes=args.dtypes,
                delta_timestamps=lambda mode: delta_timestamps(mode, keys), batch_size=32, pool_size=16,
-               threads=tuple(args.threads), workers=())
+               threads=tuple(args.threads), workers=tuple(args.workers))
     for row in rows:
         print(json.dumps({"checkout": checkout, **row}))
     return 0
