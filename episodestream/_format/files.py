@@ -46,6 +46,10 @@ class SourceStats:
     cache_misses: node-cache entries this process downloaded.
     cache_miss_bytes: the bytes of those entries: a span's byte range, a header's stored bytes, a
         whole file's size (reads that found nothing to cache, such as parquet rows, are not in it).
+    lookup_requests: requests that asked the size and version of files the source was not listed
+        for (a v2.x dataset's episode files, asked when an episode is admitted): one paths-info
+        request per episode on the Hub, one ``info`` (HEAD) per file on object stores and HTTP;
+        not in ``requests``.
     """
 
     requests: int = 0
@@ -53,6 +57,7 @@ class SourceStats:
     cache_hits: int = 0
     cache_misses: int = 0
     cache_miss_bytes: int = 0
+    lookup_requests: int = 0
 
 
 class EpisodeVideos(abc.ABC):

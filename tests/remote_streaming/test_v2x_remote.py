@@ -38,8 +38,10 @@ def test_v21_repo_streams_with_bounded_bytes(v21_hub, tmp_path):
                                                   hub_endpoint=hub.url, token=False, **STREAM) as dataset:
         assert dataset.meta.info["codebase_version"] == "v2.1"
         hub.reset_stats()  # what streaming costs, after the metadata the constructor read
+        lookups_at_build = dataset.source_stats().lookup_requests
         got = list(dataset)
         stats = hub.stats()
+        lookups = dataset.source_stats().lookup_requests - lookups_at_build
     assert_same_samples(got, expected)
     assert cache_files(tmp_path / "cache") == []
     episode_files = [p for p in local_root.rglob("*") if p.is_file() and p.parts[-2] != "meta"
@@ -50,6 +52,7 @@ def test_v21_repo_streams_with_bounded_bytes(v21_hub, tmp_path):
     asked = {path: s.requests for path, s in stats.by_path.items() if "/paths-info/" in path or "/tree/" in path}
     assert all("/paths-info/" in path for path in asked), asked
     assert sum(asked.values()) == len(COMMON["episode_length"]), asked
+    assert lookups == sum(asked.values()), (lookups, asked)  # source_stats() counts what the Hub saw
     assert all(not key.endswith((".jsonl", ".json")) for key in fetched), sorted(fetched)  # metadata read once, before
     assert len(fetched) == len(episode_files)
     # Each mp4 holds one episode: fetched whole, once, in one request (no header read first).
@@ -184,8 +187,15 @@ def test_v21_from_a_bucket_or_a_file_server(kind, v21_hub, tmp_path):
             with remote_dataset(EpisodeStreamingDataset, server.url_for(local_root.name), cache_dir=tmp_path / "cache",
                                 **STREAM) as dataset:
                 heads_at_build = server.stats().requests.get("HEAD", 0)
+                lookups_at_build = dataset.source_stats().lookup_requests
                 got = list(dataset)
+                heads = server.stats().requests.get("HEAD", 0) - heads_at_build
+                lookups = dataset.source_stats().lookup_requests - lookups_at_build
         assert heads_at_build <= meta_files, heads_at_build
+        # One HEAD per episode file looked up (its parquet and mp4s), each counted by source_stats().
+        episode_files = [p for p in local_root.rglob("*") if p.is_file() and p.suffix in (".parquet", ".mp4")
+                         and p.parts[-2] != "meta"]
+        assert lookups == heads == len(episode_files), (lookups, heads, len(episode_files))
     assert_same_samples(got, expected)
 
 

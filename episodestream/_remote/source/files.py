@@ -70,6 +70,7 @@ class _ProcessState:
         # Per process, so that a fork while another thread looks up leaves no lock held in the child.
         self.lookup_lock = threading.Lock()
         self.in_flight: dict[str, threading.Event] = {}  # paths one thread is asking about right now
+        self.lookup_requests = 0  # look-up requests sent (``look_up``), under lookup_lock
         self.lock = threading.Lock()
         # Metadata entries stay referenced while this process may read them; released at close
         # or exit (a killed process's reference is recognised as stale by the next user).
@@ -124,10 +125,13 @@ class RemoteFiles(DatasetFiles):
 
     def stats(self) -> SourceStats:
         """What this process's reads cost: requests and bytes fetched for the dataset (metadata,
-        parquet, video; from its reader) and its node-cache hits and misses (from ``cache``)."""
-        read, cached = self._state().reader.stats(), self.cache.stats()
+        parquet, video; from its reader), its node-cache hits and misses (from ``cache``) and the
+        look-ups it sent for files the listing did not cover (v2.x episodes' files)."""
+        state = self._state()
+        read, cached = state.reader.stats(), self.cache.stats()
         return SourceStats(requests=read.requests, bytes_fetched=read.bytes_fetched, cache_hits=cached.hits,
-                           cache_misses=cached.misses, cache_miss_bytes=cached.miss_bytes)
+                           cache_misses=cached.misses, cache_miss_bytes=cached.miss_bytes,
+                           lookup_requests=state.lookup_requests)
 
     @property
     def node_cache_dir(self) -> Path:
@@ -176,7 +180,8 @@ class RemoteFiles(DatasetFiles):
         if mine:
             found: dict[str, FileEntry | None] = {}
             try:
-                found = look_up(self._resolved, state.fs, mine, policy=state.policy)
+                found = look_up(self._resolved, state.fs, mine, policy=state.policy,
+                                asked=lambda requests: self._count_lookups(state, requests))
             finally:  # on an error, waiters wake to find the paths unknown and ask again themselves
                 with state.lookup_lock:
                     self._looked_up.update(found)
@@ -184,6 +189,11 @@ class RemoteFiles(DatasetFiles):
                         state.in_flight.pop(relpath).set()
         for event in theirs:
             event.wait()
+
+    @staticmethod
+    def _count_lookups(state: _ProcessState, requests: int) -> None:
+        with state.lookup_lock:
+            state.lookup_requests += requests
 
     def _known(self, relpath: str) -> FileEntry | None:
         """The entry of a normalised ``relpath`` (None: no such file), looking it up if needed."""

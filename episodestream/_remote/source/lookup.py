@@ -13,8 +13,9 @@ from either meet (a prewarmed cache serves a later run).
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import fsspec
@@ -29,15 +30,19 @@ Answer = dict[str, "dict[str, Any] | None | BaseException"]  # relpath -> info, 
 
 
 def look_up(resolved: ResolvedSource, fs: fsspec.AbstractFileSystem, relpaths: Sequence[str], *,
-            policy: RetryPolicy) -> dict[str, FileEntry | None]:
+            policy: RetryPolicy, asked: Callable[[int], None] = lambda requests: None) -> dict[str, FileEntry | None]:
     """Each of ``relpaths`` (dataset-relative, distinct) as its ``FileEntry``, None where the source
-    has no such file. Raises ``FileNotFoundError`` / ``PermissionError`` / ``OSError`` naming the
-    file when asking fails for good."""
+    has no such file. ``asked(n)`` is told of every ``n`` requests sent (retries included): one
+    paths-info request per ``HUB_PATHS_PER_REQUEST`` paths on the Hub, one ``info`` per file
+    elsewhere. Raises ``FileNotFoundError`` / ``PermissionError`` / ``OSError`` naming the file when
+    asking fails for good."""
     found: dict[str, FileEntry | None] = {}
     pending, attempt = list(relpaths), 0
     while pending:
         attempt += 1
-        answers = _ask_hub(resolved, pending) if resolved.protocol == "hf" else _ask_files(resolved, fs, pending)
+        hub = resolved.protocol == "hf"
+        asked(math.ceil(len(pending) / HUB_PATHS_PER_REQUEST) if hub else len(pending))
+        answers = _ask_hub(resolved, pending) if hub else _ask_files(resolved, fs, pending)
         retry, retry_after_s = [], None
         for relpath in pending:
             answer = answers[relpath]
