@@ -9,11 +9,10 @@ above ``_format`` ever asks which version it reads.
 from __future__ import annotations
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from episodestream._format.files import DatasetFiles
-from episodestream._format.metadata import (EPISODES_DIR, SUPPORTED_CODEBASE_VERSION, DatasetMeta, read_info,
-                                            load_metadata as load_v3_metadata)
+from episodestream._format.metadata import (EPISODES_DIR, SUPPORTED_CODEBASE_VERSION, DatasetMeta, read_episodes_file,
+                                            read_info, load_metadata as load_v3_metadata)
 from episodestream._format.stats import load_stats
 from episodestream._format.v2_stats import Stats, load_v2_stats
 from episodestream._format.v2x import V2_CODEBASE_VERSIONS, lerobot_episodes_table, load_v2_metadata
@@ -47,9 +46,7 @@ def load_lerobot_episodes(files: DatasetFiles, meta: DatasetMeta) -> pa.Table:
         return lerobot_episodes_table(meta)
     tables = []
     for relpath in files.list_files(EPISODES_DIR, suffix=".parquet"):
-        path = files.local_path(relpath)
-        columns = [c for c in pq.read_schema(path).names if not c.startswith("stats/")]
-        tables.append(pq.read_table(path, columns=columns))
+        tables.append(read_episodes_file(files.local_path(relpath)))
     # Files written by different LeRobot versions may differ in column types (int32 vs int64).
     table = pa.concat_tables(tables, promote_options="permissive")
     return table.sort_by("episode_index")
