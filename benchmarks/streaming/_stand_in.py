@@ -12,7 +12,9 @@ the rates of 8 and more threads, so a row spans several, their boundaries includ
 starts after the warm-up batches, the ones that fill the pipeline and fault in fresh batch memory.
 A sarm float32 batch is 472 MB and 16 threads keep ~8 in flight: first touching those 4 GB took
 1-7 s on these VMs, longer than a 2 s window, which made rows timed from the first batch look like a
-collapse (docs/benchmarks.md). The warm-up's length is reported beside the rate.
+collapse (docs/benchmarks.md). The warm-up is the batches that fill the pipeline, then as many as
+it takes until one batch costs this process under ``STEADY_FAULTS_PER_BATCH`` page faults (at most
+``MAX_WARMUP_S``); its length is reported beside the rate.
 
 "CPU per frame" is the process's CPU time (``time.process_time``, all threads; for DataLoader
 workers theirs too, from /proc) over the frames decoded: the stand-in burns
@@ -22,11 +24,13 @@ writer and numpy release the GIL for part of it).
 
 from __future__ import annotations
 
+import gc
 import math
 import multiprocessing
 import os
+import resource
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,29 +42,44 @@ from episodestream.testing import faults
 LOADER_THREADS = (1, 2, 4, 8, 16, 32)
 DATALOADER_WORKERS = (2, 4, 8)
 MIN_SECONDS = 3.0  # timed per row, after the warm-up batches
+MAX_WARMUP_S = 20.0  # the warm-up's bound (first touch of several GB took up to ~7 s here)
+STEADY_FAULTS_PER_BATCH = 1000  # minor page faults (4 KB each): a batch this far below its size is in warm memory
 
 
 class StandInReader:
     """A ``VideoReader`` that costs ``ms`` per frame of sleep and returns preallocated frames."""
 
-    def __init__(self, ms: float, shape: tuple[int, int, int], fps: float, counter: Any) -> None:
+    def __init__(self, ms: float, fps: float, counter: Any, frames: _SharedFrames) -> None:
         self._seconds_per_frame = ms / 1000
         self._half_frame_s = 0.5 / fps  # decode_files asks for the frame played half a frame after the query
-        self._shape = shape
         self._counter = counter  # a multiprocessing.Value: decoded frames, every process together
-        self._frames = torch.zeros((0, *shape), dtype=torch.uint8)
+        self._frames = frames
 
     def frames_played_at(self, seconds):
         n = len(seconds)
-        if n > len(self._frames):
-            self._frames = torch.zeros((max(n, 2 * len(self._frames)), *self._shape), dtype=torch.uint8)
         time.sleep(self._seconds_per_frame * n)
         with self._counter.get_lock():
             self._counter.value += n
-        return self._frames[:n], np.asarray(seconds, dtype=np.float64) - self._half_frame_s
+        return self._frames.first(n), np.asarray(seconds, dtype=np.float64) - self._half_frame_s
 
     def close(self) -> None:
         pass
+
+
+class _SharedFrames:
+    """One process's zero frames, shared by all its stand-in readers: the loader only reads decoded
+    frames. A buffer per reader (a thread keeps one per file, up to 16 threads) would put ~1-4 GB
+    of zeroed pages into each row, faulted in while the row is timed."""
+
+    def __init__(self, shape: tuple[int, int, int]) -> None:
+        self._shape = shape
+        self._frames = torch.zeros((0, *shape), dtype=torch.uint8)
+
+    def first(self, n: int) -> torch.Tensor:
+        frames = self._frames
+        if n > len(frames):  # threads growing it at once each make one; the last kept serves later calls
+            frames = self._frames = torch.zeros((max(n, 2 * len(frames)), *self._shape), dtype=torch.uint8)
+        return frames[:n]
 
 
 @dataclass
@@ -71,10 +90,16 @@ class _Wrap:
     shape: tuple[int, int, int]
     fps: float
     counter: Any
+    _frames: _SharedFrames | None = field(default=None, repr=False)  # per process: never pickled
 
     def __call__(self, reader, path):
         reader.close()
-        return StandInReader(self.ms, self.shape, self.fps, self.counter)
+        if self._frames is None:
+            self._frames = _SharedFrames(self.shape)
+        return StandInReader(self.ms, self.fps, self.counter, self._frames)
+
+    def __getstate__(self):
+        return {**self.__dict__, "_frames": None}
 
 
 def _cpu_s(batches: Any) -> float:
@@ -99,6 +124,10 @@ def _warmup_batches(loader: str, count: int, batch_size: int, group_size: int) -
     return 2 * count + 2
 
 
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def _epochs(batches):
     """Epoch after epoch (each ``iter`` continues with the next one, as in training)."""
     while True:
@@ -108,6 +137,9 @@ def _epochs(batches):
 def stream_row(dataset: EpisodeStreamingDataset, *, ms: float, loader: str, count: int, batch_size: int) -> dict:
     """One row: ``count`` EpisodeLoader threads or DataLoader workers over the stand-in, timed in
     the steady state (see the module doc)."""
+    # The previous row's dataset is in reference cycles (the readers ``faults`` installed): freed
+    # now, not by a collection inside this row's timed window.
+    gc.collect()
     video_key = dataset.typed_meta.video_keys[0]
     height, width, channels = dataset.typed_meta.features[video_key].shape
     counter = multiprocessing.get_context("fork").Value("q", 0)
@@ -125,6 +157,15 @@ def stream_row(dataset: EpisodeStreamingDataset, *, ms: float, loader: str, coun
     first_batch_s = time.perf_counter() - started
     for _ in range(warmup - 1):
         next(iterator)
+    # Then until a batch no longer faults in fresh memory (batches in flight when the count ran out
+    # may still be taking their first pages; a steady batch reuses warm ones), within a bound:
+    # DataLoader workers' shared memory is fresh for every batch, but in the workers, not here.
+    paged, deadline = _minor_faults(), time.perf_counter() + MAX_WARMUP_S
+    while time.perf_counter() < deadline:
+        next(iterator)
+        warmup, paged, before = warmup + 1, _minor_faults(), paged
+        if paged - before < STEADY_FAULTS_PER_BATCH:
+            break
     start, frames_at_start, cpu_at_start = time.perf_counter(), counter.value, _cpu_s(batches)
     batches_timed = 0
     for _ in iterator:
