@@ -33,3 +33,32 @@ def test_reopening_big_footers_does_not_leak(tmp_path):
         assert rows.columns["episode_index"][0] == (k % 2) * 1000 + k
     grown = _rss_mb() - before
     assert grown < 60, f"RSS grew by {grown:.0f} MB over 40 reads"
+
+
+def test_row_group_statistics_are_read_once_per_open_file(tmp_path, monkeypatch):
+    """An admission picks its row groups from the open file's (min, max) index ranges, read from
+    the footer once per open file (not by a loop over every row group per admission), and reads
+    exactly its own rows; a file closed to make room has its ranges read again when reopened."""
+    from episodestream._format import rows as rows_module
+
+    root = write_tabular_dataset(tmp_path / "ds", num_episodes=40, episode_length=3, episodes_per_data_file=20)
+    files = open_source(root, revision=None)
+    meta = load_metadata(files)
+    calls: list[int] = []
+    index_ranges = rows_module._index_ranges
+
+    def counted(handle):
+        calls.append(handle.metadata.num_row_groups)
+        return index_ranges(handle)
+
+    monkeypatch.setattr(rows_module, "_index_ranges", counted)
+    reader = RowReader(files, meta, max_open_files=1)
+    for index in (0, 7, 19, 3):  # one file
+        rows = reader.read(meta.episodes[index])
+        assert rows.columns["episode_index"].tolist() == [index] * 3
+        assert rows.columns["index"].tolist() == list(range(meta.episodes[index].from_index,
+                                                             meta.episodes[index].to_index))
+    assert calls == [20]
+    reader.read(meta.episodes[25])  # the other file: the first one is closed
+    reader.read(meta.episodes[1])  # reopened: its ranges read again
+    assert calls == [20, 20, 20]

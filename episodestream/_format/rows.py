@@ -84,6 +84,10 @@ class RowReader:
         self._max_open_row_groups = max_open_row_groups
         self._open: OrderedDict[str, pq.ParquetFile] = OrderedDict()
         self._open_row_groups = 0
+        # Per open file: each row group's ``index`` (min, max) from its statistics, read once (an
+        # admission then picks its row groups with one numpy comparison, not a loop over the
+        # footer: v3.0 writes a row group per episode); None where the statistics cannot say.
+        self._index_ranges: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
         self._columns = [k for k, f in meta.features.items() if f.dtype != "video"]
 
     def _parquet(self, relpath: str, where: str, episode_index: int | None = None) -> pq.ParquetFile:
@@ -99,8 +103,9 @@ class RowReader:
         self._open[relpath] = handle
         while len(self._open) > 1 and (len(self._open) > self._max_open_files
                                        or self._open_row_groups > self._max_open_row_groups):
-            _, closed = self._open.popitem(last=False)
+            closed_relpath, closed = self._open.popitem(last=False)
             self._open_row_groups -= closed.metadata.num_row_groups
+            self._index_ranges.pop(closed_relpath, None)
         return handle
 
     def _check_file(self, relpath: str, handle: pq.ParquetFile) -> None:
@@ -124,28 +129,15 @@ class RowReader:
                 raise DatasetFormatError(f"{where}: column {name!r} is stored as {found}, but info.json declares "
                                          f"dtype {dtype!r} (stored as {stored_as})")
 
-    def _row_groups(self, handle: pq.ParquetFile, episode: EpisodeInfo) -> list[int]:
+    def _row_groups(self, relpath: str, handle: pq.ParquetFile, episode: EpisodeInfo) -> list[int]:
         """Row groups whose ``index`` range overlaps the episode's; all of them when stats are absent."""
-        # Statistics are per parquet leaf column, not per arrow field: a struct (an image) before
-        # ``index`` has two leaves, so the arrow field position would read another column's stats.
-        # The leaf is found by ``path_in_schema``, not through ``metadata.schema``: in pyarrow 26 a
-        # ParquetSchema leaks its whole footer when the file is closed (~7 MB for a file of 1,000
-        # row groups: a streaming consumer grew by ~24 MB per 1,000 samples at 92,000 episodes).
-        metadata = handle.metadata
-        if metadata.num_row_groups == 0:
-            return []
-        first = metadata.row_group(0)
-        index_pos = next((c for c in range(first.num_columns) if first.column(c).path_in_schema == "index"), None)
-        if index_pos is None:  # ``index`` nested in a list: no usable statistics
-            return list(range(metadata.num_row_groups))
-        groups = []
-        for g in range(metadata.num_row_groups):
-            stats = metadata.row_group(g).column(index_pos).statistics
-            if stats is None or not stats.has_min_max:
-                return list(range(metadata.num_row_groups))
-            if stats.min < episode.to_index and stats.max >= episode.from_index:
-                groups.append(g)
-        return groups
+        if relpath not in self._index_ranges:
+            self._index_ranges[relpath] = _index_ranges(handle)
+        ranges = self._index_ranges[relpath]
+        if ranges is None:
+            return list(range(handle.metadata.num_row_groups))
+        mins, maxs = ranges
+        return np.flatnonzero((mins < episode.to_index) & (maxs >= episode.from_index)).tolist()
 
     def read(self, episode: EpisodeInfo) -> EpisodeRows:
         relpath = episode.data_relpath
@@ -154,7 +146,7 @@ class RowReader:
             self._files.look_up([relpath, *(video.relpath for video in episode.videos.values())])
         handle = self._parquet(relpath, where, episode.episode_index)
         with parquet_errors(where):
-            table = handle.read_row_groups(self._row_groups(handle, episode), columns=self._columns)
+            table = handle.read_row_groups(self._row_groups(relpath, handle, episode), columns=self._columns)
         index = table.column("index")
         mask = pc.and_(pc.greater_equal(index, episode.from_index), pc.less(index, episode.to_index))
         table = table.filter(mask).sort_by("index")
@@ -176,6 +168,31 @@ class RowReader:
                 columns[name] = _to_numpy(table.column(name), feature.shape, f"{where}, column {name!r}")
         check_rows(columns, episode, where, self._files, self._meta, self._tolerance_s)
         return EpisodeRows(episode, columns, strings)
+
+
+def _index_ranges(handle: pq.ParquetFile) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each row group's (min, max) ``index`` from the footer's statistics; None when a row group
+    has none (or ``index`` is nested in a list), so that every row group must be read."""
+    # Statistics are per parquet leaf column, not per arrow field: a struct (an image) before
+    # ``index`` has two leaves, so the arrow field position would read another column's stats.
+    # The leaf is found by ``path_in_schema``, not through ``metadata.schema``: in pyarrow 26 a
+    # ParquetSchema leaks its whole footer when the file is closed (~7 MB for a file of 1,000
+    # row groups: a streaming consumer grew by ~24 MB per 1,000 samples at 92,000 episodes).
+    metadata = handle.metadata
+    if metadata.num_row_groups == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    first = metadata.row_group(0)
+    index_pos = next((c for c in range(first.num_columns) if first.column(c).path_in_schema == "index"), None)
+    if index_pos is None:
+        return None
+    mins, maxs = [], []
+    for g in range(metadata.num_row_groups):
+        stats = metadata.row_group(g).column(index_pos).statistics
+        if stats is None or not stats.has_min_max:
+            return None
+        mins.append(stats.min)
+        maxs.append(stats.max)
+    return np.asarray(mins, dtype=np.int64), np.asarray(maxs, dtype=np.int64)
 
 
 def check_rows(columns: dict[str, np.ndarray], episode: EpisodeInfo, where: str, files: DatasetFiles,
