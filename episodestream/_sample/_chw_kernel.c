@@ -49,6 +49,17 @@ PER_ISA static void planes_uint8(const uint8_t *restrict rgb, uint8_t *restrict 
     }
 }
 
+/* One frame of rgb into the planes of dst's frame starting at value ``at`` (float32 / 255 or uint8). */
+static void write_planes(const uint8_t *rgb, void *dst, Py_ssize_t at, int to_float32, Py_ssize_t pixels) {
+    if (to_float32) {
+        float *out = (float *)dst + at;
+        planes_float32(rgb, out, out + pixels, out + 2 * pixels, pixels);
+    } else {
+        uint8_t *out = (uint8_t *)dst + at;
+        planes_uint8(rgb, out, out + pixels, out + 2 * pixels, pixels);
+    }
+}
+
 static PyObject *hwc_to_chw(PyObject *module, PyObject *args) {
     PyObject *src_obj, *dst_obj;
     if (!PyArg_ParseTuple(args, "OO:hwc_to_chw", &src_obj, &dst_obj)) {
@@ -80,13 +91,7 @@ static PyObject *hwc_to_chw(PyObject *module, PyObject *args) {
         const uint8_t *rgb = (const uint8_t *)src.buf;
         /* The decode threads call this concurrently: the loop needs no Python object. */
         Py_BEGIN_ALLOW_THREADS
-        if (to_float32) {
-            float *out = (float *)dst.buf;
-            planes_float32(rgb, out, out + pixels, out + 2 * pixels, pixels);
-        } else {
-            uint8_t *out = (uint8_t *)dst.buf;
-            planes_uint8(rgb, out, out + pixels, out + 2 * pixels, pixels);
-        }
+        write_planes(rgb, dst.buf, 0, to_float32, pixels);
         Py_END_ALLOW_THREADS
         result = Py_None;
         Py_INCREF(result);
@@ -158,14 +163,8 @@ static PyObject *hwc_to_chw_rows(PyObject *module, PyObject *args) {
             Py_ssize_t pixels = frame_bytes / 3;
             Py_BEGIN_ALLOW_THREADS
             for (Py_ssize_t i = 0; i < count; i++) {
-                const uint8_t *from = rgb + pair[2 * i] * frame_bytes;
-                if (to_float32) {
-                    float *out = (float *)dst.buf + pair[2 * i + 1] * frame_bytes;
-                    planes_float32(from, out, out + pixels, out + 2 * pixels, pixels);
-                } else {
-                    uint8_t *out = (uint8_t *)dst.buf + pair[2 * i + 1] * frame_bytes;
-                    planes_uint8(from, out, out + pixels, out + 2 * pixels, pixels);
-                }
+                write_planes(rgb + pair[2 * i] * frame_bytes, dst.buf, pair[2 * i + 1] * frame_bytes, to_float32,
+                             pixels);
             }
             Py_END_ALLOW_THREADS
             result = Py_None;
