@@ -22,7 +22,7 @@ from episodestream._runtime.mixture_meta import MixtureMeta
 from episodestream._runtime.mixture_schema import KEY_MODES, ComponentView, MixtureSchema, camera_chw
 from episodestream._runtime.mixture_source import MixtureSource
 from episodestream._runtime.mixture_stats import MixtureStats, row_weights
-from episodestream._runtime.loader_state import is_loader_state
+from episodestream._runtime.loader_state import refuse_loader_state
 from episodestream._runtime.position import is_consumer_state
 from episodestream._runtime.pipeline import stream_samples
 from episodestream._runtime.renames import check_renames
@@ -243,11 +243,7 @@ class EpisodeMixture(StreamingFace, torch.utils.data.IterableDataset):
         ``state_dict()`` itself (what torchdata's StatefulDataLoader saves per consumer) resumes the
         same consumer, as for ``EpisodeStreamingDataset``."""
         strict = check_bool("strict", strict)
-        if is_loader_state(state):
-            raise ValueError("This is a StatefulDataLoader's state (loader.state_dict()), not the mixture's: "
-                             "load it with loader.load_state_dict(state), or with "
-                             "episodestream.load_loader_state(loader, state), which also resumes another "
-                             "num_workers.")
+        refuse_loader_state(state, face="mixture")
         if is_consumer_state(state):
             self._source.load_consumer_state(state, strict=strict)
             return

@@ -22,7 +22,7 @@ from episodestream._runtime.core import DatasetCore, DatasetFacts
 from episodestream._runtime.dataset_source import DatasetSource, StreamSettings
 from episodestream._runtime.epoch import StaleWorkerCopy, raising
 from episodestream._runtime.pipeline import stream_samples
-from episodestream._runtime.loader_state import is_loader_state, read_loader_state, trainer_state
+from episodestream._runtime.loader_state import is_loader_state, refuse_loader_state, read_loader_state, trainer_state
 from episodestream._runtime.position import is_consumer_state, without_consumer
 from episodestream._runtime.source_options import refuses_unknown_keywords, source_options
 from episodestream._runtime.stream import ConsumerStream, DecoderSet, summed_stats
@@ -189,11 +189,7 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace, torch.utils.data.Iter
         dataset size) differ from this dataset's is refused unless ``strict=False``.
         """
         strict = check_bool("strict", strict)
-        if is_loader_state(state):
-            raise ValueError("This is a StatefulDataLoader's state (loader.state_dict()), not the dataset's: "
-                             "load it with loader.load_state_dict(state), or with "
-                             "episodestream.load_loader_state(loader, state), which also resumes another "
-                             "num_workers.")
+        refuse_loader_state(state, face="dataset")
         if is_consumer_state(state):  # dataset.state_dict() itself, as StatefulDataLoader saves it per consumer
             self._source.load_consumer_state(state, strict=strict)
             return

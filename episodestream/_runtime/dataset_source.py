@@ -24,7 +24,6 @@ from episodestream._plan.resume import (STATE_FORMAT, Leg, ResumeRequest, Resump
 from episodestream._plan.sampling import ADMIT, EMIT, EpochPlan, Segment, Step
 from episodestream._runtime.core import DatasetCore
 from episodestream._runtime.epoch import SharedEpoch
-from episodestream._runtime.placement import in_dataloader_worker
 from episodestream._runtime.position import StreamPosition, load_consumer_state
 from episodestream._runtime.rows_ahead import RowsAhead
 from episodestream._runtime.stream import CheckedState, ConsumerStream, PlannedGroup, refuse_mismatches
@@ -212,9 +211,7 @@ class DatasetSource(StreamSource):
             state, self.position, strict=strict, seed=self.settings.seed, shuffle=self.settings.shuffle,
             fingerprint=self.fingerprint(), segments=self.segments, world_size=self.world_size,
             pool_size=self.settings.episode_pool_size)
-        if not in_dataloader_worker():  # the main process: workers started later copy it
-            self.shared_epoch.set(epoch)
-            self.loads_seen = self.shared_epoch.state_loaded()
+        self._loaded_consumer_epoch(epoch)
 
     def saved_leg_batches(self, state: Mapping[str, Any]) -> int:
         return sum(leg.batches for leg in saved_legs(state, Leg.from_state))
@@ -258,8 +255,7 @@ class DatasetSource(StreamSource):
         self.shared_epoch.forget_passes()
         self._resumption = None if done else Resumption(request, self.segments(request.epoch), world_size=self.world_size,
                                                         pool_size=self.settings.episode_pool_size)
-        self.shared_epoch.set(request.epoch + 1 if done else request.epoch)
-        self.loads_seen = self.shared_epoch.state_loaded()
+        self._loaded_epoch(request.epoch + 1 if done else request.epoch)
 
 
 def _admit_ahead(steps: Iterator[Step], videos: EpisodeVideos, episodes,

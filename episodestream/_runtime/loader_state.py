@@ -48,6 +48,16 @@ def is_loader_state(state: Any) -> bool:
     return isinstance(state, Mapping) and (_KEYS["snapshot"] in state or _KEYS["single_yielded"] in state)
 
 
+def refuse_loader_state(state: Mapping[str, Any], *, face: str) -> None:
+    """Refuse a StatefulDataLoader's whole state given to a streaming face's ``load_state_dict``
+    (``face``: "dataset", "mixture"), saying how to load it."""
+    if is_loader_state(state):
+        raise ValueError(f"This is a StatefulDataLoader's state (loader.state_dict()), not the {face}'s: "
+                         f"load it with loader.load_state_dict(state), or with "
+                         f"episodestream.load_loader_state(loader, state), which also resumes another "
+                         f"num_workers.")
+
+
 def read_loader_state(state: Mapping[str, Any]) -> SavedLoader:
     """The consumers of a StatefulDataLoader ``state_dict()``, every part checked."""
     if _KEYS["single_yielded"] in state:  # num_workers=0: the main process's dataset state, current

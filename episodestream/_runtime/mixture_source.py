@@ -31,7 +31,6 @@ from episodestream._runtime.dataset_source import DatasetSource
 from episodestream._runtime.epoch import SharedEpoch
 from episodestream._runtime.mixture_schema import MixtureSchema
 from episodestream._runtime.mixture_stream import MixtureStream
-from episodestream._runtime.placement import in_dataloader_worker
 from episodestream._runtime.position import StreamPosition
 from episodestream._runtime.stream import CheckedState, ConsumerStream, refuse_mismatches
 from episodestream._runtime.stream_source import StreamSource
@@ -272,9 +271,7 @@ class MixtureSource(StreamSource):
         self._resume_request = (loaded.epoch, legs) if legs else None
         self._resume_points = {}
         self._legs = {}
-        if not in_dataloader_worker():  # the main process: workers started later copy it
-            self.shared_epoch.set(loaded.epoch)
-            self.loads_seen = self.shared_epoch.state_loaded()
+        self._loaded_consumer_epoch(loaded.epoch)
 
     def apply_state(self, checked: CheckedState) -> None:
         """Make a ``check_state`` result the position the next iteration starts from."""
@@ -283,5 +280,4 @@ class MixtureSource(StreamSource):
         self._resume_request = None if done else request
         self._resume_points = {}
         self._legs = {}
-        self.shared_epoch.set(request[0] + 1 if done else request[0])
-        self.loads_seen = self.shared_epoch.state_loaded()
+        self._loaded_epoch(request[0] + 1 if done else request[0])

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from episodestream._base.world import World
+from episodestream._runtime.epoch import SharedEpoch
+from episodestream._runtime.placement import in_dataloader_worker
 from episodestream._runtime.position import StreamPosition
 from episodestream._runtime.stream import CheckedState, ConsumerStream
 
@@ -54,6 +56,19 @@ class StreamSource(ABC):
 
     loads_seen: int  # resume states loaded into this runtime (a position counted before a load is stale)
     position: StreamPosition  # this copy's own iteration, for ``state_dict()["consumer"]``
+    shared_epoch: SharedEpoch  # the epoch counter this runtime's copies (main process, workers) share
+
+    def _loaded_epoch(self, epoch: int) -> None:
+        """A load is done: ``epoch`` is the one the next iteration streams, and positions counted
+        before the load are stale."""
+        self.shared_epoch.set(epoch)
+        self.loads_seen = self.shared_epoch.state_loaded()
+
+    def _loaded_consumer_epoch(self, epoch: int) -> None:
+        """``_loaded_epoch`` after a per-consumer load, in the main process only: workers started
+        later copy it, and a worker given its own snapshot reads its epoch from it (``position``)."""
+        if not in_dataloader_worker():
+            self._loaded_epoch(epoch)
 
     @abstractmethod
     def load_consumer_state(self, state: Mapping[str, Any], *, strict: bool) -> None:

@@ -37,10 +37,9 @@ def look_up(resolved: ResolvedSource, fs: fsspec.AbstractFileSystem, relpaths: S
     elsewhere. Raises ``FileNotFoundError`` / ``PermissionError`` / ``OSError`` naming the file when
     asking fails for good."""
     found: dict[str, FileEntry | None] = {}
-    pending, attempt = list(relpaths), 0
+    pending, attempt, hub = list(relpaths), 0, resolved.protocol == "hf"
     while pending:
         attempt += 1
-        hub = resolved.protocol == "hf"
         asked(math.ceil(len(pending) / HUB_PATHS_PER_REQUEST) if hub else len(pending))
         answers = _ask_hub(resolved, pending) if hub else _ask_files(resolved, fs, pending)
         retry, retry_after_s = [], None
