@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 
 from episodestream import EpisodeStreamingDataset
 from episodestream._format.versions import load_metadata
@@ -143,6 +144,52 @@ def test_the_first_admitted_episodes_download_one_after_another(hub_root, tmp_pa
         for episode in episodes:
             videos.evict(episode)
     assert cache_files(tmp_path / "cache") == []
+
+
+class _HeldPool:
+    """A fetch pool whose jobs wait until ``go()``: a loaded machine, where the consumer's
+    ``path()`` reaches its first episode before any fetch thread has run and fetches it itself."""
+
+    def __init__(self, pool) -> None:
+        self._pool, self._jobs = pool, []
+
+    def submit(self, job) -> None:
+        self._jobs.append(job)
+
+    def go(self) -> None:
+        for job in self._jobs:
+            self._pool.submit(job)
+
+    def close(self, timeout_s: float) -> None:
+        self._pool.close(timeout_s)
+
+
+def test_an_episode_after_the_head_start_waits_for_the_first_even_when_path_fetched_it(hub_root, tmp_path):
+    """The first episode fetched by ``path()`` in the consumer's thread frees the pool thread queued
+    for it: that thread must not take a later admission to the link beside the first episode."""
+    with _slow_videos(hub_root, tmp_path) as (videos, meta, cdn):
+        held = videos._pool = _HeldPool(videos._pool)
+        episodes = [meta.episodes[i] for i in range(RAMP_ADMISSIONS + 1)]
+        key = next(iter(episodes[0].videos))
+        for episode in episodes:
+            videos.admit(episode)
+        first = threading.Thread(target=videos.path, args=(episodes[0], key))
+        first.start()
+        deadline = time.monotonic() + 30
+        while cdn.stats().requests < 3 and time.monotonic() < deadline:  # the header's two reads, its span
+            time.sleep(0.01)
+        held.go()  # the pool's threads start now; the first episode's task is already under way
+        first.join(30)
+        for episode in episodes[1:]:
+            videos.path(episode, key)
+        stats = cdn.stats()
+        arrivals = _arrivals(stats)
+        for episode in episodes:
+            videos.evict(episode)
+    assert _finished_before_arrival(stats, arrival=4) == 3
+    # The next span reached the link a latency after the first's (sent once it was answered), not
+    # with it.
+    assert arrivals[3] - arrivals[2] >= TOGETHER_S, arrivals
 
 
 def test_a_remote_consumer_reads_rows_ahead_on_their_own_thread(hub_root, spans_root, tmp_path, monkeypatch):

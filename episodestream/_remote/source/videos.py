@@ -117,7 +117,8 @@ class RemoteVideos(EpisodeVideos):
 
     Head start: the first ``RAMP_ADMISSIONS`` admitted episodes download one after another, each
     alone (its cameras together): an episode's tasks wait until the one admitted before it is
-    local (or failed, or the consumer closed); later admissions queue as usual. A consumer's first
+    local (or failed, or the consumer closed); later admissions wait for the first one to be
+    local, then queue as usual. A consumer's first
     draws need its first episode only, the next ones a second, then two more (the pool's ramp,
     ``_plan.sampling``), and prefetching admits several episodes at once: sharing the link, the
     first episode's bytes would arrive when all of theirs do. In turn, each arrives as soon as the
@@ -167,6 +168,11 @@ class RemoteVideos(EpisodeVideos):
                 self._ramp.append(admission)
                 for task in tasks:
                     task.admission = admission
+            elif tasks and not self._ramp[0].done.is_set():
+                # Not beside the first episode's bytes either. Queued behind the waiting head-start
+                # tasks it usually starts after them anyway, but a thread whose task a path() ran
+                # itself is free at once and would take this one to the link with the first.
+                after = self._ramp[0]
         for task in tasks:
             job = self._run if after is None else functools.partial(self._run_after, after)
             self._pool.submit(functools.partial(job, task))
