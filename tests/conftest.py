@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 # One OpenMP thread per test process, as PyTorch gives each DataLoader worker. The suite runs one
-# process per core (pytest-xdist, pyproject addopts), and PyTorch's default of a thread per core in
+# process per core and one more (pytest-xdist, pyproject addopts), and PyTorch's default of a thread per core in
 # every process oversubscribed the cores, its idle threads spinning: 96-100 s -> 84 s for the suite
 # here, 140 -> 117 s of user CPU. Set before torch is first imported (OpenMP reads it once) and
 # inherited by the subprocesses tests start; a value already set is kept.
@@ -26,6 +26,16 @@ CAMERAS = ("observation.images.front", "observation.images.wrist")
 EPISODE_LENGTHS = (23, 140, 17, 41, 9, 60)
 # Short and one-frame episodes, so that cuts fall inside, at the ends of and between episodes.
 TABULAR_LENGTHS = (7, 1, 12, 3, 9, 1, 15, 4, 6, 2, 11, 5, 8, 1, 13, 3, 10, 6, 2, 14, 4, 7, 1, 9)
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one test process more than the cores this process may use. Part of the suite
+    waits with the CPU idle (shaped links, retry back-offs and timeouts of its own servers); with
+    one process per core those waits leave a core unused (docs/benchmarks.md, "The test suite").
+    PYTEST_XDIST_AUTO_NUM_WORKERS, when set, still decides (xdist's own hook reads it)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return len(os.sched_getaffinity(0)) + 1
 
 
 def built_once(tmp_path_factory, name: str, build) -> Path:

@@ -1,4 +1,4 @@
-"""Run under ``accelerate launch`` by test_accelerate_prepare.py: on every process, a DataLoader over
+"""Run in 2 ranks by test_accelerate_prepare.py (or under ``accelerate launch``): on every process, a DataLoader over
 this rank's EpisodeStreamingDataset goes through ``accelerator.prepare`` twice. Accelerate's own
 prepare (dispatch_batches=False) must raise on the first batch; the Accelerator that
 ``episodestream lerobot-train`` uses must give every frame of the epoch once across the ranks.

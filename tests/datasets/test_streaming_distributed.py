@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,9 @@ import pytest
 
 from episodestream import EpisodeStreamingDataset
 
+from ..scripts import load_script
 from ..stream_model import expected_samples
+from .forked_ranks import free_port, run_forked_ranks
 
 pytestmark = pytest.mark.distributed
 
@@ -27,17 +28,21 @@ EXAMPLE = REPO / "examples" / "scaling" / "train_streaming_multinode.py"
 ACCELERATE_LAUNCH = [sys.executable, "-m", "accelerate.commands.launch"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _launch(out: Path, dataset: Path, *extra: str) -> None:
+def skip_unless_two_processes_can_run() -> None:
     if importlib.util.find_spec("accelerate") is None:
         pytest.skip("accelerate is not installed (pip install 'episodestream[test]'): cannot launch 2 processes")
     if (os.cpu_count() or 1) < 2:
         pytest.skip(f"this machine has {os.cpu_count()} CPU(s): 2 processes cannot run side by side")
+
+
+def _example_arguments(out: Path, dataset: Path, *extra: str) -> list[str]:
+    return ["--dataset", str(dataset), "--output-dir", str(out), "--record-indices", "--num-workers", "1",
+            "--num-threads", "1", "--batch-size", "8", "--epochs", "1", *extra]
+
+
+def _launch(out: Path, dataset: Path, *extra: str) -> None:
+    """The example under a real `accelerate launch`, as its docstring tells users to run it."""
+    skip_unless_two_processes_can_run()
     # Accelerate runs several CPU processes only through its multi-GPU launcher with
     # ACCELERATE_USE_CPU set; each process then joins a gloo process group.
     # This interpreter's accelerate (not the first on PATH), and this checkout's episodestream in
@@ -45,11 +50,18 @@ def _launch(out: Path, dataset: Path, *extra: str) -> None:
     env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     command = [*ACCELERATE_LAUNCH, "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
-               str(EXAMPLE), "--dataset", str(dataset), "--output-dir", str(out), "--record-indices",
-               "--num-workers", "1", "--num-threads", "1", "--batch-size", "8", "--epochs", "1", *extra]
+               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
+               str(EXAMPLE), *_example_arguments(out, dataset, *extra)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, cwd=REPO)
     assert result.returncode == 0, f"accelerate launch failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+
+
+def _fork(out: Path, dataset: Path, *extra: str) -> None:
+    """The example's main() in 2 ranks forked from this process (forked_ranks: the environment
+    `accelerate launch` gives them, without 3 fresh interpreters)."""
+    skip_unless_two_processes_can_run()
+    example = load_script(EXAMPLE)
+    run_forked_ranks(lambda: example.main(_example_arguments(out, dataset, *extra)))
 
 
 def _indices(out: Path) -> list[dict]:
@@ -66,12 +78,13 @@ def _dataset_indices(root: Path) -> dict[tuple[int, int], int]:
     return {(e, f): i for e, f, i in zip(*(table[c].to_pylist() for c in columns))}
 
 
-# One epoch in two launches: EpisodeLoader saves a checkpoint at step 3 and stops; a DataLoader
-# (one worker per rank) resumes from that state and runs to the end. (Each loader resuming the
-# other's state both ways is tested in one process, in test_loader and test_resume; each launch
-# costs ~9 s of CPU here.) (loader, arguments, the step its checkpoint is saved at, or None).
-LEGS = (("episode", ("--checkpoint-every", "3", "--max-steps", "3"), 3),
-        ("dataloader", ("--checkpoint-every", "0"), None))
+# One epoch in two launches: EpisodeLoader saves a checkpoint at step 3 and stops (a real
+# `accelerate launch`); a DataLoader (one worker per rank) resumes from that state and runs to the
+# end (forked ranks). (Each loader resuming the other's state both ways is tested in one process,
+# in test_loader and test_resume; a real launch costs ~6 s of CPU here.) (loader, arguments, the
+# step its checkpoint is saved at, or None, and how the ranks start).
+LEGS = (("episode", ("--checkpoint-every", "3", "--max-steps", "3"), 3, _launch),
+        ("dataloader", ("--checkpoint-every", "0"), None, _fork))
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +93,8 @@ def legs(many_episodes_root, tmp_path_factory) -> list[tuple[list[dict], dict | 
     example's loop runs) and saves at a checkpoint; the second runs to the end of the epoch."""
     out = tmp_path_factory.mktemp("legs")
     launches = []
-    for loader, arguments, saved_at in LEGS:
-        _launch(out, many_episodes_root, "--loader", loader, *arguments)
+    for loader, arguments, saved_at, start in LEGS:
+        start(out, many_episodes_root, "--loader", loader, *arguments)
         records = _indices(out)
         for path in out.glob("indices-rank*.json"):
             path.unlink()
@@ -109,7 +122,7 @@ def test_resume_with_the_other_loader_continues_exactly(many_episodes_root, legs
     resumes the loader's state, yields exactly each rank's uninterrupted stream: the schedule of
     one consumer per rank, which test_stream_properties checks against real loaders."""
     index_of = _dataset_indices(many_episodes_root)
-    for (records, state), (_, _, saved_at) in zip(legs, LEGS):
+    for (records, state), (_, _, saved_at, _) in zip(legs, LEGS):
         if saved_at is not None:
             assert state["step"] == saved_at and state["stream"]["batches_consumed"] == saved_at
             assert all(len(r["indices"]) == 3 * 8 for r in records)
