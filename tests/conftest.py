@@ -28,6 +28,7 @@ EPISODE_LENGTHS = (23, 140, 17, 41, 9, 60)
 TABULAR_LENGTHS = (7, 1, 12, 3, 9, 1, 15, 4, 6, 2, 11, 5, 8, 1, 13, 3, 10, 6, 2, 14, 4, 7, 1, 9)
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: a venv without xdist (LeRobot's) must still run the tests
 def pytest_xdist_auto_num_workers(config):
     """``-n auto``: one test process more than the cores this process may use. Part of the suite
     waits with the CPU idle (shaped links, retry back-offs and timeouts of its own servers); with

@@ -1,0 +1,21 @@
+"""The tests run where pytest-xdist is not installed: LeRobot's venv (tests/with_lerobot's command,
+``-o addopts=""``) has no xdist, and a conftest hook of xdist's that pytest cannot validate stops
+every test there with an INTERNALERROR before any runs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_conftest_loads_without_xdist():
+    # ``-p no:xdist`` is a venv without it: xdist's hook specifications are never registered.
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-o", "addopts=", "-p", "no:cacheprovider",
+                          "--collect-only", "-q", "tests/test_columns.py"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "INTERNALERROR" not in run.stdout + run.stderr
+    assert "tests collected" in run.stdout or "test collected" in run.stdout
