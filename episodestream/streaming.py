@@ -53,7 +53,10 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace, torch.utils.data.Iter
             larger mixes more, costs rows and open decoders.
         shuffle: False emits episodes and frames in order.
         decode_group_size: samples built together so that frames from one video file share a
-            decoder call (1 builds each sample alone).
+            decoder call (1 builds each sample alone). Samples and their order are the same for any
+            value; larger groups make fewer, longer decoder calls and less work per frame, and keep
+            more samples in flight (``EpisodeLoader``: a group per thread). docs/benchmarks.md
+            compares 8, 16 and 32.
         decode_threads: threads that decode one consumer's groups (each with its own decoders);
             the samples and their order are the same for any value. Worth more than 1 in
             DataLoader workers only when the machine has more cores than workers;
@@ -85,7 +88,7 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace, torch.utils.data.Iter
 
     @refuses_unknown_keywords
     def __init__(self, source: str | os.PathLike, *, episode_pool_size: int = 16, shuffle: bool = True,
-                 seed: int = 0, rank: int | None = None, world_size: int | None = None, decode_group_size: int = 8,
+                 seed: int = 0, rank: int | None = None, world_size: int | None = None, decode_group_size: int = 16,
                  decode_threads: int = 1, prefetch_episodes: int = 4, buffer_size: Any = None,
                  episode_weights: Mapping[int, float] | str | None = None,
                  revision: str | None = None,

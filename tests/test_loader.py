@@ -116,6 +116,8 @@ def test_dataset_decode_threads_keep_the_stream(many_episodes_root, num_workers)
 def _new_loader(root, *, num_threads=2, batch_size=4, **kwargs):
     kwargs.setdefault("episodes", list(range(8)))
     kwargs.setdefault("return_uint8", True)
+    # Groups of 8 across batches of 4 (groups spanning batches; the fault tests' call counts).
+    kwargs.setdefault("decode_group_size", 8)
     dataset = EpisodeStreamingDataset(root, seed=3, episode_pool_size=3, **kwargs)
     return EpisodeLoader(dataset, batch_size, num_threads=num_threads)
 

@@ -188,7 +188,9 @@ def stream_row(dataset: EpisodeStreamingDataset, *, ms: float, loader: str, coun
 
 
 def run(root, *, ms: float, modes, dtypes, delta_timestamps, batch_size: int, pool_size: int,
-        threads=LOADER_THREADS, workers=DATALOADER_WORKERS) -> list[dict]:
+        threads=LOADER_THREADS, workers=DATALOADER_WORKERS, group_size: int | None = None) -> list[dict]:
+    """The rows of every (mode, dtype, loader, count); ``group_size`` None keeps the dataset's default."""
+    grouping = {} if group_size is None else {"decode_group_size": group_size}
     rows = []
     for mode in modes:
         for dtype in dtypes:
@@ -196,7 +198,7 @@ def run(root, *, ms: float, modes, dtypes, delta_timestamps, batch_size: int, po
                 for count in counts:
                     dataset = EpisodeStreamingDataset(root, episode_pool_size=pool_size, seed=0,
                                                       return_uint8=dtype == "uint8",
-                                                      delta_timestamps=delta_timestamps(mode))
+                                                      delta_timestamps=delta_timestamps(mode), **grouping)
                     row = {"mode": mode, "dtype": dtype, **stream_row(dataset, ms=ms, loader=loader, count=count,
                                                                       batch_size=batch_size)}
                     cpu = row["cpu_us_per_frame"]

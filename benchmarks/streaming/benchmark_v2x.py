@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     parser.add_argument("--width", type=int, default=320)
     parser.add_argument("--pool-size", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--decode-group-size", type=int, default=8, help="samples per decode group (the default's)")
+    parser.add_argument("--decode-group-size", type=int, default=16, help="samples per decode group (the default's)")
     parser.add_argument("--num-threads", type=int, default=2)
     parser.add_argument("--warmup-batches", type=int, default=4)
     parser.add_argument("--trials", type=int, default=3)

@@ -24,6 +24,7 @@ def main() -> int:
     parser.add_argument("--dtypes", nargs="+", choices=["uint8", "float32"], default=["uint8"])
     parser.add_argument("--ms", type=float, default=1.3)
     parser.add_argument("--mode", choices=["single", "sarm"], default="single")
+    parser.add_argument("--decode-group-size", type=int, default=None, help="default: the dataset's")
     parser.add_argument("--dataset", default="/tmp/episodestream-bench/textured-24x300-240x320")
     args = parser.parse_args()
     checkout = os.path.abspath(args.checkout)
@@ -40,7 +41,7 @@ def main() -> int:
     keys = episodestream.EpisodeStreamingDataset(args.dataset).typed_meta.video_keys
     rows = run(args.dataset, ms=args.ms, modes=(args.mode,), dtypes=args.dtypes,
                delta_timestamps=lambda mode: delta_timestamps(mode, keys), batch_size=32, pool_size=16,
-               threads=tuple(args.threads), workers=tuple(args.workers))
+               threads=tuple(args.threads), workers=tuple(args.workers), group_size=args.decode_group_size)
     for row in rows:
         print(json.dumps({"checkout": checkout, **row}))
     return 0
