@@ -71,6 +71,21 @@ def test_drop_last_and_batch_sizes_across_decode_groups(dataset_root):
         assert_same_batches(list(loader), expected)
 
 
+@pytest.mark.parametrize("delta_timestamps", [None, WINDOWS], ids=["single", "windows"])
+def test_the_samples_do_not_depend_on_the_decode_group_size(dataset_root, delta_timestamps):
+    # What lets decode_group_size's default be chosen for speed alone: groups of 1 (each sample
+    # built alone), the default 16 and one larger than the batch give the same batches, from a
+    # DataLoader over the dataset and from EpisodeLoader's threads alike.
+    options = dict(seed=4, episode_pool_size=3, delta_timestamps=delta_timestamps, return_uint8=True)
+    expected = reference_batches(dataset_root, 6, decode_group_size=1, **options)[0]
+    assert len(expected) > 3
+    for group in (16, 40):
+        assert_same_batches(reference_batches(dataset_root, 6, decode_group_size=group, **options)[0], expected)
+    dataset = EpisodeStreamingDataset(dataset_root, decode_group_size=16, **options)
+    assert_same_batches(list(EpisodeLoader(dataset, 6, num_threads=3)), expected)
+    assert EpisodeStreamingDataset(dataset_root).decode_group_size == 16
+
+
 class _ThreadCheckingReader:
     """Records which threads use each decoder (ids, not id(): a closed decoder's id is reused)."""
 
