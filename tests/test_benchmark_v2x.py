@@ -23,6 +23,8 @@ def test_benchmark_v2x_runs(tmp_path, source):
                       "--output-dir", str(out)])
     result = json.loads((out / f"v2x-{source}.json").read_text())
     assert set(result["ratios"]) == {"whole", "warm", "first_batch_s"} and result["ratios"]["whole"] > 0
+    runs = result["runs"]
+    assert result["paired_ratios"]["whole"] == [runs["v2.1"]["whole"][0] / runs["v3.0"]["whole"][0]]
     for version in ("v2.1", "v3.0"):
         assert len(result["runs"][version]["whole"]) == 1
     if source == "hub":
