@@ -51,12 +51,17 @@ def ensure_copies(args) -> dict[str, Path]:
     return roots
 
 
+def grouping(args) -> dict:
+    """``decode_group_size`` when ``--decode-group-size`` names one, else nothing: the dataset's default."""
+    return {} if args.decode_group_size is None else {"decode_group_size": args.decode_group_size}
+
+
 def _epoch(source, args, options, max_batches: int | None = None) -> tuple[float, float, float, int]:
     """(whole-epoch samples/s, warm samples/s, first batch s, samples) of one epoch; the clock starts
     before the dataset is built (for a remote source that lists it and reads its metadata)."""
     start = time.perf_counter()
     dataset = EpisodeStreamingDataset(source, episode_pool_size=args.pool_size, seed=0,
-                                      decode_group_size=args.decode_group_size, **options)
+                                      **grouping(args), **options)
     loader = EpisodeLoader(dataset, args.batch_size, num_threads=args.num_threads)
     samples = warm_samples = 0
     first = warm_start = start
@@ -95,7 +100,8 @@ def main(argv=None) -> int:
     parser.add_argument("--width", type=int, default=320)
     parser.add_argument("--pool-size", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--decode-group-size", type=int, default=16, help="samples per decode group (the default's)")
+    parser.add_argument("--decode-group-size", type=int, default=None,
+                        help="samples per decode group (default: the dataset's default)")
     parser.add_argument("--num-threads", type=int, default=2)
     parser.add_argument("--warmup-batches", type=int, default=4)
     parser.add_argument("--trials", type=int, default=3)
