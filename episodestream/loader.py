@@ -13,12 +13,13 @@ from the trainer.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
 import warnings
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ from episodestream._runtime.batch_memory import BatchMemory
 from episodestream._base.options import check_bool, check_int
 from episodestream._runtime.pipeline import GroupPipeline
 from episodestream._runtime.stream import ConsumerStream, DecoderSet, PlannedGroup
-from episodestream._sample.builder import finish_decoded
+from episodestream._sample.builder import PendingSample, finish_decoded
 from episodestream._sample.chw import FrameWrites
 from episodestream._runtime.stream_source import StreamingFace, source_of
 from episodestream._base.world import World
@@ -206,7 +207,8 @@ class _BatchBuffer:
         self.video_keys: list[str] | None = None  # the first sample's order, as default_collate keeps
         # The tabular keys in the samples' order, each with the array of its numbers ((size, *value
         # shape)), or None for what stays per sample (strings, images).
-        self.layout: list[tuple[str, np.ndarray | None]] | None = None
+        # (key, batch array or None for values collated as they are, its per-sample shape, its dtype)
+        self.layout: list[tuple[str, np.ndarray | None, tuple[int, ...] | None, np.dtype | None]] | None = None
         self.others: list[dict[str, Any] | None] = [None] * size  # the rest of each sample's tabular part
         self.items: list[dict[str, Any] | None] = [None] * size  # whole samples (not written in place)
         self.lock = threading.Lock()
@@ -227,54 +229,66 @@ class _BatchBuffer:
                              f"them either).")
         return self.arrays[key]
 
-    def write_tabular(self, slot: int, tabular: dict[str, Any], who: str) -> None:
-        """Sample ``slot``'s tabular part (``GroupBuilder.tabular``): numbers into the batch's arrays."""
+    def write_tabular(self, slot: int, tabular: dict[str, Any], who: str | Callable[[], str]) -> None:
+        """Sample ``slot``'s tabular part (``GroupBuilder.tabular``): numbers into the batch's arrays.
+        ``who`` names the sample in errors (a callable is called only then: this runs per sample)."""
         layout = self.layout
         if layout is None:
             with self.lock:
                 if self.layout is None:
-                    # The first sample written sets the keys, their order and the arrays.
-                    self.layout = [(key, np.empty((len(self.others), *value.shape), dtype=value.dtype)
-                                    if isinstance(value, (np.ndarray, np.generic)) else None)
-                                   for key, value in tabular.items()]
+                    # The first sample written sets the keys, their order and the arrays (with
+                    # each array's per-sample shape and dtype, checked against every later sample).
+                    arrays = [(key, np.empty((len(self.others), *value.shape), dtype=value.dtype)
+                               if isinstance(value, (np.ndarray, np.generic)) else None)
+                              for key, value in tabular.items()]
+                    self.layout = [(key, out, None if out is None else out.shape[1:], None if out is None else out.dtype)
+                                   for key, out in arrays]
                 layout = self.layout
         if len(tabular) != len(layout):
             self._refuse_keys(tabular, who)
         others: dict[str, Any] = {}
-        for (key, out), (name, value) in zip(layout, tabular.items()):
+        for (key, out, shape, dtype), (name, value) in zip(layout, tabular.items()):
             if key != name:
                 self._refuse_keys(tabular, who)
             if out is None:
                 if isinstance(value, (np.ndarray, np.generic)):
-                    raise ValueError(f"{who}: {key!r} is an array here but not in its batch's first sample.")
+                    raise ValueError(f"{_named(who)}: {key!r} is an array here but not in its batch's first sample.")
                 others[key] = value
             # Without the check numpy would broadcast a smaller value, or cast another dtype, silently.
-            elif (type(value) is np.ndarray and value.shape == out.shape[1:]
-                  and (value.dtype is out.dtype or value.dtype == out.dtype)):
+            elif (type(value) is np.ndarray and value.shape == shape
+                  and (value.dtype is dtype or value.dtype == dtype)):
                 out[slot] = value
-            elif isinstance(value, np.generic) and value.shape == out.shape[1:] and value.dtype == out.dtype:
+            elif isinstance(value, np.generic) and value.shape == shape and value.dtype == dtype:
                 out[slot] = value  # a numpy scalar (a mixture's, say): the same value as a 0-d array
             else:
                 shown = (f"{value.dtype} of shape {list(value.shape)}" if isinstance(value, (np.ndarray, np.generic))
                          else type(value).__name__)
-                raise ValueError(f"{who}: {key!r} is {shown} but its batch's are {out.dtype} of shape "
+                raise ValueError(f"{_named(who)}: {key!r} is {shown} but its batch's are {out.dtype} of shape "
                                  f"{list(out.shape[1:])} (a DataLoader could not stack them either).")
         self.others[slot] = others
 
-    def _refuse_keys(self, tabular: dict[str, Any], who: str) -> None:
-        batch = sorted(key for key, _ in self.layout or ())
-        raise ValueError(f"{who}: the sample's keys {sorted(tabular)} differ from its batch's {batch} "
+    def _refuse_keys(self, tabular: dict[str, Any], who: str | Callable[[], str]) -> None:
+        batch = sorted(entry[0] for entry in self.layout or ())
+        raise ValueError(f"{_named(who)}: the sample's keys {sorted(tabular)} differ from its batch's {batch} "
                          f"(a DataLoader could not collate them either).")
 
     def tabular_batch(self, count: int) -> dict[str, Any]:
         """The tabular keys of the batch's first ``count`` samples, as ``default_collate`` gives them."""
         batch: dict[str, Any] = {}
         others = self.others[:count]
-        for key, values in self.layout or ():
+        for key, values, _, _ in self.layout or ():
             # The arrays are this batch's alone (never reused): the tensors can share them.
             batch[key] = (torch.from_numpy(values[:count]) if values is not None
                           else default_collate([sample[key] for sample in others]))  # type: ignore[index]
         return batch
+
+
+def _named(who: str | Callable[[], str]) -> str:
+    return who if isinstance(who, str) else who()
+
+
+def _who(pending: PendingSample) -> str:
+    return pending.queries[0].who if pending.queries else "a sample"
 
 
 class _BatchWriter:
@@ -372,7 +386,7 @@ class _BatchWriter:
             if slot == 0:
                 buffer.video_keys = list(pending.video_keys)
             # The frames are in place: the rest, as finish() gives it.
-            buffer.write_tabular(slot, builder.tabular(pending), pending.queries[0].who if pending.queries else "a sample")
+            buffer.write_tabular(slot, builder.tabular(pending), functools.partial(_who, pending))
         for _, writes in targets.values():
             writes.flush()
         for to, to_frame, source_writes, source_frame in copies:

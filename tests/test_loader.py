@@ -580,3 +580,17 @@ def test_batch_tabular_values_equal_default_collate_and_refuse_what_it_could_not
                            ({**samples[0], "extra": np.zeros(1)}, r"keys .* differ")]:
         with pytest.raises(ValueError, match=message):
             buffer.write_tabular(3, wrong, "episode 7 key 'cam'")
+    # The loader names the sample through a callable, called only for an error (it runs per sample).
+    calls = []
+
+    def who():
+        calls.append(1)
+        return "episode 9 key 'wrist'"
+
+    buffer.write_tabular(3, samples[0], who)
+    assert calls == []
+    with pytest.raises(ValueError, match=r"^episode 9 key 'wrist': 'state' is float32 of shape \[4\]"):
+        buffer.write_tabular(3, {**samples[0], "state": np.zeros(4, np.float32)}, who)
+    with pytest.raises(ValueError, match=r"^episode 9 key 'wrist': the sample's keys"):
+        buffer.write_tabular(3, {**samples[0], "extra": np.zeros(1)}, who)
+    assert calls == [1, 1]

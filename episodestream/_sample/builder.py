@@ -58,7 +58,7 @@ def delta_indices(meta: DatasetMeta, delta_timestamps: Mapping[str, Sequence[flo
     return offsets
 
 
-@dataclass
+@dataclass(slots=True)
 class PendingSample:
     """A sample whose tabular part is built and whose video frames are still to decode.
 
@@ -121,19 +121,25 @@ class SampleBuilder:
 
     def plan(self, rows: EpisodeRows, frame: int, videos: EpisodeVideos) -> PendingSample:
         episode = rows.episode
-        length = rows.length
-        item: dict[str, Any] = {}
+        length = episode.length
         pads: dict[str, np.ndarray] = {}
         offsets = self._offsets
-        for name, column in rows.columns.items():
-            window = offsets.get(name)
-            if window is None:
-                # np.array copies the value (the sample must not share the pool's rows) and keeps
-                # its dtype and shape; a scalar column gives a 0-d array, as torch.tensor would.
-                item[name] = np.array(column[frame])
-            else:
-                at, pads[f"{name}_is_pad"] = self._window(window, frame, length)
-                item[name] = column[at]  # fancy indexing copies
+        # np.array copies the value (the sample must not share the pool's rows) and keeps its
+        # dtype and shape; a scalar column gives a 0-d array, as torch.tensor would. With no
+        # windowed column (single-frame training) one comprehension: this runs for every sample,
+        # under the pipeline's planning lock.
+        columns = rows.columns
+        if offsets.keys().isdisjoint(columns):
+            item: dict[str, Any] = {name: np.array(column[frame]) for name, column in columns.items()}
+        else:
+            item = {}
+            for name, column in columns.items():
+                window = offsets.get(name)
+                if window is None:
+                    item[name] = np.array(column[frame])
+                else:
+                    at, pads[f"{name}_is_pad"] = self._window(window, frame, length)
+                    item[name] = column[at]  # fancy indexing copies
         for name, values in rows.strings.items():
             at, pad = self._rows_at(name, frame, length)
             if self._meta.features[name].dtype != "image":
@@ -156,7 +162,7 @@ class SampleBuilder:
             else:
                 at, pads[f"{key}_is_pad"] = self._window(window, frame, length)
                 times = (span.from_timestamp_s + timestamps[at].astype(np.float64)).tolist()
-            queries.append(FrameQuery(videos.path(episode, key), times, f"episode {episode.episode_index} key {key!r}"))
+            queries.append(FrameQuery(videos.path(episode, key), times, episode.episode_index, key))
         item.update(pads)
         task_index = int(rows.columns["task_index"][frame])
         if not 0 <= task_index < len(self._meta.tasks):

@@ -20,13 +20,20 @@ class VideoDecodeError(RuntimeError):
     """A video could not be decoded at the requested times."""
 
 
-@dataclass
+@dataclass(slots=True)
 class FrameQuery:
-    """Frames wanted from one video file; ``who`` says what asked (for error messages)."""
+    """Frames wanted from one video file for camera ``key`` of episode ``episode_index``."""
 
     path: str
     timestamps_s: list[float]
-    who: str
+    episode_index: int
+    key: str
+
+    @property
+    def who(self) -> str:
+        """What asked, for error messages (formatted only when one is raised: a query is made per
+        camera of every sample)."""
+        return f"episode {self.episode_index} key {self.key!r}"
 
 
 class DecoderCache:
