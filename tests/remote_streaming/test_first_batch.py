@@ -94,15 +94,40 @@ def test_metadata_files_download_together_while_a_dataset_is_built(hub_root, dat
             arrivals = _arrivals(stats)
             assert stats.requests == len(arrivals) == len(metadata)
             assert max(arrivals) - min(arrivals) < TOGETHER_S, arrivals
-            # Before them, three requests to the Hub's API: the commit, then the listings of meta/
+            # Besides them, three requests to the Hub's API: the commit, then the listings of meta/
             # and of the whole repo (a v3.0 layout: meta/ alone tells v2.x apart, which is listed no
-            # further); the commit is not asked for again before the listings.
+            # further; the whole listing goes beside the metadata downloads, the next test); the
+            # commit is not asked for again before the listings.
             api = {path: counts.requests for path, counts in hub.stats().by_path.items() if path.startswith("/api/")}
             assert sum(api.values()) == 3 and all(n == 1 for n in api.values()), api
             assert dataset.source_stats().cache_misses == len(metadata)
             assert len(dataset) > 0
     finally:
         cdn.stop()
+        hub.stop()
+    assert cache_files(tmp_path / "cache") == []
+
+
+def test_the_whole_listing_is_asked_for_beside_the_metadata_downloads(hub_root, dataset_root, tmp_path):
+    # Every request through one slow link, the Hub's API too: the commit, then meta/'s listing, then
+    # the whole repo's listing sent with the metadata files (all of them in meta/), not before them.
+    metadata = [p for p in (dataset_root / "meta").rglob("*") if p.is_file()]
+    hub = FakeHub(hub_root).start()
+    link = ShapingProxy(hub.url).start()
+    try:
+        link.update(latency_s=LATENCY_S)
+        with remote_dataset(EpisodeStreamingDataset, REPO, cache_dir=tmp_path / "cache", hub_endpoint=link.url,
+                            token=False, download_config=_fresh_budget(tmp_path)) as dataset:
+            arrivals = _arrivals(link.stats())
+            assert len(arrivals) == 2 + 1 + len(metadata), arrivals
+            gaps = [b - a for a, b in zip(arrivals, arrivals[1:3])]
+            assert min(gaps) >= TOGETHER_S, arrivals  # the commit, meta/'s listing, the rest: one after another
+            assert arrivals[-1] - arrivals[2] < TOGETHER_S, arrivals  # the rest together
+            api = {path: counts.requests for path, counts in hub.stats().by_path.items() if path.startswith("/api/")}
+            assert sum(api.values()) == 3, api
+            assert len(dataset) > 0
+    finally:
+        link.stop()
         hub.stop()
     assert cache_files(tmp_path / "cache") == []
 

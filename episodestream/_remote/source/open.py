@@ -8,7 +8,8 @@ budget can hold the metadata and, for a dataset being built, downloads its metad
 What is listed: ``meta/`` first. LeRobot v2.x names every episode's files by info.json's
 templates, so for a v2.x layout nothing more is listed (a 100k-episode repo would list 300k files;
 ``RemoteFiles`` looks an episode's files up when it is admitted); anything else (v3.0, or a layout
-the metadata reader will refuse) lists the whole source, as it always did. The layout is told from
+the metadata reader will refuse) lists the whole source too, beside the metadata downloads (which
+need ``meta/`` only): one round trip less before a dataset is built. The layout is told from
 the ``meta/`` listing, not from info.json, so that nothing is downloaded before the metadata
 reader asks for it (and the reader still checks ``codebase_version``).
 """
@@ -16,6 +17,7 @@ reader asks for it (and the reader still checks ``codebase_version``).
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -93,12 +95,27 @@ def open_remote_source(source: str, *, revision: str | None = None, cache_dir: s
     cache.prune()  # leftovers of processes killed in earlier runs
     files = RemoteFiles(resolved, listing, listed_folder=META_FOLDER, cache=cache, fetch_threads=fetch_threads,
                         fetch=fetch)
-    if not _named_by_templates(listing):
-        files.list_everything(list_source(resolved, fs=fs))
+    if _named_by_templates(listing):
+        _check_and_fetch_metadata(files, fetch_metadata)
+        return files
+    # The whole listing is needed only once the dataset admits episodes, while the metadata is in
+    # meta/, already listed: list beside the metadata downloads, not before them (a round trip
+    # less). A thread of an executor, joined here, so none outlives this call or meets a fork.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="episodestream-listing") as pool:
+        everything = pool.submit(list_source, resolved, fs=fs)
+        try:
+            _check_and_fetch_metadata(files, fetch_metadata)
+        except BaseException:
+            everything.cancel()
+            raise
+        files.list_everything(everything.result())  # a listing's error, as when it ran first
+    return files
+
+
+def _check_and_fetch_metadata(files: RemoteFiles, fetch_metadata: bool) -> None:
     files.check_cache_budget()  # before downloading metadata that would not fit (all of it is in meta/)
     if fetch_metadata:
         _fetch_metadata(files)
-    return files
 
 
 META_FOLDER = "meta"
