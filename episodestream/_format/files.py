@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from episodestream._base.turns import Turn
 from episodestream._format.episodes import EpisodeInfo, EpisodeTable
 
 
@@ -125,8 +126,9 @@ class DatasetFiles(abc.ABC):
         reads byte ranges on demand (so an episode's row group is fetched without the file)."""
 
     @abc.abstractmethod
-    def episode_videos(self) -> EpisodeVideos:
-        """A new per-consumer ``EpisodeVideos`` (made inside the consumer's process)."""
+    def episode_videos(self, *, turn: Turn | None = None) -> EpisodeVideos:
+        """A new per-consumer ``EpisodeVideos`` (made inside the consumer's process); a source that
+        downloads starts the consumer's first downloads in its ``turn`` (``_base.turns``)."""
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -211,8 +213,8 @@ class LocalFiles(DatasetFiles):
     def size_bytes(self, relpath: str) -> int:
         return self._path(relpath).stat().st_size
 
-    def episode_videos(self) -> LocalVideos:
-        return LocalVideos(self)
+    def episode_videos(self, *, turn: Turn | None = None) -> LocalVideos:
+        return LocalVideos(self)  # read in place: nothing crosses a link, no turn to wait for
 
     def close(self) -> None:
         pass

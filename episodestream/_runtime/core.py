@@ -20,6 +20,7 @@ from episodestream._format.lerobot_meta import LeRobotMeta
 from episodestream._format.metadata import DatasetMeta
 from episodestream._format.versions import load_metadata
 from episodestream._base.options import check_bool, check_positive_float
+from episodestream._base.turns import Turn
 from episodestream._format.rows import RowReader
 from episodestream._format.episode_filters import (
     episodes_table,
@@ -180,8 +181,8 @@ class DatasetCore:
     def row_reader(self) -> RowReader:
         return RowReader(self.files, self.meta, tolerance_s=self.tolerance_s)
 
-    def episode_videos(self) -> EpisodeVideos:
-        return self.files.episode_videos()
+    def episode_videos(self, turn: Turn | None = None) -> EpisodeVideos:
+        return self.files.episode_videos(turn=turn)
 
     def decoder_cache(self, working_set: int) -> DecoderCache:
         """A decoder cache holding ``working_set`` episodes' files of every camera (at most 128)."""

@@ -16,6 +16,7 @@ from typing import Any
 
 from episodestream._base.options import check_int
 from episodestream._base.tracing import trace_instant, trace_span
+from episodestream._base.turns import Turn
 from episodestream._base.world import World
 from episodestream._format.files import EpisodeVideos
 from episodestream._format.metadata import EpisodeInfo
@@ -28,6 +29,7 @@ from episodestream._runtime.position import StreamPosition, load_consumer_state
 from episodestream._runtime.rows_ahead import RowsAhead
 from episodestream._runtime.stream import CheckedState, ConsumerStream, PlannedGroup, refuse_mismatches
 from episodestream._runtime.stream_source import StreamSource
+from episodestream._runtime.turns import WorkerTurns
 from episodestream._sample.builder import PendingSample, SampleBuilder
 from episodestream._sample.holds import HeldEpisodes
 from episodestream._sample.video.decoder_cache import DecoderCache
@@ -54,6 +56,7 @@ class DatasetSource(StreamSource):
         self.settings = settings
         self.rank, self.world_size = rank, world_size
         self.shared_epoch = SharedEpoch()
+        self.turns = WorkerTurns()  # the order DataLoader workers start downloading in (``_base.turns``)
         self.loads_seen = 0  # resume states loaded when this copy was made (see SharedEpoch.for_iteration)
         self._resumption: Resumption | None = None  # the loaded state, while its epoch is ahead
         self.position = StreamPosition()  # this copy's own iteration, for state_dict (``position``)
@@ -144,11 +147,14 @@ class DatasetSource(StreamSource):
     def consumer_stream(self, world: World, epoch: int) -> ConsumerStream:
         self.shared_epoch.start(epoch)
         steps, num_samples = self._steps(world, epoch)
-        return self.stream(steps, num_samples, epoch)
+        turn = self.turns.turn(world, self.shared_epoch.claimed_iteration)
+        return self.stream(steps, num_samples, epoch, turn=turn)
 
-    def stream(self, steps: Iterator[Step], num_samples: int, epoch: int) -> ConsumerStream:
-        """The stream of ``steps`` (a consumer's schedule, or any other, e.g. a mixture's pass)."""
-        return _DatasetStream(self, steps, num_samples, epoch)
+    def stream(self, steps: Iterator[Step], num_samples: int, epoch: int, *,
+               turn: Turn | None = None) -> ConsumerStream:
+        """The stream of ``steps`` (a consumer's schedule, or any other, e.g. a mixture's pass),
+        starting its downloads in ``turn`` (``_base.turns``; None: at once)."""
+        return _DatasetStream(self, steps, num_samples, epoch, turn)
 
     def planned_groups(self, steps: Iterator[Step], videos: EpisodeVideos) -> Iterator[PlannedGroup]:
         """Run the pool over ``steps``: groups of up to ``decode_group_size`` samples whose tabular
@@ -281,7 +287,8 @@ def _admit_ahead(steps: Iterator[Step], videos: EpisodeVideos, episodes,
 class _DatasetStream(ConsumerStream):
     """One consumer's pass over a dataset's steps (see ``stream.ConsumerStream``)."""
 
-    def __init__(self, source: DatasetSource, steps: Iterator[Step], num_samples: int, epoch: int) -> None:
+    def __init__(self, source: DatasetSource, steps: Iterator[Step], num_samples: int, epoch: int,
+                 turn: Turn | None) -> None:
         self.num_samples = num_samples
         self.num_cameras = len(source.core.meta.video_keys)
         self.builder = source.core.builder
@@ -289,13 +296,14 @@ class _DatasetStream(ConsumerStream):
         self._source = source
         self._epoch = epoch
         self._steps = steps
+        self._turn = turn
         # Opened by the first groups() call, so that a stream nobody pulls holds nothing.
         self._videos: EpisodeVideos | None = None
         self._groups: Iterator[PlannedGroup] | None = None
 
     def groups(self) -> Iterator[PlannedGroup]:
         if self._groups is None:
-            self._videos = self._source.core.episode_videos()
+            self._videos = self._source.core.episode_videos(turn=self._turn)
             self._groups = self._source.planned_groups(self._steps, self._videos)
         return self._groups
 
@@ -307,9 +315,15 @@ class _DatasetStream(ConsumerStream):
             self._videos.evict(episode)  # type: ignore[union-attr]  # a group comes from groups()
 
     def finished(self) -> None:
+        self._pass_turn_on()
         self._source.shared_epoch.finished(self._epoch)
 
     def close(self) -> None:
+        self._pass_turn_on()  # a stream that ends, fails or is dropped holds nobody's downloads back
         if self._groups is not None:
             self._groups.close()  # type: ignore[attr-defined]  # a generator
             self._videos.close()  # type: ignore[union-attr]
+
+    def _pass_turn_on(self) -> None:
+        if self._turn is not None:
+            self._turn.pass_on()

@@ -20,9 +20,10 @@ from multiprocessing.context import get_spawning_popen
 # DataLoader iteration whose workers are still claiming, and how many of its workers have not
 # claimed yet; how many times a resume state was loaded; how many of the claimed iteration's
 # workers have not run their share to its end; the epoch a whole pass ran to its end since a resume
-# point was last set (-1: none), which uses that resume point up.
-_NEXT, _STARTED, _CLAIM_EPOCH, _CLAIMS_LEFT, _CLAIM_WORKERS, _LOADS, _FINISHES_LEFT, _PASSED = range(8)
-_INITIAL = (0, -1, -1, 0, 0, 0, 0, -1)
+# point was last set (-1: none), which uses that resume point up; how many DataLoader iterations
+# claimed an epoch so far (numbering them: ``claimed_iteration``).
+_NEXT, _STARTED, _CLAIM_EPOCH, _CLAIMS_LEFT, _CLAIM_WORKERS, _LOADS, _FINISHES_LEFT, _PASSED, _ITERATIONS = range(9)
+_INITIAL = (0, -1, -1, 0, 0, 0, 0, -1, 0)
 
 
 class SharedEpoch:
@@ -34,6 +35,7 @@ class SharedEpoch:
         # workers inherit it either way.
         self._lock = multiprocessing.get_context("spawn").Lock()
         self._local = list(initial)
+        self.claimed_iteration: int | None = None  # this copy's DataLoader iteration (``claim``)
 
     def _slots(self):
         return self._shared if self._shared is not None else self._local
@@ -51,7 +53,7 @@ class SharedEpoch:
         with self._locked():
             slots = self._slots()
             slots[_NEXT], slots[_STARTED], slots[_CLAIMS_LEFT] = epoch, -1, 0
-            self._local = [epoch, -1, -1, 0, 0, slots[_LOADS], 0, slots[_PASSED]]
+            self._local = [epoch, -1, -1, 0, 0, slots[_LOADS], 0, slots[_PASSED], slots[_ITERATIONS]]
 
     def claim(self, num_workers: int) -> int:
         """The epoch of the DataLoader iteration this worker belongs to (the same for all its workers).
@@ -62,13 +64,17 @@ class SharedEpoch:
         is told a new iteration began), so the first claim of an iteration pins the epoch and the
         next ``num_workers - 1`` claims read it. Nothing here depends on how the DataLoader seeds
         its workers (a DataLoader built each epoch with a fixed generator repeats its seeds).
+        The iteration's number (the same for all its workers, new for each iteration) is left in
+        ``claimed_iteration``.
         """
         with self._locked():
             slots = self._slots()
             if slots[_CLAIMS_LEFT] <= 0 or slots[_CLAIM_WORKERS] != num_workers:
                 slots[_CLAIM_EPOCH], slots[_CLAIMS_LEFT], slots[_CLAIM_WORKERS] = slots[_NEXT], num_workers, num_workers
                 slots[_FINISHES_LEFT] = num_workers
+                slots[_ITERATIONS] += 1
             slots[_CLAIMS_LEFT] -= 1
+            self.claimed_iteration = slots[_ITERATIONS]
             return slots[_CLAIM_EPOCH]
 
     def for_iteration(self, loads_seen: int, what: str) -> int:
@@ -144,6 +150,7 @@ class SharedEpoch:
 
     def __setstate__(self, state: dict) -> None:
         self._shared, self._lock, self._local = state["shared"], state["lock"], state["local"]
+        self.claimed_iteration = None
 
 
 class StaleWorkerCopy(RuntimeError):

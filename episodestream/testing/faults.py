@@ -56,7 +56,7 @@ def wrap_episode_videos(dataset: Dataset, wrap: Callable[[EpisodeVideos], Any]) 
     ``evict``, ``close``, ``prefetches``)."""
     core = _core(dataset)
     episode_videos = core.episode_videos
-    core.episode_videos = lambda: wrap(episode_videos())  # type: ignore[method-assign]
+    core.episode_videos = lambda turn=None: wrap(episode_videos(turn=turn))  # type: ignore[method-assign]
 
 
 def replace_decoder_cache(dataset: Dataset, make: Callable[[int], DecoderCache]) -> None:

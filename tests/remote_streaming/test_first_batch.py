@@ -13,9 +13,11 @@ import threading
 import time
 
 from episodestream import EpisodeStreamingDataset
+from episodestream._base.world import World
 from episodestream._format.versions import load_metadata
 from episodestream._remote.source.open import open_remote_source
 from episodestream._remote.source.videos import RAMP_ADMISSIONS
+from episodestream._runtime.turns import WorkerTurns
 from episodestream.testing import FakeHub, ShapingProxy
 
 from .conftest import REPO, SPANS_REPO, assert_same_samples, cache_files, remote_dataset
@@ -38,25 +40,34 @@ def _fresh_budget(tmp_path) -> dict:
 
 
 @contextlib.contextmanager
-def _slow_videos(hub_root, tmp_path):
-    """``SPANS_REPO``'s files, its videos and metadata, with the CDN's link slowed from here on and
-    its counters reset; everything closed and stopped after."""
+def _slow_files(hub_root, tmp_path):
+    """``SPANS_REPO``'s files and metadata, with the CDN's link slowed from here on and its counters
+    reset; closed and stopped after."""
     hub, cdn = _hub_with_slow_files(hub_root)
     try:
         files = open_remote_source(SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False,
                                    download_config=_fresh_budget(tmp_path))
-        videos = files.episode_videos()
         try:
             meta = load_metadata(files)
             cdn.update(latency_s=LATENCY_S)
             cdn.reset_stats()
-            yield videos, meta, cdn
+            yield files, meta, cdn
         finally:
-            videos.close()
             files.close()
     finally:
         cdn.stop()
         hub.stop()
+
+
+@contextlib.contextmanager
+def _slow_videos(hub_root, tmp_path):
+    """``_slow_files``, and one consumer's videos of them."""
+    with _slow_files(hub_root, tmp_path) as (files, meta, cdn):
+        videos = files.episode_videos()
+        try:
+            yield videos, meta, cdn
+        finally:
+            videos.close()
 
 
 def _arrivals(stats) -> list[float]:
@@ -244,4 +255,70 @@ def test_a_remote_consumer_reads_rows_ahead_on_their_own_thread(hub_root, spans_
     assert_same_samples(got, expected)
     # Each admission's rows were read ahead, off the consumer's thread (which decodes meanwhile).
     assert len(threads) >= len(dataset.episode_indices) and set(threads) == {"episodestream-rows"}
+    assert cache_files(tmp_path / "cache") == []
+
+
+def _worker_turns(turns: WorkerTurns, *, iteration: int = 1, wait_s: float = 30.0):
+    return [turns.turn(World(0, 1, worker=w, num_workers=2), iteration, wait_s=wait_s) for w in (0, 1)]
+
+
+def test_a_dataloader_worker_downloads_once_the_worker_before_passed_its_turn_on(hub_root, tmp_path):
+    """Worker 1's first batch is taken after worker 0's: its downloads wait until worker 0's first
+    two admissions are local (its turn, ``_base.turns``), so those cross the link alone."""
+    first_turn, second_turn = _worker_turns(WorkerTurns())
+    with _slow_files(hub_root, tmp_path) as (files, meta, cdn):
+        first, second = files.episode_videos(turn=first_turn), files.episode_videos(turn=second_turn)
+        try:
+            mine, theirs = [meta.episodes[i] for i in (0, 1, 2)], [meta.episodes[i] for i in (3, 4)]
+            key = next(iter(mine[0].videos))
+            assert len({e.videos[key].relpath for e in mine + theirs}) == 1  # one mp4: one header, fetched once
+            for episode in theirs:  # worker 1 starts first and wants its first episode at once
+                second.admit(episode)
+            asking = threading.Thread(target=second.path, args=(theirs[0], key))
+            asking.start()
+            time.sleep(LATENCY_S)
+            assert cdn.stats().requests == 0 and asking.is_alive()  # waiting for its turn, not downloading
+            for episode in mine:
+                first.admit(episode)
+            for episode in mine[:2]:
+                first.path(episode, key)
+            asking.join(30)
+            assert not asking.is_alive()
+            stats = cdn.stats()
+        finally:
+            second.close()
+            first.close()
+    # Worker 0's header (two reads at once) and its first two spans (one after the other) were
+    # answered before anything else reached the link: then its third span and worker 1's first.
+    # (Two requests sent together may each be answered before the other reaches the server: >= 4.)
+    series = stats.in_flight_series
+    assert _finished_before_arrival(stats, arrival=4) == 3, series
+    assert _finished_before_arrival(stats, arrival=5) >= 4 and _finished_before_arrival(stats, arrival=6) >= 4, series
+    assert len(_arrivals(stats)) >= 6, series  # worker 0's third span and worker 1's first, at least
+    assert cache_files(tmp_path / "cache") == []
+
+
+def test_a_turn_is_passed_on_after_a_lone_first_admission_and_its_wait_is_bounded(hub_root, tmp_path):
+    turns = WorkerTurns()
+    first_turn, second_turn = _worker_turns(turns)
+    with _slow_files(hub_root, tmp_path) as (files, meta, cdn):
+        first = files.episode_videos(turn=first_turn)
+        try:
+            episode = meta.episodes[0]
+            first.admit(episode)  # all this worker admits for now: its first batch draws from it alone
+            first.path(episode, next(iter(episode.videos)))
+            assert first_turn.passed
+        finally:
+            first.close()
+        # A worker before that never passes its turn on (died, never started) costs wait_s, once.
+        _, late_turn = _worker_turns(turns, iteration=2, wait_s=0.5)
+        late = files.episode_videos(turn=late_turn)
+        try:
+            episode = meta.episodes[1]
+            late.admit(episode)
+            start_s = time.monotonic()
+            late.path(episode, next(iter(episode.videos)))
+            assert time.monotonic() - start_s >= 0.5
+        finally:
+            late.close()
     assert cache_files(tmp_path / "cache") == []

@@ -135,7 +135,8 @@ def test_dataloader_workers_read_s3_through_one_node_cache(dataset_root, tmp_pat
     loader = dict(batch_size=4, num_workers=2)
     # Four episodes (127 frames) in two mp4 files of each camera: the workers share entries.
     options = dict(STREAM, episodes=[2, 3, 4, 5])
-    expected = list(torch.utils.data.DataLoader(EpisodeStreamingDataset(dataset_root, **options), **loader))
+    local = EpisodeStreamingDataset(dataset_root, **options)
+    epochs = [list(torch.utils.data.DataLoader(local, **loader)) for _ in range(2)]
     with S3Server() as s3:
         s3.upload_folder(dataset_root, "robot-data", "lerobot/main")
         with remote_dataset(EpisodeStreamingDataset, "s3://robot-data/lerobot/main", cache_dir=tmp_path / "cache",
@@ -146,5 +147,9 @@ def test_dataloader_workers_read_s3_through_one_node_cache(dataset_root, tmp_pat
             clone = pickle.loads(pickle.dumps(files))  # as a spawned worker receives it
             assert clone._process is None and clone.read_bytes("meta/info.json") == files.read_bytes("meta/info.json")
             clone.close()
-            assert_same_samples(list(torch.utils.data.DataLoader(dataset, **loader)), expected)
+            turns = dataset._source.turns._slots  # shared with the (forked) workers
+            for iteration, expected in enumerate(epochs, start=1):
+                assert_same_samples(list(torch.utils.data.DataLoader(dataset, **loader)), expected)
+                # Worker 0 passed its turn on in this DataLoader iteration; worker 1 has nobody after it.
+                assert list(turns[:2]) == [iteration, 0]
     assert cache_files(tmp_path / "cache") == []

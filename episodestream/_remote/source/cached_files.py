@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
+from episodestream._base.turns import Turn
 from episodestream._format.files import EpisodeVideos, SourceStats
 from episodestream._remote.cache.node_cache import NodeCache
 
@@ -39,7 +40,7 @@ class CachedFiles(Protocol):
     def read_range(self, relpath: str, start: int, end: int, *, exact: bool = False,
                    block_bytes: int | None = None) -> bytes: ...
 
-    def episode_videos(self) -> EpisodeVideos: ...
+    def episode_videos(self, *, turn: Turn | None = None) -> EpisodeVideos: ...
 
     def stats(self) -> SourceStats: ...
 

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from episodestream._base.turns import Turn
 from episodestream._format.files import DatasetFiles, SourceStats, check_relpath
 from episodestream._remote.source import budget as _budget
 from episodestream._remote.transport.failures import as_file_error
@@ -293,8 +294,8 @@ class RemoteFiles(DatasetFiles):
         relpath, _ = self._entry(relpath)
         return self.reader.open(self._remote_path(relpath))
 
-    def episode_videos(self) -> RemoteVideos:
-        return RemoteVideos(self, threads=self.fetch_threads)
+    def episode_videos(self, *, turn: Turn | None = None) -> RemoteVideos:
+        return RemoteVideos(self, threads=self.fetch_threads, turn=turn)
 
     def read_range(self, relpath: str, start: int, end: int, *, exact: bool = False,
                    block_bytes: int | None = None) -> bytes:

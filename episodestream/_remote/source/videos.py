@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from episodestream._base.turns import Turn
 from episodestream._format.files import EpisodeVideos
 from episodestream._remote.source.budget import DISK_SLACK_BYTES
 from episodestream._remote.transport.daemon_pool import DaemonPool
@@ -44,6 +45,9 @@ HEADER_BLOCK_BYTES = 4096
 # kept piece (the walk must find it there).
 _TAIL_FRACTION = 256
 RAMP_ADMISSIONS = 4  # the pool's first slots draw from 1, 2 and 4 episodes
+# The head start passed on to the next DataLoader worker (``turn``): a first batch of two decode
+# groups draws from the pool's first two slots, one episode then two.
+TURN_ADMISSIONS = 2
 _SPAN_PAD_FRACTION = 64  # pad each side by 1/64 of the span, at most SPAN_PAD_MAX_BYTES
 _CLOSE_JOIN_S = 60.0
 
@@ -123,12 +127,18 @@ class RemoteVideos(EpisodeVideos):
     ``_plan.sampling``), and prefetching admits several episodes at once: sharing the link, the
     first episode's bytes would arrive when all of theirs do. In turn, each arrives as soon as the
     link allows. Only the order of downloads depends on this, never which samples come out.
+
+    Across DataLoader workers, ``turn`` (``_base.turns``) does the same: the first admission's
+    downloads (and a ``path`` asking for them) wait for the consumer before to pass its turn on, and
+    this one passes its own on once its first ``TURN_ADMISSIONS`` admissions are local (its first
+    one, if no second was admitted by then; or at ``close``).
     """
 
     prefetches = True
 
-    def __init__(self, files: CachedFiles, *, threads: int = 4) -> None:
+    def __init__(self, files: CachedFiles, *, threads: int = 4, turn: Turn | None = None) -> None:
         self._files = files
+        self._turn = turn
         self._cache = files.cache
         self._holder = secrets.token_hex(6)
         self._lock = threading.Lock()
@@ -232,6 +242,8 @@ class RemoteVideos(EpisodeVideos):
                 task.cancelled = True
         for admission in self._ramp:  # threads waiting for one find their tasks cancelled
             admission.done.set()
+        if self._turn is not None:
+            self._turn.pass_on()
         self._pool.close(_CLOSE_JOIN_S)
         releases = []
         with self._lock:
@@ -273,10 +285,16 @@ class RemoteVideos(EpisodeVideos):
             return
         with self._lock:
             over = all(t.done.is_set() for t in admission.tasks)
+            place = self._ramp.index(admission)
+            last = place == len(self._ramp) - 1
         if over:
             admission.done.set()
+            if self._turn is not None and (place == TURN_ADMISSIONS - 1 or (place < TURN_ADMISSIONS and last)):
+                self._turn.pass_on()
 
     def _run(self, task: _Task) -> None:
+        if self._turn is not None and task.admission is not None and task.admission is self._ramp[0]:
+            self._turn.wait()  # bounded; every later download waits for this admission anyway
         with self._lock:
             if task.started:
                 return
