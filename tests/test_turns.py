@@ -38,6 +38,21 @@ def test_a_turn_waits_for_the_one_before_to_pass_its_own_on():
     assert not third_waited.is_alive() and first.passed and second.passed and not third.passed
 
 
+def test_the_rest_of_every_download_waits_for_the_last_head_start():
+    first, second, third = _turns(WorkerTurns(), iteration=1)
+    waiting = [threading.Thread(target=turn.wait_for_all) for turn in (first, second, third)]
+    for thread in waiting:
+        thread.start()
+    first.pass_on()
+    second.pass_on()
+    time.sleep(0.05)
+    assert all(thread.is_alive() for thread in waiting)  # the last worker's head start is not local yet
+    third.pass_on()
+    for thread in waiting:
+        thread.join(5)
+    assert not any(thread.is_alive() for thread in waiting)
+
+
 def test_an_earlier_iterations_pass_does_not_open_a_later_iterations_turn():
     turns = WorkerTurns()
     first, _, _ = _turns(turns, iteration=1)

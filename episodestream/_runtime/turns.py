@@ -2,7 +2,8 @@
 
 One slot per worker holds the number of the latest DataLoader iteration in which that worker
 passed its turn on (``SharedEpoch.claimed_iteration`` numbers them, the same for all workers of
-one iteration); worker ``w`` waits for slot ``w - 1`` to reach its own iteration. Each slot has one
+one iteration); worker ``w``'s head start waits for slot ``w - 1`` to reach its own iteration, its
+other downloads for the last worker's slot. Each slot has one
 writer (its worker) and a reader polling it, so no lock: an aligned 64-bit store is seen whole.
 Only the main process's iteration has no turn (nothing shares its link with it in need order),
 and workers past ``MAX_TURN_WORKERS`` download as they would without one.
@@ -32,16 +33,18 @@ class WorkerTurns:
         if iteration is None or world.num_workers < 2 or world.worker >= MAX_TURN_WORKERS:
             return None
         slots, worker = self._slots, world.worker
+        last = min(world.num_workers, MAX_TURN_WORKERS) - 1
 
         def ready() -> bool:
             return slots[worker - 1] >= iteration
 
+        def all_ready() -> bool:
+            return slots[last] >= iteration
+
         def pass_on() -> None:
             slots[worker] = max(slots[worker], iteration)
 
-        return Turn(ready=ready if worker > 0 else None,
-                    pass_on=pass_on if worker + 1 < min(world.num_workers, MAX_TURN_WORKERS) else None,
-                    wait_s=wait_s)
+        return Turn(ready=ready if worker > 0 else None, all_ready=all_ready, pass_on=pass_on, wait_s=wait_s)
 
     def __getstate__(self) -> dict:
         if get_spawning_popen() is not None:

@@ -262,9 +262,10 @@ def _worker_turns(turns: WorkerTurns, *, iteration: int = 1, wait_s: float = 30.
     return [turns.turn(World(0, 1, worker=w, num_workers=2), iteration, wait_s=wait_s) for w in (0, 1)]
 
 
-def test_a_dataloader_worker_downloads_once_the_worker_before_passed_its_turn_on(hub_root, tmp_path):
+def test_dataloader_workers_download_their_head_starts_in_turn_and_the_rest_after(hub_root, tmp_path):
     """Worker 1's first batch is taken after worker 0's: its downloads wait until worker 0's first
-    two admissions are local (its turn, ``_base.turns``), so those cross the link alone."""
+    two admissions are local (its turn, ``_base.turns``), and worker 0's other downloads wait for
+    worker 1's first two, so each head start crosses the link alone."""
     first_turn, second_turn = _worker_turns(WorkerTurns())
     with _slow_files(hub_root, tmp_path) as (files, meta, cdn):
         first, second = files.episode_videos(turn=first_turn), files.episode_videos(turn=second_turn)
@@ -280,21 +281,20 @@ def test_a_dataloader_worker_downloads_once_the_worker_before_passed_its_turn_on
             assert cdn.stats().requests == 0 and asking.is_alive()  # waiting for its turn, not downloading
             for episode in mine:
                 first.admit(episode)
-            for episode in mine[:2]:
+            for episode in mine:
                 first.path(episode, key)
+            second.path(theirs[1], key)
             asking.join(30)
             assert not asking.is_alive()
             stats = cdn.stats()
         finally:
             second.close()
             first.close()
-    # Worker 0's header (two reads at once) and its first two spans (one after the other) were
-    # answered before anything else reached the link: then its third span and worker 1's first.
-    # (Two requests sent together may each be answered before the other reaches the server: >= 4.)
+    # Worker 0's header (two reads at once), its first two spans, worker 1's first two spans, then
+    # worker 0's third: each sent once the one before was answered.
     series = stats.in_flight_series
-    assert _finished_before_arrival(stats, arrival=4) == 3, series
-    assert _finished_before_arrival(stats, arrival=5) >= 4 and _finished_before_arrival(stats, arrival=6) >= 4, series
-    assert len(_arrivals(stats)) >= 6, series  # worker 0's third span and worker 1's first, at least
+    assert len(_arrivals(stats)) == 7, series
+    assert [_finished_before_arrival(stats, arrival=n) for n in range(3, 8)] == [2, 3, 4, 5, 6], series
     assert cache_files(tmp_path / "cache") == []
 
 

@@ -150,6 +150,6 @@ def test_dataloader_workers_read_s3_through_one_node_cache(dataset_root, tmp_pat
             turns = dataset._source.turns._slots  # shared with the (forked) workers
             for iteration, expected in enumerate(epochs, start=1):
                 assert_same_samples(list(torch.utils.data.DataLoader(dataset, **loader)), expected)
-                # Worker 0 passed its turn on in this DataLoader iteration; worker 1 has nobody after it.
-                assert list(turns[:2]) == [iteration, 0]
+                # Both workers passed their turns on in this DataLoader iteration.
+                assert list(turns[:2]) == [iteration, iteration]
     assert cache_files(tmp_path / "cache") == []

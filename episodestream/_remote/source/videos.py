@@ -106,8 +106,9 @@ class _Task:
 class _Admission:
     """One of a consumer's first admissions (the head start): its tasks, and whether all are done."""
 
-    def __init__(self, tasks: list[_Task]) -> None:
+    def __init__(self, tasks: list[_Task], place: int) -> None:
         self.tasks = tasks
+        self.place = place  # in the head start's order
         self.done = threading.Event()
 
 
@@ -128,10 +129,11 @@ class RemoteVideos(EpisodeVideos):
     first episode's bytes would arrive when all of theirs do. In turn, each arrives as soon as the
     link allows. Only the order of downloads depends on this, never which samples come out.
 
-    Across DataLoader workers, ``turn`` (``_base.turns``) does the same: the first admission's
-    downloads (and a ``path`` asking for them) wait for the consumer before to pass its turn on, and
-    this one passes its own on once its first ``TURN_ADMISSIONS`` admissions are local (its first
-    one, if no second was admitted by then; or at ``close``).
+    Across DataLoader workers, ``turn`` (``_base.turns``) does the same: the first
+    ``TURN_ADMISSIONS`` admissions' downloads (and a ``path`` asking for them) wait for the
+    consumer before to pass its turn on, every other download for the last consumer to pass its
+    own on, and this one passes its turn on once those first admissions are local (its first one,
+    if no second was admitted by then; or at ``close``).
     """
 
     prefetches = True
@@ -174,7 +176,7 @@ class RemoteVideos(EpisodeVideos):
             after = None  # the admission these tasks wait for (the head start)
             if tasks and len(self._ramp) < RAMP_ADMISSIONS:
                 after = self._ramp[-1] if self._ramp else None
-                admission = _Admission(tasks)
+                admission = _Admission(tasks, len(self._ramp))
                 self._ramp.append(admission)
                 for task in tasks:
                     task.admission = admission
@@ -285,7 +287,7 @@ class RemoteVideos(EpisodeVideos):
             return
         with self._lock:
             over = all(t.done.is_set() for t in admission.tasks)
-            place = self._ramp.index(admission)
+            place = admission.place
             last = place == len(self._ramp) - 1
         if over:
             admission.done.set()
@@ -293,8 +295,11 @@ class RemoteVideos(EpisodeVideos):
                 self._turn.pass_on()
 
     def _run(self, task: _Task) -> None:
-        if self._turn is not None and task.admission is not None and task.admission is self._ramp[0]:
-            self._turn.wait()  # bounded; every later download waits for this admission anyway
+        if self._turn is not None:  # bounded waits, returning at once after the first
+            if task.admission is not None and task.admission.place < TURN_ADMISSIONS:
+                self._turn.wait()
+            else:
+                self._turn.wait_for_all()
         with self._lock:
             if task.started:
                 return
