@@ -322,3 +322,25 @@ def test_a_turn_is_passed_on_after_a_lone_first_admission_and_its_wait_is_bounde
         finally:
             late.close()
     assert cache_files(tmp_path / "cache") == []
+
+
+def test_dataloader_workers_stream_the_same_samples_through_a_fast_and_a_slow_link(hub_root, spans_root, tmp_path):
+    """Turns, the head start and the pool's ramp change when bytes arrive, never which samples come
+    out: two workers through an unshaped link and through a slow, jittery one give the local
+    samples both times."""
+    import torch.utils.data
+
+    options = dict(episode_pool_size=3, seed=5)
+    loader = dict(batch_size=4, num_workers=2)
+    expected = list(torch.utils.data.DataLoader(EpisodeStreamingDataset(spans_root, **options), **loader))
+    hub, cdn = _hub_with_slow_files(hub_root)
+    try:
+        for name, link in (("fast", {}), ("slow", dict(latency_s=0.02, jitter_s=0.03, rate_bytes_per_s=4e6))):
+            cdn.update(**link)
+            with remote_dataset(EpisodeStreamingDataset, SPANS_REPO, cache_dir=tmp_path / name, hub_endpoint=hub.url,
+                                token=False, download_config=_fresh_budget(tmp_path / f"{name}-budget"), **options) as dataset:
+                assert_same_samples(list(torch.utils.data.DataLoader(dataset, **loader)), expected)
+            assert cache_files(tmp_path / name) == []
+    finally:
+        cdn.stop()
+        hub.stop()
