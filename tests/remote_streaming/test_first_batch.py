@@ -310,8 +310,15 @@ def test_a_turn_is_passed_on_after_a_lone_first_admission_and_its_wait_is_bounde
             assert first_turn.passed
         finally:
             first.close()
+        # A consumer closed before its head start is local (its stream failed or was dropped)
+        # passes its turn on too, and never sent a request meanwhile.
+        closing_turn, _ = _worker_turns(turns, iteration=2)
+        closing = files.episode_videos(turn=closing_turn)
+        requests = cdn.stats().requests
+        closing.close()
+        assert closing_turn.passed and cdn.stats().requests == requests
         # A worker before that never passes its turn on (died, never started) costs wait_s, once.
-        _, late_turn = _worker_turns(turns, iteration=2, wait_s=0.5)
+        _, late_turn = _worker_turns(turns, iteration=3, wait_s=0.5)
         late = files.episode_videos(turn=late_turn)
         try:
             episode = meta.episodes[1]
