@@ -315,15 +315,13 @@ class _DatasetStream(ConsumerStream):
             self._videos.evict(episode)  # type: ignore[union-attr]  # a group comes from groups()
 
     def finished(self) -> None:
-        self._pass_turn_on()
         self._source.shared_epoch.finished(self._epoch)
 
     def close(self) -> None:
-        self._pass_turn_on()  # a stream that ends, fails or is dropped holds nobody's downloads back
+        # Every loader closes a stream that ended, failed or was dropped (before finished()): it
+        # holds nobody's downloads back, even if it never opened its videos.
+        if self._turn is not None:
+            self._turn.pass_on()
         if self._groups is not None:
             self._groups.close()  # type: ignore[attr-defined]  # a generator
             self._videos.close()  # type: ignore[union-attr]
-
-    def _pass_turn_on(self) -> None:
-        if self._turn is not None:
-            self._turn.pass_on()

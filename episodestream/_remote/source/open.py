@@ -100,14 +100,11 @@ def open_remote_source(source: str, *, revision: str | None = None, cache_dir: s
         return files
     # The whole listing is needed only once the dataset admits episodes, while the metadata is in
     # meta/, already listed: list beside the metadata downloads, not before them (a round trip
-    # less). A thread of an executor, joined here, so none outlives this call or meets a fork.
+    # less). A thread of an executor, joined here (on an error too), so none outlives this call
+    # or meets a fork.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="episodestream-listing") as pool:
         everything = pool.submit(list_source, resolved, fs=fs)
-        try:
-            _check_and_fetch_metadata(files, fetch_metadata)
-        except BaseException:
-            everything.cancel()
-            raise
+        _check_and_fetch_metadata(files, fetch_metadata)
         files.list_everything(everything.result())  # a listing's error, as when it ran first
     return files
 
