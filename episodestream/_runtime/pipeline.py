@@ -15,6 +15,11 @@ Determinism: planning (the pool schedule, reading rows, admitting video) runs un
 one thread at a time, in the order of the single-threaded stream; each group gets its sequence
 number and the stream position of its first sample while that lock is held. Threads only decode
 and build, so the samples and their order never depend on thread timing or on the thread count.
+
+Why the decode threads plan rather than a planning thread of its own: a thread that has just
+decoded a group holds the GIL and plans the next without a hand-off, while a planner must win the
+GIL from every busy decode thread for each group; tried, a planner made 32 threads slower than 16
+(docs/benchmarks.md, "A planning thread, tried and not kept").
 """
 
 from __future__ import annotations
