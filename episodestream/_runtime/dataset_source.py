@@ -318,8 +318,9 @@ class _DatasetStream(ConsumerStream):
         self._source.shared_epoch.finished(self._epoch)
 
     def close(self) -> None:
-        # Every loader closes a stream that ended, failed or was dropped (before finished()): it
-        # holds nobody's downloads back, even if it never opened its videos.
+        # Every loader closes its stream, whether it ended (stream_samples closes before
+        # finished(), EpisodeLoader after it), failed or was dropped: passing the turn here holds
+        # nobody's downloads back, even for a stream that never opened its videos.
         if self._turn is not None:
             self._turn.pass_on()
         if self._groups is not None:
