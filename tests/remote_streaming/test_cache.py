@@ -3,6 +3,7 @@ by live processes only, atomic entries, the disk budget, and a process killed mi
 
 from __future__ import annotations
 
+import errno
 import logging
 import multiprocessing
 import os
@@ -98,6 +99,38 @@ def test_one_download_per_entry_across_threads_and_processes(tmp_path):
 def _acquire_and_die(root: Path, name: str) -> None:
     NodeCache(root).acquire(name, "dead", lambda tmp: tmp.write_bytes(b"held"), size_bytes=4)
     os._exit(0)  # no release: the marker stays behind
+
+
+def test_a_folder_pruned_while_another_entry_locks_in_it_is_made_again(tmp_path, monkeypatch):
+    """Deleting an entry prunes its emptied folders; an acquire in the same folder at that moment
+    sees os.mkdir fail with EEXIST and then no folder (pathlib's exist_ok check raises
+    FileExistsError). It must make the folder again, not fail (a v2.1 stream over S3 did, when an
+    evicted episode's mp4 was the last entry in its camera's folder)."""
+    cache = NodeCache(tmp_path / "cache", timeout_s=5)
+    cache.acquire("files/videos/cam/episode_0.mp4", "me", lambda tmp: tmp.write_bytes(b"0"), size_bytes=1)
+    cache.release("files/videos/cam/episode_0.mp4", "me")  # the last user: deleted, its folders pruned
+    folder = cache.path("files/videos/cam/episode_1.mp4").parent
+    assert not folder.exists()
+    real_mkdir, raced = os.mkdir, []
+
+    def mkdir_that_loses_the_race(path, *args, **kwargs):
+        if Path(path) == folder and not raced:  # there when mkdir looked, pruned before pathlib's check
+            raced.append(path)
+            raise FileExistsError(errno.EEXIST, "File exists", str(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", mkdir_that_loses_the_race)
+    path = cache.acquire("files/videos/cam/episode_1.mp4", "me", lambda tmp: tmp.write_bytes(b"1"), size_bytes=1)
+    assert raced and path.read_bytes() == b"1"
+
+
+def test_a_file_where_an_entry_folder_should_be_is_an_error(tmp_path):
+    cache = NodeCache(tmp_path / "cache", timeout_s=5)
+    blocker = cache.path("files/videos/cam")
+    blocker.parent.mkdir(parents=True)
+    blocker.write_bytes(b"not a folder")
+    with pytest.raises(FileExistsError):
+        cache.acquire("files/videos/cam/episode_1.mp4", "me", lambda tmp: tmp.write_bytes(b"1"), size_bytes=1)
 
 
 def test_users_that_died_do_not_count(tmp_path):

@@ -243,10 +243,16 @@ class NodeCache:
         """
         sleep_s = _POLL_S[0]
         while True:
-            lock_path.parent.mkdir(parents=True, exist_ok=True)
             try:
+                lock_path.parent.mkdir(parents=True, exist_ok=True)
                 fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-            except FileNotFoundError:  # the folder was pruned between mkdir and open
+            except (FileNotFoundError, FileExistsError):
+                # Another entry's _delete pruned the folder (empty then) between mkdir and open, or
+                # inside mkdir: os.mkdir found the folder there, and pathlib's exist_ok check then
+                # found it gone and raised FileExistsError. Make it again; only a file standing
+                # where the folder should be is an error.
+                if lock_path.parent.exists() and not lock_path.parent.is_dir():
+                    raise
                 continue
             try:
                 while True:
