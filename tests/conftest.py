@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import threading
 from pathlib import Path
+
+# Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (container images often set it):
+# otherwise each xdist worker, and each pytest the suite starts, rewrites every test module's asserts
+# from source again on every run (docs/benchmarks.md, "The test suite"). The first run of a fresh
+# checkout still pays it once per worker; compiling the package itself costs next to nothing.
+sys.dont_write_bytecode = False
 
 # One OpenMP thread per test process, as PyTorch gives each DataLoader worker. The suite runs one
 # process per core and one more (pytest-xdist, pyproject addopts), and PyTorch's default of a thread per core in
