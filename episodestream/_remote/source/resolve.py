@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import inspect
 import logging
 import os
 import re
@@ -199,6 +200,11 @@ def resolve_source(source: str, *, revision: str | None, storage_options: Mappin
     resolved = ResolvedSource(protocol, root, description,
                               _cache_key(*identity, readable=f"{protocol}_{description.split('://', 1)[-1]}"),
                               storage_options=options)
+    needed = _missing_arguments(fs_class, options)
+    if needed:
+        raise ValueError(f"source {shown!r}: the fsspec filesystem for {protocol}:// cannot be made from this URL "
+                         f"and storage_options (its constructor needs {', '.join(needed)}, which the URL does "
+                         f"not give it). Sources are {SUPPORTED_SOURCES}.")
     try:
         resolved.filesystem()  # made again, per process, when read; this is the check that it can be
     except Exception as error:  # a filesystem that needs more than the path (ftp: host=, ...), a bad option
@@ -206,6 +212,20 @@ def resolve_source(source: str, *, revision: str | None, storage_options: Mappin
                          f"and storage_options ({type(error).__name__}: {error_line(error, resolved.secrets())}). "
                          f"Sources are {SUPPORTED_SOURCES}.") from None
     return resolved
+
+
+def _missing_arguments(fs_class: type, options: Mapping[str, Any]) -> list[str]:
+    """The constructor arguments of ``fs_class`` without a default that ``options`` do not give
+    (ftp: ``host``). Checked before making one: a half-made instance's ``__del__`` can fail noisily
+    (fsspec's FTPFileSystem prints an ignored AttributeError beside our error)."""
+    try:
+        # The class's own signature is its metaclass's (*args, **kwargs: fsspec caches instances), so read
+        # __init__'s from the class (mypy: "unsound" for a subclass's __init__, the one wanted here).
+        parameters = list(inspect.signature(fs_class.__init__).parameters.values())[1:]  # type: ignore[misc]
+    except (TypeError, ValueError):  # no signature to read: let making one tell
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in parameters if p.kind in kinds and p.default is p.empty and p.name not in options]
 
 
 def _parse_hf_url(source: str) -> tuple[str, str, str | None]:
