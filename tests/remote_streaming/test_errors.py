@@ -30,18 +30,22 @@ def _everything_said(error: BaseException) -> str:
 def test_missing_repo_and_revision(hub_root, tmp_path):
     with FakeHub(hub_root) as hub:
         options = dict(cache_dir=tmp_path, hub_endpoint=hub.url, token=False)
-        with pytest.raises(FileNotFoundError, match=r"Hub dataset 'lerobot/nope' at http://127\.0\.0\.1:\d+ not found"):
+        with pytest.raises(FileNotFoundError, match=r"Hub dataset 'lerobot/nope' at http://127\.0\.0\.1:\d+ not found"
+                                                    r".*'lerobot/nope' was read as a Hub repo id because there is no "
+                                                    r"local folder '/.*lerobot/nope'"):
             open_remote_source("lerobot/nope", **options)
         with pytest.raises(FileNotFoundError, match=r"revision 'v9' not found in Hub dataset 'lerobot/main'"):
             open_remote_source(REPO, revision="v9", **options)
-        with pytest.raises(FileNotFoundError, match=r"revision 'v9' not found"):
+        with pytest.raises(FileNotFoundError, match=r"revision 'v9' not found") as hf_url:
             open_remote_source(f"hf://datasets/{REPO}@v9", **options)
+        assert "local folder" not in str(hf_url.value)  # an hf:// URL is never a path
         with pytest.raises(ValueError, match="names revision 'v1' but revision='v2'"):
             open_remote_source(f"hf://datasets/{REPO}@v1", revision="v2", **options)
         with pytest.raises(FileNotFoundError, match=r"hf://datasets/lerobot/main@[0-9a-f]{40}/nothing holds no files"):
             open_remote_source(f"hf://datasets/{REPO}/nothing", **options)
         url = hub.url
-    with pytest.raises(ConnectionError, match=r"Could not reach Hub dataset 'lerobot/main' at http://127"):
+    with pytest.raises(ConnectionError, match=r"Could not reach Hub dataset 'lerobot/main' at http://127.*"
+                                              r"read as a Hub repo id because there is no local folder"):
         open_remote_source(REPO, cache_dir=tmp_path, hub_endpoint=url, token=False)  # the server is gone
 
 

@@ -163,9 +163,15 @@ def resolve_source(source: str, *, revision: str | None, storage_options: Mappin
                 raise FileNotFoundError(
                     f"source {source!r} is neither an existing local folder, nor a URL with a scheme "
                     f"(hf://, s3://, gs://, file://, ...), nor a Hub repo id like 'lerobot/pusht'.")
-            repo_id, subfolder, url_revision = source, "", None
-        else:
-            repo_id, subfolder, url_revision = _parse_hf_url(source)
+            try:
+                return _resolve_hub(source, "", revision, options, hub_endpoint, token)
+            except (FileNotFoundError, PermissionError, ConnectionError) as error:
+                # "data/my_robot" is a Hub repo id and a relative path alike: a user who meant a
+                # local folder would otherwise read only of the Hub (or of a network error).
+                raise type(error)(f"{error} ({source!r} was read as a Hub repo id because there is no local "
+                                  f"folder {os.path.abspath(source)!r}; for a local dataset, check that "
+                                  f"path.)") from None
+        repo_id, subfolder, url_revision = _parse_hf_url(source)
         if url_revision is not None and revision is not None and url_revision != revision:
             raise ValueError(f"source {source!r} names revision {url_revision!r} but revision={revision!r} "
                              f"was passed; give it once.")
