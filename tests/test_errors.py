@@ -32,6 +32,15 @@ def test_missing_info_json(copy_root):
         EpisodeStreamingDataset(copy_root)
 
 
+def test_the_meta_folder_given_as_the_root_is_named_as_such(dataset_root):
+    with pytest.raises(FileNotFoundError, match=r"meta/meta/info.json not found: .* It looks like a dataset's "
+                                                r"meta folder: pass the dataset's root, the folder above it\."):
+        EpisodeStreamingDataset(dataset_root / "meta")
+    with pytest.raises(FileNotFoundError, match=r"videos/meta/info.json not found") as elsewhere:
+        EpisodeStreamingDataset(dataset_root / "videos")
+    assert "meta folder" not in str(elsewhere.value)
+
+
 def test_wrong_codebase_version(copy_root):
     edit_info(copy_root, codebase_version="v1.6")
     with pytest.raises(DatasetFormatError, match=r"info.json: field 'codebase_version' is 'v1.6'.*'v2.0', 'v2.1', 'v3.0'"):

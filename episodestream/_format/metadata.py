@@ -102,8 +102,11 @@ def read_info(files: DatasetFiles) -> dict[str, Any]:
     one of ``READABLE_CODEBASE_VERSIONS``, ``fps``, ``data_path``, ``features``)."""
     where = f"{files.description}/{INFO_PATH}"
     if not files.exists(INFO_PATH):
+        # Pointing at the meta folder itself (it holds info.json) is the usual slip: say which folder.
+        inside = (" It looks like a dataset's meta folder: pass the dataset's root, the folder above it."
+                  if files.description.rstrip("/").rsplit("/", 1)[-1] == "meta" else "")
         raise FileNotFoundError(f"{where} not found: {files.description} is not a LeRobot dataset "
-                                f"(every LeRobot dataset, v2.0 to v3.0, has {INFO_PATH}).")
+                                f"(every LeRobot dataset, v2.0 to v3.0, has {INFO_PATH}).{inside}")
     try:
         info = json.loads(files.read_bytes(INFO_PATH))
     except json.JSONDecodeError as error:
