@@ -206,17 +206,17 @@ def resolve_source(source: str, *, revision: str | None, storage_options: Mappin
     resolved = ResolvedSource(protocol, root, description,
                               _cache_key(*identity, readable=f"{protocol}_{description.split('://', 1)[-1]}"),
                               storage_options=options)
+    def cannot_make(why: str) -> ValueError:
+        return ValueError(f"source {shown!r}: the fsspec filesystem for {protocol}:// cannot be made from this URL "
+                          f"and storage_options ({why}). Sources are {SUPPORTED_SOURCES}.")
+
     needed = _missing_arguments(fs_class, options)
-    if needed:
-        raise ValueError(f"source {shown!r}: the fsspec filesystem for {protocol}:// cannot be made from this URL "
-                         f"and storage_options (its constructor needs {', '.join(needed)}, which the URL does "
-                         f"not give it). Sources are {SUPPORTED_SOURCES}.")
+    if needed:  # refused before one is made (see _missing_arguments)
+        raise cannot_make(f"its constructor needs {', '.join(needed)}, which the URL does not give it")
     try:
         resolved.filesystem()  # made again, per process, when read; this is the check that it can be
-    except Exception as error:  # a filesystem that needs more than the path (ftp: host=, ...), a bad option
-        raise ValueError(f"source {shown!r}: the fsspec filesystem for {protocol}:// cannot be made from this URL "
-                         f"and storage_options ({type(error).__name__}: {error_line(error, resolved.secrets())}). "
-                         f"Sources are {SUPPORTED_SOURCES}.") from None
+    except Exception as error:  # a bad option, a client that cannot start, ...
+        raise cannot_make(f"{type(error).__name__}: {error_line(error, resolved.secrets())}") from None
     return resolved
 
 
