@@ -4,6 +4,7 @@ what and where, and never the secret."""
 from __future__ import annotations
 
 import gc
+import importlib
 import shutil
 import sys
 import traceback
@@ -185,6 +186,23 @@ def test_unsupported_protocol_names_the_source_and_the_kinds(tmp_path, monkeypat
     assert [f"{u.exc_type.__name__}: {u.exc_value} in {u.object!r}" for u in ignored] == []
     with pytest.raises(ImportError, match=r"source 'nosuchproto://x/y' needs the fsspec filesystem .* Sources are"):
         EpisodeStreamingDataset("nosuchproto://x/y", cache_dir=tmp_path)
+
+
+def test_a_filesystem_that_fails_to_start_is_named_with_its_error(tmp_path, monkeypatch):
+    from fsspec import AbstractFileSystem
+
+    class BrokenFileSystem(AbstractFileSystem):
+        protocol = "broken"
+
+        def __init__(self, *args, **storage_options):
+            raise RuntimeError(f"cannot start with {sorted(storage_options)}")
+
+    # fsspec's package attribute `registry` is a read-only view; its module holds the dict.
+    monkeypatch.setitem(importlib.import_module("fsspec.registry")._registry, "broken", BrokenFileSystem)
+    with pytest.raises(ValueError, match=r"source 'broken://x/y': the fsspec filesystem for broken:// cannot be made "
+                                         r"from this URL and storage_options \(RuntimeError: cannot start with "
+                                         r"\['verbose'\]\)\. Sources are a local folder"):
+        EpisodeStreamingDataset("broken://x/y", cache_dir=tmp_path, storage_options={"verbose": True})
 
 
 def test_a_huge_cache_limit_is_a_value_error_naming_it(tmp_path):
