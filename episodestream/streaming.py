@@ -7,6 +7,7 @@ plans, streams and resumes; ``EpisodeLoader`` and ``EpisodeMixture`` drive that 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -19,7 +20,7 @@ from episodestream._base.tracing import set_process_name, tracer_enabled
 from episodestream._runtime.placement import current_world, resolve_rank
 from episodestream._runtime.accelerate_guard import accelerate_resharding
 from episodestream._runtime.core import DatasetCore, DatasetFacts
-from episodestream._runtime.dataset_source import DatasetSource, StreamSettings
+from episodestream._runtime.dataset_source import DatasetSource, StreamSettings, default_decode_group_size
 from episodestream._runtime.epoch import StaleWorkerCopy, raising
 from episodestream._runtime.pipeline import stream_samples
 from episodestream._runtime.loader_state import is_loader_state, refuse_loader_state, read_loader_state, trainer_state
@@ -55,8 +56,10 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace, torch.utils.data.Iter
         decode_group_size: samples built together so that frames from one video file share a
             decoder call (1 builds each sample alone). Samples and their order are the same for any
             value; larger groups make fewer, longer decoder calls and less work per frame, and keep
-            more samples in flight (``EpisodeLoader``: a group per thread). docs/benchmarks.md
-            compares 8, 16 and 32.
+            more samples in flight (``EpisodeLoader``: a group per thread). None (the default): 16
+            where episodes share video files (v3.0), 32 where each episode has files of its own
+            (v2.0/v2.1), whose groups otherwise spread over more files. docs/benchmarks.md
+            compares 8, 16, 32 and 64.
         decode_threads: threads that decode one consumer's groups (each with its own decoders);
             the samples and their order are the same for any value. Worth more than 1 in
             DataLoader workers only when the machine has more cores than workers;
@@ -88,7 +91,7 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace, torch.utils.data.Iter
 
     @refuses_unknown_keywords
     def __init__(self, source: str | os.PathLike, *, episode_pool_size: int = 16, shuffle: bool = True,
-                 seed: int = 0, rank: int | None = None, world_size: int | None = None, decode_group_size: int = 16,
+                 seed: int = 0, rank: int | None = None, world_size: int | None = None, decode_group_size: int | None = None,
                  decode_threads: int = 1, prefetch_episodes: int = 4, buffer_size: Any = None,
                  episode_weights: Mapping[int, float] | str | None = None,
                  revision: str | None = None,
@@ -108,13 +111,16 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace, torch.utils.data.Iter
         settings = StreamSettings(
             episode_pool_size=check_int("episode_pool_size", episode_pool_size, minimum=1),
             shuffle=check_bool("shuffle", shuffle), seed=check_int("seed", seed, minimum=0),
-            decode_group_size=check_int("decode_group_size", decode_group_size, minimum=1),
+            decode_group_size=(0 if decode_group_size is None  # 0: chosen below, from the layout
+                               else check_int("decode_group_size", decode_group_size, minimum=1)),
             decode_threads=check_int("decode_threads", decode_threads, minimum=1),
             prefetch_episodes=check_int("prefetch_episodes", prefetch_episodes, minimum=0))
         rank, world_size = resolve_rank(rank, world_size)
         # local_cache_dir: a local folder's cache_dir is where compute_stats() keeps its results.
         self._core = DatasetCore(source, **source_options(locals()), local_cache_dir=True, episode_weights=episode_weights,
                                  episodes_in_flight=settings.episode_pool_size + settings.prefetch_episodes + 1)
+        if not settings.decode_group_size:
+            settings = dataclasses.replace(settings, decode_group_size=default_decode_group_size(self._core.meta))
         self._source = DatasetSource(self._core, settings, rank=rank, world_size=world_size)
         self._decoders: list[DecoderSet] | None = None  # the current iteration's, one per decode thread
 

@@ -131,6 +131,16 @@ def test_streaming_samples_equal_v30(v21_root, v30_root):
         assert decode_frame_ids(sample[CAMERA][-1]) == (int(sample["episode_index"]), int(sample["frame_index"]), 0)
 
 
+def test_default_decode_groups_are_larger_where_each_episode_has_its_own_files(v21_root, v30_root):
+    """v2.1 groups spread over one file per episode, so their default is twice v3.0's; a given
+    size is kept, and the samples are those of v3.0 either way (the tests above and below)."""
+    assert EpisodeStreamingDataset(v21_root).decode_group_size == 32
+    assert EpisodeStreamingDataset(v30_root).decode_group_size == 16
+    assert EpisodeStreamingDataset(v21_root, decode_group_size=5).decode_group_size == 5
+    with pytest.raises(ValueError, match="decode_group_size must be >= 1, got 0"):
+        EpisodeStreamingDataset(v21_root, decode_group_size=0)
+
+
 def test_loader_batches_equal_v30(v21_root, v30_root):
     got = {}
     for name, root in (("v21", v21_root), ("v30", v30_root)):

@@ -58,6 +58,10 @@ class DatasetMeta:
     data_file_rows: Mapping[str, int] = field(default_factory=dict)
     # Where the episodes' lengths were read from, for errors ("meta/episodes", "meta/episodes.jsonl").
     episodes_where: str = EPISODES_DIR
+    # Whether episodes share video files (v3.0) or each has files of its own (v2.x). Decode groups
+    # read it: frames of one file share a decoder call, so one-file-per-episode layouts need
+    # larger groups for the same calls per frame (``default_decode_group_size``).
+    episodes_share_video_files: bool = True
 
     @property
     def video_keys(self) -> list[str]:

@@ -179,7 +179,8 @@ def load_v2_metadata(files: DatasetFiles, info: Mapping[str, Any]) -> DatasetMet
                          task_id=task_id, videos=videos)
     return DatasetMeta(description=files.description, fps=fps, features=features, episodes=table,
                        tasks=_read_tasks(files), info=info,
-                       data_file_rows=dict(zip(data_relpaths, length.tolist())), episodes_where=EPISODES_JSONL)
+                       data_file_rows=dict(zip(data_relpaths, length.tolist())), episodes_where=EPISODES_JSONL,
+                       episodes_share_video_files=False)
 
 
 def lerobot_episodes_table(meta: DatasetMeta) -> pa.Table:

@@ -19,7 +19,7 @@ from episodestream._base.tracing import trace_instant, trace_span
 from episodestream._base.turns import Turn
 from episodestream._base.world import World
 from episodestream._format.files import EpisodeVideos
-from episodestream._format.metadata import EpisodeInfo
+from episodestream._format.metadata import DatasetMeta, EpisodeInfo
 from episodestream._plan.resume import (STATE_FORMAT, Leg, ResumeRequest, Resumption, consumer_steps, fingerprint_digest,
                                         locate, read_request, refuse_other_format, saved_legs)
 from episodestream._plan.sampling import ADMIT, EMIT, EpochPlan, Segment, Step
@@ -46,6 +46,15 @@ class StreamSettings:
     decode_group_size: int
     decode_threads: int
     prefetch_episodes: int
+
+
+def default_decode_group_size(meta: DatasetMeta) -> int:
+    """``decode_group_size`` when none is given. A group's frames are random across the pool's
+    episodes, and each video file they touch costs a decoder call: where each episode has files
+    of its own (v2.x), twice the samples per group make about as many frames per call as 16 do
+    where episodes share files, which brings v2.1's rate close to v3.0's (docs/benchmarks.md,
+    "v2.x in place"). Not larger: a group is one thread's work, so it also sets the first batch's time."""
+    return 16 if meta.episodes_share_video_files else 32
 
 
 class DatasetSource(StreamSource):
