@@ -29,7 +29,7 @@ from torch.utils.data import default_collate
 from episodestream._runtime.position import without_consumer
 from episodestream._runtime.batch_memory import BatchMemory
 from episodestream._base.options import check_bool, check_int
-from episodestream._runtime.pipeline import GroupPipeline
+from episodestream._runtime.pipeline import GroupPipeline, split_opening
 from episodestream._runtime.stream import ConsumerStream, DecoderSet, PlannedGroup
 from episodestream._sample.builder import PendingSample, finish_decoded
 from episodestream._sample.chw import FrameWrites
@@ -432,8 +432,12 @@ class _Iteration(Iterator[dict[str, Any]]):
         self._writer = _BatchWriter(stream, batch_size=loader.batch_size, num_batches=self._num_batches,
                                     pin_memory=loader.pin_memory, memory=memory)
         # Nothing the threads hold may refer to this object (see _BatchWriter).
+        # The first batch split over the threads: a group larger than its share (v2.x's default
+        # of 32, a batch of 32 on 2 threads) would leave all but one thread idle until it is out.
+        groups = split_opening(stream.groups(), samples=loader.batch_size,
+                               part_size=math.ceil(loader.batch_size / loader.num_threads))
         self._pipeline = GroupPipeline(
-            stream.groups(), work=self._writer.write_group, open_cache=stream.open_decoders,
+            groups, work=self._writer.write_group, open_cache=stream.open_decoders,
             num_threads=loader.num_threads, allowed_samples=self._ahead)
         if self._num_batches == 0:
             self._finish()

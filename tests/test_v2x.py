@@ -141,6 +141,19 @@ def test_default_decode_groups_are_larger_where_each_episode_has_its_own_files(v
         EpisodeStreamingDataset(v21_root, decode_group_size=0)
 
 
+@pytest.mark.parametrize("num_threads", [2, 5])
+def test_loader_batches_are_the_same_with_the_first_batch_split_over_threads(v21_root, num_threads):
+    """v2.1's groups of 32 are larger than a thread's share of a batch of 8: the loader cuts the
+    first batch into parts (``split_opening``), which must not change a sample."""
+    def batches(threads):
+        loader = EpisodeLoader(EpisodeStreamingDataset(v21_root, seed=6, episode_pool_size=3), 8, num_threads=threads)
+        return list(loader)
+    one, many = batches(1), batches(num_threads)
+    assert len(one) == len(many) > 1
+    for x, y in zip(one, many):
+        assert_same_sample(x, y)
+
+
 def test_loader_batches_equal_v30(v21_root, v30_root):
     got = {}
     for name, root in (("v21", v21_root), ("v30", v30_root)):

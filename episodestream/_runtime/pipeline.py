@@ -187,6 +187,26 @@ class GroupPipeline:
                     return group
 
 
+def split_opening(groups: Iterator[PlannedGroup], *, samples: int, part_size: int) -> Iterator[PlannedGroup]:
+    """``groups`` with their first ``samples`` samples cut into parts of at most ``part_size`` (the
+    rest of a group so cut stays one part), so that threads share the first batch's decode instead
+    of one thread decoding a whole group while the others wait (``EpisodeLoader``: the first batch,
+    in a part per thread). Samples and their order are unchanged: a group is a run of consecutive
+    samples, and its evictions go with its last part (released once all its samples are decoded)."""
+    seen = 0
+    for group in groups:
+        pendings = group.pendings
+        if seen >= samples or len(pendings) <= part_size:
+            seen += len(pendings)
+            yield group
+            continue
+        head = min(len(pendings), samples - seen)  # this group's samples in the first batch
+        bounds = sorted({*range(0, head, part_size), head, len(pendings)})
+        for a, b in zip(bounds, bounds[1:]):
+            yield PlannedGroup(pendings[a:b], group.evicted if b == len(pendings) else [])
+        seen += len(pendings)
+
+
 def stream_samples(stream: ConsumerStream, *, decode_threads: int, group_size: int,
                    opened: list[DecoderSet] | None = None) -> Iterator[dict[str, Any]]:
     """A stream's samples, in order, for a dataset's (or mixture's) own ``__iter__``: groups built
