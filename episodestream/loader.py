@@ -431,11 +431,11 @@ class _Iteration(Iterator[dict[str, Any]]):
         self._ahead = loader._samples_ahead(stream)
         self._writer = _BatchWriter(stream, batch_size=loader.batch_size, num_batches=self._num_batches,
                                     pin_memory=loader.pin_memory, memory=memory)
-        # Nothing the threads hold may refer to this object (see _BatchWriter).
         # The first batch split over the threads: a group larger than its share (v2.x's default
         # of 32, a batch of 32 on 2 threads) would leave all but one thread idle until it is out.
         groups = split_opening(stream.groups(), samples=loader.batch_size,
                                part_size=math.ceil(loader.batch_size / loader.num_threads))
+        # Nothing the threads hold may refer to this object (see _BatchWriter).
         self._pipeline = GroupPipeline(
             groups, work=self._writer.write_group, open_cache=stream.open_decoders,
             num_threads=loader.num_threads, allowed_samples=self._ahead)

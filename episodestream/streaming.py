@@ -7,7 +7,6 @@ plans, streams and resumes; ``EpisodeLoader`` and ``EpisodeMixture`` drive that 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -108,19 +107,21 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace, torch.utils.data.Iter
         if buffer_size is not None:
             warnings.warn("buffer_size is ignored: episode_pool_size replaces it (a pool of whole episodes' "
                           "rows, not a buffer of decoded frames).", DeprecationWarning, stacklevel=3)
-        settings = StreamSettings(
-            episode_pool_size=check_int("episode_pool_size", episode_pool_size, minimum=1),
-            shuffle=check_bool("shuffle", shuffle), seed=check_int("seed", seed, minimum=0),
-            decode_group_size=(0 if decode_group_size is None  # 0: chosen below, from the layout
-                               else check_int("decode_group_size", decode_group_size, minimum=1)),
-            decode_threads=check_int("decode_threads", decode_threads, minimum=1),
-            prefetch_episodes=check_int("prefetch_episodes", prefetch_episodes, minimum=0))
+        # Checked before the source is opened; the group size's default depends on its layout.
+        episode_pool_size = check_int("episode_pool_size", episode_pool_size, minimum=1)
+        shuffle, seed = check_bool("shuffle", shuffle), check_int("seed", seed, minimum=0)
+        decode_threads = check_int("decode_threads", decode_threads, minimum=1)
+        prefetch_episodes = check_int("prefetch_episodes", prefetch_episodes, minimum=0)
+        if decode_group_size is not None:
+            decode_group_size = check_int("decode_group_size", decode_group_size, minimum=1)
         rank, world_size = resolve_rank(rank, world_size)
         # local_cache_dir: a local folder's cache_dir is where compute_stats() keeps its results.
         self._core = DatasetCore(source, **source_options(locals()), local_cache_dir=True, episode_weights=episode_weights,
-                                 episodes_in_flight=settings.episode_pool_size + settings.prefetch_episodes + 1)
-        if not settings.decode_group_size:
-            settings = dataclasses.replace(settings, decode_group_size=default_decode_group_size(self._core.meta))
+                                 episodes_in_flight=episode_pool_size + prefetch_episodes + 1)
+        settings = StreamSettings(
+            episode_pool_size=episode_pool_size, shuffle=shuffle, seed=seed,
+            decode_group_size=decode_group_size or default_decode_group_size(self._core.meta),
+            decode_threads=decode_threads, prefetch_episodes=prefetch_episodes)
         self._source = DatasetSource(self._core, settings, rank=rank, world_size=world_size)
         self._decoders: list[DecoderSet] | None = None  # the current iteration's, one per decode thread
 

@@ -196,15 +196,17 @@ def split_opening(groups: Iterator[PlannedGroup], *, samples: int, part_size: in
     seen = 0
     for group in groups:
         pendings = group.pendings
-        if seen >= samples or len(pendings) <= part_size:
-            seen += len(pendings)
+        if len(pendings) <= part_size:
             yield group
-            continue
-        head = min(len(pendings), samples - seen)  # this group's samples in the first batch
-        bounds = sorted({*range(0, head, part_size), head, len(pendings)})
-        for a, b in zip(bounds, bounds[1:]):
-            yield PlannedGroup(pendings[a:b], group.evicted if b == len(pendings) else [])
+        else:
+            head = min(len(pendings), samples - seen)  # this group's samples in the first batch
+            bounds = sorted({*range(0, head, part_size), head, len(pendings)})
+            for a, b in zip(bounds, bounds[1:]):
+                yield PlannedGroup(pendings[a:b], group.evicted if b == len(pendings) else [])
         seen += len(pendings)
+        if seen >= samples:
+            break
+    yield from groups  # past the first batch: as planned
 
 
 def stream_samples(stream: ConsumerStream, *, decode_threads: int, group_size: int,
