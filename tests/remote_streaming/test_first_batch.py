@@ -9,8 +9,12 @@ off the consumer's thread, and the samples stay the local ones."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
 import time
+
+import fsspec
+import pytest
 
 from episodestream import EpisodeStreamingDataset
 from episodestream._base.world import World
@@ -117,6 +121,41 @@ def test_metadata_files_download_together_while_a_dataset_is_built(hub_root, dat
         cdn.stop()
         hub.stop()
     assert cache_files(tmp_path / "cache") == []
+
+
+@pytest.mark.parametrize("kind", ["hub", "s3"])
+def test_a_remote_clients_modules_are_imported_with_the_collector_paused(kind, hub_root, dataset_root, tmp_path,
+                                                                        monkeypatch):
+    # A first import's collections walk a trainer's whole heap (docs/benchmarks.md): every lookup of a
+    # client's class, where its modules are imported the first time, runs with the collector paused,
+    # and the collector is back on once the dataset is built.
+    if kind == "s3":
+        pytest.importorskip("s3fs")
+    seen = []
+    original = fsspec.get_filesystem_class
+
+    def get_filesystem_class(protocol):
+        seen.append((protocol, gc.isenabled()))
+        return original(protocol)
+
+    monkeypatch.setattr(fsspec, "get_filesystem_class", get_filesystem_class)
+    assert gc.isenabled()
+    with contextlib.ExitStack() as stack:
+        if kind == "hub":
+            hub = stack.enter_context(FakeHub(hub_root))
+            source, options = REPO, dict(hub_endpoint=hub.url, token=False)
+        else:
+            from episodestream.testing import S3Server
+
+            s3 = stack.enter_context(S3Server())
+            s3.upload_folder(dataset_root, "robot-data", "lerobot/main")
+            source, options = "s3://robot-data/lerobot/main", dict(storage_options=s3.storage_options())
+        with remote_dataset(EpisodeStreamingDataset, source, cache_dir=tmp_path / "cache", **options) as dataset:
+            assert len(dataset) > 0
+            assert gc.isenabled()
+    protocol = "hf" if kind == "hub" else "s3"
+    assert seen and {p for p, _ in seen} == {protocol}, seen
+    assert not any(enabled for _, enabled in seen), seen
 
 
 def test_the_whole_listing_is_asked_for_beside_the_metadata_downloads(hub_root, dataset_root, tmp_path):

@@ -32,6 +32,7 @@ from urllib.parse import unquote, urlparse, urlsplit
 import fsspec
 from fsspec.asyn import AsyncFileSystem
 
+from episodestream._base.gc_pause import gc_paused
 from episodestream._base.paths import CACHE_DIR_ENV, default_cache_dir  # noqa: F401  (re-exported)
 from episodestream._remote.transport.failures import error_line, redact, status_of
 from episodestream._remote.transport.retry import redact_url
@@ -73,21 +74,36 @@ class ResolvedSource:
 
     def filesystem(self) -> fsspec.AbstractFileSystem:
         """A new client (not fsspec's per-process instance cache: each process makes its own)."""
+        fs_class = client_class(self.protocol)  # a spawned worker's first: imported with the collector paused
         if self.protocol == "hf":
-            from huggingface_hub import HfFileSystem
-
-            fs = HfFileSystem(endpoint=self.endpoint, token=self.token, skip_instance_cache=True,
-                              **dict(self.storage_options))
+            fs = fs_class(endpoint=self.endpoint, token=self.token, skip_instance_cache=True,
+                          **dict(self.storage_options))
             if self.revision_sha is not None:
                 _known_commit(fs, self.root, self.revision_sha)
             return fs
-        return fsspec.filesystem(self.protocol, skip_instance_cache=True, **dict(self.storage_options))
+        return fs_class(skip_instance_cache=True, **dict(self.storage_options))
 
     def secrets(self) -> list[str]:
         return _secrets(self.token, self.storage_options)
 
     def path(self, relpath: str) -> str:
         return f"{self.root}/{relpath}" if relpath else self.root
+
+
+def client_class(protocol: str) -> type[fsspec.AbstractFileSystem]:
+    """fsspec's filesystem class for ``protocol`` (``hf``: huggingface_hub's ``HfFileSystem``, whose
+    module imports ``huggingface_hub.hf_api``), imported, the first time, with the cyclic collector paused.
+
+    A client's first import (huggingface_hub with httpx, s3fs with aiobotocore and botocore) makes
+    tens of thousands of objects in a burst, and in a trainer that has imported torch each burst
+    sets off collections that walk its whole heap: there the collector, not the import, was most of
+    what a process's first remote dataset paid before its first request (docs/benchmarks.md, "The
+    remote first batch from a cold process"). An import's modules, classes and functions live until
+    the process ends, so the paused collector has next to nothing to find afterwards. Raises
+    fsspec's ``ImportError`` / ``ValueError`` for a client that is not installed or not known.
+    """
+    with gc_paused():
+        return fsspec.get_filesystem_class(protocol)
 
 
 def _known_commit(fs: fsspec.AbstractFileSystem, root: str, sha: str) -> None:
@@ -185,7 +201,7 @@ def resolve_source(source: str, *, revision: str | None, storage_options: Mappin
     protocol = parsed.scheme
     shown = redact_url(source)
     try:
-        fs_class = fsspec.get_filesystem_class(protocol)
+        fs_class = client_class(protocol)
     except (ImportError, ValueError) as error:
         hint = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs"}.get(protocol)
         raise ImportError(f"source {shown!r} needs the fsspec filesystem for {protocol}://"
@@ -257,6 +273,7 @@ def _hub_endpoint(hub_endpoint: str | None) -> str:
 
 def _resolve_hub(repo_id: str, subfolder: str, revision: str | None, options: dict, hub_endpoint: str | None,
                  token: Any) -> ResolvedSource:
+    client_class("hf")  # imports huggingface_hub's API and filesystem modules, the collector paused
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
