@@ -22,7 +22,7 @@ from episodestream._format.versions import load_metadata
 from episodestream._remote.source.open import open_remote_source
 from episodestream._remote.source.videos import RAMP_ADMISSIONS
 from episodestream._runtime.turns import WorkerTurns
-from episodestream.testing import FakeHub, ShapingProxy
+from episodestream.testing import FakeHub, S3Server, ShapingProxy
 
 from .conftest import REPO, SPANS_REPO, assert_same_samples, cache_files, remote_dataset
 
@@ -145,8 +145,6 @@ def test_a_remote_clients_modules_are_imported_with_the_collector_paused(kind, h
             hub = stack.enter_context(FakeHub(hub_root))
             source, options = REPO, dict(hub_endpoint=hub.url, token=False)
         else:
-            from episodestream.testing import S3Server
-
             s3 = stack.enter_context(S3Server())
             s3.upload_folder(dataset_root, "robot-data", "lerobot/main")
             source, options = "s3://robot-data/lerobot/main", dict(storage_options=s3.storage_options())
