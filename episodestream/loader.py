@@ -28,8 +28,9 @@ from torch.utils.data import default_collate
 
 from episodestream._runtime.position import without_consumer
 from episodestream._runtime.batch_memory import BatchMemory
+from episodestream._runtime.decoder_spares import DecoderSpares
 from episodestream._base.options import check_bool, check_int
-from episodestream._runtime.pipeline import GroupPipeline, split_opening
+from episodestream._runtime.pipeline import GroupPipeline, split_closing, split_opening
 from episodestream._runtime.stream import ConsumerStream, DecoderSet, PlannedGroup
 from episodestream._sample.builder import PendingSample, finish_decoded
 from episodestream._sample.chw import FrameWrites
@@ -70,7 +71,8 @@ class EpisodeLoader:
     Iterating yields the epoch the dataset is at and advances it at the end, as a DataLoader over
     the dataset does; ``set_epoch`` selects one. ``state_dict()`` / ``load_state_dict()`` save and
     restore the position exactly (elastically when the world size changes). ``close()``, or
-    dropping the iterator, stops the threads and releases cached video.
+    dropping the iterator, stops the threads and releases cached video; a local dataset's decoders
+    stay open for the next pass's threads until ``close()``.
     """
 
     def __init__(self, dataset: StreamingFace, batch_size: int, *, num_threads: int | None = None,
@@ -93,6 +95,7 @@ class EpisodeLoader:
         self._consumed: tuple[int, int, int] | None = None
         self._current: weakref.ref[_Iteration] | None = None
         self._memory: BatchMemory | None = None  # sized by the first stream's cameras
+        self._spares = DecoderSpares()  # decoders a pass's threads leave for the next pass's
 
     def __len__(self) -> int:
         """Batches the next iteration yields (what is left of a resumed epoch, after a load)."""
@@ -115,7 +118,7 @@ class EpisodeLoader:
             self._memory = BatchMemory(capacity=(in_flight + 2) * max(1, stream.num_cameras))
         base = self._resume_base(epoch)
         self._consumed = (epoch, base, source.loads_seen)
-        iteration = _Iteration(self, epoch, stream, base, self._memory)
+        iteration = _Iteration(self, epoch, stream, base, self._memory, self._spares)
         self._current = weakref.ref(iteration)
         return iteration
 
@@ -125,8 +128,10 @@ class EpisodeLoader:
         return self.prefetch_batches * self.batch_size + self.num_threads * stream.group_size
 
     def close(self) -> None:
-        """Stop the current iteration: join its threads and release its cached video."""
+        """Stop the current iteration: join its threads, release its cached video and close the
+        decoders kept for the next pass (a later iteration opens new ones)."""
         self._close_current()
+        self._spares.close()
 
     def __enter__(self) -> EpisodeLoader:
         return self
@@ -414,7 +419,7 @@ class _Iteration(Iterator[dict[str, Any]]):
     """One pass over an epoch's share (what ``iter(loader)`` returns)."""
 
     def __init__(self, loader: EpisodeLoader, epoch: int, stream: ConsumerStream, base_batches: int,
-                 memory: BatchMemory) -> None:
+                 memory: BatchMemory, spares: DecoderSpares) -> None:
         self._loader = loader
         self._epoch = epoch
         self._base = base_batches
@@ -435,9 +440,19 @@ class _Iteration(Iterator[dict[str, Any]]):
         # of 32, a batch of 32 on 2 threads) would leave all but one thread idle until it is out.
         groups = split_opening(stream.groups(), samples=loader.batch_size,
                                part_size=math.ceil(loader.batch_size / loader.num_threads))
+        # And the pass's last decode group per thread in quarters: whole groups there would leave
+        # threads idle at the end of every pass while the last few decode (docs/benchmarks.md).
+        tail = loader.num_threads * stream.group_size
+        groups = split_closing(groups, from_sample=num_samples - tail,
+                               part_size=math.ceil(stream.group_size / 4))
         # Nothing the threads hold may refer to this object (see _BatchWriter).
+        open_cache: Callable[[], DecoderSet] = stream.open_decoders
+        close_cache = None
+        if stream.decoders_outlive_pass:  # the threads of the next pass take over these decoders
+            open_cache = functools.partial(spares.take, stream.open_decoders)
+            close_cache = spares.give_back
         self._pipeline = GroupPipeline(
-            groups, work=self._writer.write_group, open_cache=stream.open_decoders,
+            groups, work=self._writer.write_group, open_cache=open_cache, close_cache=close_cache,
             num_threads=loader.num_threads, allowed_samples=self._ahead)
         if self._num_batches == 0:
             self._finish()

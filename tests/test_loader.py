@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from collections import defaultdict
 
 import pytest
@@ -87,32 +88,54 @@ def test_the_samples_do_not_depend_on_the_decode_group_size(dataset_root, delta_
 
 
 class _ThreadCheckingReader:
-    """Records which threads use each decoder (ids, not id(): a closed decoder's id is reused)."""
+    """Records which threads use each decoder (ids, not id(): a closed decoder's id is reused),
+    and every call that began while another thread was inside one on the same decoder."""
 
     serial = itertools.count()
 
-    def __init__(self, inner, users):
+    def __init__(self, inner, users, overlaps=None):
         self.inner, self.users, self.key = inner, users, next(self.serial)
+        self.overlaps = overlaps if overlaps is not None else []
+        self._inside = 0
+        self._lock = threading.Lock()
 
     def frames_played_at(self, seconds):
         self.users[self.key].add(threading.get_ident())
-        return self.inner.frames_played_at(seconds)
+        with self._lock:
+            self._inside += 1
+            if self._inside > 1:
+                self.overlaps.append(self.key)
+        try:
+            time.sleep(0.0005)  # a window in which a second thread's call would overlap this one
+            return self.inner.frames_played_at(seconds)
+        finally:
+            with self._lock:
+                self._inside -= 1
 
     def close(self):
         self.inner.close()
 
 
 def test_many_threads_many_epochs_same_stream_and_no_shared_decoder(many_episodes_root):
+    """A decoder is never used by two threads at once, and within a pass by one thread only; a
+    local dataset's decoders serve the next pass's threads (not reopened per pass)."""
     expected = reference_batches(many_episodes_root, 6, epochs=3, seed=9, decode_group_size=1, return_uint8=True)
     dataset = EpisodeStreamingDataset(many_episodes_root, seed=9, decode_group_size=1, return_uint8=True)
-    users = defaultdict(set)
-    faults.wrap_video_readers(dataset, lambda reader, path: _ThreadCheckingReader(reader, users))
+    users, overlaps = defaultdict(set), []
+    faults.wrap_video_readers(dataset, lambda reader, path: _ThreadCheckingReader(reader, users, overlaps))
     loader = EpisodeLoader(dataset, 6, num_threads=8, prefetch_batches=3)
+    passes = []
     for epoch in range(3):
+        users.clear()
         assert_same_batches(list(loader), expected[epoch])
-    threads_used = set().union(*users.values())
+        passes.append({key: set(threads) for key, threads in users.items()})
+        assert all(len(u) == 1 for u in users.values()), f"pass {epoch}: a decoder was used by more than one thread"
+    loader.close()
+    assert overlaps == [], f"decoders {sorted(set(overlaps))} were used by two threads at once"
+    threads_used = set().union(*passes[0].values())
     assert len(threads_used) > 1, "decoding ran on several threads"
-    assert all(len(u) == 1 for u in users.values()), "a decoder was used by more than one thread"
+    reused = set(passes[0]) & set(passes[2])
+    assert reused, "no decoder of the first pass served the third"
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
@@ -304,6 +327,27 @@ def test_dropping_or_closing_mid_epoch_joins_threads_and_releases_video(many_epi
     next(second)
     loader.close()
     assert not _episodestream_threads() and closed == [True] * 4
+
+
+def test_a_local_datasets_decoders_stay_open_between_passes_until_the_loader_closes(many_episodes_root):
+    loader = _new_loader(many_episodes_root, num_threads=3)
+    readers = faults.count_video_readers(loader.dataset)
+    expected = reference_batches(many_episodes_root, 4, epochs=2, seed=3, episode_pool_size=3,
+                                 episodes=list(range(8)), return_uint8=True, decode_group_size=8)
+    first = list(loader)
+    assert_same_batches(first, expected[0])
+    after_first = len(readers.opened)
+    assert after_first > 0 and readers.closed == [], "the first pass's decoders are kept for the next"
+    assert_same_batches(list(loader), expected[1])
+    assert len(readers.opened) < 2 * after_first, "the second pass reopened its files"
+    assert not _episodestream_threads()
+    loader.close()
+    assert readers.open_now() == [] and len(readers.closed) == len(readers.opened), "close() closes each kept once"
+    # A closed loader iterates again, with decoders of its own.
+    assert len(list(loader)) == len(first)
+    assert len(readers.opened) > after_first and readers.open_now()
+    loader.close()
+    assert readers.open_now() == []
 
 
 def test_arguments_are_validated(many_episodes_root):

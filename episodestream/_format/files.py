@@ -99,6 +99,11 @@ class DatasetFiles(abc.ABC):
     cache budget check and the cache folder that only sources with a cache have)."""
 
     description: str  # for error messages: where the dataset lives
+    # True when the local file a video's path names is the dataset's own and stays as it is while
+    # the source is open, so a decoder opened on it may serve later passes too. A remote source's
+    # cache deletes files between passes and may fetch another span of the same file under its
+    # name (a sparse partial download): a decoder kept open would read the old bytes.
+    videos_stay_in_place: bool = False
 
     @abc.abstractmethod
     def exists(self, relpath: str) -> bool:
@@ -176,6 +181,8 @@ def check_relpath(relpath: str, *, what: str) -> str:
 
 class LocalFiles(DatasetFiles):
     """A dataset folder on a local or network filesystem, read in place (never copied)."""
+
+    videos_stay_in_place = True
 
     def __init__(self, root: str | os.PathLike) -> None:
         self.root = Path(root).resolve()

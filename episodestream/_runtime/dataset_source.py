@@ -303,6 +303,7 @@ class _DatasetStream(ConsumerStream):
         self.num_cameras = len(source.core.meta.video_keys)
         self.builder = source.core.builder
         self.group_size = source.settings.decode_group_size
+        self.decoders_outlive_pass = source.core.files.videos_stay_in_place
         self._source = source
         self._epoch = epoch
         self._steps = steps

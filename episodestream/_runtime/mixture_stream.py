@@ -143,6 +143,7 @@ class MixtureStream(ConsumerStream):
         self._finished = finished
         self.num_samples = len(order)
         self.num_cameras = self._streams[0].num_cameras
+        self.decoders_outlive_pass = all(stream.decoders_outlive_pass for stream in self._streams)
         self._groups: Iterator[PlannedGroup] | None = None
 
     def groups(self) -> Iterator[PlannedGroup]:

@@ -58,7 +58,8 @@ class GroupPipeline:
     """Decode the groups of ``groups`` on ``num_threads`` threads; ``next_group`` returns them in order.
 
     ``work(decoders, first_sample, group)`` runs in a decode thread with that thread's own
-    decoders (from ``open_cache``); its return value (or exception) is the group's result. Threads
+    decoders (from ``open_cache``, handed to ``close_cache`` when the thread ends: by default
+    closed); its return value (or exception) is the group's result. Threads
     plan ahead only while fewer than ``allow(samples)`` samples are planned, which bounds memory.
 
     Wake-ups are targeted, so that more threads never cost more: the consumer waits on ``_ready``
@@ -69,10 +70,12 @@ class GroupPipeline:
 
     def __init__(self, groups: Iterator[PlannedGroup], *, work: Callable[[DecoderSet, int, PlannedGroup], Any],
                  open_cache: Callable[[], DecoderSet], num_threads: int, allowed_samples: int,
+                 close_cache: Callable[[DecoderSet], None] | None = None,
                  name: str = "episodestream-decode") -> None:
         self._groups = groups
         self._work = work
         self._open_cache = open_cache
+        self._close_cache = close_cache
         self._plan_lock = threading.Lock()  # planning is sequential: one thread at a time, in stream order
         self._lock = threading.Lock()  # guards the state below; both conditions share it
         self._ready = threading.Condition(self._lock)  # the consumer: the head of the queue is done
@@ -150,7 +153,10 @@ class GroupPipeline:
                     if self._queue and self._queue[0] is group:
                         self._ready.notify()  # only the head of the queue lets the consumer on
         finally:
-            cache.close()
+            if self._close_cache is None:
+                cache.close()
+            else:
+                self._close_cache(cache)
 
     def _has_room(self) -> bool:
         return self._stopping or self._exhausted or self._planned_samples < self._allowed_samples
@@ -207,6 +213,25 @@ def split_opening(groups: Iterator[PlannedGroup], *, samples: int, part_size: in
         if seen >= samples:
             break
     yield from groups  # past the first batch: as planned
+
+
+def split_closing(groups: Iterator[PlannedGroup], *, from_sample: int, part_size: int) -> Iterator[PlannedGroup]:
+    """``groups`` with their samples from stream position ``from_sample`` on (a pass's last ones)
+    cut into parts of at most ``part_size``, so that the threads finish the pass nearly together
+    instead of all but a few waiting idle while those decode their last whole groups
+    (``EpisodeLoader``: the last decode group of each thread). Samples, their order and where
+    evictions go are kept as ``split_opening`` keeps them."""
+    seen = 0
+    for group in groups:
+        pendings = group.pendings
+        start = from_sample - seen  # this group's first sample to cut (<= 0: all of it)
+        seen += len(pendings)
+        if seen <= from_sample or len(pendings) <= part_size:
+            yield group
+            continue
+        bounds = sorted({0, *range(max(0, start), len(pendings), part_size), len(pendings)})
+        for a, b in zip(bounds, bounds[1:]):
+            yield PlannedGroup(pendings[a:b], group.evicted if b == len(pendings) else [])
 
 
 def stream_samples(stream: ConsumerStream, *, decode_threads: int, group_size: int,

@@ -77,6 +77,9 @@ class ConsumerStream(ABC):
     num_cameras: int  # camera keys per sample (sizes batch memory)
     group_size: int  # samples per planned group, at most (sizes how far ahead threads plan)
     builder: GroupBuilder  # decodes and finishes every group's samples
+    # Whether decoders from open_decoders() may serve the next pass of the same source (its video
+    # files stay where they are, unchanged: ``DatasetFiles.videos_stay_in_place``).
+    decoders_outlive_pass: bool
 
     @abstractmethod
     def groups(self) -> Iterator[PlannedGroup]:

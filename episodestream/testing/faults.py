@@ -17,7 +17,9 @@ breaks the dataset.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -30,8 +32,8 @@ if TYPE_CHECKING:
 
     Dataset = EpisodeStreamingDataset | EpisodeDataset
 
-__all__ = ["download_fetch", "open_episode_videos", "replace_decoder_cache", "source_files",
-           "wrap_episode_videos", "wrap_video_readers"]
+__all__ = ["ReaderCounts", "count_video_readers", "download_fetch", "open_episode_videos", "replace_decoder_cache",
+           "source_files", "wrap_episode_videos", "wrap_video_readers"]
 
 
 def _core(dataset: Dataset) -> DatasetCore:
@@ -48,6 +50,41 @@ def wrap_video_readers(dataset: Dataset, wrap: Callable[[Any, str], Any]) -> Non
     core = _core(dataset)
     open_video = core.open_video
     core.open_video = lambda path: wrap(open_video(path), path)
+
+
+@dataclass
+class ReaderCounts:
+    """The video readers a dataset opened and closed since ``count_video_readers``, each by a
+    serial number of its own (in the order opened), so a test can tell which were closed."""
+
+    opened: list[int] = field(default_factory=list)
+    closed: list[int] = field(default_factory=list)
+    _serials: Any = field(default_factory=itertools.count, repr=False)
+
+    def open_now(self) -> list[int]:
+        """The readers opened and not closed yet."""
+        return sorted(set(self.opened) - set(self.closed))
+
+
+class _CountedReader:
+    def __init__(self, inner: Any, counts: ReaderCounts) -> None:
+        self._inner, self._counts = inner, counts
+        self._serial = next(counts._serials)
+        counts.opened.append(self._serial)  # list.append is atomic: decode threads open at once
+
+    def frames_played_at(self, seconds):
+        return self._inner.frames_played_at(seconds)
+
+    def close(self) -> None:
+        self._counts.closed.append(self._serial)
+        self._inner.close()
+
+
+def count_video_readers(dataset: Dataset) -> ReaderCounts:
+    """Count the video readers the dataset opens and closes from now on (``wrap_video_readers``)."""
+    counts = ReaderCounts()
+    wrap_video_readers(dataset, lambda reader, path: _CountedReader(reader, counts))
+    return counts
 
 
 def wrap_episode_videos(dataset: Dataset, wrap: Callable[[EpisodeVideos], Any]) -> None:

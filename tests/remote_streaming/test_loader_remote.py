@@ -10,6 +10,7 @@ from collections import Counter
 import torch.utils.data
 
 from episodestream import EpisodeLoader, EpisodeStreamingDataset
+from episodestream.testing import faults
 
 from ..stream_model import unbatch
 from .conftest import SPANS_REPO, assert_same_samples, cache_files, remote_dataset
@@ -34,6 +35,22 @@ def test_threads_share_the_remote_cache_and_fetch_each_range_once(hub_root, span
     videos = Counter(g for g in gets if g[0].endswith(".mp4"))
     assert videos and max(videos.values()) == 1, [g for g, n in videos.items() if n > 1]
     assert cache_files(tmp_path / "cache") == [], "every reference released at the end of the pass"
+
+
+def test_a_remote_passs_decoders_close_with_it(hub_root, tmp_path):
+    """The node cache may delete a file, or fetch another span under its name, between passes: a
+    decoder kept open would read the old bytes, so none outlives its pass (unlike a local one's)."""
+    with RangeLoggingHub(hub_root) as hub, \
+            remote_dataset(EpisodeStreamingDataset, SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url,
+                           token=False, **OPTIONS) as dataset:
+        readers = faults.count_video_readers(dataset)
+        loader = EpisodeLoader(dataset, 5, num_threads=3)
+        first = list(loader)
+        assert readers.opened and readers.open_now() == [], "every decoder closed at the pass's end"
+        opened_first = len(readers.opened)
+        assert len(list(loader)) == len(first)
+        assert len(readers.opened) > opened_first and readers.open_now() == [], "the next pass opened its own"
+        loader.close()
 
 
 def test_a_pass_dropped_midway_releases_its_cache_references(hub_root, tmp_path):
