@@ -33,7 +33,7 @@ from episodestream._base.options import check_bool, check_int
 from episodestream._runtime.pipeline import GroupPipeline, split_closing, split_opening
 from episodestream._runtime.stream import ConsumerStream, DecoderSet, PlannedGroup
 from episodestream._sample.builder import PendingSample, finish_decoded
-from episodestream._sample.chw import FrameWrites
+from episodestream._sample.chw import FrameWrites, flush_all
 from episodestream._runtime.stream_source import StreamingFace, source_of
 from episodestream._base.world import World
 from episodestream._sample.video.decoder_cache import FrameQuery
@@ -345,7 +345,7 @@ class _BatchWriter:
         sources: dict[str, np.ndarray | torch.Tensor] = {}  # per file: its decoded (N, H, W, C) frames
         # Per (batch, camera, file): the batch's frames of that camera and the writes from that
         # file into them, set up once (shape and layout checks included), not once per frame, and
-        # written in one call per group (``FrameWrites.flush``).
+        # written in one call per group, every camera and batch together (``chw.flush_all``).
         targets: dict[tuple[int, str, str], tuple[np.ndarray | torch.Tensor, FrameWrites]] = {}
         # Each decoded frame is converted once per group: a window padded at an episode's edge,
         # or overlapping another sample's, copies the frame already written (a plain copy of the
@@ -392,8 +392,7 @@ class _BatchWriter:
                 buffer.video_keys = list(pending.video_keys)
             # The frames are in place: the rest, as finish() gives it.
             buffer.write_tabular(slot, builder.tabular(pending), functools.partial(_who, pending))
-        for _, writes in targets.values():
-            writes.flush()
+        flush_all(writes for _, writes in targets.values())
         for to, to_frame, source_writes, source_frame in copies:
             place, converted = to.frame(to_frame), source_writes.frame(source_frame)
             if isinstance(place, np.ndarray):

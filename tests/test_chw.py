@@ -189,3 +189,104 @@ def test_frame_writes_into_tensors_as_accelerator_memory_takes_them():
     writes.flush()
     assert torch.equal(out[1, 1], rows[1].permute(2, 0, 1) / 255.0) and torch.equal(out[0, 0], rows[2].permute(2, 0, 1) / 255.0)
     assert not out[0, 1].any() and not out[1, 0].any() and writes.frame(3).data_ptr() == out[1, 1].data_ptr()
+
+
+def _group_writes(to_float32: bool, layouts=("contiguous", "contiguous", "strided")):
+    """A decode group's writes as the loader makes them: one ``FrameWrites`` per (camera file, batch
+    array), each with its own rows and places (a strided one, which the kernel does not take, among
+    them); with what each array must hold after a flush."""
+    dtype = np.float32 if to_float32 else np.uint8
+    cases = []
+    for i, layout in enumerate(layouts):
+        rows = np.stack([decoded(7, 13, seed=10 * i + s).transpose(1, 2, 0) for s in range(4)])
+        memory = np.full((4, 3, 7, 13) if layout == "contiguous" else (8, 3, 7, 13), 7, dtype=dtype)
+        out = memory if layout == "contiguous" else memory[::2]
+        writes = _chw.FrameWrites(out, rows, to_float32=to_float32)
+        places = {0: 3, 2: 1, 3: 1} if i % 2 == 0 else {1: 0}  # out frame -> row
+        for frame, row in places.items():
+            writes.add(frame, row)
+        expected = np.stack([lerobot(rows[places[f]].transpose(2, 0, 1), to_float32) if f in places
+                             else np.full((3, 7, 13), 7, dtype=dtype) for f in range(4)])
+        cases.append((out, writes, expected))
+    return cases
+
+
+@pytest.mark.parametrize("to_float32", [True, False], ids=["float32", "uint8"])
+def test_flush_all_writes_what_each_flush_writes(path, to_float32):
+    cases = _group_writes(to_float32)
+    _chw.flush_all(writes for _, writes, _ in cases)
+    for i, (out, writes, expected) in enumerate(cases):
+        assert out.tobytes() == np.ascontiguousarray(expected).tobytes(), f"writes {i}"
+        writes.flush()  # nothing left pending
+        assert out.tobytes() == np.ascontiguousarray(expected).tobytes(), f"writes {i} after a second flush"
+
+
+def test_flush_all_calls_the_kernel_once_for_every_array_it_takes(monkeypatch):
+    # One call releases the GIL once for the whole group (a decode thread's wait to take it back is
+    # paid once, not once per camera); the strided array's frames go one by one (write_chw).
+    if not _chw.compiled():
+        pytest.skip("episodestream._sample._chw_kernel is not built (installed without a C compiler)")
+    calls = []
+    kernel = _chw._kernel
+
+    class Counting:
+        def hwc_to_chw_jobs(self, jobs):
+            calls.append(("jobs", len(jobs)))
+            return kernel.hwc_to_chw_jobs(jobs)
+
+        def hwc_to_chw_rows(self, *args):
+            calls.append(("rows", 1))
+            return kernel.hwc_to_chw_rows(*args)
+
+        def hwc_to_chw(self, *args):
+            calls.append(("one", 1))
+            return kernel.hwc_to_chw(*args)
+
+    monkeypatch.setattr(_chw, "_kernel", Counting())
+    cases = _group_writes(True)
+    _chw.flush_all(writes for _, writes, _ in cases)
+    assert calls == [("one", 1)] * 3 + [("jobs", 2)]
+    for out, _, expected in cases:
+        assert out.tobytes() == np.ascontiguousarray(expected).tobytes()
+
+
+def test_flush_all_with_a_kernel_built_before_it_flushes_each(monkeypatch):
+    # An older build of the kernel (no hwc_to_chw_jobs) still writes every frame, one call per array.
+    if not _chw.compiled():
+        pytest.skip("episodestream._sample._chw_kernel is not built (installed without a C compiler)")
+    kernel = _chw._kernel
+    calls = []
+
+    class Older:
+        def hwc_to_chw_rows(self, *args):
+            calls.append("rows")
+            return kernel.hwc_to_chw_rows(*args)
+
+        def hwc_to_chw(self, *args):
+            return kernel.hwc_to_chw(*args)
+
+    monkeypatch.setattr(_chw, "_kernel", Older())
+    cases = _group_writes(False)
+    _chw.flush_all(writes for _, writes, _ in cases)
+    assert calls == ["rows", "rows"]
+    for out, _, expected in cases:
+        assert out.tobytes() == np.ascontiguousarray(expected).tobytes()
+
+
+def test_the_kernel_checks_every_job_before_writing_any():
+    if not _chw.compiled():
+        pytest.skip("episodestream._sample._chw_kernel is not built (installed without a C compiler)")
+    kernel = _chw._kernel
+    rows = np.stack([decoded(4, 5, seed=s).transpose(1, 2, 0) for s in range(2)])
+    good, bad = np.zeros((2, 3, 4, 5), np.uint8), np.zeros((2, 3, 4, 5), np.uint8)
+    with pytest.raises(IndexError, match=r"pair 1 \(src row 2, dst frame 1\)"):
+        kernel.hwc_to_chw_jobs([(rows, good, np.array([0, 0, 1, 1], np.int64)),
+                                (rows, bad, np.array([0, 0, 2, 1], np.int64))])
+    assert not good.any() and not bad.any(), "a job was written although a later one was refused"
+    with pytest.raises(TypeError, match="job 1 must be a tuple"):
+        kernel.hwc_to_chw_jobs([(rows, good, np.array([0, 0], np.int64)), [rows, bad, np.array([0, 0], np.int64)]])
+    with pytest.raises(ValueError, match="dst must be contiguous float32 or uint8"):
+        kernel.hwc_to_chw_jobs([(rows, np.zeros((2, 3, 4, 5), np.float64), np.array([0, 0], np.int64))])
+    kernel.hwc_to_chw_jobs([])  # nothing to write
+    kernel.hwc_to_chw_jobs([(rows, good, np.array([1, 0], np.int64))])
+    assert good[0].tobytes() == np.ascontiguousarray(rows[1].transpose(2, 0, 1)).tobytes() and not good[1].any()

@@ -16,6 +16,11 @@ collapse (docs/benchmarks.md). The warm-up is the batches that fill the pipeline
 it takes until one batch costs this process under ``STEADY_FAULTS_PER_BATCH`` page faults (at most
 ``MAX_WARMUP_S``); its length is reported beside the rate.
 
+``write_frames=False`` (``stand_in_rows.py --skip-frame-writes``) leaves the decoded frames out of the
+batches (``FrameWrites.flush`` writes nothing; the batches' frames are garbage): what is left is the
+pipeline's Python alone, so the row beside the normal one tells what copying the frames into batch
+memory costs, a memory-bound copy every loader makes once per frame (docs/benchmarks.md).
+
 "CPU per frame" is the process's CPU time (``time.process_time``, all threads; for DataLoader
 workers theirs too, from /proc) over the frames decoded: the stand-in burns
 none, so it is the pipeline's own work per frame, an upper bound on the GIL-held part (the frame
@@ -30,6 +35,7 @@ import multiprocessing
 import os
 import resource
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +43,7 @@ import numpy as np
 import torch
 
 from episodestream import EpisodeLoader, EpisodeStreamingDataset
+from episodestream._sample.chw import FrameWrites
 from episodestream.testing import faults
 
 LOADER_THREADS = (1, 2, 4, 8, 16, 32)
@@ -134,9 +141,31 @@ def _epochs(batches):
         yield from batches
 
 
-def stream_row(dataset: EpisodeStreamingDataset, *, ms: float, loader: str, count: int, batch_size: int) -> dict:
+@contextmanager
+def _frames_unwritten():
+    """``FrameWrites.flush`` forgets its writes instead of copying (benchmark-only; restored after)."""
+    flush = FrameWrites.flush
+
+    def forget(self: FrameWrites) -> None:
+        self._pairs = []
+
+    FrameWrites.flush = forget  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        FrameWrites.flush = flush  # type: ignore[method-assign]
+
+
+def stream_row(dataset: EpisodeStreamingDataset, *, ms: float, loader: str, count: int, batch_size: int,
+               write_frames: bool = True) -> dict:
     """One row: ``count`` EpisodeLoader threads or DataLoader workers over the stand-in, timed in
-    the steady state (see the module doc)."""
+    the steady state (see the module doc); ``write_frames=False`` skips copying frames into batches."""
+    if not write_frames:
+        if loader != "episode":
+            raise ValueError("write_frames=False is for EpisodeLoader rows (a DataLoader's workers collate "
+                             "by themselves)")
+        with _frames_unwritten():
+            return stream_row(dataset, ms=ms, loader=loader, count=count, batch_size=batch_size)
     # The previous row's dataset is in reference cycles (the readers ``faults`` installed): freed
     # now, not by a collection inside this row's timed window.
     gc.collect()
@@ -188,8 +217,10 @@ def stream_row(dataset: EpisodeStreamingDataset, *, ms: float, loader: str, coun
 
 
 def run(root, *, ms: float, modes, dtypes, delta_timestamps, batch_size: int, pool_size: int,
-        threads=LOADER_THREADS, workers=DATALOADER_WORKERS, group_size: int | None = None) -> list[dict]:
-    """The rows of every (mode, dtype, loader, count); ``group_size`` None keeps the dataset's default."""
+        threads=LOADER_THREADS, workers=DATALOADER_WORKERS, group_size: int | None = None,
+        write_frames: bool = True) -> list[dict]:
+    """The rows of every (mode, dtype, loader, count); ``group_size`` None keeps the dataset's default;
+    ``write_frames=False``: EpisodeLoader rows without copying frames into batches (see the module doc)."""
     grouping = {} if group_size is None else {"decode_group_size": group_size}
     rows = []
     for mode in modes:
@@ -199,8 +230,9 @@ def run(root, *, ms: float, modes, dtypes, delta_timestamps, batch_size: int, po
                     dataset = EpisodeStreamingDataset(root, episode_pool_size=pool_size, seed=0,
                                                       return_uint8=dtype == "uint8",
                                                       delta_timestamps=delta_timestamps(mode), **grouping)
-                    row = {"mode": mode, "dtype": dtype, **stream_row(dataset, ms=ms, loader=loader, count=count,
-                                                                      batch_size=batch_size)}
+                    row = {"mode": mode, "dtype": dtype, "frames_written": write_frames,
+                           **stream_row(dataset, ms=ms, loader=loader, count=count, batch_size=batch_size,
+                                        write_frames=write_frames)}
                     cpu = row["cpu_us_per_frame"]
                     print(f"[stand-in {ms} ms {mode} {dtype} {loader} x{count}] {row['frames_per_s']:.0f} frames/s "
                           f"of ideal {row['ideal_frames_per_s']:.0f} = {row['fraction_of_ideal']:.2f}; CPU "

@@ -5,7 +5,8 @@
 Imports episodestream from CHECKOUT (it must have its compiled frame writer; the script refuses
 otherwise) and runs ``_stand_in.run`` for EpisodeLoader with the given thread counts on the
 benchmark's local dataset (``benchmark_streaming.py`` writes it on its first run); prints one JSON
-line per row. Run it once per checkout, alternating, on a quiet machine.
+line per row. Run it once per checkout, alternating, on a quiet machine. ``--skip-frame-writes`` runs
+the rows without copying decoded frames into batch memory (``_stand_in``'s module doc).
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ def main() -> int:
     parser.add_argument("--mode", choices=["single", "sarm"], default="single")
     parser.add_argument("--decode-group-size", type=int, default=None, help="default: the dataset's")
     parser.add_argument("--dataset", default="/tmp/episodestream-bench/textured-24x300-240x320")
+    parser.add_argument("--skip-frame-writes", action="store_true",
+                        help="EpisodeLoader rows without copying frames into batch memory (what that copy costs)")
     args = parser.parse_args()
+    if args.skip_frame_writes and args.workers:
+        parser.error("--skip-frame-writes is for EpisodeLoader rows; leave out --workers")
     checkout = os.path.abspath(args.checkout)
     sys.path[:0] = [checkout, os.path.join(checkout, "benchmarks", "streaming")]
     import episodestream
@@ -41,7 +46,8 @@ def main() -> int:
     keys = episodestream.EpisodeStreamingDataset(args.dataset).typed_meta.video_keys
     rows = run(args.dataset, ms=args.ms, modes=(args.mode,), dtypes=args.dtypes,
                delta_timestamps=lambda mode: delta_timestamps(mode, keys), batch_size=32, pool_size=16,
-               threads=tuple(args.threads), workers=tuple(args.workers), group_size=args.decode_group_size)
+               threads=tuple(args.threads), workers=tuple(args.workers), group_size=args.decode_group_size,
+               write_frames=not args.skip_frame_writes)
     for row in rows:
         print(json.dumps({"checkout": checkout, **row}))
     return 0

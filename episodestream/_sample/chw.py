@@ -9,7 +9,9 @@ laid out as it needs), numpy gives the same values, bit for bit.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from types import ModuleType
+from typing import cast
 
 import numpy as np
 import torch
@@ -61,11 +63,11 @@ class FrameWrites:
     frame of ``out`` (its leading dimensions flattened), ``flush`` writes all of them.
 
     Collected, not written at once, so that the compiled kernel writes a decode group's frames in
-    one call that releases the GIL once: with many decode threads each release and retake is a
-    hand-off between threads. The kernel's conditions are checked once here for the two arrays
-    (they hold for every frame of a C-contiguous, aligned ``out`` and every row of a C-contiguous
-    ``frames_nhwc``); elsewhere (another layout, accelerator memory, no kernel) each frame goes
-    through ``write_chw``.
+    one call that releases the GIL once (``flush_all``: every camera's and batch's together): with
+    many decode threads each release and retake is a hand-off between threads. The kernel's
+    conditions are checked once here for the two arrays (they hold for every frame of a
+    C-contiguous, aligned ``out`` and every row of a C-contiguous ``frames_nhwc``); elsewhere
+    (another layout, accelerator memory, no kernel) each frame goes through ``write_chw``.
     """
 
     def __init__(self, out: np.ndarray | torch.Tensor, frames_nhwc: np.ndarray | torch.Tensor, *,
@@ -106,6 +108,32 @@ class FrameWrites:
             return
         for row, index in zip(pairs[::2], pairs[1::2]):
             write_chw(self.frame(index), self._source[row], to_float32=self._to_float32)
+
+    def _kernel_job(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The writes added since the last flush as one ``hwc_to_chw_jobs`` job, forgotten here (None:
+        nothing to write, or the kernel does not take these arrays)."""
+        if not self._kernel or not self._pairs:
+            return None
+        pairs, self._pairs = self._pairs, []
+        # The kernel takes these arrays only when both are numpy (``__init__``).
+        return cast(np.ndarray, self._source), cast(np.ndarray, self._flat), np.array(pairs, dtype=np.int64)
+
+
+def flush_all(writes: Iterable[FrameWrites]) -> None:
+    """``flush`` every one of ``writes``: all that the compiled kernel takes in one call, which releases
+    the GIL once for a decode group's frames of every camera (each release costs a decode thread a wait
+    behind the others to take it back: docs/benchmarks.md, "One frame-writer call per decode group");
+    the rest one by one. A kernel built before that call existed flushes each on its own."""
+    jobs = []
+    many = getattr(_kernel, "hwc_to_chw_jobs", None)
+    for one in writes:
+        job = one._kernel_job() if many is not None else None
+        if job is None:
+            one.flush()
+        else:
+            jobs.append(job)
+    if jobs and many is not None:  # jobs are only made where ``many`` exists
+        many(jobs)
 
 
 def gather_chw(frames_nhwc: torch.Tensor, rows: list[int]) -> torch.Tensor:
