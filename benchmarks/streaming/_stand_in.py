@@ -17,7 +17,7 @@ it takes until one batch costs this process under ``STEADY_FAULTS_PER_BATCH`` pa
 ``MAX_WARMUP_S``); its length is reported beside the rate.
 
 ``write_frames=False`` (``stand_in_rows.py --skip-frame-writes``) leaves the decoded frames out of the
-batches (``FrameWrites.flush`` writes nothing; the batches' frames are garbage): what is left is the
+batches (``FrameWrites`` write nothing; the batches' frames are garbage): what is left is the
 pipeline's Python alone, so the row beside the normal one tells what copying the frames into batch
 memory costs, a memory-bound copy every loader makes once per frame (docs/benchmarks.md).
 
@@ -143,17 +143,22 @@ def _epochs(batches):
 
 @contextmanager
 def _frames_unwritten():
-    """``FrameWrites.flush`` forgets its writes instead of copying (benchmark-only; restored after)."""
-    flush = FrameWrites.flush
+    """``FrameWrites`` forget their writes instead of copying (benchmark-only; restored after): both
+    ways a loader flushes them, ``flush`` and ``chw.flush_all`` (which takes kernel jobs from them)."""
+    flush, kernel_job = FrameWrites.flush, FrameWrites._kernel_job
 
     def forget(self: FrameWrites) -> None:
         self._pairs = []
 
+    def no_job(self: FrameWrites) -> None:
+        self._pairs = []  # flush_all then calls flush, which forgets too
+
     FrameWrites.flush = forget  # type: ignore[method-assign]
+    FrameWrites._kernel_job = no_job  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
-        FrameWrites.flush = flush  # type: ignore[method-assign]
+        FrameWrites.flush, FrameWrites._kernel_job = flush, kernel_job  # type: ignore[method-assign]
 
 
 def stream_row(dataset: EpisodeStreamingDataset, *, ms: float, loader: str, count: int, batch_size: int,
