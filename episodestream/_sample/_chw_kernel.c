@@ -201,9 +201,9 @@ static PyObject *hwc_to_chw_rows(PyObject *module, PyObject *args) {
 }
 
 /* A decode group's jobs, every camera's and batch's, in one call that releases the GIL once: each
- * release costs a decode thread a wait to take the GIL back behind the others (two or three context
- * switches with 16 threads on 2 cores, docs/benchmarks.md), and a group has one job per camera. All
- * jobs are checked before any frame is written. */
+ * release costs a decode thread a wait behind the other threads to take the GIL back (context
+ * switches, measured in docs/benchmarks.md), and a group has a job per camera. All jobs are checked
+ * before any frame is written. */
 static PyObject *hwc_to_chw_jobs(PyObject *module, PyObject *args) {
     PyObject *jobs_obj;
     if (!PyArg_ParseTuple(args, "O:hwc_to_chw_jobs", &jobs_obj)) {
