@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import json
 import multiprocessing
 import os
@@ -158,6 +159,10 @@ def stream(source, *, mode: str, num_workers: int, pool_size: int, batch_size: i
            uint8: bool, video_keys: list[str], decode_device: str = "cpu", warmup_batches: int = 1,
            remote_options: dict | None = None, keep_dataset: bool = False, loader_kind: str = "dataloader",
            train_step: tuple[str, float] | None = None) -> dict:
+    # What earlier passes left (their datasets, loaders and decoders, in reference cycles) is freed
+    # now: a full collection that comes due from it would otherwise land in this pass, in a remote
+    # build most often (docs/benchmarks.md, "One frame-writer call per decode group").
+    gc.collect()
     _reset_peak_rss()
     built_s = time.perf_counter()
     dataset = EpisodeStreamingDataset(source, episodes=episodes, episode_pool_size=pool_size, seed=0,
