@@ -43,6 +43,14 @@ def _fresh_budget(tmp_path) -> dict:
     return {"permits_dir": str(tmp_path / "permits")}
 
 
+def _until_idle(proxy: ShapingProxy, *, timeout_s: float = 10.0) -> None:
+    """Wait until no request is in flight through ``proxy`` (bounded)."""
+    deadline_s = time.monotonic() + timeout_s
+    while proxy.stats().in_flight:
+        assert time.monotonic() < deadline_s, f"requests still in flight after {timeout_s} s: {proxy.stats()}"
+        time.sleep(0.002)
+
+
 @contextlib.contextmanager
 def _slow_files(hub_root, tmp_path):
     """``SPANS_REPO``'s files and metadata, with the CDN's link slowed from here on and its counters
@@ -53,6 +61,10 @@ def _slow_files(hub_root, tmp_path):
                                    download_config=_fresh_budget(tmp_path))
         try:
             meta = load_metadata(files)
+            # The metadata's last request leaves the proxy's flight a moment after the client has
+            # read it: counted after the reset, its end looked like one more answer before the
+            # first video request (seen once under the whole suite's load).
+            _until_idle(cdn)
             cdn.update(latency_s=LATENCY_S)
             cdn.reset_stats()
             yield files, meta, cdn
