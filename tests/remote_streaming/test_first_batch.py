@@ -62,8 +62,8 @@ def _slow_files(hub_root, tmp_path):
         try:
             meta = load_metadata(files)
             # The metadata's last request leaves the proxy's flight a moment after the client has
-            # read it: counted after the reset, its end looked like one more answer before the
-            # first video request (seen once under the whole suite's load).
+            # read it: if the counters were reset before, its end would count as one more answer
+            # before the first video request (4 == 3, once, under the whole suite's load).
             _until_idle(cdn)
             cdn.update(latency_s=LATENCY_S)
             cdn.reset_stats()
