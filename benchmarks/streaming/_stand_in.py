@@ -144,21 +144,17 @@ def _epochs(batches):
 @contextmanager
 def _frames_unwritten():
     """``FrameWrites`` forget their writes instead of copying (benchmark-only; restored after): both
-    ways a loader flushes them, ``flush`` and ``chw.flush_all`` (which takes kernel jobs from them)."""
-    flush, kernel_job = FrameWrites.flush, FrameWrites._kernel_job
+    ``flush`` and ``chw.flush_all`` take the writes through ``_kernel_job``, and find none."""
+    kernel_job = FrameWrites._kernel_job
 
     def forget(self: FrameWrites) -> None:
         self._pairs = []
 
-    def no_job(self: FrameWrites) -> None:
-        self._pairs = []  # flush_all then calls flush, which forgets too
-
-    FrameWrites.flush = forget  # type: ignore[method-assign]
-    FrameWrites._kernel_job = no_job  # type: ignore[method-assign,assignment]
+    FrameWrites._kernel_job = forget  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
-        FrameWrites.flush, FrameWrites._kernel_job = flush, kernel_job  # type: ignore[method-assign]
+        FrameWrites._kernel_job = kernel_job  # type: ignore[method-assign]
 
 
 def stream_row(dataset: EpisodeStreamingDataset, *, ms: float, loader: str, count: int, batch_size: int,

@@ -99,19 +99,18 @@ class FrameWrites:
         self._pairs += (row, index)
 
     def flush(self) -> None:
-        pairs, self._pairs = self._pairs, []
-        if not pairs:
-            return
-        if self._kernel:
+        job = self._kernel_job()
+        if job is not None:
             assert _kernel is not None
-            _kernel.hwc_to_chw_rows(self._source, self._flat, np.array(pairs, dtype=np.int64))
+            _kernel.hwc_to_chw_rows(*job)
             return
+        pairs, self._pairs = self._pairs, []
         for row, index in zip(pairs[::2], pairs[1::2]):
             write_chw(self.frame(index), self._source[row], to_float32=self._to_float32)
 
     def _kernel_job(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """The writes added since the last flush as one ``hwc_to_chw_jobs`` job, forgotten here (None:
-        nothing to write, or the kernel does not take these arrays)."""
+        """The writes added since the last flush as one kernel job (``hwc_to_chw_rows``' arguments),
+        forgotten here (None: nothing to write, or the kernel does not take these arrays)."""
         if not self._kernel or not self._pairs:
             return None
         pairs, self._pairs = self._pairs, []
