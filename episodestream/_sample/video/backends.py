@@ -45,14 +45,23 @@ class TorchCodecReader:
         self._decoder = None
 
 
+PixelFormat = Literal["rgb24", "gray12le"]
+
+
 class PyAVReader:
-    """Sequential-friendly PyAV reader: seeks only when the next query is behind or far ahead."""
+    """Sequential-friendly PyAV reader: seeks only when the next query is behind or far ahead.
+
+    ``pixel_format`` "rgb24" gives (N, H, W, 3) uint8 frames; "gray12le" gives a depth camera's
+    12-bit codes as (N, H, W, 1) uint16, straight from its planes (no 8-bit step), as LeRobot
+    decodes depth (with PyAV whatever its backend: torchcodec converts every frame to RGB24).
+    """
 
     _SEEK_AHEAD_S = 1.0  # decoding forward beats seeking for short gaps (AV1 GOP 2 is ~0.07 s)
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, pixel_format: PixelFormat = "rgb24") -> None:
         import av
 
+        self._pixel_format = check_choice("pixel_format", pixel_format, ("rgb24", "gray12le"))
         self._container = av.open(path)
         self._stream = self._container.streams.video[0]
         self._frames = None  # the decode iterator since the last seek
@@ -80,9 +89,10 @@ class PyAVReader:
         frames, pts = [], []
         for t in seconds:
             frame = self._played_at(t)
-            frames.append(torch.from_numpy(frame.to_ndarray(format="rgb24")))
+            frames.append(frame.to_ndarray(format=self._pixel_format))
             pts.append(frame.time)
-        return torch.stack(frames), np.asarray(pts, dtype=np.float64)
+        stacked = np.stack(frames)
+        return torch.from_numpy(stacked if stacked.ndim == 4 else stacked[..., None]), np.asarray(pts, dtype=np.float64)
 
     def close(self) -> None:
         self._container.close()
