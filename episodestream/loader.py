@@ -367,7 +367,9 @@ class _BatchWriter:
                         source = sources[path] = file.frames.numpy() if file.frames.device.type == "cpu" else file.frames
                     chw = (source.shape[3], source.shape[1], source.shape[2])
                     shape = (len(query.timestamps_s), *chw) if windowed else chw
-                    out_all = buffer.frame_out(key, shape, builder.frame_dtype, file.frames.device,
+                    # uint8 frames become the builder's dtype; a depth camera's float32 depth stays float32.
+                    dtype = builder.frame_dtype if file.frames.dtype == torch.uint8 else file.frames.dtype
+                    out_all = buffer.frame_out(key, shape, dtype, file.frames.device,
                                                memory=self._memory, pin_memory=self._pin_memory, query=query)
                     writes = builder.frame_writer(out_all, source)
                     targets[index, key, path] = (out_all, writes)

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch.utils.data
 
+from episodestream._format.dtypes import is_numeric, sample_dtype
 from episodestream._base.options import check_bool, check_choice, check_int
 from episodestream._base.tracing import set_process_name, tracer_enabled
 from episodestream._plan.mix_options import check_stop, check_weights
@@ -46,7 +47,9 @@ def _feature_table(dataset: EpisodeStreamingDataset, rename: Mapping[str, str],
         window = f", window of {len(offsets[key])}" if key in offsets else ""
         target = rename.get(key, key)
         shape = "resized" if target in resized else list(feature.shape)
-        table[target] = f"{feature.dtype} {shape}{window}"
+        # A sample's dtype, not the stored one: float64 beside float32 mix (both come out float32).
+        dtype = sample_dtype(feature.dtype) if is_numeric(feature.dtype) else feature.dtype
+        table[target] = f"{dtype} {shape}{window}"
     return table
 
 

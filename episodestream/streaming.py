@@ -43,7 +43,7 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace, torch.utils.data.Iter
     Source options (shared with ``EpisodeDataset``; each is documented in
     ``episodestream.SourceOptions``):
         what to read: revision, episodes, keep_frames, delta_timestamps, tolerance_s;
-        what a sample looks like: return_uint8, image_transforms, video_backend, decode_device;
+        what a sample looks like: return_uint8, image_transforms, depth_output_unit, video_backend, decode_device;
         remote sources: cache_dir, cache_limit, storage_options, token, hub_endpoint, download_config.
         Any other keyword raises TypeError, naming the closest valid one.
 
@@ -98,6 +98,7 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace, torch.utils.data.Iter
                  keep_frames: Mapping[Any, Any] | str | os.PathLike | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
                  return_uint8: bool = False, image_transforms: Callable | None = None,
+                 depth_output_unit: str = "mm",
                  video_backend: str | None = None, decode_device: str = "cpu",
                  cache_dir: str | os.PathLike | None = None, cache_limit: int | str | None = None,
                  storage_options: Mapping[str, Any] | None = None, token: str | None = None,

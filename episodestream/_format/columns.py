@@ -44,7 +44,8 @@ import pyarrow as pa
 from episodestream._base.paths import default_cache_dir
 from episodestream._format.files import DatasetFiles, LocalFiles
 from episodestream._format.metadata import DatasetFormatError, DatasetMeta, EpisodeInfo, parquet_errors
-from episodestream._format.rows import DEFAULT_TOLERANCE_S, EpisodeRows, RowReader, _to_numpy, check_rows
+from episodestream._format.dtypes import sample_values
+from episodestream._format.rows import DEFAULT_TOLERANCE_S, EpisodeRows, RowReader, check_rows
 
 COLUMNS_FORMAT = 2  # bump when the layout of the cached files changes
 _STARTS_KEY = b"episodestream.batch_first_index"  # schema metadata: each record batch's first index
@@ -98,7 +99,7 @@ class ColumnStore:
             elif feature.dtype == "string":
                 strings[name] = values.to_pylist()
             else:
-                columns[name] = _to_numpy(values, feature.shape, f"{where}, column {name!r}")
+                columns[name] = sample_values(values, feature.dtype, feature.shape, f"{where}, column {name!r}")
         check_rows(columns, episode, where, self._files, self._meta, self._tolerance_s)
         return EpisodeRows(episode, columns, strings)
 

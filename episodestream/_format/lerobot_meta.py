@@ -37,6 +37,7 @@ from typing import Any
 from episodestream._base.redact import shown_source
 from episodestream._format.files import DatasetFiles, LocalFiles
 from episodestream._format.metadata import DatasetMeta
+from episodestream._format.depth import DEFAULT_DEPTH_UNIT, DepthUnit, is_depth, rescaled_stats
 from episodestream._format.versions import load_dataset_stats, load_lerobot_episodes
 
 
@@ -117,7 +118,7 @@ class LeRobotMeta:
     latest_episode = None  # LeRobot's writer sets it; a read-only meta never has one
 
     def __init__(self, *, typed: DatasetMeta, files: DatasetFiles, source: str | os.PathLike,
-                 revision: str | None) -> None:
+                 revision: str | None, depth_output_unit: DepthUnit = DEFAULT_DEPTH_UNIT) -> None:
         self._typed = typed
         self.repo_id = _repo_id(source)
         # A remote source has no local folder holding the whole dataset: its URL stands in.
@@ -126,6 +127,9 @@ class LeRobotMeta:
         self.info = InfoDict(copy.deepcopy(dict(typed.info)))
         self.info["features"] = _lerobot_features(typed.info)
         self.stats = load_dataset_stats(files, typed)  # v2.x: aggregated as LeRobot's converter does
+        if self.stats is not None:  # depth stats in the unit samples come out in (LeRobot's constructor)
+            self.stats = rescaled_stats(self.stats, {k: typed.features[k].info for k in typed.depth_keys},
+                                        depth_output_unit)
         self._episode_table = load_lerobot_episodes(files, typed)
         self._episodes = None  # the datasets.Dataset over _episode_table, made on first read
 
@@ -247,12 +251,7 @@ class LeRobotMeta:
 
     @property
     def depth_keys(self) -> list[str]:
-        def is_depth(spec: Mapping[str, Any]) -> bool:
-            info, video_info = spec.get("info") or {}, spec.get("video_info") or {}
-            return bool(info.get("is_depth_map") or info.get("video.is_depth_map")
-                        or video_info.get("video.is_depth_map"))
-
-        return [key for key, spec in self.features.items() if is_depth(spec)]
+        return [key for key, spec in self.features.items() if is_depth(spec.get("info"), spec.get("video_info"))]
 
     @property
     def names(self) -> dict[str, Any]:

@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from episodestream._format.depth import is_depth
+from episodestream._format.dtypes import READABLE_DTYPES, not_supported
 from episodestream._format.episodes import EpisodeInfo, EpisodeTable, VideoColumns, VideoSpan  # noqa: F401  (re-exported)
 from episodestream._format.files import DatasetFiles, check_relpath
 from episodestream._base.errors import DatasetFormatError  # noqa: F401  (re-exported: the format's error)
@@ -44,6 +46,7 @@ class Feature:
     dtype: str
     shape: tuple[int, ...]
     info: Mapping[str, Any] = field(default_factory=dict)
+    depth: bool = False  # a depth map (``_format.depth``): float32 (1, H, W) in the output unit
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,11 @@ class DatasetMeta:
     @property
     def camera_keys(self) -> list[str]:
         return [k for k, f in self.features.items() if f.dtype in ("video", "image")]
+
+    @property
+    def depth_keys(self) -> list[str]:
+        """The cameras that are depth maps (video or image), as LeRobot's ``meta.depth_keys``."""
+        return [k for k, f in self.features.items() if f.depth]
 
     @property
     def total_frames(self) -> int:
@@ -144,7 +152,11 @@ def parse_features(info: Mapping[str, Any], where: str) -> dict[str, Feature]:
         shape = spec["shape"]
         if not isinstance(shape, (list, tuple)) or not all(isinstance(d, int) and d > 0 for d in shape):
             raise _fail(where, f"features[{name!r}]['shape'] must be a list of positive ints, got {shape!r}")
-        features[name] = Feature(name, str(spec["dtype"]), tuple(shape), dict(spec.get("info") or {}))
+        if spec["dtype"] not in READABLE_DTYPES:
+            raise not_supported(name, spec["dtype"], where)
+        features[name] = Feature(name, str(spec["dtype"]), tuple(shape), dict(spec.get("info") or {}),
+                                 depth=spec["dtype"] in ("video", "image") and is_depth(spec.get("info"),
+                                                                                      spec.get("video_info")))
     missing = [name for name in REQUIRED_FEATURES if name not in features]
     if missing:
         raise _fail(where, f"features {missing} are missing (every LeRobot dataset has {list(REQUIRED_FEATURES)})")

@@ -17,26 +17,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from episodestream._format.dtypes import sample_values, stores_numbers
 from episodestream._format.files import DatasetFiles
 from episodestream._format.metadata import INFO_PATH, DatasetFormatError, DatasetMeta, EpisodeInfo, parquet_errors
 
 DEFAULT_TOLERANCE_S = 1e-4  # DatasetCore's default tolerance_s
 
-# What a feature's values must be stored as, by declared dtype; numeric dtypes take the default.
+# What a feature's values must be stored as, by declared dtype; numeric dtypes take ``_NUMERIC``.
 _STORED_AS = {"image": ("binary or struct", lambda t: pa.types.is_struct(t) or pa.types.is_binary(t)
                         or pa.types.is_large_binary(t)),
               "string": ("string", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t))}
-_NUMERIC = ("numbers or bools", lambda t: pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t))
-
-
-def _is_list(arrow_type: pa.DataType) -> bool:
-    return pa.types.is_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type) or pa.types.is_large_list(arrow_type)
-
-
-def _value_type(arrow_type: pa.DataType) -> pa.DataType:
-    while _is_list(arrow_type):
-        arrow_type = arrow_type.value_type
-    return arrow_type
+_NUMERIC = ("numbers or bools (in lists, or datasets' ArrayND columns, for shaped features)", stores_numbers)
 
 
 @dataclass(frozen=True)
@@ -50,23 +41,6 @@ class EpisodeRows:
     @property
     def length(self) -> int:
         return self.episode.length
-
-
-def _to_numpy(column: pa.ChunkedArray | pa.Array, shape: tuple[int, ...], where: str) -> np.ndarray:
-    # A plain Array (a slice of a memory-mapped batch) converts without a copy for numbers.
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if array.null_count:
-        raise DatasetFormatError(f"{where}: {array.null_count} null value(s)")
-    if not _is_list(array.type):
-        return array.to_numpy(zero_copy_only=False)
-    rows = len(array)
-    while _is_list(array.type):
-        array = array.flatten()
-    flat = array.to_numpy(zero_copy_only=False)
-    if flat.size != rows * int(np.prod(shape)):
-        raise DatasetFormatError(f"{where}: {flat.size} values for {rows} rows do not fit the declared "
-                                 f"shape {list(shape)}")
-    return flat.reshape((rows, *shape))
 
 
 class RowReader:
@@ -125,7 +99,7 @@ class RowReader:
             dtype = self._meta.features[name].dtype
             stored_as, ok = _STORED_AS.get(dtype, _NUMERIC)
             found = schema.field(name).type
-            if not ok(found if dtype == "image" else _value_type(found)):
+            if not ok(found):
                 raise DatasetFormatError(f"{where}: column {name!r} is stored as {found}, but info.json declares "
                                          f"dtype {dtype!r} (stored as {stored_as})")
 
@@ -165,7 +139,8 @@ class RowReader:
             elif feature.dtype == "string":
                 strings[name] = table.column(name).to_pylist()
             else:
-                columns[name] = _to_numpy(table.column(name), feature.shape, f"{where}, column {name!r}")
+                columns[name] = sample_values(table.column(name), feature.dtype, feature.shape,
+                                              f"{where}, column {name!r}")
         check_rows(columns, episode, where, self._files, self._meta, self._tolerance_s)
         return EpisodeRows(episode, columns, strings)
 

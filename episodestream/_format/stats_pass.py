@@ -35,7 +35,7 @@ from episodestream._format.episodes import EpisodeSelection
 from episodestream._format.exact_stats import feature_stats
 from episodestream._format.files import DatasetFiles, LocalFiles
 from episodestream._format.metadata import DatasetFormatError, DatasetMeta, parquet_errors
-from episodestream._format.rows import _to_numpy
+from episodestream._format.dtypes import sample_values
 
 STATS_CACHE_FORMAT = 1  # bump when the cached files' layout or the statistics' definition change
 Progress = Callable[[int], None]  # called with the rows just read
@@ -94,7 +94,8 @@ def read_columns(files: DatasetFiles, meta: DatasetMeta, selection: EpisodeSelec
                 raise DatasetFormatError(f"{where}: {int(keep.sum())} rows have the index of a selected episode, "
                                          f"but meta/episodes gives those episodes {expected} frames")
             data = data.filter(pa.array(keep))
-        return expected, {key: _to_numpy(data.column(key), meta.features[key].shape, f"{where}, column {key!r}")
+        return expected, {key: sample_values(data.column(key), meta.features[key].dtype, meta.features[key].shape,
+                                                 f"{where}, column {key!r}", as_sample=False)
                           for key in keys}
 
     parts: dict[str, list[np.ndarray]] = {key: [] for key in keys}

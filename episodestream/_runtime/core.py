@@ -15,6 +15,7 @@ import numpy as np
 
 from episodestream._format.episodes import EpisodeSelection, EpisodeTable
 from episodestream._format.files import EpisodeVideos, SourceStats
+from episodestream._format.depth import check_depth_unit
 from episodestream._sample.builder import SampleBuilder, delta_indices
 from episodestream._format.lerobot_meta import LeRobotMeta
 from episodestream._format.metadata import DatasetMeta
@@ -77,6 +78,7 @@ class DatasetCore:
                  episodes: Sequence[int] | Callable[[dict[str, Any]], Any] | Any | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
                  return_uint8: bool = False, image_transforms: Callable | None = None,
+                 depth_output_unit: str = "mm",
                  video_backend: str | None = None, decode_device: str = "cpu",
                  cache_dir: str | os.PathLike | None = None, cache_limit: int | str | None = None,
                  storage_options: Mapping[str, Any] | None = None, token: str | None = None,
@@ -98,7 +100,8 @@ class DatasetCore:
         # A remote cache must hold what one consumer keeps in flight; refuse a smaller budget now
         # rather than stall mid-epoch.
         self.files.check_cache_budget(self.meta, episodes_in_flight=episodes_in_flight)
-        self.lerobot_meta = LeRobotMeta(typed=self.meta, files=self.files, source=source, revision=revision)
+        self.lerobot_meta = LeRobotMeta(typed=self.meta, files=self.files, source=source, revision=revision,
+                                        depth_output_unit=check_depth_unit(depth_output_unit))
         if is_predicate(episodes):
             episodes = select_by_predicate(self._episodes_table(), episodes, self.meta.description)  # type: ignore[arg-type]
         selection = select_episodes(self.meta, episodes)  # type: ignore[arg-type]
@@ -117,7 +120,8 @@ class DatasetCore:
         self.open_video = resolve_backend(video_backend, decode_device, has_video=bool(self.meta.video_keys))
         self.builder = SampleBuilder(self.meta, offsets=self.offsets,
                                      tolerance_s=self.tolerance_s, return_uint8=check_bool("return_uint8", return_uint8),
-                                     image_transforms=image_transforms)
+                                     image_transforms=image_transforms,
+                                     depth_output_unit=check_depth_unit(depth_output_unit))
 
     def _episodes_table(self):
         if self.__dict__.get("_table") is None:

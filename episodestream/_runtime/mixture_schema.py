@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from episodestream._format.dtypes import sample_dtype
+
 KEY_MODES = ("same", "union", "intersection")
 DIM_MASK_SUFFIX = "_dim_mask"
 MISSING_SUFFIX = "_is_missing"
@@ -134,8 +136,11 @@ class MixtureSchema:
             if c.windows.get(key) != first.windows.get(key):
                 raise clash(i, "windows of different lengths (delta_timestamps steps) do not stack")
             if kind == _NUMBER:
-                if f.dtype != head.dtype:
-                    raise clash(i, f"different dtypes ({f.dtype} and {head.dtype}); cast one of the datasets")
+                # Samples hold every float as float32 and every integer as int64 (LeRobot's rule), so only
+                # those kinds must agree: float64 beside float32 is one dtype in the samples.
+                if sample_dtype(f.dtype) != sample_dtype(head.dtype):
+                    raise clash(i, f"different dtypes in samples ({sample_dtype(f.dtype)} and "
+                                   f"{sample_dtype(head.dtype)}); cast one of the datasets")
                 if len(f.shape) != len(head.shape):
                     raise clash(i, f"different ranks ({len(f.shape)} and {len(head.shape)})")
                 if tuple(f.shape[:-1]) != tuple(head.shape[:-1]):
@@ -232,7 +237,7 @@ def _zeros(m: MixtureKey, frame_dtype: torch.dtype) -> Any:
         return [""] * m.window if m.window is not None else ""
     if m.kind == _CAMERA:
         return torch.zeros((*shape, *m.shape), dtype=frame_dtype)
-    return np.zeros((*shape, *m.shape), dtype=np.dtype(m.dtype))
+    return np.zeros((*shape, *m.shape), dtype=sample_dtype(m.dtype))
 
 
 @dataclass

@@ -41,8 +41,13 @@ class SourceOptions(TypedDict, total=False):
             query.
 
     What a sample looks like:
-        return_uint8 (False): camera frames as uint8 CHW instead of float32 in [0, 1].
-        image_transforms (None): a callable applied to every camera frame (or window) after decoding.
+        return_uint8 (False): video camera frames as uint8 CHW instead of float32 in [0, 1] (as LeRobot:
+            not parquet image cameras, which stay float32, nor depth cameras).
+        image_transforms (None): a callable applied to every camera frame (or window) after decoding,
+            except depth cameras' (as LeRobot).
+        depth_output_unit ("mm"): "mm" or "m", the unit depth cameras come out in (float32 (1, H, W),
+            windows (T, 1, H, W)); their stats in ``meta.stats`` too. LeRobot's
+            ``cfg.dataset.depth_output_unit``.
         video_backend (None): "torchcodec" (the default when it loads) or "pyav"; also
             ``EPISODESTREAM_VIDEO_BACKEND``.
         decode_device ("cpu"): "cpu", or "cuda"/"cuda:N" to decode on the GPU (NVDEC via
@@ -71,6 +76,7 @@ class SourceOptions(TypedDict, total=False):
     tolerance_s: float
     return_uint8: bool
     image_transforms: Callable | None
+    depth_output_unit: str
     video_backend: str | None
     decode_device: str
     cache_dir: str | os.PathLike | None

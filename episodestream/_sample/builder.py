@@ -6,19 +6,20 @@ result matches LeRobot's map-style ``LeRobotDataset.__getitem__`` key for key, d
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 
+from episodestream._format.depth import DepthUnit, coding_of, in_unit, stored_unit
 from episodestream._sample.chw import FrameWrites, divide_by_255_
 from episodestream._format.files import EpisodeVideos
 from episodestream._format.metadata import DatasetMeta
 from episodestream._format.rows import EpisodeRows
+from episodestream._sample.depth import DepthDecoding
+from episodestream._sample.images import decode_image
 from episodestream._sample.video.decoder_cache import DecodedFile, DecoderCache, FrameQuery, decode_files
 
 
@@ -75,35 +76,41 @@ class PendingSample:
     task: str
 
 
-def _decode_png(data: bytes, where: str) -> torch.Tensor:
-    try:
-        array = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
-    except Exception as error:
-        raise ValueError(f"{where}: image bytes cannot be decoded ({error})") from error
-    return torch.from_numpy(array.copy()).permute(2, 0, 1)
-
-
 class SampleBuilder:
     def __init__(self, meta: DatasetMeta, *, offsets: Mapping[str, np.ndarray], tolerance_s: float,
-                 return_uint8: bool, image_transforms: Callable | None) -> None:
+                 return_uint8: bool, image_transforms: Callable | None, depth_output_unit: DepthUnit) -> None:
         self._meta = meta
         self._offsets = offsets
         self._tolerance_s = tolerance_s
         self._return_uint8 = return_uint8
         self._image_transforms = image_transforms
+        self.depth_output_unit = depth_output_unit
+        features = meta.features
+        where = f"{meta.description}/meta/info.json"
+        # Depth cameras: videos dequantised from their codes, parquet images converted from the unit
+        # they were recorded in; neither divided by 255 nor given to image_transforms (LeRobot's reader).
+        self._depth = {key: DepthDecoding(coding_of(features[key].info, f"{where} features[{key!r}]"),
+                                          depth_output_unit)
+                       for key in meta.depth_keys if features[key].dtype == "video"}
+        self._image_unit = {key: stored_unit(features[key].info) for key in meta.depth_keys
+                            if features[key].dtype == "image"}
 
     def _rows_at(self, key: str, frame: int, length: int) -> tuple[np.ndarray | int, np.ndarray | None]:
         offsets = self._offsets.get(key)
         return (frame, None) if offsets is None else self._window(offsets, frame, length)
 
-    def _image(self, frames_uint8: torch.Tensor) -> torch.Tensor:
+    def _image(self, key: str, frames: torch.Tensor) -> torch.Tensor:
+        """A video camera's decoded frames as the sample holds them (a depth camera's are final)."""
+        return frames if key in self._depth else self._rgb(frames)
+
+    def _rgb(self, frames_uint8: torch.Tensor) -> torch.Tensor:
         # Bit-identical to LeRobot's ``frames / 255.0`` (a float32 division either way), but the
         # mixed-dtype division takes PyTorch's slow casting loop: converting first is faster.
         return frames_uint8 if self._return_uint8 else divide_by_255_(frames_uint8.to(torch.float32))
 
     @property
     def frame_dtype(self) -> torch.dtype:
-        """The dtype of camera frames in a sample."""
+        """The dtype of video camera frames in a sample (a depth camera's are float32)."""
         return torch.uint8 if self._return_uint8 else torch.float32
 
     @property
@@ -117,7 +124,8 @@ class SampleBuilder:
         division, bit for bit), with no temporary (``chw.FrameWrites``: ``add``, then ``flush``)."""
         # On CPU one single-threaded pass that releases the GIL: PyTorch would start an OpenMP team
         # per decode thread for a frame this size and oversubscribe the cores the decoders need.
-        return FrameWrites(out, frames_nhwc, to_float32=not self._return_uint8)
+        # Frames that are not uint8 (a depth camera's float32 depth) are final: copied as they are.
+        return FrameWrites(out, frames_nhwc, to_float32=not self._return_uint8 and frames_nhwc.dtype in _UINT8)
 
     def plan(self, rows: EpisodeRows, frame: int, videos: EpisodeVideos) -> PendingSample:
         episode = rows.episode
@@ -146,8 +154,11 @@ class SampleBuilder:
                 item[name] = [values[i] for i in at] if pad is not None else values[at]
             else:
                 where = f"{self._meta.description} episode {episode.episode_index} frame {frame} key {name!r}"
-                images = [_decode_png(values[i], where) for i in np.atleast_1d(at)]
-                item[name] = self._image(torch.stack(images) if pad is not None else images[0])
+                images = [decode_image(values[i], where) for i in np.atleast_1d(at)]
+                image = torch.stack(images) if pad is not None else images[0]
+                if name in self._image_unit:
+                    image = in_unit(image, self._image_unit[name], self.depth_output_unit)
+                item[name] = image
             if pad is not None:
                 pads[f"{name}_is_pad"] = pad
         video_keys, windowed, queries = [], [], []
@@ -162,7 +173,8 @@ class SampleBuilder:
             else:
                 at, pads[f"{key}_is_pad"] = self._window(window, frame, length)
                 times = (span.from_timestamp_s + timestamps[at].astype(np.float64)).tolist()
-            queries.append(FrameQuery(videos.path(episode, key), times, episode.episode_index, key))
+            queries.append(FrameQuery(videos.path(episode, key), times, episode.episode_index, key,
+                                      self._depth.get(key)))
         item.update(pads)
         task_index = int(rows.columns["task_index"][frame])
         if not 0 <= task_index < len(self._meta.tasks):
@@ -185,17 +197,21 @@ class SampleBuilder:
     def finish(self, pending: PendingSample, frames: Sequence[torch.Tensor]) -> dict[str, Any]:
         item = {}
         for key, window, decoded in zip(pending.video_keys, pending.windowed, frames):
-            item[key] = self._image(decoded if window else decoded[0])
+            item[key] = self._image(key, decoded if window else decoded[0])
         item.update((key, as_tensor(value)) for key, value in self.tabular(pending).items())
         if self._image_transforms is not None:
             for key in self._meta.camera_keys:
-                item[key] = self._image_transforms(item[key])
+                if not self._meta.features[key].depth:
+                    item[key] = self._image_transforms(item[key])
         return item
 
     def decode(self, cache: DecoderCache, pendings: Sequence[PendingSample]) -> dict[str, DecodedFile]:
         """Decode the frames of several samples together: one decoder call per file."""
         return decode_files(cache, [q for p in pendings for q in p.queries], fps=self._meta.fps,
                             tolerance_s=self._tolerance_s)
+
+
+_UINT8 = (np.uint8, torch.uint8)
 
 
 def as_tensor(value: Any) -> Any:

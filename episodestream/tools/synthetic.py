@@ -272,6 +272,44 @@ class _VideoFile:
         self.container.close()
 
 
+class _DepthVideoFile(_VideoFile):
+    """A depth camera's mp4 as LeRobot 0.6's default depth encoder writes it: HEVC, 12-bit ``gray12le``,
+    lossless, GOP 2 with B-frames (x265's defaults)."""
+
+    def __init__(self, path: pathlib.Path, *, fps: int, height: int, width: int, **_: object):
+        self.container = av.open(str(path), mode="w")
+        self.stream = self.container.add_stream("libx265", rate=fps)
+        self.stream.width, self.stream.height, self.stream.pix_fmt = width, height, "gray12le"
+        self.stream.codec_context.time_base = Fraction(1, fps)
+        self.stream.options = {"g": "2", "x265-params": "lossless=1:log-level=error"}
+        with _scheduling_kept():
+            self.stream.codec_context.open()
+
+    def write(self, image: np.ndarray, *, pts: int) -> int:
+        frame = av.VideoFrame.from_ndarray(image, format="gray12le")
+        frame.pts = pts
+        return self._mux(self.stream.encode(frame))
+
+
+# LeRobot 0.6's default depth quantiser (``configs/video.py``), in metres; samples dequantise it exactly.
+DEPTH_CODING = {"video.depth_min": 0.01, "video.depth_max": 10.0, "video.shift": 3.5, "video.use_log": True}
+
+
+def synthetic_depth_mm(*, episode_index: int, frame_index: int, height: int, width: int) -> np.ndarray:
+    """The depth (mm, float32 (H, W)) a synthetic depth camera records: 500 mm + 40 mm a frame + 300 mm an
+    episode, plus a left-to-right ramp of up to 1 m, so that a frame is told by its depth."""
+    ramp = np.linspace(0, 1000, width, dtype=np.float32)[None, :].repeat(height, axis=0)
+    return np.float32(500 + 40 * frame_index + 300 * episode_index) + ramp
+
+
+def quantize_depth_mm(depth_mm: np.ndarray) -> np.ndarray:
+    """Depth in mm as LeRobot's ``quantize_depth`` codes it (log, float32 arithmetic in mm), uint16 0..4095."""
+    depth_min, depth_max, shift = (np.float32(DEPTH_CODING[f"video.{k}"] * 1000) for k in ("depth_min", "depth_max", "shift"))
+    log_min, log_max = np.log(float(depth_min + shift)), np.log(float(depth_max + shift))
+    norm = (np.log(depth_mm.astype(np.float32) + shift) - log_min) / (log_max - log_min)
+    return np.rint(norm * 4095).clip(0, 4095).astype(np.uint16)
+
+
 class _ParquetFile:
     """A ParquetWriter on our own sink, so that ``tell()`` gives the bytes written so far."""
 
@@ -344,6 +382,21 @@ def _features(*, state_dim, cameras, image_keys, height, width, codec, fps, gop,
     return features
 
 
+def _lerobot06_features(depth_cameras, extra_dtypes, *, height, width, fps, **_) -> dict:
+    features: dict = {}
+    for camera in depth_cameras:
+        features[camera] = {"dtype": "video", "shape": [height, width, 1], "names": ["height", "width", "channels"],
+                            "info": {"is_depth_map": True, "depth_unit": "mm", "video.height": height,
+                                     "video.width": width, "video.codec": "hevc", "video.pix_fmt": "gray12le",
+                                     "video.fps": fps, "video.channels": 1, "video.g": 2, "has_audio": False,
+                                     **DEPTH_CODING}}
+    if extra_dtypes:
+        features.update({"observation.float64": {"dtype": "float64", "shape": [3], "names": None},
+                         "observation.int32": {"dtype": "int32", "shape": [1], "names": None},
+                         "observation.matrix": {"dtype": "float32", "shape": [2, 3], "names": None}})
+    return features
+
+
 def _tasks_table(num_tasks: int) -> pa.Table:
     tasks = [f"synthetic task {t}" for t in range(num_tasks)]
     table = pa.table({"task": tasks, "task_index": pa.array(range(num_tasks), pa.int64())})
@@ -380,6 +433,8 @@ def write_synthetic_dataset(
     progress: bool = False,
     texture: bool = False,
     version: Literal["v3.0", "v2.1", "v2.0"] = "v3.0",
+    depth_cameras: Sequence[str] = (),
+    extra_dtypes: bool = False,
 ) -> pathlib.Path:
     """Write a LeRobot v3.0 (or ``version`` v2.1 / v2.0) dataset at ``root`` and return its path.
 
@@ -398,6 +453,12 @@ def write_synthetic_dataset(
     new file past their size in MB or their ``max_episodes_per_*_file`` (video: per camera allowed).
     Video bytes count as the encoder releases packets, so a file can pass its size by the encoder's
     delay (SVT-AV1: tens of frames); ``max_episodes_per_video_file`` is exact.
+    LeRobot 0.6 features: ``depth_cameras`` as LeRobot's default depth encoder writes them (HEVC
+    ``gray12le``, lossless, B-frames; the depth ``synthetic_depth_mm`` gives, quantised with
+    ``DEPTH_CODING``, ``depth_unit`` "mm"; v3.0 only); ``extra_dtypes`` adds ``observation.float64``
+    (float64 (3,): the state's first three + 1/3), ``observation.int32`` (int32 (1,): ``frame * 7 +
+    episode``) and ``observation.matrix`` (float32 (2, 3) as a ``datasets`` Array2D column: ``state[0] +
+    [[0, 1, 2], [3, 4, 5]]``).
     Format: ``version`` "v2.1" or "v2.0" writes LeRobot 0.3.x's layout instead, with the same frames
     and values: one parquet and one mp4 per camera per episode (each starting at timestamp 0, in
     ``chunks_size`` episodes per chunk folder), ``meta/episodes.jsonl``, ``meta/tasks.jsonl`` and
@@ -422,13 +483,23 @@ def write_synthetic_dataset(
         raise invalid("max_episodes_per_data_file" if max_episodes_per_data_file is not None else
                       "max_episodes_per_video_file", max_episodes_per_data_file or max_episodes_per_video_file,
                       f"None with version={version!r} (every v2.x episode has its own files)")
+    depth_cameras = list(depth_cameras)
+    if isinstance(depth_cameras, str) or len(set(depth_cameras)) != len(depth_cameras) or set(depth_cameras) & {
+            *cameras, *image_keys, "observation.state", "action"} or len(cameras) + len(depth_cameras) > 16:
+        raise invalid("depth_cameras", depth_cameras, "distinct names, none a camera, image key or tabular feature")
+    if depth_cameras and version != "v3.0":
+        raise invalid("depth_cameras", depth_cameras, f"() with version={version!r} (depth is LeRobot 0.6, v3.0)")
+    extra_dtypes = check_bool("extra_dtypes", extra_dtypes)
+    if extra_dtypes and state_dim < 3:
+        raise invalid("state_dim", state_dim, "at least 3 with extra_dtypes=True")
     check_root(root, overwrite=overwrite)
     return write_into_place(root, lambda staging: _write(
         staging, lengths=lengths, fps=fps, cameras=list(cameras), image_keys=list(image_keys),
         encoding=dict(codec=codec, height=height, width=width, gop=gop, crf=crf), state_dim=state_dim,
         num_tasks=num_tasks, chunks_size=chunks_size, data_mb=data_files_size_in_mb,
         video_mb=video_files_size_in_mb, max_per_data=max_episodes_per_data_file, max_per_video=max_per_video,
-        progress=progress, texture=check_bool("texture", texture), version=version))
+        progress=progress, texture=check_bool("texture", texture), version=version, depth_cameras=depth_cameras,
+        extra_dtypes=extra_dtypes))
 
 
 def _add_texture(images: np.ndarray, frames: np.ndarray, *, camera_index: int) -> np.ndarray:
@@ -449,7 +520,7 @@ def _add_texture(images: np.ndarray, frames: np.ndarray, *, camera_index: int) -
 
 def _write_episode(out: pathlib.Path, *, episode_index: int, length: int, global_index: int, data: _RollingFile,
                    videos: dict[str, _RollingFile], image_keys: list[str], fps: int, encoding: dict, state_dim: int,
-                   num_tasks: int, texture: bool) -> tuple[dict, dict]:
+                   num_tasks: int, texture: bool, depth_cameras=(), extra_dtypes=False) -> tuple[dict, dict]:
     """Append one episode to the data file and each camera's video; return its metadata row and stats."""
     frames = np.arange(length)
     state = (episode_index * 1000 + frames[:, None] + np.arange(state_dim)[None, :] / 8).astype(np.float32)
@@ -462,9 +533,20 @@ def _write_episode(out: pathlib.Path, *, episode_index: int, length: int, global
     table = {key: pa.FixedSizeListArray.from_arrays(values.reshape(-1), state_dim) if values.ndim == 2
              else pa.array(values) for key, values in columns.items()}
     table["next.done"] = pa.array(frames == length - 1)
+    if extra_dtypes:
+        table.update(_extra_dtype_columns(state, frames, episode_index, stats))
     row = {"episode_index": episode_index, "tasks": [f"synthetic task {episode_index % num_tasks}"], "length": length}
     image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-    for camera_index, key in enumerate([*videos, *image_keys]):
+    for key in depth_cameras:
+        depth = np.stack([synthetic_depth_mm(episode_index=episode_index, frame_index=int(f), height=encoding["height"],
+                                             width=encoding["width"]) for f in frames])
+        # Per-pixel stats in mm with LeRobot's (1, 1, 1) shape; ``count`` is the frames'.
+        pixel_stats = _stats(depth.reshape(-1, 1))
+        stats[key] = {name: np.asarray(value).reshape(1, 1, 1).tolist() for name, value in pixel_stats.items()
+                      if name != "count"} | {"count": [length]}
+        _append_video(out, videos[key], quantize_depth_mm(depth), row, key=key, length=length, fps=fps,
+                      open_file=functools.partial(_DepthVideoFile, fps=fps, **encoding))
+    for camera_index, key in enumerate([*(k for k in videos if k not in depth_cameras), *image_keys]):
         images = np.stack([encode_frame_ids(episode_index=episode_index, frame_index=int(f), camera_index=camera_index,
                                             height=encoding["height"], width=encoding["width"]) for f in frames])
         if texture:
@@ -473,14 +555,8 @@ def _write_episode(out: pathlib.Path, *, episode_index: int, length: int, global
         if key in image_keys:
             table[key] = pa.array([{"bytes": _png(image), "path": None} for image in images], image_type)
             continue
-        roll = videos[key]
-        video = roll.for_next_episode(out, functools.partial(_VideoFile, fps=fps, **encoding))
-        # pts run on across the file's episodes, so a frame plays at from_timestamp + frame_index / fps.
-        roll.num_bytes += sum(video.write(image, pts=roll.num_frames + f) for f, image in enumerate(images))
-        row.update({f"videos/{key}/chunk_index": roll.chunk_index, f"videos/{key}/file_index": roll.file_index,
-                    f"videos/{key}/from_timestamp": roll.num_frames / fps,
-                    f"videos/{key}/to_timestamp": (roll.num_frames + length) / fps})
-        roll.num_frames, roll.num_episodes = roll.num_frames + length, roll.num_episodes + 1
+        _append_video(out, videos[key], images, row, key=key, length=length, fps=fps,
+                      open_file=functools.partial(_VideoFile, fps=fps, **encoding))
     table = pa.table(table)
     parquet = data.for_next_episode(out, functools.partial(_ParquetFile, schema=table.schema))
     data.num_bytes, data.num_episodes = parquet.write(table), data.num_episodes + 1
@@ -491,14 +567,44 @@ def _write_episode(out: pathlib.Path, *, episode_index: int, length: int, global
     return row, stats
 
 
+def _append_video(out: pathlib.Path, roll, images: np.ndarray, row: dict, *, key: str, length: int, fps: int,
+                  open_file) -> None:
+    """Append an episode's ``images`` to ``key``'s rolling video file and record its span in ``row``."""
+    video = roll.for_next_episode(out, open_file)
+    # pts run on across the file's episodes, so a frame plays at from_timestamp + frame_index / fps.
+    roll.num_bytes += sum(video.write(image, pts=roll.num_frames + f) for f, image in enumerate(images))
+    row.update({f"videos/{key}/chunk_index": roll.chunk_index, f"videos/{key}/file_index": roll.file_index,
+                f"videos/{key}/from_timestamp": roll.num_frames / fps,
+                f"videos/{key}/to_timestamp": (roll.num_frames + length) / fps})
+    roll.num_frames, roll.num_episodes = roll.num_frames + length, roll.num_episodes + 1
+
+
+def _extra_dtype_columns(state: np.ndarray, frames: np.ndarray, episode_index: int, stats: dict) -> dict:
+    """``extra_dtypes``' columns, stored as LeRobot's writer stores them (its stats recorded too)."""
+    from datasets.features.features import Array2DExtensionType  # LeRobot's (2, 3) column type
+
+    values: dict[str, np.ndarray] = {"observation.float64": state[:, :3].astype(np.float64) + 1 / 3,
+                                     "observation.int32": (frames * 7 + episode_index).astype(np.int32),
+                                     "observation.matrix": state[:, :1, None] + np.arange(6, dtype=np.float32).reshape(1, 2, 3)}
+    stats.update({key: _stats(v.reshape(len(frames), -1)) for key, v in values.items()})
+    matrix = pa.ExtensionArray.from_storage(
+        Array2DExtensionType((2, 3), "float32"),
+        pa.array(values["observation.matrix"].tolist(), pa.list_(pa.list_(pa.float32()))))
+    return {"observation.float64": pa.FixedSizeListArray.from_arrays(values["observation.float64"].reshape(-1), 3),
+            "observation.int32": pa.array(values["observation.int32"]), "observation.matrix": matrix}
+
+
 def _write(out: pathlib.Path, *, lengths, fps, cameras, image_keys, encoding, state_dim, num_tasks, chunks_size,
-           data_mb, video_mb, max_per_data, max_per_video, progress, texture, version) -> None:
+           data_mb, video_mb, max_per_data, max_per_video, progress, texture, version, depth_cameras=(),
+           extra_dtypes=False) -> None:
     data: _RollingFile | PerEpisodeFile
     videos: dict[str, _RollingFile] | dict[str, PerEpisodeFile]
     if version == "v3.0":
         data = _RollingFile(_DATA_PATH, max_bytes=data_mb * 2**20, max_episodes=max_per_data, chunks_size=chunks_size)
         videos = {camera: _RollingFile(_VIDEO_PATH, max_bytes=video_mb * 2**20, max_episodes=max_per_video[camera],
                                        chunks_size=chunks_size, video_key=camera) for camera in cameras}
+        videos.update({camera: _RollingFile(_VIDEO_PATH, max_bytes=video_mb * 2**20, max_episodes=None,
+                                            chunks_size=chunks_size, video_key=camera) for camera in depth_cameras})
     else:
         data = PerEpisodeFile(V2_DATA_PATH, chunks_size=chunks_size)
         videos = {camera: PerEpisodeFile(V2_VIDEO_PATH, chunks_size=chunks_size, video_key=camera)
@@ -509,7 +615,8 @@ def _write(out: pathlib.Path, *, lengths, fps, cameras, image_keys, encoding, st
         for episode_index, length in enumerate(tqdm(lengths, desc="episodes", disable=not progress)):
             row, stats = _write_episode(out, episode_index=episode_index, length=length, global_index=global_index,
                                         data=data, videos=videos, image_keys=image_keys, fps=fps, encoding=encoding,
-                                        state_dim=state_dim, num_tasks=num_tasks, texture=texture)
+                                        state_dim=state_dim, num_tasks=num_tasks, texture=texture,
+                                        depth_cameras=depth_cameras, extra_dtypes=extra_dtypes)
             episode_rows.append(row)
             per_episode_stats.append(stats)
             for key, values in stats.items():
@@ -520,6 +627,7 @@ def _write(out: pathlib.Path, *, lengths, fps, cameras, image_keys, encoding, st
             roll.close()
     stats = {key: _pool(parts) for key, parts in episode_stats.items()}
     features = _features(state_dim=state_dim, cameras=cameras, image_keys=image_keys, fps=fps, **encoding)
+    features.update(_lerobot06_features(depth_cameras, extra_dtypes, fps=fps, **encoding))
     if version != "v3.0":
         write_v2_metadata(out, version=version, episode_rows=episode_rows, episode_stats=per_episode_stats,
                           dataset_stats=stats, fps=fps, num_tasks=num_tasks, chunks_size=chunks_size,
@@ -533,6 +641,6 @@ def _write(out: pathlib.Path, *, lengths, fps, cameras, image_keys, encoding, st
             "total_frames": global_index, "total_tasks": num_tasks, "chunks_size": chunks_size,
             "data_files_size_in_mb": data_mb, "video_files_size_in_mb": video_mb, "fps": fps,
             "splits": {"train": f"0:{len(lengths)}"}, "data_path": _DATA_PATH,
-            "video_path": _VIDEO_PATH if cameras else None,
+            "video_path": _VIDEO_PATH if cameras or depth_cameras else None,
             "features": features}
     (out / "meta/info.json").write_text(json.dumps(info, indent=4))

@@ -11,7 +11,8 @@ import torch
 
 from episodestream._sample.chw import gather_chw
 from episodestream._base.tracing import trace_span
-from episodestream._sample.video.backends import VideoReader
+from episodestream._sample.depth import DepthDecoding
+from episodestream._sample.video.backends import PyAVReader, VideoReader
 
 MAX_DECODERS = 128
 
@@ -28,6 +29,7 @@ class FrameQuery:
     timestamps_s: list[float]
     episode_index: int
     key: str
+    depth: DepthDecoding | None = None  # a depth camera's: its 12-bit codes decoded, then dequantised
 
     @property
     def who(self) -> str:
@@ -51,14 +53,16 @@ class DecoderCache:
         self._readers: OrderedDict[str, VideoReader] = OrderedDict()
         self._hits = self._misses = self._evictions = 0
 
-    def get(self, path: str) -> VideoReader:
+    def get(self, path: str, *, depth: bool = False) -> VideoReader:
+        """The open decoder of ``path``; a depth camera's (``depth``) decodes its 12-bit planes with
+        PyAV whatever the backend, as LeRobot does (torchcodec hands over RGB frames only)."""
         reader = self._readers.get(path)
         if reader is not None:
             self._hits += 1
             self._readers.move_to_end(path)
             return reader
         self._misses += 1
-        reader = self._open_reader(path)
+        reader = PyAVReader(path, pixel_format="gray12le") if depth else self._open_reader(path)
         self._readers[path] = reader
         if len(self._readers) > self.capacity:
             _, old = self._readers.popitem(last=False)
@@ -78,7 +82,8 @@ class DecoderCache:
 
 @dataclass
 class DecodedFile:
-    """All frames decoded from one file for a group of queries: (N, H, W, C) uint8, one per time."""
+    """All frames decoded from one file for a group of queries, one per time: (N, H, W, C) uint8, or a
+    depth camera's (N, H, W, 1) float32 depth."""
 
     frames: torch.Tensor
     row_of: dict[float, int]  # query time (s) -> row in ``frames``
@@ -93,8 +98,11 @@ def decode_files(cache: DecoderCache, queries: Sequence[FrameQuery], *, fps: flo
     """Decode every query; all timestamps wanted from one file are decoded in one call, and every
     frame is checked to be within ``tolerance_s`` of its query."""
     wanted: dict[str, set[float]] = {}
+    depth_of: dict[str, DepthDecoding] = {}
     for q in queries:
         wanted.setdefault(q.path, set()).update(q.timestamps_s)
+        if q.depth is not None:
+            depth_of[q.path] = q.depth
     decoded: dict[str, DecodedFile] = {}
     half_frame_s = 0.5 / fps
     for path, stamps in wanted.items():
@@ -103,7 +111,11 @@ def decode_files(cache: DecoderCache, queries: Sequence[FrameQuery], *, fps: flo
             # Asking for the frame played half a frame after the query returns the frame *nearest*
             # to it, so float32 timestamps a hair below a frame's pts do not land on the previous one.
             with trace_span("decode", cat="video", file=path, frames=len(seconds)):
-                frames, pts_s = cache.get(path).frames_played_at([t + half_frame_s for t in seconds])
+                depth = depth_of.get(path)
+                frames, pts_s = cache.get(path, depth=depth is not None).frames_played_at(
+                    [t + half_frame_s for t in seconds])
+                if depth is not None:
+                    frames = depth.values(frames)
         except Exception as error:
             whos = sorted({q.who for q in queries if q.path == path})
             raise VideoDecodeError(f"Decoding {path} at {len(seconds)} timestamp(s) "
