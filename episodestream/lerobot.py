@@ -74,8 +74,11 @@ def _open(cls: type, cfg: Any, source: str | Path, **kwargs: Any):
 
 
 def _common_options(cfg: Any, delta_timestamps: dict[str, list[float]] | None) -> dict[str, Any]:
+    # Depth cameras come out in cfg.dataset.depth_output_unit, as LeRobot's factory asks of its map-style
+    # dataset (its streaming dataset refuses depth; ours reads it either way).
     return {"revision": cfg.dataset.revision, "delta_timestamps": delta_timestamps, "tolerance_s": cfg.tolerance_s,
-            "return_uint8": True, "video_backend": cfg.dataset.video_backend}
+            "return_uint8": True, "video_backend": cfg.dataset.video_backend,
+            "depth_output_unit": getattr(cfg.dataset, "depth_output_unit", "mm")}
 
 
 def _image_transforms(cfg: Any):
@@ -105,20 +108,12 @@ def _imagenet_stats(dataset: Any, *, skip_depth: bool) -> None:
             dataset.meta.stats[key][stats_type] = torch.tensor(stats, dtype=torch.float32)
 
 
-def _check_depth(cfg: Any, meta: Any) -> None:
-    if meta.depth_keys:
-        raise NotImplementedError(f"dataset.repo_id={cfg.dataset.repo_id!r} has depth cameras {meta.depth_keys}: "
-                                  f"LeRobot converts their frames to dataset.depth_output_unit="
-                                  f"{cfg.dataset.depth_output_unit!r}, which episodestream does not do yet.")
-
-
 def make_dataset(cfg: Any):
     """LeRobot's ``make_dataset(cfg)`` on this library: the whole selection of ``cfg.dataset``."""
     factory = _lerobot_factory()
     source = resolve_source(cfg.dataset)
     # The policy's windows depend on the dataset's features and fps: read its metadata first.
     meta = _open(EpisodeDataset, cfg, source, revision=cfg.dataset.revision, video_backend=cfg.dataset.video_backend).meta
-    _check_depth(cfg, meta)
     delta_timestamps = factory.resolve_delta_timestamps(cfg.trainable_config, meta)
     dataset = _build(cfg, source, streaming=bool(cfg.dataset.streaming), episodes=cfg.dataset.episodes,
                      delta_timestamps=delta_timestamps, image_transforms=_image_transforms(cfg))
