@@ -211,3 +211,23 @@ def test_a_mixture_takes_float64_beside_float32(depth_root, tmp_path):
                              weights=[1, 1])
     values = {sample["observation.float64"].dtype for sample in mixture}
     assert values == {torch.float32}
+
+
+def test_remote_depth_equals_local(depth_root, tmp_path):
+    """Depth from a remote source (sparse per-span downloads into the node cache), as LeRobot's own
+    streaming dataset does not read it."""
+    from episodestream.testing import HttpServer
+
+    served = tmp_path / "served"
+    shutil.copytree(depth_root, served / "depth")
+    options = dict(seed=1, episode_pool_size=2, delta_timestamps={DEPTH: [-1 / FPS, 0.0]})
+    expected = {int(s["index"]): s for s in EpisodeStreamingDataset(depth_root, **options)}
+    with HttpServer(served) as server:
+        dataset = EpisodeStreamingDataset(server.url_for("depth"), cache_dir=tmp_path / "cache", **options)
+        try:
+            got = list(dataset)
+        finally:
+            dataset.close()
+    assert sorted(int(s["index"]) for s in got) == sorted(expected)
+    for sample in got:
+        assert torch.equal(sample[DEPTH], expected[int(sample["index"])][DEPTH]), int(sample["index"])
