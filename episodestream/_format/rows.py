@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from episodestream._format.files import DatasetFiles
+from episodestream._format.language import is_language_type, language_values
 from episodestream._format.metadata import INFO_PATH, DatasetFormatError, DatasetMeta, EpisodeInfo, parquet_errors
 
 DEFAULT_TOLERANCE_S = 1e-4  # DatasetCore's default tolerance_s
@@ -25,7 +26,9 @@ DEFAULT_TOLERANCE_S = 1e-4  # DatasetCore's default tolerance_s
 # What a feature's values must be stored as, by declared dtype; numeric dtypes take the default.
 _STORED_AS = {"image": ("binary or struct", lambda t: pa.types.is_struct(t) or pa.types.is_binary(t)
                         or pa.types.is_large_binary(t)),
-              "string": ("string", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t))}
+              "string": ("string", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)),
+              "language": ("a list of structs", is_language_type)}
+_WHOLE_TYPE = ("image", "language")  # checked as stored, not by the values inside its lists
 _NUMERIC = ("numbers or bools", lambda t: pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t))
 
 
@@ -45,7 +48,7 @@ class EpisodeRows:
 
     episode: EpisodeInfo
     columns: dict[str, np.ndarray]  # numeric: (length,) for scalar columns, (length, *shape) for lists
-    strings: dict[str, list]  # string features, and image features as PNG bytes per frame
+    strings: dict[str, list]  # string features, image features as PNG bytes, language rows: per frame
 
     @property
     def length(self) -> int:
@@ -125,7 +128,7 @@ class RowReader:
             dtype = self._meta.features[name].dtype
             stored_as, ok = _STORED_AS.get(dtype, _NUMERIC)
             found = schema.field(name).type
-            if not ok(found if dtype == "image" else _value_type(found)):
+            if not ok(found if dtype in _WHOLE_TYPE else _value_type(found)):
                 raise DatasetFormatError(f"{where}: column {name!r} is stored as {found}, but info.json declares "
                                          f"dtype {dtype!r} (stored as {stored_as})")
 
@@ -164,6 +167,8 @@ class RowReader:
                 strings[name] = [v["bytes"] if isinstance(v, dict) else v for v in values]
             elif feature.dtype == "string":
                 strings[name] = table.column(name).to_pylist()
+            elif feature.dtype == "language":
+                strings[name] = language_values(table.column(name), name)
             else:
                 columns[name] = _to_numpy(table.column(name), feature.shape, f"{where}, column {name!r}")
         check_rows(columns, episode, where, self._files, self._meta, self._tolerance_s)

@@ -27,6 +27,7 @@ from tqdm import tqdm
 # Camera-less datasets of DROID size (100,000 episodes), written with numpy in seconds.
 from episodestream.tools._synthetic_bulk import write_tabular_dataset  # noqa: E402
 from episodestream._base.options import check_bool
+from episodestream.tools._synthetic_language import language_columns, language_features, language_tools
 from episodestream.tools._synthetic_v2 import V2_DATA_PATH, V2_VERSIONS, V2_VIDEO_PATH, PerEpisodeFile, write_v2_metadata
 from episodestream.tools._write_folder import check_root, invalid, write_into_place
 
@@ -380,6 +381,7 @@ def write_synthetic_dataset(
     progress: bool = False,
     texture: bool = False,
     version: Literal["v3.0", "v2.1", "v2.0"] = "v3.0",
+    language: bool = False,
 ) -> pathlib.Path:
     """Write a LeRobot v3.0 (or ``version`` v2.1 / v2.0) dataset at ``root`` and return its path.
 
@@ -403,6 +405,9 @@ def write_synthetic_dataset(
     ``chunks_size`` episodes per chunk folder), ``meta/episodes.jsonl``, ``meta/tasks.jsonl`` and
     ``meta/episodes_stats.jsonl`` (v2.1) or ``meta/stats.json`` (v2.0); the file-size and
     ``max_episodes_per_*_file`` options are v3.0's only (v2.x has no multi-episode files).
+    ``language`` adds LeRobot 0.6's language annotation columns (``language_persistent``,
+    ``language_events``) and info.json ``tools`` as its annotation pipeline writes them (v3.0 only;
+    what each frame holds: ``tools/_synthetic_language.py``).
     Safety: a non-empty ``root`` is refused unless ``overwrite``; the dataset is built in a sibling
     temporary folder and renamed into place, so a crash leaves no half-written dataset.
     """
@@ -422,13 +427,15 @@ def write_synthetic_dataset(
         raise invalid("max_episodes_per_data_file" if max_episodes_per_data_file is not None else
                       "max_episodes_per_video_file", max_episodes_per_data_file or max_episodes_per_video_file,
                       f"None with version={version!r} (every v2.x episode has its own files)")
+    if check_bool("language", language) and version != "v3.0":
+        raise invalid("language", language, f"False with version={version!r} (LeRobot 0.6 annotates v3.0 datasets)")
     check_root(root, overwrite=overwrite)
     return write_into_place(root, lambda staging: _write(
         staging, lengths=lengths, fps=fps, cameras=list(cameras), image_keys=list(image_keys),
         encoding=dict(codec=codec, height=height, width=width, gop=gop, crf=crf), state_dim=state_dim,
         num_tasks=num_tasks, chunks_size=chunks_size, data_mb=data_files_size_in_mb,
         video_mb=video_files_size_in_mb, max_per_data=max_episodes_per_data_file, max_per_video=max_per_video,
-        progress=progress, texture=check_bool("texture", texture), version=version))
+        progress=progress, texture=check_bool("texture", texture), version=version, language=language))
 
 
 def _add_texture(images: np.ndarray, frames: np.ndarray, *, camera_index: int) -> np.ndarray:
@@ -449,7 +456,7 @@ def _add_texture(images: np.ndarray, frames: np.ndarray, *, camera_index: int) -
 
 def _write_episode(out: pathlib.Path, *, episode_index: int, length: int, global_index: int, data: _RollingFile,
                    videos: dict[str, _RollingFile], image_keys: list[str], fps: int, encoding: dict, state_dim: int,
-                   num_tasks: int, texture: bool) -> tuple[dict, dict]:
+                   num_tasks: int, texture: bool, language: bool = False) -> tuple[dict, dict]:
     """Append one episode to the data file and each camera's video; return its metadata row and stats."""
     frames = np.arange(length)
     state = (episode_index * 1000 + frames[:, None] + np.arange(state_dim)[None, :] / 8).astype(np.float32)
@@ -462,6 +469,8 @@ def _write_episode(out: pathlib.Path, *, episode_index: int, length: int, global
     table = {key: pa.FixedSizeListArray.from_arrays(values.reshape(-1), state_dim) if values.ndim == 2
              else pa.array(values) for key, values in columns.items()}
     table["next.done"] = pa.array(frames == length - 1)
+    if language:
+        table.update(language_columns(episode_index, length, fps, list(videos)))
     row = {"episode_index": episode_index, "tasks": [f"synthetic task {episode_index % num_tasks}"], "length": length}
     image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
     for camera_index, key in enumerate([*videos, *image_keys]):
@@ -492,7 +501,7 @@ def _write_episode(out: pathlib.Path, *, episode_index: int, length: int, global
 
 
 def _write(out: pathlib.Path, *, lengths, fps, cameras, image_keys, encoding, state_dim, num_tasks, chunks_size,
-           data_mb, video_mb, max_per_data, max_per_video, progress, texture, version) -> None:
+           data_mb, video_mb, max_per_data, max_per_video, progress, texture, version, language=False) -> None:
     data: _RollingFile | PerEpisodeFile
     videos: dict[str, _RollingFile] | dict[str, PerEpisodeFile]
     if version == "v3.0":
@@ -509,7 +518,8 @@ def _write(out: pathlib.Path, *, lengths, fps, cameras, image_keys, encoding, st
         for episode_index, length in enumerate(tqdm(lengths, desc="episodes", disable=not progress)):
             row, stats = _write_episode(out, episode_index=episode_index, length=length, global_index=global_index,
                                         data=data, videos=videos, image_keys=image_keys, fps=fps, encoding=encoding,
-                                        state_dim=state_dim, num_tasks=num_tasks, texture=texture)
+                                        state_dim=state_dim, num_tasks=num_tasks, texture=texture,
+                                        language=language)
             episode_rows.append(row)
             per_episode_stats.append(stats)
             for key, values in stats.items():
@@ -535,4 +545,7 @@ def _write(out: pathlib.Path, *, lengths, fps, cameras, image_keys, encoding, st
             "splits": {"train": f"0:{len(lengths)}"}, "data_path": _DATA_PATH,
             "video_path": _VIDEO_PATH if cameras else None,
             "features": features}
+    if language:
+        info["features"].update(language_features())
+        info["tools"] = language_tools()
     (out / "meta/info.json").write_text(json.dumps(info, indent=4))
