@@ -193,6 +193,10 @@ def test_mixture_union_fills_missing_columns_with_empty_lists(annotated_root, pl
     with pytest.raises(ValueError, match="cannot join"):  # the columns do not mix with other features
         EpisodeMixture([EpisodeStreamingDataset(annotated_root), EpisodeStreamingDataset(plain_root)], keys="union",
                        rename=[None, {"task_index": EVENTS}])
+    with pytest.raises(ValueError, match="renames its language column 'language_events' onto it; language columns "
+                                         "keep their names"):
+        EpisodeMixture([EpisodeStreamingDataset(annotated_root), EpisodeStreamingDataset(plain_root)], keys="union",
+                       rename=[{EVENTS: "events"}, None])
 
 
 def test_meta_tools_and_has_language_columns(annotated_root, plain_root, tmp_path):

@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from episodestream._format.language import LANGUAGE_COLUMNS
+
 KEY_MODES = ("same", "union", "intersection")
 DIM_MASK_SUFFIX = "_dim_mask"
 MISSING_SUFFIX = "_is_missing"
@@ -129,6 +131,12 @@ class MixtureSchema:
                 f"{why}. Rename one of them (rename=) or leave it out (keys='intersection' keeps only shared keys).")
 
         kind = _kind(head.dtype)
+        if kind == _LANGUAGE and key not in LANGUAGE_COLUMNS:
+            raise ValueError(
+                f"Mixture key {key!r}: dataset {first_i} ({first.description}) renames its language column "
+                f"{first.own_keys.get(key, key)!r} onto it; language columns keep their names "
+                f"({', '.join(LANGUAGE_COLUMNS)}): batches (EpisodeLoader, episodestream.collate) and LeRobot "
+                f"know them by name.")
         for i, c in having[1:]:
             f = c.features[key]
             if _kind(f.dtype) != kind:
