@@ -18,6 +18,7 @@ from episodestream._base.errors import CacheFullError
 from episodestream._format.files import SourceStats
 from episodestream._base.errors import DatasetFormatError
 from episodestream._runtime.source_options import SourceOptions
+from episodestream._sample.collate import collate
 from episodestream._sample.video.decoder_cache import VideoDecodeError
 from episodestream.loader import EpisodeLoader
 from episodestream.mapstyle import EpisodeDataset
@@ -35,6 +36,7 @@ __all__ = [
     "SourceOptions",
     "SourceStats",
     "VideoDecodeError",
+    "collate",
     "load_loader_state",
     "split_episodes",
     "stream_state",

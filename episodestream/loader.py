@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import default_collate
 
 from episodestream._runtime.position import without_consumer
 from episodestream._runtime.batch_memory import BatchMemory
@@ -34,6 +33,8 @@ from episodestream._runtime.pipeline import GroupPipeline, split_closing, split_
 from episodestream._runtime.stream import ConsumerStream, DecoderSet, PlannedGroup
 from episodestream._sample.builder import PendingSample, finish_decoded
 from episodestream._sample.chw import FrameWrites, flush_all
+from episodestream._sample.collate import collate as collate_samples
+from episodestream._sample.collate import collate_values
 from episodestream._runtime.stream_source import StreamingFace, source_of
 from episodestream._base.world import World
 from episodestream._sample.video.decoder_cache import FrameQuery
@@ -251,6 +252,10 @@ class _BatchBuffer:
                 layout = self.layout
         if len(tabular) != len(layout):
             self._refuse_keys(tabular, who)
+        if any(entry[0] != name for entry, name in zip(layout, tabular)) and set(tabular) == {e[0] for e in layout}:
+            # The same keys in another order (a union mixture's fill-ins follow each component's
+            # own keys): default_collate takes the first sample's order and looks the others up.
+            tabular = {entry[0]: tabular[entry[0]] for entry in layout}
         others: dict[str, Any] = {}
         for (key, out, shape, dtype), (name, value) in zip(layout, tabular.items()):
             if key != name:
@@ -278,13 +283,14 @@ class _BatchBuffer:
                          f"(a DataLoader could not collate them either).")
 
     def tabular_batch(self, count: int) -> dict[str, Any]:
-        """The tabular keys of the batch's first ``count`` samples, as ``default_collate`` gives them."""
+        """The tabular keys of the batch's first ``count`` samples, as ``default_collate`` gives them
+        (language columns as one list per key, as ``episodestream.collate`` gives them)."""
         batch: dict[str, Any] = {}
         others = self.others[:count]
         for key, values, _, _ in self.layout or ():
             # The arrays are this batch's alone (never reused): the tensors can share them.
             batch[key] = (torch.from_numpy(values[:count]) if values is not None
-                          else default_collate([sample[key] for sample in others]))  # type: ignore[index]
+                          else collate_values(key, [sample[key] for sample in others]))  # type: ignore[index]
         return batch
 
 
@@ -403,10 +409,10 @@ class _BatchWriter:
                 place.copy_(torch.as_tensor(converted))
 
     def collate(self, buffer: _BatchBuffer, count: int) -> dict[str, Any]:
-        """The batch as ``default_collate`` of its samples would give it (frames already in place)."""
+        """The batch as ``episodestream.collate`` of its samples would give it (frames already in place)."""
         buffer.arrays.clear()  # the numpy views written through: lend() needs the tensors alone
         if not self._in_place:
-            batch = default_collate(buffer.items[:count])
+            batch = collate_samples(buffer.items[:count])
         else:
             batch = {key: self._memory.lend(buffer.frames[key], count) for key in buffer.video_keys or ()}
             batch.update(buffer.tabular_batch(count))

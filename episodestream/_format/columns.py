@@ -43,6 +43,7 @@ import pyarrow as pa
 
 from episodestream._base.paths import default_cache_dir
 from episodestream._format.files import DatasetFiles, LocalFiles
+from episodestream._format.language import language_values
 from episodestream._format.metadata import DatasetFormatError, DatasetMeta, EpisodeInfo, parquet_errors
 from episodestream._format.dtypes import sample_values
 from episodestream._format.rows import DEFAULT_TOLERANCE_S, EpisodeRows, RowReader, check_rows
@@ -98,6 +99,8 @@ class ColumnStore:
                 strings[name] = [v["bytes"] if isinstance(v, dict) else v for v in values.to_pylist()]
             elif feature.dtype == "string":
                 strings[name] = values.to_pylist()
+            elif feature.dtype == "language":
+                strings[name] = language_values(values, name)
             else:
                 columns[name] = sample_values(values, feature.dtype, feature.shape, f"{where}, column {name!r}")
         check_rows(columns, episode, where, self._files, self._meta, self._tolerance_s)

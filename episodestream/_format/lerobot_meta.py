@@ -36,6 +36,7 @@ from typing import Any
 
 from episodestream._base.redact import shown_source
 from episodestream._format.files import DatasetFiles, LocalFiles
+from episodestream._format.language import DEFAULT_TOOLS, LANGUAGE_COLUMNS
 from episodestream._format.metadata import DatasetMeta
 from episodestream._format.depth import DEFAULT_DEPTH_UNIT, DepthUnit, is_depth, rescaled_stats
 from episodestream._format.versions import load_dataset_stats, load_lerobot_episodes
@@ -85,21 +86,6 @@ def _lerobot_features(info: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         if isinstance(spec.get("shape"), list):
             spec["shape"] = tuple(spec["shape"])
     return features
-
-
-# lerobot.datasets.language: the features that mark a dataset with language annotations, and the
-# tool list ``meta.tools`` falls back to when info.json declares none (LeRobot's DEFAULT_TOOLS).
-LANGUAGE_COLUMNS = ("language_persistent", "language_events")
-DEFAULT_TOOLS: tuple[dict[str, Any], ...] = ({
-    "type": "function",
-    "function": {
-        "name": "say",
-        "description": "Speak a short utterance to the user via the TTS executor.",
-        "parameters": {"type": "object",
-                       "properties": {"text": {"type": "string", "description": "The verbatim text to speak."}},
-                       "required": ["text"]},
-    },
-},)
 
 
 class LeRobotMeta:

@@ -17,8 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from episodestream._format.dtypes import sample_values, stores_numbers
+from episodestream._format.dtypes import sample_values, stores_numbers, value_type
 from episodestream._format.files import DatasetFiles
+from episodestream._format.language import is_language_type, language_values
 from episodestream._format.metadata import INFO_PATH, DatasetFormatError, DatasetMeta, EpisodeInfo, parquet_errors
 
 DEFAULT_TOLERANCE_S = 1e-4  # DatasetCore's default tolerance_s
@@ -26,7 +27,9 @@ DEFAULT_TOLERANCE_S = 1e-4  # DatasetCore's default tolerance_s
 # What a feature's values must be stored as, by declared dtype; numeric dtypes take ``_NUMERIC``.
 _STORED_AS = {"image": ("binary or struct", lambda t: pa.types.is_struct(t) or pa.types.is_binary(t)
                         or pa.types.is_large_binary(t)),
-              "string": ("string", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t))}
+              "string": ("string", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)),
+              "language": ("a list of structs", is_language_type)}
+_WHOLE_TYPE = ("image", "language")  # checked as stored, not by the values inside its lists
 _NUMERIC = ("numbers or bools (in lists, or datasets' ArrayND columns, for shaped features)", stores_numbers)
 
 
@@ -36,7 +39,7 @@ class EpisodeRows:
 
     episode: EpisodeInfo
     columns: dict[str, np.ndarray]  # numeric: (length,) for scalar columns, (length, *shape) for lists
-    strings: dict[str, list]  # string features, and image features as PNG bytes per frame
+    strings: dict[str, list]  # string features, image features as PNG bytes, language rows: per frame
 
     @property
     def length(self) -> int:
@@ -99,7 +102,8 @@ class RowReader:
             dtype = self._meta.features[name].dtype
             stored_as, ok = _STORED_AS.get(dtype, _NUMERIC)
             found = schema.field(name).type
-            if not ok(found):
+            # Numbers are checked through lists and ArrayND wrappers by ``stores_numbers`` itself.
+            if not ok(found if dtype in _WHOLE_TYPE or dtype not in _STORED_AS else value_type(found)):
                 raise DatasetFormatError(f"{where}: column {name!r} is stored as {found}, but info.json declares "
                                          f"dtype {dtype!r} (stored as {stored_as})")
 
@@ -138,6 +142,8 @@ class RowReader:
                 strings[name] = [v["bytes"] if isinstance(v, dict) else v for v in values]
             elif feature.dtype == "string":
                 strings[name] = table.column(name).to_pylist()
+            elif feature.dtype == "language":
+                strings[name] = language_values(table.column(name), name)
             else:
                 columns[name] = sample_values(table.column(name), feature.dtype, feature.shape,
                                               f"{where}, column {name!r}")

@@ -8,13 +8,13 @@ every component has. Under both, for each mixture key, over the components that 
   zero-padded there, and every sample carries ``<key>_dim_mask`` (bool, the mixture's last-axis
   width, True = a real dimension) for every key some component pads;
 - under ``"union"``, a component without the key gives zeros of the mixture's shape and dtype (a
-  camera: a zero frame; a string: ``""``), with ``<key>_is_pad`` all True where the key is
+  camera: a zero frame; a string: ``""``; a language column: ``[]``, no rows), with ``<key>_is_pad`` all True where the key is
   windowed, and every sample carries ``<key>_is_missing`` (a bool scalar) for every key some
   component lacks;
 - cameras must have one size unless ``resize={key: (height, width)}`` names the size to resize to
   (never silently); their channel count must agree;
 - what cannot be reconciled is an error naming the component, its key and the mixture key: a
-  camera beside a number or a string, different dtypes, different ranks or inner axes, windows of
+  camera beside a number or a string (or a language column beside either), different dtypes, different ranks or inner axes, windows of
   different lengths (or a window beside none).
 
 Every sample also carries ``robot_type``, its component's ``info.json`` string ("" when absent).
@@ -32,18 +32,21 @@ import numpy as np
 import torch
 
 from episodestream._format.dtypes import sample_dtype
+from episodestream._format.language import LANGUAGE_COLUMNS
 
 KEY_MODES = ("same", "union", "intersection")
 DIM_MASK_SUFFIX = "_dim_mask"
 MISSING_SUFFIX = "_is_missing"
 PAD_SUFFIX = "_is_pad"
-_CAMERA, _NUMBER, _STRING = "camera", "number", "string"
+_CAMERA, _NUMBER, _STRING, _LANGUAGE = "camera", "number", "string", "language"
 
 
 def _kind(dtype: str) -> str:
     if dtype in ("video", "image"):
         return _CAMERA
-    return _STRING if dtype in ("string", "language") else _NUMBER
+    if dtype == "language":  # lists of row dicts (never windowed): not a string, whatever info.json's shape
+        return _LANGUAGE
+    return _STRING if dtype == "string" else _NUMBER
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,12 @@ class MixtureSchema:
                 f"{why}. Rename one of them (rename=) or leave it out (keys='intersection' keeps only shared keys).")
 
         kind = _kind(head.dtype)
+        if kind == _LANGUAGE and key not in LANGUAGE_COLUMNS:
+            raise ValueError(
+                f"Mixture key {key!r}: dataset {first_i} ({first.description}) renames its language column "
+                f"{first.own_keys.get(key, key)!r} onto it; language columns keep their names "
+                f"({', '.join(LANGUAGE_COLUMNS)}): batches (EpisodeLoader, episodestream.collate) and LeRobot "
+                f"know them by name.")
         for i, c in having[1:]:
             f = c.features[key]
             if _kind(f.dtype) != kind:
@@ -231,8 +240,10 @@ def _padded_names(names: Any, width: int) -> Any:
 
 def _zeros(m: MixtureKey, frame_dtype: torch.dtype) -> Any:
     """A missing key's value: as the sample's planned values are (numpy for numbers, a tensor for a
-    camera frame, as a decoded PNG image is; strings)."""
+    camera frame, as a decoded PNG image is; strings; a new empty list of language rows)."""
     shape = (m.window,) if m.window is not None else ()
+    if m.kind == _LANGUAGE:
+        return []  # a frame without annotations, as LeRobot's writer leaves one
     if m.kind == _STRING:
         return [""] * m.window if m.window is not None else ""
     if m.kind == _CAMERA:

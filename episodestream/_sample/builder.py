@@ -16,6 +16,7 @@ import torch
 from episodestream._format.depth import DepthUnit, coding_of, in_unit, stored_unit
 from episodestream._sample.chw import FrameWrites, divide_by_255_
 from episodestream._format.files import EpisodeVideos
+from episodestream._format.language import copy_rows
 from episodestream._format.metadata import DatasetMeta
 from episodestream._format.rows import EpisodeRows
 from episodestream._sample.depth import DepthDecoding
@@ -35,6 +36,10 @@ def delta_indices(meta: DatasetMeta, delta_timestamps: Mapping[str, Sequence[flo
         if key not in meta.features:
             raise ValueError(f"delta_timestamps key {key!r} is not a feature of {meta.description}. "
                              f"Valid keys are {sorted(meta.features)}.")
+        if meta.features[key].dtype == "language":
+            raise ValueError(f"delta_timestamps key {key!r}: windows of a language column are not supported "
+                             f"(LeRobot's reader cannot stack its lists of rows either); leave {key!r} out of "
+                             f"delta_timestamps, each sample carries its own frame's rows.")
         if isinstance(deltas, (str, bytes)) or not isinstance(deltas, Sequence) or not deltas:
             raise ValueError(f"delta_timestamps[{key!r}] must be a non-empty list of seconds, got {deltas!r}.")
         not_numbers = [d for d in deltas if isinstance(d, (bool, np.bool_))
@@ -150,7 +155,10 @@ class SampleBuilder:
                     item[name] = column[at]  # fancy indexing copies
         for name, values in rows.strings.items():
             at, pad = self._rows_at(name, frame, length)
-            if self._meta.features[name].dtype != "image":
+            dtype = self._meta.features[name].dtype
+            if dtype == "language":  # never windowed (delta_indices): this frame's rows, the sample's own copy
+                item[name] = copy_rows(values[frame])
+            elif dtype != "image":
                 item[name] = [values[i] for i in at] if pad is not None else values[at]
             else:
                 where = f"{self._meta.description} episode {episode.episode_index} frame {frame} key {name!r}"

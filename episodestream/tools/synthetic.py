@@ -27,6 +27,7 @@ from tqdm import tqdm
 # Camera-less datasets of DROID size (100,000 episodes), written with numpy in seconds.
 from episodestream.tools._synthetic_bulk import write_tabular_dataset  # noqa: E402
 from episodestream._base.options import check_bool
+from episodestream.tools._synthetic_language import language_columns, language_features, language_tools
 from episodestream.tools._synthetic_v2 import V2_DATA_PATH, V2_VERSIONS, V2_VIDEO_PATH, PerEpisodeFile, write_v2_metadata
 from episodestream.tools._write_folder import check_root, invalid, write_into_place
 
@@ -435,6 +436,7 @@ def write_synthetic_dataset(
     version: Literal["v3.0", "v2.1", "v2.0"] = "v3.0",
     depth_cameras: Sequence[str] = (),
     extra_dtypes: bool = False,
+    language: bool = False,
 ) -> pathlib.Path:
     """Write a LeRobot v3.0 (or ``version`` v2.1 / v2.0) dataset at ``root`` and return its path.
 
@@ -464,6 +466,9 @@ def write_synthetic_dataset(
     ``chunks_size`` episodes per chunk folder), ``meta/episodes.jsonl``, ``meta/tasks.jsonl`` and
     ``meta/episodes_stats.jsonl`` (v2.1) or ``meta/stats.json`` (v2.0); the file-size and
     ``max_episodes_per_*_file`` options are v3.0's only (v2.x has no multi-episode files).
+    ``language`` adds LeRobot 0.6's language annotation columns (``language_persistent``,
+    ``language_events``) and info.json ``tools`` as its annotation pipeline writes them (v3.0 only;
+    what each frame holds: ``tools/_synthetic_language.py``).
     Safety: a non-empty ``root`` is refused unless ``overwrite``; the dataset is built in a sibling
     temporary folder and renamed into place, so a crash leaves no half-written dataset.
     """
@@ -492,6 +497,8 @@ def write_synthetic_dataset(
     extra_dtypes = check_bool("extra_dtypes", extra_dtypes)
     if extra_dtypes and state_dim < 3:
         raise invalid("state_dim", state_dim, "at least 3 with extra_dtypes=True")
+    if check_bool("language", language) and version != "v3.0":
+        raise invalid("language", language, f"False with version={version!r} (LeRobot 0.6 annotates v3.0 datasets)")
     check_root(root, overwrite=overwrite)
     return write_into_place(root, lambda staging: _write(
         staging, lengths=lengths, fps=fps, cameras=list(cameras), image_keys=list(image_keys),
@@ -499,7 +506,7 @@ def write_synthetic_dataset(
         num_tasks=num_tasks, chunks_size=chunks_size, data_mb=data_files_size_in_mb,
         video_mb=video_files_size_in_mb, max_per_data=max_episodes_per_data_file, max_per_video=max_per_video,
         progress=progress, texture=check_bool("texture", texture), version=version, depth_cameras=depth_cameras,
-        extra_dtypes=extra_dtypes))
+        extra_dtypes=extra_dtypes, language=language))
 
 
 def _add_texture(images: np.ndarray, frames: np.ndarray, *, camera_index: int) -> np.ndarray:
@@ -520,7 +527,8 @@ def _add_texture(images: np.ndarray, frames: np.ndarray, *, camera_index: int) -
 
 def _write_episode(out: pathlib.Path, *, episode_index: int, length: int, global_index: int, data: _RollingFile,
                    videos: dict[str, _RollingFile], image_keys: list[str], fps: int, encoding: dict, state_dim: int,
-                   num_tasks: int, texture: bool, depth_cameras=(), extra_dtypes=False) -> tuple[dict, dict]:
+                   num_tasks: int, texture: bool, depth_cameras=(), extra_dtypes=False,
+                   language: bool = False) -> tuple[dict, dict]:
     """Append one episode to the data file and each camera's video; return its metadata row and stats."""
     frames = np.arange(length)
     state = (episode_index * 1000 + frames[:, None] + np.arange(state_dim)[None, :] / 8).astype(np.float32)
@@ -535,6 +543,8 @@ def _write_episode(out: pathlib.Path, *, episode_index: int, length: int, global
     table["next.done"] = pa.array(frames == length - 1)
     if extra_dtypes:
         table.update(_extra_dtype_columns(state, frames, episode_index, stats))
+    if language:
+        table.update(language_columns(episode_index, length, fps, list(videos)))
     row = {"episode_index": episode_index, "tasks": [f"synthetic task {episode_index % num_tasks}"], "length": length}
     image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
     for key in depth_cameras:
@@ -596,7 +606,7 @@ def _extra_dtype_columns(state: np.ndarray, frames: np.ndarray, episode_index: i
 
 def _write(out: pathlib.Path, *, lengths, fps, cameras, image_keys, encoding, state_dim, num_tasks, chunks_size,
            data_mb, video_mb, max_per_data, max_per_video, progress, texture, version, depth_cameras=(),
-           extra_dtypes=False) -> None:
+           extra_dtypes=False, language=False) -> None:
     data: _RollingFile | PerEpisodeFile
     videos: dict[str, _RollingFile] | dict[str, PerEpisodeFile]
     if version == "v3.0":
@@ -616,7 +626,8 @@ def _write(out: pathlib.Path, *, lengths, fps, cameras, image_keys, encoding, st
             row, stats = _write_episode(out, episode_index=episode_index, length=length, global_index=global_index,
                                         data=data, videos=videos, image_keys=image_keys, fps=fps, encoding=encoding,
                                         state_dim=state_dim, num_tasks=num_tasks, texture=texture,
-                                        depth_cameras=depth_cameras, extra_dtypes=extra_dtypes)
+                                        depth_cameras=depth_cameras, extra_dtypes=extra_dtypes,
+                                        language=language)
             episode_rows.append(row)
             per_episode_stats.append(stats)
             for key, values in stats.items():
@@ -643,4 +654,7 @@ def _write(out: pathlib.Path, *, lengths, fps, cameras, image_keys, encoding, st
             "splits": {"train": f"0:{len(lengths)}"}, "data_path": _DATA_PATH,
             "video_path": _VIDEO_PATH if cameras or depth_cameras else None,
             "features": features}
+    if language:
+        info["features"].update(language_features())
+        info["tools"] = language_tools()
     (out / "meta/info.json").write_text(json.dumps(info, indent=4))
