@@ -92,7 +92,7 @@ def main(argv=None) -> int:
             rows["lerobot map"].append(_rate(lambda: [theirs[i] for i in indices], len(indices)))
         rows["ours map"].append(_rate(lambda: [ours[i] for i in indices], len(indices)))
         loader = EpisodeLoader(EpisodeStreamingDataset(args.data, seed=0), batch_size=32, num_threads=args.threads)
-        rows["ours loader"].append(_rate(lambda: sum(len(b["index"]) for b in loader), len(ours)))
+        rows["ours loader"].append(_rate(lambda loader=loader: sum(len(b["index"]) for b in loader), len(ours)))
     base = statistics.median(rows["lerobot map"]) if theirs is not None else None
     print(f"depth {args.height}x{args.width}, {len(ours)} frames, {args.rounds} rounds (median, min-max):")
     for name, values in rows.items():

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from episodestream._format.depth import DepthUnit, coding_of, in_unit, stored_unit
+from episodestream._format.depth import DEFAULT_DEPTH_UNIT, DepthUnit, coding_of, in_unit, stored_unit
 from episodestream._sample.chw import FrameWrites, divide_by_255_
 from episodestream._format.files import EpisodeVideos
 from episodestream._format.language import copy_rows
@@ -83,7 +83,8 @@ class PendingSample:
 
 class SampleBuilder:
     def __init__(self, meta: DatasetMeta, *, offsets: Mapping[str, np.ndarray], tolerance_s: float,
-                 return_uint8: bool, image_transforms: Callable | None, depth_output_unit: DepthUnit) -> None:
+                 return_uint8: bool, image_transforms: Callable | None,
+                 depth_output_unit: DepthUnit = DEFAULT_DEPTH_UNIT) -> None:
         self._meta = meta
         self._offsets = offsets
         self._tolerance_s = tolerance_s
