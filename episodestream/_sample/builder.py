@@ -105,11 +105,11 @@ class SampleBuilder:
         offsets = self._offsets.get(key)
         return (frame, None) if offsets is None else self._window(offsets, frame, length)
 
-    def _image(self, key: str, frames: torch.Tensor) -> torch.Tensor:
+    def _camera(self, key: str, frames: torch.Tensor) -> torch.Tensor:
         """A video camera's decoded frames as the sample holds them (a depth camera's are final)."""
-        return frames if key in self._depth else self._rgb(frames)
+        return frames if key in self._depth else self._image(frames)
 
-    def _rgb(self, frames_uint8: torch.Tensor) -> torch.Tensor:
+    def _image(self, frames_uint8: torch.Tensor) -> torch.Tensor:
         # Bit-identical to LeRobot's ``frames / 255.0`` (a float32 division either way), but the
         # mixed-dtype division takes PyTorch's slow casting loop: converting first is faster.
         return frames_uint8 if self._return_uint8 else divide_by_255_(frames_uint8.to(torch.float32))
@@ -206,7 +206,7 @@ class SampleBuilder:
     def finish(self, pending: PendingSample, frames: Sequence[torch.Tensor]) -> dict[str, Any]:
         item = {}
         for key, window, decoded in zip(pending.video_keys, pending.windowed, frames):
-            item[key] = self._image(key, decoded if window else decoded[0])
+            item[key] = self._camera(key, decoded if window else decoded[0])
         item.update((key, as_tensor(value)) for key, value in self.tabular(pending).items())
         if self._image_transforms is not None:
             for key in self._meta.camera_keys:
