@@ -391,6 +391,8 @@ def write_synthetic_dataset(
     ``(min, max)`` tuple drawn per episode from ``seed``; or a list of each episode's length; a pair is
     always read as (min, max)) at ``fps``; ``cameras`` as mp4 video (``codec``, ``gop``, ``crf``) and
     ``image_keys`` as PNG in the data parquet, all ``height`` x ``width``.
+    ``codec`` "hevc" writes x265 with B-frames and open GOPs, as LeRobot's HEVC (decode order differs
+    from presentation order).
     Ids in the values: frames encode ids (``decode_frame_ids``; camera index is the position in
     ``cameras + image_keys``); ``observation.state[j] = episode*1000 + frame + j/8``, ``action =
     state + 0.5``; ``task_index = episode % num_tasks``.
