@@ -5,7 +5,7 @@ opened by passing a Hub repo id or URL to a dataset; the machinery lives in ``ep
 from episodestream._base.errors import CacheFullError
 from episodestream._base.paths import default_cache_dir
 from episodestream._remote.cache.node_cache import CacheStats, EntryState, NodeCache
-from episodestream._remote.source.mp4 import Mp4LayoutError
+from episodestream._format.mp4 import Mp4LayoutError
 from episodestream._remote.transport.config import ControllerConfig
 from episodestream._remote.transport.retry import DownloadError
 

@@ -5,7 +5,7 @@ With ``keep_frames``, a kept range much shorter than its episode needs only part
 video: the frames from the first kept frame plus the earliest window offset to the last kept frame
 plus the latest one (clamped to the episode). ``VideoSpan.needed_from_s`` / ``needed_to_s`` say
 which; a remote source fetches the byte span of those frames from the keyframe before them
-(``_remote.source.mp4``), a local one ignores them. Rows are still read whole (a row group is the
+(``_format.mp4``), a local one ignores them. Rows are still read whole (a row group is the
 episode's), so windows of other keys see the whole episode as before.
 """
 

@@ -33,7 +33,7 @@ from episodestream.tools._write_folder import check_root, invalid, write_into_pl
 
 __all__ = ["decode_frame_ids", "encode_frame_ids", "write_synthetic_dataset", "write_tabular_dataset"]
 
-_CODECS = {"av1": "libsvtav1", "h264": "libx264"}
+_CODECS = {"av1": "libsvtav1", "h264": "libx264", "hevc": "libx265"}
 # 32 one-bit blocks in a 4x8 grid (16x12 pixels at 64x96, scaling with the frame). Two gray levels
 # 192 apart: 16 levels (4 bits a block) misread at crf 30 when ids change a lot between frames.
 _GRID_ROWS, _GRID_COLS = 4, 8
@@ -248,6 +248,10 @@ class _VideoFile:
         # ids: 11-12 even at g=2, 10 at g>=10. 8 was clean at every size and GOP tried, and as fast here.
         preset = "8" if codec == "av1" else "ultrafast"
         self.stream.options = {"g": str(gop), "crf": str(crf), "preset": preset}
+        if codec == "hevc":
+            # B-frames and open GOPs, as LeRobot's HEVC (x265's defaults, which "ultrafast" would
+            # otherwise trim), so that decode order differs from presentation order as in its files.
+            self.stream.options["x265-params"] = "bframes=4:b-adapt=0:open-gop=1:log-level=error"
         # SVT-AV1 prints its whole configuration to stderr for every encoder it opens (dozens of
         # lines per file) unless SVT_LOG says otherwise; 1 keeps its errors. It has no option for
         # this, only the environment variable, read (getenv) when the encoder opens: so the codec
@@ -418,7 +422,7 @@ def write_synthetic_dataset(
     fps: int = 30,
     cameras: Sequence[str] = ("observation.images.front", "observation.images.wrist"),
     height: int = 64, width: int = 96,
-    codec: Literal["av1", "h264"] = "av1",
+    codec: Literal["av1", "h264", "hevc"] = "av1",
     gop: int = 2,
     crf: int = 30,
     state_dim: int = 6,
@@ -444,6 +448,8 @@ def write_synthetic_dataset(
     ``(min, max)`` tuple drawn per episode from ``seed``; or a list of each episode's length; a pair is
     always read as (min, max)) at ``fps``; ``cameras`` as mp4 video (``codec``, ``gop``, ``crf``) and
     ``image_keys`` as PNG in the data parquet, all ``height`` x ``width``.
+    ``codec`` "hevc" writes x265 with B-frames and open GOPs, as LeRobot's HEVC (decode order differs
+    from presentation order).
     Ids in the values: frames encode ids (``decode_frame_ids``; camera index is the position in
     ``cameras + image_keys``); ``observation.state[j] = episode*1000 + frame + j/8``, ``action =
     state + 0.5``; ``task_index = episode % num_tasks``.

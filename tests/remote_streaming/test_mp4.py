@@ -14,9 +14,9 @@ import torch
 
 from episodestream.tools.synthetic import write_synthetic_dataset
 from episodestream._format.metadata import EpisodeInfo, VideoSpan
-from episodestream._remote.source.mp4 import Mp4LayoutError
+from episodestream._format.mp4 import Mp4LayoutError
 from episodestream._remote.source.open import open_remote_source
-from episodestream._remote.source.mp4 import Mp4Header, VideoTrack, read_header
+from episodestream._format.mp4 import Mp4Header, VideoTrack, read_header
 from episodestream._sample.video.backends import PyAVReader, TorchCodecReader
 
 from .conftest import cache_files

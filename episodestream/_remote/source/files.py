@@ -34,7 +34,7 @@ from episodestream._format.files import DatasetFiles, SourceStats, check_relpath
 from episodestream._remote.source import budget as _budget
 from episodestream._remote.transport.failures import as_file_error
 from episodestream._remote.source.lookup import look_up
-from episodestream._remote.source.mp4 import Mp4LayoutError
+from episodestream._format.mp4 import Mp4LayoutError
 from episodestream._remote.cache.node_cache import NodeCache, release_all
 from episodestream._remote.transport.process import process_state
 from episodestream._remote.transport.reader import LARGE_READ_BYTES, ChunkedReader, FetchFn, RangedFile, fetch_range

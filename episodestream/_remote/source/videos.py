@@ -2,7 +2,7 @@
 
 Admitting an episode fetches, on a few background threads (``DaemonPool``), a sparse copy of each
 camera's mp4 holding the header and the episode's byte span (found from the mp4's sample tables,
-``_remote.source.mp4``), which the decoder reads like the whole file. Entries live in the node cache
+``_format.mp4``), which the decoder reads like the whole file. Entries live in the node cache
 (``NodeCache``), referenced once per consumer however many of its episodes share one.
 
 A source that looks its files up by name (v2.x, ``CachedFiles.knows_every_file`` False) asks about
@@ -27,7 +27,7 @@ from episodestream._base.turns import Turn
 from episodestream._format.files import EpisodeVideos
 from episodestream._remote.source.budget import DISK_SLACK_BYTES
 from episodestream._remote.transport.daemon_pool import DaemonPool
-from episodestream._remote.source.mp4 import Mp4Header, Mp4LayoutError, VideoTrack, read_header
+from episodestream._format.mp4 import Mp4Header, Mp4LayoutError, VideoTrack, read_header
 from episodestream._remote.cache.node_cache import release_all
 from episodestream._remote.transport.reader import CACHED_PIECE_MAX_BYTES, LARGE_READ_BYTES
 

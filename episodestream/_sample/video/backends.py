@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
 
 from episodestream._base.options import check_choice, env_override
+from episodestream._format.mp4 import Mp4LayoutError, read_local_track
 
 VideoBackend = Literal["torchcodec", "pyav"]
 VIDEO_BACKENDS: tuple[VideoBackend, ...] = ("torchcodec", "pyav")
@@ -25,6 +26,11 @@ class VideoReader(Protocol):
     def close(self) -> None: ...
 
 
+# Codecs whose mp4 samples are always stored in presentation order (AV1 and VP9 reorder inside
+# the bitstream, invisibly to the container), so approximate seeking lands on the right frame.
+_IN_ORDER_CODECS = frozenset({"av1", "vp8", "vp9"})
+
+
 class TorchCodecReader:
     def __init__(self, path: str, *, device: str = "cpu") -> None:
         from torchcodec.decoders import VideoDecoder
@@ -36,6 +42,11 @@ class TorchCodecReader:
         # layout (NCHW would be a strided view, and every later copy of it a slow transpose).
         self._decoder = VideoDecoder(path, seek_mode="approximate", dimension_order="NHWC",
                                      num_ffmpeg_threads=1, device=device)
+        if self._decoder.metadata.codec not in _IN_ORDER_CODECS:
+            exact = _exact_seeking(path)
+            if exact is not None:
+                self._decoder = VideoDecoder(path, dimension_order="NHWC", num_ffmpeg_threads=1, device=device,
+                                             **exact)
 
     def frames_played_at(self, seconds: Sequence[float]) -> tuple[torch.Tensor, np.ndarray]:
         batch = self._decoder.get_frames_played_at(seconds=list(seconds))
@@ -43,6 +54,29 @@ class TorchCodecReader:
 
     def close(self) -> None:
         self._decoder = None
+
+
+def _exact_seeking(path: str) -> dict[str, Any] | None:
+    """torchcodec's options for exact seeking in ``path``, or None where approximate is exact.
+
+    With B-frames (decode order differs from presentation order) approximate seeking lands on a
+    keyframe by decode time and can return a neighbouring frame; with an open GOP the frames
+    shown just before a keyframe are dropped when decoding starts there. Frame mappings (each
+    frame's pts and keyframe flag, from the mp4 index in ``moov``) make seeking exact without
+    the scan of ``seek_mode="exact"``, which reads every byte of the file at each open.
+    """
+    try:
+        track = read_local_track(path)
+    except Mp4LayoutError:
+        return {"seek_mode": "exact"}
+    if track.reorder_depth == 0:
+        return None
+    order = np.argsort(track.pts_s, kind="stable")
+    pts = np.rint(track.pts_s[order] * track.timescale).astype(np.int64).tolist()
+    durations = np.rint(track.duration_s[order] * track.timescale).astype(np.int64).tolist()
+    keys = track.is_sync[order].astype(np.int8).tolist()
+    frames = ",".join(f'{{"pts":{p},"duration":{d},"key_frame":{k}}}' for p, d, k in zip(pts, durations, keys))
+    return {"custom_frame_mappings": f'{{"frames":[{frames}]}}'}
 
 
 PixelFormat = Literal["rgb24", "gray12le"]
@@ -67,13 +101,48 @@ class PyAVReader:
         self._frames = None  # the decode iterator since the last seek
         self._current = None  # last frame taken from it (pts <= the last query)
         self._lookahead = None  # the frame after ``_current``, already decoded
+        self._index: list[tuple[int, int, bool]] | None = None  # the demuxer's (pos, time, keyframe), read when needed
 
     def _seek(self, t: float) -> None:
+        # With B-frames the demuxer can pick a keyframe shown after ``t``, and an open GOP's frames
+        # shown before their keyframe are dropped when decoding starts there: the first frame
+        # decoded is then after ``t``. Seek again to the keyframe before, one keyframe at a time:
+        # a step back in seconds could land outside a remote episode's byte span, in bytes never
+        # fetched.
         target = int(t / self._stream.time_base) + (self._stream.start_time or 0)
-        self._container.seek(target, stream=self._stream, backward=True, any_frame=False)
-        self._frames = self._container.decode(self._stream)
-        self._current = next(self._frames, None)
+        while True:
+            self._container.seek(target, stream=self._stream, backward=True, any_frame=False)
+            packets = self._container.demux(self._stream)
+            first = next(packets, None)
+            self._frames = self._decode(first, packets)
+            self._current = next(self._frames, None)
+            if self._current is None or self._current.time <= t:
+                break
+            before = self._keyframe_before(first.pos)
+            if before is None or before >= target:
+                break  # the file's first keyframe: nothing earlier to decode from
+            target = before
         self._lookahead = next(self._frames, None)
+
+    def _keyframe_before(self, pos: int | None) -> int | None:
+        """The seek target that lands on the keyframe before the sample at byte ``pos``. The mp4
+        demuxer seeks by its index times (decode times) shifted to start at the stream's start
+        (its first pts): a target computed from a packet's dts would land a keyframe too early."""
+        if self._index is None:
+            self._index = [(e.pos, e.timestamp, e.is_keyframe) for e in self._stream.index_entries]
+        at = next((i for i, entry in enumerate(self._index) if entry[0] == pos), None)
+        if at is None:
+            return None
+        shift = (self._stream.start_time or 0) - self._index[0][1]
+        return next((entry[1] + shift for entry in reversed(self._index[:at]) if entry[2]), None)
+
+    @staticmethod
+    def _decode(first, packets):
+        """The frames of ``first`` and the packets after it (the last, empty, flushes the decoder)."""
+        if first is not None:
+            yield from first.decode()
+        for packet in packets:
+            yield from packet.decode()
 
     def _played_at(self, t: float):
         if (self._current is None or t < self._current.time

@@ -196,6 +196,7 @@ class VideoTrack:
     duration_s: np.ndarray  # float64 display duration of each sample
     is_sync: np.ndarray  # bool
     reorder_depth: int = 0  # most places a sample moves between decode and presentation order
+    timescale: int = 1  # media time units a second (FFmpeg's stream time base is its inverse)
 
     @classmethod
     def parse(cls, moov: bytes) -> VideoTrack:
@@ -281,7 +282,7 @@ class VideoTrack:
         rank = np.empty(n, np.int64)
         rank[order] = np.arange(n)
         reorder = int(np.abs(rank - np.arange(n)).max()) if n else 0
-        return cls(offsets, sizes, pts_s, duration_s, is_sync, reorder)
+        return cls(offsets, sizes, pts_s, duration_s, is_sync, reorder, timescale)
 
     @staticmethod
     def _edit_shift_s(d: bytes, elst: tuple[int, int] | None, timescale: int,
@@ -305,17 +306,33 @@ class VideoTrack:
         return empty_s - (media[0] / timescale if media else 0.0)
 
     def span(self, from_s: float, to_s: float) -> Span:
-        """The bytes holding every frame shown in ``[from_s, to_s)``: from the keyframe at or before
-        the first of them (decode order) through ``TRAILING_SAMPLES + 2 * reorder_depth`` samples
-        past the last. (``RemoteVideos`` pads the span it fetches.)"""
+        """The bytes holding every frame shown in ``[from_s, to_s)``: from the last keyframe (decode
+        order) at or before the first of them and shown no later than any of them, through
+        ``TRAILING_SAMPLES + 2 * reorder_depth`` samples past the last. (``RemoteVideos`` pads the
+        span it fetches.)"""
         shown = (self.pts_s < to_s - _BOUNDARY_EPS_S) & (self.pts_s + self.duration_s > from_s + _BOUNDARY_EPS_S)
         wanted = np.flatnonzero(shown)
         if not len(wanted):
             raise Mp4LayoutError(f"no frame is shown in [{from_s}, {to_s}) s; the video holds "
                                  f"{self.pts_s.min() if len(self.pts_s) else 0:.3f}..{self.pts_s.max() if len(self.pts_s) else 0:.3f} s")
         first, last = int(wanted[0]), int(wanted[-1])
-        syncs = np.flatnonzero(self.is_sync[:first + 1])
+        # An open GOP's leading frames (B-frames after a keyframe in decode order, before it in
+        # presentation) reference the GOP before; a decoder starting at that keyframe drops them.
+        # So the span starts at a keyframe shown no later than the first wanted frame.
+        first_pts_s = self.pts_s[wanted].min() + _BOUNDARY_EPS_S
+        syncs = np.flatnonzero(self.is_sync[:first + 1] & (self.pts_s[:first + 1] <= first_pts_s))
         first = int(syncs[-1]) if len(syncs) else 0
         last = min(last + TRAILING_SAMPLES + 2 * self.reorder_depth, len(self.sizes) - 1)
         ends = self.offsets[first:last + 1] + self.sizes[first:last + 1]
         return Span(int(self.offsets[first:last + 1].min()), int(ends.max()))
+
+
+def read_local_track(path: str) -> VideoTrack:
+    """The video track of a local mp4, from its ``moov`` alone (no sample is read)."""
+    with open(path, "rb") as file:
+        def read(start: int, end: int) -> bytes:
+            file.seek(start)
+            return file.read(end - start)
+
+        size = file.seek(0, 2)
+        return VideoTrack.parse(read_header(read, size).moov)
