@@ -78,7 +78,7 @@ def test_return_uint8_and_image_transforms_leave_depth_alone(depth_root):
     dataset = EpisodeDataset(depth_root, return_uint8=True, image_transforms=lambda x: seen.append(x.shape) or x * 0)
     plain = EpisodeDataset(depth_root)
     sample = dataset[4]
-    assert sample[FRONT].dtype == torch.float32 and not sample[FRONT].any()  # transformed (then uint8 * 0)
+    assert sample[FRONT].dtype == torch.uint8 and not sample[FRONT].any()  # the RGB camera went through them
     assert torch.equal(sample[DEPTH], plain[4][DEPTH])
     assert seen == [(3, 64, 64)]
 
@@ -106,8 +106,8 @@ def test_stored_dtypes_come_out_as_lerobot_returns_them(depth_root):
     sample = EpisodeDataset(depth_root)[12]  # episode 1, frame 3
     assert sample[DEPTH].dtype == torch.float32
     assert sample["observation.float64"].dtype == torch.float32
-    np.testing.assert_array_equal(sample["observation.float64"].numpy(),
-                                  (np.float32(1003) + np.arange(3, dtype=np.float32) / 8).astype(np.float64) + 1 / 3)
+    stored = (np.float32(1003) + np.arange(3, dtype=np.float32) / 8).astype(np.float64) + 1 / 3
+    np.testing.assert_array_equal(sample["observation.float64"].numpy(), stored.astype(np.float32))
     assert sample["observation.int32"].dtype == torch.int64 and sample["observation.int32"].item() == 3 * 7 + 1
     assert sample["observation.matrix"].dtype == torch.float32
     assert sample["observation.matrix"].tolist() == [[1003, 1004, 1005], [1006, 1007, 1008]]

@@ -197,6 +197,7 @@ class VideoTrack:
     is_sync: np.ndarray  # bool
     reorder_depth: int = 0  # most places a sample moves between decode and presentation order
     timescale: int = 1  # media time units a second (FFmpeg's stream time base is its inverse)
+    dts: np.ndarray | None = None  # int64 decode times in ``timescale`` units (the demuxer's index times)
 
     @classmethod
     def parse(cls, moov: bytes) -> VideoTrack:
@@ -282,7 +283,7 @@ class VideoTrack:
         rank = np.empty(n, np.int64)
         rank[order] = np.arange(n)
         reorder = int(np.abs(rank - np.arange(n)).max()) if n else 0
-        return cls(offsets, sizes, pts_s, duration_s, is_sync, reorder, timescale)
+        return cls(offsets, sizes, pts_s, duration_s, is_sync, reorder, timescale, dts)
 
     @staticmethod
     def _edit_shift_s(d: bytes, elst: tuple[int, int] | None, timescale: int,

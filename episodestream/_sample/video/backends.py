@@ -96,6 +96,7 @@ class PyAVReader:
         import av
 
         self._pixel_format = check_choice("pixel_format", pixel_format, ("rgb24", "gray12le"))
+        self._path = path
         self._container = av.open(path)
         self._stream = self._container.streams.video[0]
         self._frames = None  # the decode iterator since the last seek
@@ -129,12 +130,27 @@ class PyAVReader:
         demuxer seeks by its index times (decode times) shifted to start at the stream's start
         (its first pts): a target computed from a packet's dts would land a keyframe too early."""
         if self._index is None:
-            self._index = [(e.pos, e.timestamp, e.is_keyframe) for e in self._stream.index_entries]
+            self._index = self._index_entries()
         at = next((i for i, entry in enumerate(self._index) if entry[0] == pos), None)
         if at is None:
             return None
         shift = (self._stream.start_time or 0) - self._index[0][1]
         return next((entry[1] + shift for entry in reversed(self._index[:at]) if entry[2]), None)
+
+    def _index_entries(self) -> list[tuple[int, int, bool]]:
+        """The demuxer's index: (byte position, time, keyframe) per sample in decode order. PyAV before
+        16 does not expose it; there the mp4's own index gives the same table (its decode times),
+        and a file that is not a readable mp4 gives none (no stepping back)."""
+        entries = getattr(self._stream, "index_entries", None)
+        if entries is not None:
+            return [(e.pos, e.timestamp, e.is_keyframe) for e in entries]
+        try:
+            track = read_local_track(self._path)
+        except (Mp4LayoutError, OSError):
+            return []
+        if track.dts is None:
+            return []
+        return list(zip(track.offsets.tolist(), track.dts.tolist(), track.is_sync.tolist()))
 
     @staticmethod
     def _decode(first, packets):
