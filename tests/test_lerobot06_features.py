@@ -231,3 +231,26 @@ def test_remote_depth_equals_local(depth_root, tmp_path):
     assert sorted(int(s["index"]) for s in got) == sorted(expected)
     for sample in got:
         assert torch.equal(sample[DEPTH], expected[int(sample["index"])][DEPTH]), int(sample["index"])
+
+
+def test_a_union_mixture_of_depth_and_language_datasets(depth_root, tmp_path):
+    """Each key present in one component only: the depth camera (float32 zeros and flagged where
+    missing, whatever return_uint8) and the language columns; ``meta`` says both."""
+    annotated = write_synthetic_dataset(tmp_path / "annotated", num_episodes=2, episode_length=5, fps=FPS,
+                                        cameras=(FRONT,), height=64, width=64, language=True, seed=2)
+    mixture = EpisodeMixture([EpisodeStreamingDataset(depth_root, seed=0, return_uint8=True),
+                              EpisodeStreamingDataset(annotated, seed=0, return_uint8=True)],
+                             weights=[1, 1], keys="union")
+    assert mixture.meta.depth_keys == [DEPTH] and mixture.meta.has_language_columns
+    assert mixture.meta.tools and mixture.meta.tools[0]["function"]["name"] == "say"
+    batches = list(EpisodeLoader(mixture, batch_size=8, num_threads=2))
+    assert batches
+    seen = set()
+    for batch in batches:
+        assert batch[DEPTH].dtype == torch.float32 and batch[FRONT].dtype == torch.uint8
+        from_depth = batch["dataset_index"] == 0
+        assert batch[f"{DEPTH}_is_missing"].tolist() == (~from_depth).tolist()
+        assert not batch[DEPTH][~from_depth].any() and (batch[DEPTH][from_depth] >= 500).all()
+        assert len(batch["language_persistent"]) == len(from_depth)
+        seen |= set(batch["dataset_index"].tolist())
+    assert seen == {0, 1}

@@ -80,6 +80,7 @@ class MixtureMeta:
                  weights: Sequence[float], frames: Sequence[int], features: Mapping[str, Any] | None = None,
                  stats: Any = None) -> None:
         self.sources = list(sources)
+        self._renames = [dict(r) for r in renames]
         self.lerobot_stats = aggregate_stats([rename_stats(m.stats, r) for m, r in zip(sources, renames)])
         self.features = dict(features) if features is not None else {
             renames[0].get(key, key): spec for key, spec in sources[0].features.items()}
@@ -118,6 +119,25 @@ class MixtureMeta:
     @property
     def video_keys(self) -> list[str]:
         return [key for key, spec in self.features.items() if spec["dtype"] == "video"]
+
+    @property
+    def depth_keys(self) -> list[str]:
+        """The mixture's cameras that are depth maps in some component (as each component's ``depth_keys``)."""
+        renamed = {key for m, r in zip(self.sources, self._renames) for key in (r.get(k, k) for k in m.depth_keys)}
+        return [key for key in self.features if key in renamed]
+
+    @property
+    def has_language_columns(self) -> bool:
+        """Whether a component has LeRobot 0.6's language columns (they are never renamed)."""
+        return any(m.has_language_columns for m in self.sources)
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """The components' tool schemas (each one's ``meta.tools``), each distinct one once, in order."""
+        seen: list[dict[str, Any]] = []
+        for m in self.sources:
+            seen += [tool for tool in m.tools if tool not in seen]
+        return seen
 
     def __repr__(self) -> str:
         return (f"MixtureMeta({len(self.sources)} sources: {[m.repo_id for m in self.sources]}, "

@@ -73,6 +73,7 @@ class MixtureKey:
     shape: tuple[int, ...]
     window: int | None
     widths: tuple[int | None, ...]
+    depth: bool = False  # a depth camera: float32 frames whatever return_uint8
 
     @property
     def padded(self) -> bool:
@@ -183,7 +184,8 @@ class MixtureSchema:
             shape = tuple(head.shape)
             for i, _ in having:
                 widths[i] = 0
-        return MixtureKey(key, kind, head.dtype, tuple(shape), first.windows.get(key), tuple(widths))
+        return MixtureKey(key, kind, head.dtype, tuple(shape), first.windows.get(key), tuple(widths),
+                          depth=bool(getattr(head, "depth", False)))
 
     # -- what the mixture says about itself -------------------------------------------------------
 
@@ -247,8 +249,11 @@ def _zeros(m: MixtureKey, frame_dtype: torch.dtype) -> Any:
     if m.kind == _STRING:
         return [""] * m.window if m.window is not None else ""
     if m.kind == _CAMERA:
-        return torch.zeros((*shape, *m.shape), dtype=frame_dtype)
-    return np.zeros((*shape, *m.shape), dtype=sample_dtype(m.dtype))
+        # A depth camera's frames are float32 depth whatever return_uint8 (as the present ones are).
+        return torch.zeros((*shape, *m.shape), dtype=torch.float32 if m.depth else frame_dtype)
+    # A (1,) feature's value is a 0-dim array in a sample (LeRobot's scalars), so is its fill-in.
+    value_shape = () if tuple(m.shape) == (1,) else m.shape
+    return np.zeros((*shape, *value_shape), dtype=sample_dtype(m.dtype))
 
 
 @dataclass

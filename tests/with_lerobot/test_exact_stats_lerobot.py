@@ -14,7 +14,7 @@ try:
     from lerobot.datasets.compute_stats import compute_episode_stats
 except ImportError as error:  # CI: LeRobot is not installed
     pytest.skip(f"LeRobot is not importable here ({error}); these tests need a LeRobot 0.6 venv "
-                f"(/work/shared/tools/lerobot-venv.sh)", allow_module_level=True)
+                f"(LeRobot needs Python >= 3.12 and torchvision)", allow_module_level=True)
 
 from episodestream import EpisodeStreamingDataset
 

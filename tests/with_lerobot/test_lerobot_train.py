@@ -4,7 +4,7 @@
 checkpoint, refuses another run's checkpoint before training, and trains on 2 processes.
 
 CI has no LeRobot (it needs Python >= 3.12 and torchvision): every test here skips with the reason
-there. Locally: /work/shared/tools/lerobot-venv.sh builds a venv with it; then
+there. Locally: a Python venv with LeRobot 0.6 and this package installed (pip install -e .); then
 ``HF_HUB_OFFLINE=1 VENV/bin/python -m pytest -o addopts= -p no:cacheprovider tests/with_lerobot``.
 """
 
@@ -26,7 +26,7 @@ try:
     from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
 except ImportError as error:  # CI: LeRobot is not installed
     pytest.skip(f"LeRobot is not importable here ({error}); these tests need a LeRobot 0.6 venv "
-                f"(/work/shared/tools/lerobot-venv.sh)", allow_module_level=True)
+                f"(LeRobot needs Python >= 3.12 and torchvision)", allow_module_level=True)
 
 from episodestream import EpisodeDataset, EpisodeStreamingDataset, split_episodes
 from episodestream.lerobot import make_train_eval_datasets

@@ -17,7 +17,7 @@ try:
     from lerobot.scripts.convert_dataset_v21_to_v30 import convert_dataset
 except ImportError as error:  # CI: LeRobot is not installed
     pytest.skip(f"LeRobot is not importable here ({error}); these tests need a LeRobot 0.6 venv "
-                f"(/work/shared/tools/lerobot-venv.sh)", allow_module_level=True)
+                f"(LeRobot needs Python >= 3.12 and torchvision)", allow_module_level=True)
 
 from episodestream import EpisodeDataset, EpisodeStreamingDataset
 from episodestream.tools.synthetic import write_synthetic_dataset
