@@ -90,7 +90,10 @@ class PyAVReader:
     decodes depth (with PyAV whatever its backend: torchcodec converts every frame to RGB24).
     """
 
-    _SEEK_AHEAD_S = 1.0  # decoding forward beats seeking for short gaps (AV1 GOP 2 is ~0.07 s)
+    # A seek (and the decoder's restart from a keyframe) costs about as much as decoding this many
+    # frames forward, for AV1 at GOP 2 and for HEVC with B-frames alike (docs/benchmarks.md, "Depth
+    # cameras"): a query further ahead seeks, a nearer one decodes forward.
+    _SEEK_AHEAD_FRAMES = 5
 
     def __init__(self, path: str, *, pixel_format: PixelFormat = "rgb24") -> None:
         import av
@@ -101,7 +104,13 @@ class PyAVReader:
         self._stream = self._container.streams.video[0]
         self._frames = None  # the decode iterator since the last seek
         self._current = None  # last frame taken from it (pts <= the last query)
-        self._lookahead = None  # the frame after ``_current``, already decoded
+        self._lookahead = None  # the frame after ``_current`` once decoded (None: not yet, or the end)
+        self._ended = False  # the decode iterator since the last seek has no frame left
+        # A frame is shown for 1/fps (LeRobot's constant frame rate); one that ends after a query is
+        # the frame played then, with no need to decode the next.
+        rate = self._stream.average_rate or self._stream.guessed_rate
+        self._duration_s = float(1 / rate) if rate else 0.0
+        self._seek_ahead_s = self._SEEK_AHEAD_FRAMES * (self._duration_s or 1 / 30)
         self._index: list[tuple[int, int, bool]] | None = None  # the demuxer's (pos, time, keyframe), read when needed
 
     def _seek(self, t: float) -> None:
@@ -123,7 +132,8 @@ class PyAVReader:
             if before is None or before >= target:
                 break  # the file's first keyframe: nothing earlier to decode from
             target = before
-        self._lookahead = next(self._frames, None)
+        self._lookahead = None
+        self._ended = False
 
     def _keyframe_before(self, pos: int | None) -> int | None:
         """The seek target that lands on the keyframe before the sample at byte ``pos``. The mp4
@@ -162,10 +172,18 @@ class PyAVReader:
 
     def _played_at(self, t: float):
         if (self._current is None or t < self._current.time
-                or t - self._current.time > self._SEEK_AHEAD_S):
+                or t - self._current.time > self._seek_ahead_s):
             self._seek(t)
-        while self._lookahead is not None and self._lookahead.time <= t:
-            self._current, self._lookahead = self._lookahead, next(self._frames, None)
+        # The next frame is decoded only when the current one ends at or before ``t``: with B-frames
+        # each frame decoded ahead costs the decoder's reorder delay in packets too (a random
+        # access decoded ~8 packets for one frame with a look-ahead, most of them for it).
+        while self._current is not None and self._current.time + self._duration_s <= t:
+            if self._lookahead is None and not self._ended:
+                self._lookahead = next(self._frames, None)
+                self._ended = self._lookahead is None
+            if self._lookahead is None or self._lookahead.time > t:
+                break
+            self._current, self._lookahead = self._lookahead, None
         if self._current is None or self._current.time > t:
             raise RuntimeError(f"no frame is played at {t:.6f} s")
         return self._current
