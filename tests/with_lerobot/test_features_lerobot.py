@@ -154,3 +154,29 @@ def test_image_camera_is_float_even_with_return_uint8(written):
     assert ours[3][STILL].dtype == theirs[3][STILL].dtype == torch.float32
     assert ours[3][RGB].dtype == theirs[3][RGB].dtype == torch.uint8
     assert ours[3][DEPTH].dtype == theirs[3][DEPTH].dtype == torch.float32
+
+
+@pytest.mark.parametrize("unit", ["mm", "m"])
+def test_train_factory_gives_lerobots_depth_samples(written, unit):
+    """``make_train_eval_datasets`` on a depth dataset (it used to refuse them): LeRobot's factory's
+    samples, in ``cfg.dataset.depth_output_unit``, stats rescaled alike."""
+    from pathlib import Path
+
+    from lerobot.configs.default import DatasetConfig
+    from lerobot.configs.train import TrainPipelineConfig
+    from lerobot.datasets.factory import make_train_eval_datasets as lerobots
+    from lerobot.policies.act.configuration_act import ACTConfig
+
+    from episodestream.lerobot import make_train_eval_datasets
+
+    root = written["av1"]
+    cfg = TrainPipelineConfig(dataset=DatasetConfig(repo_id="local/x", root=str(root), depth_output_unit=unit),
+                              policy=ACTConfig(device="cpu", push_to_hub=False, chunk_size=4, n_action_steps=4),
+                              output_dir=Path(root).parent / "unused-output")
+    cfg.validate()
+    ours, _ = make_train_eval_datasets(cfg)
+    theirs, _ = lerobots(cfg)
+    expected = [theirs[i] for i in range(len(theirs))]  # in order (module docstring)
+    for i in np.random.default_rng(7).permutation(len(theirs)).tolist():
+        assert_same(ours[i], expected[i], (unit, i))
+    np.testing.assert_array_equal(ours.meta.stats[DEPTH]["mean"], theirs.meta.stats[DEPTH]["mean"])
