@@ -161,7 +161,7 @@ class EpisodeLoader:
         if resumed is None:
             return 0
         batch_size, batches = resumed
-        if batch_size != self.batch_size:
+        if batches and batch_size != self.batch_size:  # nothing consumed: nothing to continue
             raise ValueError(f"The dataset resumes epoch {epoch} from a state saved with batch_size={batch_size}; "
                              f"this loader has batch_size={self.batch_size}. Resume that epoch with "
                              f"batch_size={batch_size} (a batch count cannot be continued in other batch sizes); "
@@ -187,7 +187,8 @@ class EpisodeLoader:
         The next iteration continues the saved epoch. See ``EpisodeStreamingDataset.load_state_dict``
         for what must match (``strict``)."""
         checked = self._source.check_state(state, strict=check_bool("strict", strict))
-        if not checked.finished and state["batch_size"] != self.batch_size:
+        # A state that took no batch of its epoch (saved before any) starts it afresh: any batch size.
+        if not checked.finished and checked.consumed_batches and state["batch_size"] != self.batch_size:
             raise ValueError(f"The state was saved with batch_size={state['batch_size']} partway through epoch "
                              f"{checked.epoch}; this loader has batch_size={self.batch_size}. Resume that epoch "
                              f"with batch_size={state['batch_size']} (a batch count cannot be continued in other "

@@ -309,3 +309,94 @@ def test_one_workers_end_does_not_use_up_the_resume_point_of_its_siblings(monkey
     monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: None)
     shared.finished(5)  # in the main process, its one consumer's end is the pass's
     assert shared.passed(5)
+
+
+# -- the resume point's lifetime and the checks where a state enters (issue 50) -----------------------
+
+
+def _loader(root, batch_size=BATCH):
+    from episodestream import EpisodeLoader
+
+    return EpisodeLoader(make(root), batch_size=batch_size)
+
+
+def _count(loader):
+    return sum(len(batch["index"]) for batch in loader)
+
+
+def test_a_resume_point_is_gone_once_its_pass_ended_even_after_another_epoch(camera_less_root):
+    """Resumed epoch 0 ran to its end, epoch 1 ran, then ``set_epoch(0)``: all of epoch 0 again
+    (it streamed only the resumed remainder: the pass marker held the latest epoch only)."""
+    first = _loader(camera_less_root)
+    iterator = iter(first)
+    for _ in range(6):
+        next(iterator)
+    state = first.state_dict()
+    whole = len(make(camera_less_root))
+    resumed = _loader(camera_less_root)
+    resumed.load_state_dict(state)
+    assert _count(resumed) == whole - 6 * BATCH
+    assert _count(resumed) == whole  # epoch 1
+    resumed.set_epoch(0)
+    assert len(resumed) == -(-whole // BATCH) and _count(resumed) == whole
+    dataset = make(camera_less_root)  # the dataset's own state, another epoch selected before its pass
+    dataset.load_state_dict({**state, "num_workers": 0})
+    dataset.set_epoch(1)
+    dataset.set_epoch(0)
+    assert len(dataset) == whole and len(list(dataset)) == whole
+
+
+def test_a_consumer_state_beyond_its_share_is_refused(camera_less_root):
+    dataset = make(camera_less_root)
+    state = dataset.state_dict()
+    state["consumer"]["samples_yielded"] = 10**9
+    with pytest.raises(ValueError, match=r"state\['consumer'\]\['samples_yielded'\]=1000000000 is more than "
+                                         r"consumer 0 of 1 \(rank 0 of 1\) streams of epoch 0 \(\d+ samples\)"):
+        dataset.load_state_dict(state)
+    assert len(list(dataset)) == len(make(camera_less_root))  # the refused state changed nothing
+
+
+@pytest.mark.parametrize("fingerprint", [None, "x", [1], 3])
+def test_a_fingerprint_that_is_not_a_dict_is_named(camera_less_root, fingerprint):
+    consumer_state = {**make(camera_less_root).state_dict(), "fingerprint": fingerprint}
+    trainer_state = {**_loader(camera_less_root).state_dict(), "fingerprint": fingerprint}
+    for load, state in ((make(camera_less_root).load_state_dict, consumer_state),
+                        (make(camera_less_root).load_state_dict, trainer_state),
+                        (_loader(camera_less_root).load_state_dict, trainer_state)):
+        with pytest.raises(ValueError, match=r"state\['fingerprint'\] must be a dict, got "):
+            load(state)
+
+
+def test_a_state_that_consumed_nothing_loads_with_any_batch_size(camera_less_root):
+    state = _loader(camera_less_root).state_dict()  # never iterated: 0 batches of epoch 0
+    other = _loader(camera_less_root, batch_size=8)
+    other.load_state_dict(state)
+    whole = len(make(camera_less_root))
+    iterator = iter(other)
+    first = next(iterator)
+    saved = other.state_dict()
+    del iterator
+    again = _loader(camera_less_root, batch_size=8)
+    again.load_state_dict(saved)
+    assert _count(again) == whole - len(first["index"])
+
+
+def test_a_mixtures_resume_point_is_gone_once_its_pass_ended_even_after_another_epoch(camera_less_root):
+    from episodestream import EpisodeLoader, EpisodeMixture
+
+    def mixture():
+        return EpisodeMixture([make(camera_less_root), make(camera_less_root, episode_pool_size=2)], weights=[1, 1])
+
+    first = EpisodeLoader(mixture(), batch_size=BATCH)
+    iterator = iter(first)
+    for _ in range(5):
+        next(iterator)
+    state = first.state_dict()
+    del iterator
+    resumed = EpisodeLoader(mixture(), batch_size=BATCH)
+    resumed.load_state_dict(state)
+    whole = len(mixture())
+    assert _count(resumed) == whole - 5 * BATCH
+    assert _count(resumed) == whole
+    resumed.set_epoch(0)
+    assert _count(resumed) == whole

@@ -8,6 +8,8 @@ resume states. A mixture drives its components through the same object.
 
 from __future__ import annotations
 
+import functools
+
 import warnings
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -27,7 +29,8 @@ from episodestream._runtime.core import DatasetCore
 from episodestream._runtime.epoch import SharedEpoch
 from episodestream._runtime.position import StreamPosition, load_consumer_state
 from episodestream._runtime.rows_ahead import RowsAhead
-from episodestream._runtime.stream import CheckedState, ConsumerStream, PlannedGroup, refuse_mismatches
+from episodestream._plan.saved_state import identity_checks, refuse_mismatches, require_trainer_fields
+from episodestream._runtime.stream import CheckedState, ConsumerStream, PlannedGroup
 from episodestream._runtime.stream_source import StreamSource
 from episodestream._runtime.turns import WorkerTurns
 from episodestream._sample.builder import PendingSample, SampleBuilder
@@ -126,9 +129,9 @@ class DatasetSource(StreamSource):
         return legs[-1].batch_size, sum(leg.batches for leg in legs)
 
     def _resumption_of(self, epoch: int) -> Resumption | None:
-        """The loaded resume point of ``epoch``, until a whole pass of that epoch ran to its end."""
+        """The loaded resume point of ``epoch`` while it lives (``SharedEpoch.set_resume_point``)."""
         resumption = self._resumption
-        if resumption is None or resumption.request.epoch != epoch or self.shared_epoch.passed(epoch):
+        if resumption is None or resumption.request.epoch != epoch or not self.shared_epoch.resume_point(epoch):
             return None
         return resumption
 
@@ -222,11 +225,12 @@ class DatasetSource(StreamSource):
 
     def load_consumer_state(self, state: Mapping[str, Any], *, strict: bool) -> None:
         """Resume one consumer from its own ``state_dict()`` (``position``): its next iteration."""
-        self.shared_epoch.forget_passes()
         epoch, self._resumption = load_consumer_state(
             state, self.position, strict=strict, seed=self.settings.seed, shuffle=self.settings.shuffle,
             fingerprint=self.fingerprint(), segments=self.segments, world_size=self.world_size,
-            pool_size=self.settings.episode_pool_size)
+            pool_size=self.settings.episode_pool_size,
+            check_share=functools.partial(self._check_consumer_share, state))
+        self.shared_epoch.set_resume_point(epoch)
         self._loaded_consumer_epoch(epoch)
 
     def saved_leg_batches(self, state: Mapping[str, Any]) -> int:
@@ -253,24 +257,21 @@ class DatasetSource(StreamSource):
 
     def check_state(self, state: Mapping[str, Any], *, strict: bool = True) -> CheckedState:
         refuse_other_format(state, STATE_FORMAT, "stream")
-        for key in ("batches_consumed", "batch_size", "num_workers"):
-            if key not in state:
-                raise ValueError(f"The state lacks {key!r}: add what the trainer knows, e.g. "
-                                 f"stream_state(loader, batches_consumed) or {{**state, 'batches_consumed': n, "
-                                 f"'batch_size': b, 'num_workers': w}}.")
+        require_trainer_fields(state)
         seed, shuffle = self.settings.seed, self.settings.shuffle
-        saved_fingerprint = state.get("fingerprint", {})
-        checks = [("seed", state.get("seed"), seed), ("shuffle", state.get("shuffle"), shuffle)]
-        checks += [(f"fingerprint.{k}", saved_fingerprint.get(k), v) for k, v in self.fingerprint().items()]
-        refuse_mismatches(checks, state="stream", what="dataset", strict=strict)
+        refuse_mismatches(identity_checks(state, seed=seed, shuffle=shuffle, fingerprint=self.fingerprint()),
+                          state="stream", what="dataset", strict=strict)
         request = read_request(state, seed=seed, shuffle=shuffle)
-        return CheckedState(request.epoch, locate(request, self.segments(request.epoch), strict=strict), request)
+        return CheckedState(request.epoch, locate(request, self.segments(request.epoch), strict=strict), request,
+                            sum(leg.batches for leg in request.legs))
 
     def apply_state(self, checked: CheckedState) -> None:
         request, done = checked.request, checked.finished
-        self.shared_epoch.forget_passes()
-        self._resumption = None if done else Resumption(request, self.segments(request.epoch), world_size=self.world_size,
-                                                        pool_size=self.settings.episode_pool_size)
+        # A state that took nothing of its epoch resumes nothing: the epoch streams afresh, in any layout.
+        resumes = not done and checked.consumed_batches > 0
+        self.shared_epoch.set_resume_point(request.epoch if resumes else -1)
+        self._resumption = Resumption(request, self.segments(request.epoch), world_size=self.world_size,
+                                      pool_size=self.settings.episode_pool_size) if resumes else None
         self._loaded_epoch(request.epoch + 1 if done else request.epoch)
 
 

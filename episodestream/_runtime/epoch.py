@@ -20,10 +20,11 @@ from multiprocessing.context import get_spawning_popen
 # DataLoader iteration whose workers are still claiming, and how many of its workers have not
 # claimed yet; how many times a resume state was loaded; how many of the claimed iteration's
 # workers have not run their share to its end; the epoch a whole pass ran to its end since a resume
-# point was last set (-1: none), which uses that resume point up; how many DataLoader iterations
-# claimed an epoch so far (numbering them: ``claimed_iteration``).
-_NEXT, _STARTED, _CLAIM_EPOCH, _CLAIMS_LEFT, _CLAIM_WORKERS, _LOADS, _FINISHES_LEFT, _PASSED, _ITERATIONS = range(9)
-_INITIAL = (0, -1, -1, 0, 0, 0, 0, -1, 0)
+# point was last set (-1: none); how many DataLoader iterations claimed an epoch so far (numbering
+# them: ``claimed_iteration``); the epoch of the live resume point (-1: none; see ``resume_point``).
+(_NEXT, _STARTED, _CLAIM_EPOCH, _CLAIMS_LEFT, _CLAIM_WORKERS, _LOADS, _FINISHES_LEFT, _PASSED, _ITERATIONS,
+ _RESUME) = range(10)
+_INITIAL = (0, -1, -1, 0, 0, 0, 0, -1, 0, -1)
 
 
 class SharedEpoch:
@@ -50,10 +51,14 @@ class SharedEpoch:
         return None if value < 0 else value
 
     def set(self, epoch: int) -> None:
+        """Select ``epoch`` for the next iteration; selecting another epoch than a live resume
+        point's ends that resume point (``resume_point``)."""
         with self._locked():
             slots = self._slots()
             slots[_NEXT], slots[_STARTED], slots[_CLAIMS_LEFT] = epoch, -1, 0
-            self._local = [epoch, -1, -1, 0, 0, slots[_LOADS], 0, slots[_PASSED], slots[_ITERATIONS]]
+            if slots[_RESUME] != epoch:
+                slots[_RESUME] = -1
+            self._local = [epoch, -1, -1, 0, 0, slots[_LOADS], 0, slots[_PASSED], slots[_ITERATIONS], slots[_RESUME]]
 
     def claim(self, num_workers: int) -> int:
         """The epoch of the DataLoader iteration this worker belongs to (the same for all its workers).
@@ -108,19 +113,37 @@ class SharedEpoch:
             if slots[_NEXT] <= epoch:
                 slots[_NEXT] = epoch + 1
             if not in_worker:
-                slots[_PASSED] = epoch  # the main process is the pass's one consumer
+                self._pass_done(slots, epoch)  # the main process is the pass's one consumer
             elif slots[_CLAIM_EPOCH] == epoch and slots[_FINISHES_LEFT] > 0:
                 # One worker's end is not the pass's: a sibling that starts late must still find the
                 # resume point (its share of the remainder), so only the last of them marks it.
                 slots[_FINISHES_LEFT] -= 1
                 if slots[_FINISHES_LEFT] == 0:
-                    slots[_PASSED] = epoch
+                    self._pass_done(slots, epoch)
+
+    @staticmethod
+    def _pass_done(slots: Any, epoch: int) -> None:
+        slots[_PASSED] = epoch
+        if slots[_RESUME] == epoch:  # the resume point's one pass is over: it is used up for good
+            slots[_RESUME] = -1
 
     def passed(self, epoch: int) -> bool:
         """Whether a whole pass of ``epoch`` (all the consumers of one iteration) ran to its end since
         ``forget_passes``: a resume point for ``epoch`` is then used up, and selecting the epoch
         again streams all of it."""
         return self._slots()[_PASSED] == epoch
+
+    def set_resume_point(self, epoch: int) -> None:
+        """A resume point for ``epoch`` was just loaded. It lives for one pass of that epoch: it is
+        gone when that pass runs to its end (every consumer of it, ``finished``) or when another
+        epoch is selected (``set``), in the main process and its DataLoader workers alike."""
+        with self._locked():
+            slots = self._slots()
+            slots[_RESUME], slots[_PASSED] = epoch, -1
+
+    def resume_point(self, epoch: int) -> bool:
+        """Whether the resume point loaded for ``epoch`` is still to be used (``set_resume_point``)."""
+        return self._slots()[_RESUME] == epoch
 
     def forget_passes(self) -> None:
         """A resume point was just set: passes that ended before it do not use it up."""

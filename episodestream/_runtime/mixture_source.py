@@ -31,8 +31,10 @@ from episodestream._runtime.dataset_source import DatasetSource
 from episodestream._runtime.epoch import SharedEpoch
 from episodestream._runtime.mixture_schema import MixtureSchema
 from episodestream._runtime.mixture_stream import MixtureStream
-from episodestream._runtime.position import StreamPosition
-from episodestream._runtime.stream import CheckedState, ConsumerStream, refuse_mismatches
+from episodestream._runtime.position import ConsumerPosition, StreamPosition
+from episodestream._plan.saved_state import (check_consumer_epoch, identity_checks, refuse_mismatches,
+                                             require_trainer_fields)
+from episodestream._runtime.stream import CheckedState, ConsumerStream
 from episodestream._runtime.stream_source import StreamSource
 
 MIXTURE_STATE_FORMAT = "episodestream.mixture_state/2"
@@ -84,7 +86,7 @@ class MixtureSource(StreamSource):
     def _request_of(self, epoch: int) -> tuple[int, tuple[MixLeg, ...]] | None:
         """The loaded request of ``epoch``, until a whole pass of that epoch ran to its end."""
         request = self._resume_request
-        if request is None or request[0] != epoch or self.shared_epoch.passed(epoch):
+        if request is None or request[0] != epoch or not self.shared_epoch.resume_point(epoch):
             return None
         return request
 
@@ -182,10 +184,7 @@ class MixtureSource(StreamSource):
         """Check ``state`` and work out where it resumes, changing nothing (``load_state_dict`` is
         this then ``apply_state``; ``EpisodeLoader`` checks its own settings in between)."""
         refuse_other_format(state, MIXTURE_STATE_FORMAT, "mixture")
-        for key in ("batches_consumed", "batch_size", "num_workers"):
-            if key not in state:
-                raise ValueError(f"The state lacks {key!r}: add what the trainer knows, e.g. "
-                                 f"stream_state(loader, batches_consumed).")
+        require_trainer_fields(state)
         self._check_matches(state, strict=strict)
         epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
         legs = self._trainer_legs(state)
@@ -202,7 +201,7 @@ class MixtureSource(StreamSource):
                 raise ValueError(message) from None
             warnings.warn(message + " Treating the epoch as finished (strict=False).", RuntimeWarning, stacklevel=3)
             point = None
-        return CheckedState(epoch, point is None, (epoch, legs))
+        return CheckedState(epoch, point is None, (epoch, legs), sum(leg.batches for leg in legs))
 
     def _trainer_legs(self, state: Mapping[str, Any]) -> tuple[MixLeg, ...]:
         """A trainer's state's legs: the saved ones, then the current one holding what
@@ -224,10 +223,10 @@ class MixtureSource(StreamSource):
                   ("weights", state.get("weights"), None if self.weights is None else list(self.weights)),
                   ("stop", state.get("stop"), self.stop)]
         for i, (saved, now) in enumerate(zip(saved_components, self._components_state())):
-            saved = saved if isinstance(saved, Mapping) else {}
-            checks += [(f"components[{i}].{k}", saved.get(k), v) for k, v in now.items() if k != "fingerprint"]
-            checks += [(f"components[{i}].fingerprint.{k}", (saved.get("fingerprint") or {}).get(k), v)
-                       for k, v in now["fingerprint"].items()]
+            if not isinstance(saved, Mapping):
+                raise ValueError(f"state['components'][{i}] must be a dict, got {saved!r:.200}.")
+            checks += identity_checks(saved, seed=now["seed"], shuffle=now["shuffle"], fingerprint=now["fingerprint"],
+                                      prefix=f"components[{i}].")
         refuse_mismatches(checks, state="mixture", what="mixture", strict=strict)
 
     def _saved_pool_sizes(self, state: Mapping[str, Any]) -> tuple[int, ...]:
@@ -263,11 +262,12 @@ class MixtureSource(StreamSource):
         refuse_other_format(state, MIXTURE_STATE_FORMAT, "mixture")
         self._check_matches(state, strict=strict)
         legs = saved_legs(state, MixLeg.from_state)
-        loaded = self.position.load(state["consumer"])
-        if loaded.epoch != state.get("epoch"):
-            raise ValueError(f"state['consumer']['epoch']={loaded.epoch} differs from state['epoch']="
-                             f"{state.get('epoch')!r}.")
-        self.shared_epoch.forget_passes()
+        def check(loaded: ConsumerPosition) -> None:
+            check_consumer_epoch(state, loaded.epoch)
+            self._check_consumer_share(state, loaded)
+
+        loaded = self.position.load(state.get("consumer"), check=check)
+        self.shared_epoch.set_resume_point(loaded.epoch)
         self._resume_request = (loaded.epoch, legs) if legs else None
         self._resume_points = {}
         self._legs = {}
@@ -276,8 +276,10 @@ class MixtureSource(StreamSource):
     def apply_state(self, checked: CheckedState) -> None:
         """Make a ``check_state`` result the position the next iteration starts from."""
         request, done = checked.request, checked.finished
-        self.shared_epoch.forget_passes()
-        self._resume_request = None if done else request
+        # A state that took nothing of its epoch resumes nothing: the epoch streams afresh, in any layout.
+        resumes = not done and checked.consumed_batches > 0
+        self.shared_epoch.set_resume_point(request[0] if resumes else -1)
+        self._resume_request = request if resumes else None
         self._resume_points = {}
         self._legs = {}
         self._loaded_epoch(request[0] + 1 if done else request[0])

@@ -24,14 +24,13 @@ takes the skip, or another epoch starts: the state no longer applies).
 
 from __future__ import annotations
 
-import json
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from episodestream._base.options import check_int
 from episodestream._base.world import World
+from episodestream._plan.saved_state import check_consumer_epoch, identity_checks, refuse_mismatches
 from episodestream._plan.resume import STATE_FORMAT, Leg, ResumeRequest, Resumption, refuse_other_format, saved_legs
 from episodestream._runtime.placement import in_dataloader_worker
 
@@ -91,9 +90,14 @@ class StreamPosition:
         return {"epoch": epoch, "rank": world.rank, "world_size": world.world_size, "worker": world.worker,
                 "num_workers": world.num_workers, "samples_yielded": count}
 
-    def load(self, value: Any) -> ConsumerPosition:
-        self._pending = ConsumerPosition.from_state(value)
-        return self._pending
+    def load(self, value: Any, *, check: Callable[[ConsumerPosition], Any] | None = None) -> ConsumerPosition:
+        """Make ``value`` (a state's ``consumer`` section) the pending position, once ``check`` (if
+        any) accepted it: a refused state leaves the position as it was."""
+        loaded = ConsumerPosition.from_state(value)
+        if check is not None:
+            check(loaded)
+        self._pending = loaded
+        return loaded
 
     def pending_epoch(self) -> int | None:
         """In a DataLoader worker, the epoch a loaded state resumes (see the module docstring)."""
@@ -119,35 +123,23 @@ class StreamPosition:
         return pending.samples_yielded
 
 
-def fingerprint_mismatches(state: Mapping[str, Any], *, seed: int, shuffle: bool,
-                           fingerprint: Mapping[str, Any]) -> list[str]:
-    """``field: saved X, this dataset Y`` for every checked field of ``state`` that differs."""
-    saved = state.get("fingerprint", {})
-    saved = saved if isinstance(saved, Mapping) else {}
-    checks = [("seed", state.get("seed"), seed), ("shuffle", state.get("shuffle"), shuffle)]
-    checks += [(f"fingerprint.{k}", saved.get(k), v) for k, v in fingerprint.items()]
-    return [f"{name}: saved {was!r}, this dataset {now!r}" for name, was, now in checks
-            if json.loads(json.dumps(was)) != json.loads(json.dumps(now))]
-
-
 def load_consumer_state(state: Mapping[str, Any], position: StreamPosition, *, strict: bool, seed: int,
                         shuffle: bool, fingerprint: Mapping[str, Any], segments: Callable[[int], Any],
-                        world_size: int,
-                        pool_size: int) -> tuple[int, Resumption | None]:
+                        world_size: int, pool_size: int,
+                        check_share: Callable[[ConsumerPosition], None]) -> tuple[int, Resumption | None]:
     """Check a per-consumer ``state`` against the dataset's ``seed``, ``shuffle`` and ``fingerprint``
-    and make it ``position``'s pending one: the epoch it resumes, and the resume that iteration
+    and make it ``position``'s pending one (once ``check_share`` accepts its count): the epoch it resumes, and the resume that iteration
     itself continued (its ``legs``; None when it streamed the epoch from the start)."""
     refuse_other_format(state, STATE_FORMAT, "stream")
-    mismatches = fingerprint_mismatches(state, seed=seed, shuffle=shuffle, fingerprint=fingerprint)
-    if mismatches:
-        message = "The stream state does not match this dataset: " + "; ".join(mismatches) + "."
-        if strict:
-            raise ValueError(message + " Pass strict=False to load it anyway.")
-        warnings.warn(message + " Loading anyway (strict=False).", RuntimeWarning, stacklevel=3)
+    refuse_mismatches(identity_checks(state, seed=seed, shuffle=shuffle, fingerprint=fingerprint),
+                      state="stream", what="dataset", strict=strict)
     legs = saved_legs(state, Leg.from_state)
-    loaded = position.load(state["consumer"])
-    if loaded.epoch != state.get("epoch"):
-        raise ValueError(f"state['consumer']['epoch']={loaded.epoch} differs from state['epoch']={state.get('epoch')!r}.")
+
+    def check(loaded: ConsumerPosition) -> None:
+        check_consumer_epoch(state, loaded.epoch)
+        check_share(loaded)
+
+    loaded = position.load(state.get("consumer"), check=check)
     request = ResumeRequest(loaded.epoch, seed, shuffle, legs)
     resumption = (Resumption(request, segments(loaded.epoch), world_size=world_size, pool_size=pool_size)
                   if legs else None)

@@ -10,8 +10,6 @@ business: a loader hands them back to the stream's builder and ``release`` untou
 
 from __future__ import annotations
 
-import json
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -110,18 +108,4 @@ class CheckedState:
     epoch: int
     finished: bool
     request: Any
-
-
-def refuse_mismatches(checks: Sequence[tuple[str, Any, Any]], *, state: str, what: str, strict: bool) -> None:
-    """Compare a saved state's fields with this source's (``(name, saved, now)``, as they survive a
-    JSON round trip: tuples become lists, keys strings) and name every one that differs: a
-    ValueError, or with ``strict=False`` a warning pointing at the caller of ``load_state_dict``."""
-    mismatches = [f"{name}: saved {saved!r}, this {what} {now!r}" for name, saved, now in checks
-                  if json.loads(json.dumps(saved)) != json.loads(json.dumps(now))]
-    if not mismatches:
-        return
-    message = f"The {state} state does not match this {what}: " + "; ".join(mismatches) + "."
-    if strict:
-        raise ValueError(message + " Pass strict=False to load it anyway.")
-    # load_state_dict -> check_state -> here: the user's line is three frames up.
-    warnings.warn(message + " Loading anyway (strict=False).", RuntimeWarning, stacklevel=4)
+    consumed_batches: int = 0  # batches of ``epoch`` the state took, from its start across legs

@@ -16,7 +16,8 @@ from typing import Any
 from episodestream._base.world import World
 from episodestream._runtime.epoch import SharedEpoch
 from episodestream._runtime.placement import in_dataloader_worker
-from episodestream._runtime.position import StreamPosition
+from episodestream._plan.saved_state import check_consumer_share
+from episodestream._runtime.position import ConsumerPosition, StreamPosition
 from episodestream._runtime.stream import CheckedState, ConsumerStream
 
 
@@ -69,6 +70,17 @@ class StreamSource(ABC):
         later copy it, and a worker given its own snapshot reads its epoch from it (``position``)."""
         if not in_dataloader_worker():
             self._loaded_epoch(epoch)
+
+    def _check_consumer_share(self, state: Mapping[str, Any], loaded: ConsumerPosition) -> None:
+        """A per-consumer ``state``'s ``samples_yielded`` fits the share its consumer streams under the
+        state's legs (``position_under``): beyond it, the state would load and stream nothing."""
+        world = World(rank=loaded.rank, world_size=loaded.world_size, worker=loaded.worker,
+                      num_workers=loaded.num_workers)
+        where = self.position_under(state, world)
+        left = 0 if where is None else where[2] - where[1]
+        check_consumer_share(loaded.samples_yielded, left, epoch=loaded.epoch,
+                             who=f"consumer {loaded.worker} of {loaded.num_workers} (rank {loaded.rank} of "
+                                 f"{loaded.world_size})")
 
     @abstractmethod
     def load_consumer_state(self, state: Mapping[str, Any], *, strict: bool) -> None:
