@@ -28,12 +28,10 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
 import numpy as np
 
-from episodestream._base.options import check_bool, check_int
-from episodestream._plan.resume import BeyondEpochError, loader_consumption, remaining_segments, skip_emits
+from episodestream._plan.resume import BeyondEpochError, Leg, loader_consumption, remaining_segments, skip_emits
 from episodestream._plan.sampling import (
     ADMIT,
     EMIT,
@@ -347,46 +345,7 @@ def next_passes(leg: LegPlan, taken: Mapping[int, Sequence[int]]) -> tuple[tuple
 
 # -- resume -------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class MixLeg:
-    """One stretch of a mixture epoch streamed under one layout, and the batches consumed in it."""
-
-    world_size: int
-    num_workers: int  # as passed to the DataLoader (0: the main process iterates)
-    pool_sizes: tuple[int, ...]
-    batch_size: int
-    batches: int
-    drop_last: bool = False
-
-    @property
-    def workers(self) -> int:
-        return max(1, self.num_workers)
-
-    def same_stream(self, other: MixLeg) -> bool:
-        return ((self.world_size, self.workers, self.pool_sizes)
-                == (other.world_size, other.workers, other.pool_sizes))
-
-    def to_state(self) -> dict[str, Any]:
-        return {"world_size": self.world_size, "num_workers": self.num_workers, "pool_sizes": list(self.pool_sizes),
-                "batch_size": self.batch_size, "batches": self.batches, "drop_last": self.drop_last}
-
-    @classmethod
-    def from_state(cls, value: Any, where: str) -> MixLeg:
-        """A leg saved by ``state_dict`` (``where`` names it in errors), every field checked."""
-        if not isinstance(value, Mapping) or set(value) != _LEG_FIELDS:
-            raise ValueError(f"{where} must be a dict with keys {sorted(_LEG_FIELDS)}, got {value!r:.200}.")
-        pools = value["pool_sizes"]
-        if not isinstance(pools, (list, tuple)) or not pools:
-            raise ValueError(f"{where}['pool_sizes'] must be a list of ints, got {pools!r:.200}.")
-        minimum = {"world_size": 1, "batch_size": 1}
-        ints = {k: check_int(f"{where}[{k!r}]", value[k], minimum=minimum.get(k, 0))
-                for k in ("world_size", "num_workers", "batch_size", "batches")}
-        return cls(**ints, pool_sizes=tuple(check_int(f"{where}['pool_sizes'][{i}]", p, minimum=1)
-                                            for i, p in enumerate(pools)),
-                   drop_last=check_bool(f"{where}['drop_last']", value["drop_last"]))
-
-
-_LEG_FIELDS = {"world_size", "num_workers", "pool_sizes", "batch_size", "batches", "drop_last"}
+MixLeg = Leg  # a mixture's legs are the one leg type (``_plan.resume.Leg``), with a pool size per component
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
-import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -65,11 +64,14 @@ def refuse_other_format(state: object, expected: str, what: str) -> None:
 
 @dataclass(frozen=True)
 class Leg:
-    """One stretch of an epoch streamed under one configuration, and the batches consumed in it."""
+    """One stretch of an epoch streamed under one layout, and the batches consumed in it: the one
+    leg type of datasets and mixtures (``pools``: each component's episode pool size; a dataset's
+    one). Saved as ``to_state(pools_key)``: a dataset's legs say ``pool_size`` (an int), a
+    mixture's ``pool_sizes`` (a list), as states always did."""
 
     world_size: int
     num_workers: int  # as passed to the DataLoader (0: the main process iterates)
-    pool_size: int
+    pools: tuple[int, ...]
     batch_size: int
     batches: int
     drop_last: bool = False
@@ -78,19 +80,44 @@ class Leg:
     def workers(self) -> int:
         return max(1, self.num_workers)
 
-    def same_stream(self, other: "Leg") -> bool:
-        return (self.world_size, self.workers, self.pool_size) == (other.world_size, other.workers, other.pool_size)
+    @property
+    def pool_size(self) -> int:
+        """A dataset's episode pool size (its one component's)."""
+        return self.pools[0]
+
+    @property
+    def pool_sizes(self) -> tuple[int, ...]:
+        return self.pools
+
+    def same_stream(self, other: Leg) -> bool:
+        return (self.world_size, self.workers, self.pools) == (other.world_size, other.workers, other.pools)
+
+    def to_state(self, pools_key: str) -> dict[str, Any]:
+        pools: Any = self.pools[0] if pools_key == "pool_size" else list(self.pools)
+        return {"world_size": self.world_size, "num_workers": self.num_workers, pools_key: pools,
+                "batch_size": self.batch_size, "batches": self.batches, "drop_last": self.drop_last}
 
     @classmethod
-    def from_state(cls, value: Any, where: str) -> "Leg":
+    def from_state(cls, value: Any, where: str, pools_key: str = "pool_size") -> Leg:
         """A leg saved by ``state_dict`` (``where`` names it in errors), every field checked."""
+        fields = {"world_size", "num_workers", pools_key, "batch_size", "batches", "drop_last"}
         # drop_last is optional: states saved before it existed lack it.
-        if not isinstance(value, Mapping) or not _LEG_FIELDS - {"drop_last"} <= set(value) <= _LEG_FIELDS:
-            raise ValueError(f"{where} must be a dict with keys {sorted(_LEG_FIELDS)}, got {value!r:.200}.")
-        minimum = {"world_size": 1, "pool_size": 1, "batch_size": 1}
+        if not isinstance(value, Mapping) or not fields - {"drop_last"} <= set(value) <= fields:
+            raise ValueError(f"{where} must be a dict with keys {sorted(fields)}, got {value!r:.200}.")
+        minimum = {"world_size": 1, "batch_size": 1}
         ints = {k: check_int(f"{where}[{k!r}]", value[k], minimum=minimum.get(k, 0))
-                for k in _LEG_FIELDS - {"drop_last"}}
-        return cls(**ints, drop_last=check_bool(f"{where}['drop_last']", value.get("drop_last", False)))
+                for k in ("world_size", "num_workers", "batch_size", "batches")}
+        return cls(**ints, pools=read_pools(value[pools_key], f"{where}[{pools_key!r}]", pools_key),
+                   drop_last=check_bool(f"{where}['drop_last']", value.get("drop_last", False)))
+
+
+def read_pools(value: Any, where: str, pools_key: str) -> tuple[int, ...]:
+    """A saved pool size (``pools_key`` "pool_size": an int) or pool sizes ("pool_sizes": a list)."""
+    if pools_key == "pool_size":
+        return (check_int(where, value, minimum=1),)
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError(f"{where} must be a list of ints, got {value!r:.200}.")
+    return tuple(check_int(f"{where}[{i}]", p, minimum=1) for i, p in enumerate(value))
 
 
 class BeyondEpochError(ValueError):
@@ -99,9 +126,6 @@ class BeyondEpochError(ValueError):
     def __init__(self, leg_index: int, batches: int, available: int) -> None:
         super().__init__(f"leg {leg_index}: {batches} batches consumed, but the epoch had {available}")
         self.leg_index, self.batches, self.available = leg_index, batches, available
-
-
-_LEG_FIELDS = {"world_size", "num_workers", "pool_size", "batch_size", "batches", "drop_last"}
 
 
 def fingerprint_digest(values: Sequence[int]) -> str:
@@ -273,7 +297,7 @@ def plan_resume(segments: Sequence[Segment], *, seed: int, epoch: int, shuffle: 
     """Where to restart ``epoch`` after ``legs`` (the last one holding the batches consumed so far),
     for a run with ``world_size`` ranks, ``num_workers`` workers and ``pool_size``. None when the
     legs consumed the whole epoch."""
-    new = Leg(world_size, num_workers, pool_size, 1, 0)
+    new = Leg(world_size, num_workers, (pool_size,), 1, 0)
     segments = tuple(segments)
     for index, leg in enumerate(legs):
         plan = EpochPlan(segments, seed=seed, epoch=epoch, shuffle=shuffle, world_size=leg.world_size, leg=index)
@@ -320,117 +344,28 @@ def consumer_steps(plan: EpochPlan, world: World, *, pool_size: int,
     return (skip_emits(steps, skip) if skip else steps), share.num_samples - skip
 
 
-@dataclass(frozen=True)
-class ResumeRequest:
-    """A loaded state's epoch and the legs it was streamed in (the last: the one it was saved in)."""
-
-    epoch: int
-    seed: int
-    shuffle: bool
-    legs: tuple[Leg, ...]
-
-
-class Resumption:
-    """A loaded state applied to a dataset: where each consumer of ``request.epoch`` restarts, per
-    DataLoader worker count (computed when first asked: the trainer's ``num_workers`` is known only
-    when iteration starts)."""
-
-    def __init__(self, request: ResumeRequest, segments: Sequence[Segment], *, world_size: int,
-                 pool_size: int) -> None:
-        self.request = request
-        self._segments = segments
-        self._world_size = world_size
-        self._pool_size = pool_size
-        self._points: dict[int, ResumePoint | None] = {}
-
-    def point(self, num_workers: int) -> ResumePoint | None:
-        key = max(1, num_workers)
-        if key not in self._points:
-            request = self.request
-            self._points[key] = plan_resume(
-                self._segments, seed=request.seed, epoch=request.epoch, shuffle=request.shuffle,
-                legs=request.legs, world_size=self._world_size, num_workers=key, pool_size=self._pool_size)
-        return self._points[key]
-
-
-def read_request(state: Mapping[str, Any], *, seed: int, shuffle: bool) -> ResumeRequest:
-    """The epoch and legs of a saved stream state (fields checked; the trainer's ``batches_consumed``
-    counts from the start of the epoch, across legs)."""
-    epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
-    seed = check_int("state['seed']", state.get("seed", seed), minimum=0)
-    shuffle = check_bool("state['shuffle']", state.get("shuffle", shuffle))
-    batch_size = check_int("state['batch_size']", state["batch_size"], minimum=1)
-    batches = check_int("state['batches_consumed']", state["batches_consumed"], minimum=0)
-    current = Leg(check_int("state['world_size']", state.get("world_size"), minimum=1),
-                  check_int("state['num_workers']", state["num_workers"], minimum=0),
-                  check_int("state['episode_pool_size']", state.get("episode_pool_size"), minimum=1),
-                  batch_size, 0, check_bool("state['drop_last']", state.get("drop_last", False)))
-    return ResumeRequest(epoch, seed, shuffle, chain_legs(state, current, batches, Leg.from_state))
-
-
-class _AnyLeg(Protocol):
-    """What ``chain_legs`` needs of a leg (``Leg``, a mixture's ``MixLeg``): a frozen dataclass."""
-
-    @property
-    def batch_size(self) -> int: ...
-
-    @property
-    def batches(self) -> int: ...
-
-    @property
-    def drop_last(self) -> bool: ...
-
-    def same_stream(self, other: Any) -> bool: ...
-
-
-_L = TypeVar("_L", bound=_AnyLeg)
-
-
-def saved_legs(state: Mapping[str, Any], read_leg: Callable[[Any, str], _L]) -> tuple[_L, ...]:
-    """``state['legs']`` (the epoch's earlier legs), each read by ``read_leg`` (``Leg.from_state``,
-    a mixture's ``MixLeg.from_state``), which checks its fields."""
+def saved_legs(state: Mapping[str, Any], pools_key: str) -> tuple[Leg, ...]:
+    """``state['legs']`` (the epoch's earlier legs), every field checked; ``pools_key`` as in
+    ``Leg.to_state``."""
     legs = state.get("legs", [])
     if not isinstance(legs, (list, tuple)):
         raise ValueError(f"state['legs'] must be a list of legs, got {legs!r:.200}.")
-    return tuple(read_leg(leg, f"state['legs'][{i}]") for i, leg in enumerate(legs))
+    return tuple(Leg.from_state(leg, f"state['legs'][{i}]", pools_key) for i, leg in enumerate(legs))
 
 
-def chain_legs(state: Mapping[str, Any], current: _L, batches: int,
-               read_leg: Callable[[Any, str], _L]) -> tuple[_L, ...]:
-    """The epoch's legs from a saved state: ``state['legs']`` (read by ``read_leg``) then
-    ``current``, which holds what ``batches`` (counted from the start of the epoch) leaves. A saved
-    last leg that the saving run continued exactly is the same stream as ``current``: merged."""
-    earlier = list(saved_legs(state, read_leg))
+def chain_legs(state: Mapping[str, Any], current: Leg, batches: int, pools_key: str) -> tuple[Leg, ...]:
+    """The epoch's legs from a saved state: ``state['legs']`` then ``current``, which holds what
+    ``batches`` (counted from the start of the epoch) leaves. A saved last leg that the saving run
+    continued exactly is the same stream as ``current``: merged."""
+    earlier = list(saved_legs(state, pools_key))
     if earlier and earlier[-1].same_stream(current):  # the saving run continued that leg exactly
         last = earlier.pop()
         if (last.batch_size, last.drop_last) != (current.batch_size, current.drop_last):
             raise ValueError(f"The saving run resumed an epoch with batch_size={last.batch_size}, "
                              f"drop_last={last.drop_last} and continued it with batch_size={current.batch_size}, "
                              f"drop_last={current.drop_last}; batches_consumed cannot be mapped to samples.")
-    current = replace(current, batches=batches - sum(leg.batches for leg in earlier))  # type: ignore[type-var]
+    current = replace(current, batches=batches - sum(leg.batches for leg in earlier))
     if current.batches < 0:
         raise ValueError(f"state['batches_consumed']={batches} is fewer than the {batches - current.batches} "
                          f"batches of the epoch's earlier legs: it counts from the start of the epoch.")
     return tuple(earlier + [current])
-
-
-def locate(request: ResumeRequest, segments: Sequence[Segment], *, strict: bool) -> bool:
-    """Check that ``request``'s legs fit its epoch; whether the epoch is finished. A last leg that
-    claims more batches than the epoch had is an error, or with ``strict=False`` a finished epoch."""
-    current = request.legs[-1]
-    batches = sum(leg.batches for leg in request.legs)
-    try:
-        point = plan_resume(segments, seed=request.seed, epoch=request.epoch, shuffle=request.shuffle,
-                            legs=request.legs, world_size=current.world_size, num_workers=current.num_workers,
-                            pool_size=current.pool_size)
-    except BeyondEpochError as beyond:
-        earlier_batches = batches - current.batches
-        message = (f"state['batches_consumed']={batches} is more than epoch {request.epoch} has: "
-                   f"{earlier_batches + beyond.available} batches of {current.batch_size} per rank"
-                   + (f" ({earlier_batches} in earlier legs)" if earlier_batches else "")
-                   + ". It counts the batches taken in the saved epoch, not a global step.")
-        if strict or beyond.leg_index != len(request.legs) - 1:
-            raise ValueError(message) from None
-        warnings.warn(message + " Treating the epoch as finished (strict=False).", RuntimeWarning, stacklevel=4)
-        point = None
-    return point is None

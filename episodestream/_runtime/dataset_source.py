@@ -8,29 +8,27 @@ resume states. A mixture drives its components through the same object.
 
 from __future__ import annotations
 
-import functools
-
 import warnings
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-from episodestream._base.options import check_int
+from episodestream._base.options import check_bool, check_int
 from episodestream._base.tracing import trace_instant, trace_span
 from episodestream._base.turns import Turn
 from episodestream._base.world import World
 from episodestream._format.files import EpisodeVideos
 from episodestream._format.metadata import DatasetMeta, EpisodeInfo
-from episodestream._plan.resume import (STATE_FORMAT, Leg, ResumeRequest, Resumption, consumer_steps, fingerprint_digest,
-                                        locate, read_request, refuse_other_format, saved_legs)
+from episodestream._plan.resume import STATE_FORMAT, Leg, ResumePoint, consumer_steps, fingerprint_digest, plan_resume
 from episodestream._plan.sampling import ADMIT, EMIT, EpochPlan, Segment, Step
 from episodestream._runtime.core import DatasetCore
 from episodestream._runtime.epoch import SharedEpoch
-from episodestream._runtime.position import StreamPosition, load_consumer_state
+from episodestream._runtime.position import StreamPosition
 from episodestream._runtime.rows_ahead import RowsAhead
-from episodestream._plan.saved_state import identity_checks, refuse_mismatches, require_trainer_fields
-from episodestream._runtime.stream import CheckedState, ConsumerStream, PlannedGroup
+from episodestream._plan.saved_state import identity_checks
+from episodestream._runtime.resumable import LoadedRequest
+from episodestream._runtime.stream import ConsumerStream, PlannedGroup
 from episodestream._runtime.stream_source import StreamSource
 from episodestream._runtime.turns import WorkerTurns
 from episodestream._sample.builder import PendingSample, SampleBuilder
@@ -64,6 +62,11 @@ def default_decode_group_size(meta: DatasetMeta) -> int:
 class DatasetSource(StreamSource):
     """A dataset's epoch, consumer streams and resume position."""
 
+    state_format = STATE_FORMAT
+    state_kind = "stream"
+    state_what = "dataset"
+    pools_key = "pool_size"
+
     def __init__(self, core: DatasetCore, settings: StreamSettings, *, rank: int, world_size: int) -> None:
         self.core = core
         self.settings = settings
@@ -71,8 +74,8 @@ class DatasetSource(StreamSource):
         self.shared_epoch = SharedEpoch()
         self.turns = WorkerTurns()  # the order DataLoader workers start downloading in (``_base.turns``)
         self.loads_seen = 0  # resume states loaded when this copy was made (see SharedEpoch.for_iteration)
-        self._resumption: Resumption | None = None  # the loaded state, while its epoch is ahead
         self.position = StreamPosition()  # this copy's own iteration, for state_dict (``position``)
+        self._init_resume()
 
     # -- what mixtures read of a component ------------------------------------------------------
 
@@ -107,33 +110,12 @@ class DatasetSource(StreamSource):
 
     # -- epoch and length -----------------------------------------------------------------------
 
-    @property
-    def epoch(self) -> int:
-        return self.shared_epoch.get()
-
-    def set_epoch(self, epoch: int) -> None:
-        self.shared_epoch.set(epoch)
-
     def num_samples(self) -> int:
-        resumption = self._resumption_of(self.epoch)
-        if resumption is None:
+        request = self._loaded_request(self.epoch)
+        if request is None:
             return -(-self.core.num_anchors // self.world_size)
-        point = resumption.point(resumption.request.legs[-1].num_workers)
+        point = self._point(request.legs[-1].num_workers)
         return 0 if point is None else point.samples_left(self.world_size, self.rank)
-
-    def resumed_batches(self, epoch: int) -> tuple[int, int] | None:
-        resumption = self._resumption_of(epoch)
-        if resumption is None:
-            return None
-        legs = resumption.request.legs
-        return legs[-1].batch_size, sum(leg.batches for leg in legs)
-
-    def _resumption_of(self, epoch: int) -> Resumption | None:
-        """The loaded resume point of ``epoch`` while it lives (``SharedEpoch.set_resume_point``)."""
-        resumption = self._resumption
-        if resumption is None or resumption.request.epoch != epoch or not self.shared_epoch.resume_point(epoch):
-            return None
-        return resumption
 
     # -- streams ----------------------------------------------------------------------------------
 
@@ -147,8 +129,7 @@ class DatasetSource(StreamSource):
 
     def _steps(self, world: World, epoch: int) -> tuple[Iterator[Step], int]:
         """``schedule(world, epoch)`` and how many samples it emits."""
-        resumption = self._resumption_of(epoch)
-        point = resumption.point(world.num_workers) if resumption is not None else None
+        point = self._point(world.num_workers) if self._loaded_request(epoch) is not None else None
         plan = (point.plan(self.world_size) if point is not None else
                 EpochPlan(self.segments(epoch), seed=self.settings.seed, epoch=epoch,
                           shuffle=self.settings.shuffle, world_size=self.world_size))
@@ -209,70 +190,45 @@ class DatasetSource(StreamSource):
             if rows is not None:
                 rows.close()
 
-    # -- resume -----------------------------------------------------------------------------------
+    # -- resume (``_runtime.resumable``'s protocol) -------------------------------------------------
 
-    def state_dict(self) -> dict[str, Any]:
-        started = self.shared_epoch.started()
-        epoch = self.shared_epoch.get() if started is None else started
-        resumption = self._resumption_of(epoch)
-        # The legs this epoch was resumed from; load_state_dict tells from the trainer's
-        # num_workers whether this run continued the last of them or started a new one.
-        legs = resumption.request.legs if resumption is not None else ()
-        return {"format": STATE_FORMAT, "epoch": epoch, "seed": self.settings.seed, "shuffle": self.settings.shuffle,
-                "world_size": self.world_size, "episode_pool_size": self.settings.episode_pool_size,
-                "legs": [asdict(leg) for leg in legs], "fingerprint": self.fingerprint(),
-                "consumer": self.position.state(epoch)}
+    @property
+    def pools(self) -> tuple[int, ...]:
+        return (self.settings.episode_pool_size,)
 
-    def load_consumer_state(self, state: Mapping[str, Any], *, strict: bool) -> None:
-        """Resume one consumer from its own ``state_dict()`` (``position``): its next iteration."""
-        epoch, self._resumption = load_consumer_state(
-            state, self.position, strict=strict, seed=self.settings.seed, shuffle=self.settings.shuffle,
-            fingerprint=self.fingerprint(), segments=self.segments, world_size=self.world_size,
-            pool_size=self.settings.episode_pool_size,
-            check_share=functools.partial(self._check_consumer_share, state))
-        self.shared_epoch.set_resume_point(epoch)
-        self._loaded_consumer_epoch(epoch)
+    def _saved_pools(self, state: Mapping[str, Any]) -> tuple[int, ...]:
+        return (check_int("state['episode_pool_size']", state.get("episode_pool_size"), minimum=1),)
 
-    def saved_leg_batches(self, state: Mapping[str, Any]) -> int:
-        return sum(leg.batches for leg in saved_legs(state, Leg.from_state))
+    def _identity_checks(self, state: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+        return identity_checks(state, seed=self.settings.seed, shuffle=self.settings.shuffle,
+                               fingerprint=self.fingerprint())
 
-    def position_under(self, state: Mapping[str, Any], world: World) -> tuple[int, int, int] | None:
-        seed, shuffle = self.settings.seed, self.settings.shuffle
-        epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
-        if "batches_consumed" in state:
-            request: ResumeRequest | None = read_request(state, seed=seed, shuffle=shuffle)
-        else:
-            legs = saved_legs(state, Leg.from_state)
-            request = ResumeRequest(epoch, seed, shuffle, legs) if legs else None
-        segments = self.segments(epoch)
-        pool_size = check_int("state['episode_pool_size']", state.get("episode_pool_size"), minimum=1)
-        point = (Resumption(request, segments, world_size=world.world_size, pool_size=pool_size).point(world.num_workers)
-                 if request is not None else None)
-        if request is not None and point is None:
-            return None
-        plan = (point.plan(world.world_size) if point is not None else
-                EpochPlan(segments, seed=seed, epoch=epoch, shuffle=shuffle, world_size=world.world_size))
-        role, skip = point.share_for(plan, world) if point is not None else (world, 0)
+    def _own_state(self) -> dict[str, Any]:
+        return {"seed": self.settings.seed, "shuffle": self.settings.shuffle,
+                "episode_pool_size": self.settings.episode_pool_size, "fingerprint": self.fingerprint()}
+
+    def _request(self, state: Mapping[str, Any], epoch: int, legs: tuple[Leg, ...]) -> LoadedRequest:
+        # The legs are replayed with the seed and shuffle they were streamed with (the same as
+        # this dataset's, unless strict=False loaded another's).
+        return LoadedRequest(epoch, legs, check_int("state['seed']", state.get("seed", self.settings.seed), minimum=0),
+                             check_bool("state['shuffle']", state.get("shuffle", self.settings.shuffle)))
+
+    def _plan_point(self, request: LoadedRequest, *, world_size: int, num_workers: int,
+                    pools: tuple[int, ...]) -> ResumePoint | None:
+        assert request.seed is not None and request.shuffle is not None  # _request sets both
+        return plan_resume(self.segments(request.epoch), seed=request.seed, epoch=request.epoch,
+                           shuffle=request.shuffle, legs=request.legs, world_size=world_size,
+                           num_workers=num_workers, pool_size=pools[0])
+
+    def _world_position(self, epoch: int, point: ResumePoint | None, world: World,
+                        pools: tuple[int, ...]) -> tuple[int, int, int]:
+        if point is None:
+            plan = EpochPlan(self.segments(epoch), seed=self.settings.seed, epoch=epoch,
+                             shuffle=self.settings.shuffle, world_size=world.world_size)
+            return world.worker, 0, plan.share(world).num_samples
+        plan = point.plan(world.world_size)
+        role, skip = point.share_for(plan, world)
         return role.worker, skip, plan.share(role).num_samples
-
-    def check_state(self, state: Mapping[str, Any], *, strict: bool = True) -> CheckedState:
-        refuse_other_format(state, STATE_FORMAT, "stream")
-        require_trainer_fields(state)
-        seed, shuffle = self.settings.seed, self.settings.shuffle
-        refuse_mismatches(identity_checks(state, seed=seed, shuffle=shuffle, fingerprint=self.fingerprint()),
-                          state="stream", what="dataset", strict=strict)
-        request = read_request(state, seed=seed, shuffle=shuffle)
-        return CheckedState(request.epoch, locate(request, self.segments(request.epoch), strict=strict), request,
-                            sum(leg.batches for leg in request.legs))
-
-    def apply_state(self, checked: CheckedState) -> None:
-        request, done = checked.request, checked.finished
-        # A state that took nothing of its epoch resumes nothing: the epoch streams afresh, in any layout.
-        resumes = not done and checked.consumed_batches > 0
-        self.shared_epoch.set_resume_point(request.epoch if resumes else -1)
-        self._resumption = Resumption(request, self.segments(request.epoch), world_size=self.world_size,
-                                      pool_size=self.settings.episode_pool_size) if resumes else None
-        self._loaded_epoch(request.epoch + 1 if done else request.epoch)
 
 
 def _admit_ahead(steps: Iterator[Step], videos: EpisodeVideos, episodes,

@@ -30,8 +30,6 @@ from typing import Any
 
 from episodestream._base.options import check_int
 from episodestream._base.world import World
-from episodestream._plan.saved_state import check_consumer_epoch, identity_checks, refuse_mismatches
-from episodestream._plan.resume import STATE_FORMAT, Leg, ResumeRequest, Resumption, refuse_other_format, saved_legs
 from episodestream._runtime.placement import in_dataloader_worker
 
 _FIELDS = ("epoch", "rank", "world_size", "worker", "num_workers", "samples_yielded")
@@ -121,26 +119,3 @@ class StreamPosition:
                 f"loader, state), or save stream_state(loader, batches_consumed): both resume elastically.")
         self.samples_yielded = pending.samples_yielded
         return pending.samples_yielded
-
-
-def load_consumer_state(state: Mapping[str, Any], position: StreamPosition, *, strict: bool, seed: int,
-                        shuffle: bool, fingerprint: Mapping[str, Any], segments: Callable[[int], Any],
-                        world_size: int, pool_size: int,
-                        check_share: Callable[[ConsumerPosition], None]) -> tuple[int, Resumption | None]:
-    """Check a per-consumer ``state`` against the dataset's ``seed``, ``shuffle`` and ``fingerprint``
-    and make it ``position``'s pending one (once ``check_share`` accepts its count): the epoch it resumes, and the resume that iteration
-    itself continued (its ``legs``; None when it streamed the epoch from the start)."""
-    refuse_other_format(state, STATE_FORMAT, "stream")
-    refuse_mismatches(identity_checks(state, seed=seed, shuffle=shuffle, fingerprint=fingerprint),
-                      state="stream", what="dataset", strict=strict)
-    legs = saved_legs(state, Leg.from_state)
-
-    def check(loaded: ConsumerPosition) -> None:
-        check_consumer_epoch(state, loaded.epoch)
-        check_share(loaded)
-
-    loaded = position.load(state.get("consumer"), check=check)
-    request = ResumeRequest(loaded.epoch, seed, shuffle, legs)
-    resumption = (Resumption(request, segments(loaded.epoch), world_size=world_size, pool_size=pool_size)
-                  if legs else None)
-    return loaded.epoch, resumption

@@ -1,0 +1,248 @@
+"""How a streaming runtime (a dataset's, a mixture's) saves, checks and applies resume states: written
+once here for both, over a small protocol each implements.
+
+Where things happen (docs/resume.md):
+- a saved state's fields are parsed and checked where it enters: ``check_state`` (a trainer's state),
+  ``load_consumer_state`` (a per-consumer snapshot), ``position_under`` (either, for
+  ``_runtime.loader_state``'s torchdata conversion); the checks every entry shares are
+  ``_plan.saved_state``'s, the legs ``_plan.resume.Leg``'s;
+- a checked state is applied by ``apply_state`` / ``load_consumer_state``: it becomes the loaded
+  request (the epoch and its legs);
+- the resume point lives for one pass of that epoch (``SharedEpoch.set_resume_point``): it is gone
+  when that pass ran to its end or another epoch was selected, and ``_loaded_legs`` says whether it is
+  still there, in the main process and every DataLoader worker alike.
+
+The protocol (what differs between a dataset and a mixture): what identifies the stream
+(``_identity_checks``, ``_own_state``), the pool sizes saved and current (``pools``,
+``_saved_pools``), where an epoch restarts after some legs (``_plan_point``: ``_plan.resume`` or
+``_plan.mixing``), and where a consumer stands from there (``_world_position``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from episodestream._base.options import check_bool, check_int
+from episodestream._base.world import World
+from episodestream._plan.resume import BeyondEpochError, Leg, chain_legs, refuse_other_format, saved_legs
+from episodestream._plan.saved_state import (check_consumer_epoch, check_consumer_share, refuse_mismatches,
+                                             require_trainer_fields)
+from episodestream._runtime.epoch import SharedEpoch
+from episodestream._runtime.placement import in_dataloader_worker
+from episodestream._runtime.position import ConsumerPosition, StreamPosition
+from episodestream._runtime.stream import CheckedState
+
+
+@dataclass(frozen=True)
+class LoadedRequest:
+    """A loaded state's epoch and the legs it was streamed in (the last: the one it was saved in), and
+    the seed and shuffle it was saved with (a dataset replays its legs with those)."""
+
+    epoch: int
+    legs: tuple[Leg, ...]
+    seed: int | None = None
+    shuffle: bool | None = None
+
+
+class Resumable(ABC):
+    """The resume half of a streaming runtime (``StreamSource``)."""
+
+    state_format: ClassVar[str]  # the ``format`` its states carry
+    state_kind: ClassVar[str]  # "stream", "mixture": what errors call its states
+    state_what: ClassVar[str]  # "dataset", "mixture": what errors call the runtime
+    pools_key: ClassVar[str]  # "pool_size", "pool_sizes": how its legs save their pools
+
+    rank: int
+    world_size: int
+    loads_seen: int  # resume states loaded into this runtime (a position counted before a load is stale)
+    shared_epoch: SharedEpoch  # the epoch counter this runtime's copies (main process, workers) share
+    position: StreamPosition  # this copy's own iteration, for ``state_dict()["consumer"]``
+
+    # -- the protocol -----------------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def pools(self) -> tuple[int, ...]:
+        """This runtime's episode pool size per component (a dataset: one)."""
+
+    @abstractmethod
+    def _saved_pools(self, state: Mapping[str, Any]) -> tuple[int, ...]:
+        """A saved state's pool sizes, checked."""
+
+    @abstractmethod
+    def _identity_checks(self, state: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+        """``(field, saved, now)`` for what identifies the stream (``_plan.saved_state``)."""
+
+    @abstractmethod
+    def _own_state(self) -> dict[str, Any]:
+        """The fields of ``state_dict()`` that identify this stream."""
+
+    @abstractmethod
+    def _request(self, state: Mapping[str, Any], epoch: int, legs: tuple[Leg, ...]) -> LoadedRequest:
+        """``state``'s epoch and legs as the request this runtime replays (its saved seed, shuffle)."""
+
+    @abstractmethod
+    def _plan_point(self, request: LoadedRequest, *, world_size: int, num_workers: int,
+                    pools: tuple[int, ...]) -> Any:
+        """Where ``request``'s epoch restarts for that layout; None when its legs consumed it all.
+        Raises ``BeyondEpochError`` when a leg claims more batches than it had."""
+
+    @abstractmethod
+    def _world_position(self, epoch: int, point: Any, world: World, pools: tuple[int, ...]) -> tuple[int, int, int]:
+        """For ``world`` in ``epoch`` from ``point`` (None: the epoch's start): the worker role it
+        plays, the samples of that role's share consumed before it, and the share's size."""
+
+    # -- the loaded request and its resume point --------------------------------------------------
+
+    def _init_resume(self) -> None:
+        self._loaded: LoadedRequest | None = None
+        self._points: dict[int, Any] = {}
+
+    def _loaded_request(self, epoch: int) -> LoadedRequest | None:
+        """The loaded request of ``epoch`` while its resume point lives (see the module docstring)."""
+        loaded = self._loaded
+        if loaded is None or loaded.epoch != epoch or not self.shared_epoch.resume_point(epoch):
+            return None
+        return loaded
+
+    def _point(self, num_workers: int) -> Any:
+        """Where the loaded request resumes with ``num_workers`` (asked only while it lives)."""
+        if self._loaded is None:
+            raise RuntimeError("no resume state is loaded (a bug: please report it)")
+        key = max(1, num_workers)
+        if key not in self._points:
+            self._points[key] = self._plan_point(self._loaded, world_size=self.world_size, num_workers=key,
+                                                 pools=self.pools)
+        return self._points[key]
+
+    def _set_request(self, request: LoadedRequest | None, epoch: int, *, consumer: bool = False) -> None:
+        """Make ``request`` the loaded one (None: nothing to resume) and ``epoch`` the one the next
+        iteration streams; positions counted before the load are stale then. After a per-consumer
+        load (``consumer``) in a DataLoader worker, the worker reads its epoch from its snapshot
+        (``position``) and the shared counter stays the main process's to move."""
+        self._loaded, self._points = request, {}
+        self.shared_epoch.set_resume_point(request.epoch if request is not None else -1)
+        if consumer and in_dataloader_worker():
+            return
+        self.shared_epoch.set(epoch)
+        self.loads_seen = self.shared_epoch.state_loaded()
+
+    def resumed_batches(self, epoch: int) -> tuple[int, int] | None:
+        """For a loaded state of ``epoch`` still to resume: (its batch size, the batches it consumed
+        of ``epoch``, counted from the epoch's start across legs); None otherwise."""
+        request = self._loaded_request(epoch)
+        if request is None:
+            return None
+        return request.legs[-1].batch_size, sum(leg.batches for leg in request.legs)
+
+    # -- saving -----------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        started = self.shared_epoch.started()
+        epoch = self.shared_epoch.get() if started is None else started
+        request = self._loaded_request(epoch)
+        # The legs this epoch was resumed from; a load tells from the trainer's num_workers whether
+        # the saving run continued the last of them or started a new one.
+        legs = request.legs if request is not None else ()
+        return {"format": self.state_format, "epoch": epoch, **self._own_state(), "world_size": self.world_size,
+                "legs": [leg.to_state(self.pools_key) for leg in legs], "consumer": self.position.state(epoch)}
+
+    # -- reading a saved state --------------------------------------------------------------------
+
+    def _saved_legs(self, state: Mapping[str, Any]) -> tuple[Leg, ...]:
+        return saved_legs(state, self.pools_key)
+
+    def saved_leg_batches(self, state: Mapping[str, Any]) -> int:
+        """The batches of ``state['legs']`` (the epoch's earlier legs), every leg checked."""
+        return sum(leg.batches for leg in self._saved_legs(state))
+
+    def _trainer_legs(self, state: Mapping[str, Any]) -> tuple[Leg, ...]:
+        """A trainer's state's legs: the saved ones, then the current one holding what
+        ``batches_consumed`` (from the epoch's start) leaves (``chain_legs``), every field checked."""
+        current = Leg(check_int("state['world_size']", state.get("world_size"), minimum=1),
+                      check_int("state['num_workers']", state["num_workers"], minimum=0),
+                      self._saved_pools(state), check_int("state['batch_size']", state["batch_size"], minimum=1),
+                      0, check_bool("state['drop_last']", state.get("drop_last", False)))
+        batches = check_int("state['batches_consumed']", state["batches_consumed"], minimum=0)
+        return chain_legs(state, current, batches, self.pools_key)
+
+    def position_under(self, state: Mapping[str, Any], world: World) -> tuple[int, int, int] | None:
+        """Where ``world`` (a rank, a worker and their counts) starts its iteration under ``state``
+        (a trainer's state; or a per-consumer one, of which only its legs count): the worker role
+        it plays, the samples of that role's share consumed before it, and the share's size. None
+        when ``state`` consumed the whole epoch."""
+        epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
+        pools = self._saved_pools(state)
+        legs = self._trainer_legs(state) if "batches_consumed" in state else self._saved_legs(state)
+        request = self._request(state, epoch, legs) if legs else None
+        point = (self._plan_point(request, world_size=world.world_size, num_workers=world.num_workers, pools=pools)
+                 if request is not None else None)
+        if request is not None and point is None:
+            return None
+        return self._world_position(epoch, point, world, pools)
+
+    # -- a trainer's state ------------------------------------------------------------------------
+
+    def check_state(self, state: Mapping[str, Any], *, strict: bool = True) -> CheckedState:
+        """Validate a trainer's ``state`` and work out where it resumes, changing nothing."""
+        refuse_other_format(state, self.state_format, self.state_kind)
+        require_trainer_fields(state)
+        refuse_mismatches(self._identity_checks(state), state=self.state_kind, what=self.state_what, strict=strict)
+        epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
+        request = self._request(state, epoch, self._trainer_legs(state))
+        current, batches = request.legs[-1], sum(leg.batches for leg in request.legs)
+        try:
+            point = self._plan_point(request, world_size=current.world_size, num_workers=current.num_workers,
+                                     pools=current.pools)
+        except BeyondEpochError as beyond:
+            earlier = batches - current.batches
+            message = (f"state['batches_consumed']={batches} is more than epoch {epoch} has: "
+                       f"{earlier + beyond.available} batches of {current.batch_size} per rank"
+                       + (f" ({earlier} in earlier legs)" if earlier else "")
+                       + ". It counts the batches taken in the saved epoch, not a global step.")
+            if strict or beyond.leg_index != len(request.legs) - 1:
+                raise ValueError(message) from None
+            # check_state <- load_state_dict <- the user's line.
+            warnings.warn(message + " Treating the epoch as finished (strict=False).", RuntimeWarning, stacklevel=3)
+            point = None
+        return CheckedState(epoch, point is None, request, batches)
+
+    def apply_state(self, checked: CheckedState) -> None:
+        """Make ``check_state``'s result the position the next iteration starts from."""
+        request: LoadedRequest = checked.request
+        if checked.finished:
+            self._set_request(None, request.epoch + 1)
+        else:
+            # A state that took nothing of its epoch resumes nothing: the epoch streams afresh, in any layout.
+            self._set_request(request if checked.consumed_batches else None, request.epoch)
+
+    # -- a per-consumer state ---------------------------------------------------------------------
+
+    def load_consumer_state(self, state: Mapping[str, Any], *, strict: bool) -> None:
+        """Resume one consumer from its own ``state_dict()`` (``position``): its next iteration, in the
+        saved epoch, skips the samples it yielded on top of the legs that iteration continued."""
+        refuse_other_format(state, self.state_format, self.state_kind)
+        refuse_mismatches(self._identity_checks(state), state=self.state_kind, what=self.state_what, strict=strict)
+        legs = self._saved_legs(state)
+
+        def check(loaded: ConsumerPosition) -> None:
+            check_consumer_epoch(state, loaded.epoch)
+            self._check_consumer_share(state, loaded)
+
+        loaded = self.position.load(state.get("consumer"), check=check)
+        self._set_request(self._request(state, loaded.epoch, legs) if legs else None, loaded.epoch, consumer=True)
+
+    def _check_consumer_share(self, state: Mapping[str, Any], loaded: ConsumerPosition) -> None:
+        """A per-consumer ``state``'s ``samples_yielded`` fits the share its consumer streams under the
+        state's legs: beyond it, the state would load and stream nothing."""
+        world = World(rank=loaded.rank, world_size=loaded.world_size, worker=loaded.worker,
+                      num_workers=loaded.num_workers)
+        where = self.position_under(state, world)
+        left = 0 if where is None else where[2] - where[1]
+        check_consumer_share(loaded.samples_yielded, left, epoch=loaded.epoch,
+                             who=f"consumer {loaded.worker} of {loaded.num_workers} (rank {loaded.rank} of "
+                                 f"{loaded.world_size})")
