@@ -35,7 +35,7 @@ from episodestream._sample.builder import PendingSample, finish_decoded
 from episodestream._sample.chw import FrameWrites, flush_all
 from episodestream._sample.collate import collate as collate_samples
 from episodestream._sample.collate import collate_values
-from episodestream._runtime.stream_source import StreamingFace, source_of
+from episodestream._runtime.face import StreamingFace, source_of
 from episodestream._base.world import World
 from episodestream._sample.video.decoder_cache import FrameQuery
 

@@ -7,28 +7,20 @@ consumer's order, keys renamed, ``dataset_index`` added. See ``docs/mixtures.md`
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-import torch.utils.data
 
 from episodestream._format.dtypes import is_numeric, sample_dtype
-from episodestream._base.options import check_bool, check_choice, check_int
-from episodestream._base.tracing import set_process_name, tracer_enabled
+from episodestream._base.options import check_choice, check_int
 from episodestream._plan.mix_options import check_stop, check_weights
-from episodestream._runtime.placement import current_world
 from episodestream._runtime.dataset_source import DatasetSource
-from episodestream._runtime.epoch import StaleWorkerCopy, raising
 from episodestream._runtime.mixture_meta import MixtureMeta
 from episodestream._runtime.mixture_schema import KEY_MODES, ComponentView, MixtureSchema, camera_chw
 from episodestream._runtime.mixture_source import MixtureSource
 from episodestream._runtime.mixture_stats import MixtureStats, row_weights
-from episodestream._runtime.loader_state import refuse_loader_state
-from episodestream._runtime.position import is_consumer_state
-from episodestream._runtime.pipeline import stream_samples
 from episodestream._runtime.renames import check_renames
-from episodestream._runtime.stream import ConsumerStream
-from episodestream._runtime.stream_source import StreamingFace, source_of
+from episodestream._runtime.face import StreamingFace, source_of
 from episodestream.streaming import EpisodeStreamingDataset
 
 def _component(dataset: EpisodeStreamingDataset) -> DatasetSource:
@@ -86,7 +78,7 @@ def _check_features(datasets, renames, resized: Collection[str] = ()) -> None:
                          "(after rename=); these differ:\n  " + "\n  ".join(lines))
 
 
-class EpisodeMixture(StreamingFace, torch.utils.data.IterableDataset):
+class EpisodeMixture(StreamingFace):
     """Streams several ``EpisodeStreamingDataset`` as one stream, mixed by weight, resumable.
 
     What to mix:
@@ -187,67 +179,21 @@ class EpisodeMixture(StreamingFace, torch.utils.data.IterableDataset):
     def pool_sizes(self) -> tuple[int, ...]:
         return self._source.pool_sizes
 
-    @property
-    def epoch(self) -> int:
-        return self._source.epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch the next iteration streams (reaches persistent DataLoader workers too)."""
-        self._source.set_epoch(check_int("epoch", epoch, minimum=0))
-
     def rank_counts(self) -> list[int]:
         """Samples each component gives every rank in a fresh epoch."""
         return self._source.rank_counts()
 
-    def __len__(self) -> int:
-        """Samples this rank yields in the next iteration (what is left, after a resume, assuming the
-        saving run's num_workers)."""
-        return self._source.num_samples()
-
     # -- streaming --------------------------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        source = self._source
-        world = current_world(source.rank, source.world_size)
-        try:
-            epoch = source.position.pending_epoch()  # a worker given its own snapshot (StatefulDataLoader)
-            epoch = source.shared_epoch.for_iteration(source.loads_seen, "mixture") if epoch is None else epoch
-        except StaleWorkerCopy as error:
-            return raising(error)  # from the first next(), where the trainer hears of it
-        if tracer_enabled():
-            set_process_name(f"episodestream mixture rank {world.rank} worker {world.worker}")
-        return self._samples(source.consumer_stream(world, epoch))
+    _face = "mixture"
 
-    def _samples(self, stream: ConsumerStream) -> Iterator[dict[str, Any]]:
-        """The stream's samples in order, decoded on ``decode_threads`` threads (the components' most)."""
-        position = self._source.position
-        for sample in stream_samples(stream, decode_threads=max(d.decode_threads for d in self.datasets),
-                                     group_size=max(d.decode_group_size for d in self.datasets)):
-            position.samples_yielded += 1  # before the yield: a state taken once the sample is out counts it
-            yield sample
+    def _decode_settings(self) -> dict[str, Any]:
+        # Decoded on the components' most threads, in their largest groups.
+        return {"decode_threads": max(d.decode_threads for d in self.datasets),
+                "group_size": max(d.decode_group_size for d in self.datasets)}
 
     def close(self) -> None:
         """Release the components' holds on remote sources' cached metadata."""
         for dataset in self.datasets:
             dataset.close()
 
-    # -- resume -----------------------------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        """A small JSON-serialisable state; the trainer adds ``batches_consumed``, ``batch_size``,
-        ``num_workers`` and ``drop_last`` (``stream_state(loader, n)`` does) and passes it to
-        ``load_state_dict`` on restart."""
-        return self._source.state_dict()
-
-    def load_state_dict(self, state: Mapping[str, Any], *, strict: bool = True) -> None:
-        """Resume from ``state`` (``state_dict()`` plus the trainer's fields); the next iteration
-        continues that epoch, exactly with the same ranks, workers and pool sizes, else elastically.
-        A state whose seed, weights, stop or components differ is refused unless ``strict=False``.
-        ``state_dict()`` itself (what torchdata's StatefulDataLoader saves per consumer) resumes the
-        same consumer, as for ``EpisodeStreamingDataset``."""
-        strict = check_bool("strict", strict)
-        refuse_loader_state(state, face="mixture")
-        if is_consumer_state(state):
-            self._source.load_consumer_state(state, strict=strict)
-            return
-        self._source.apply_state(self._source.check_state(state, strict=strict))

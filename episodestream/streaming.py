@@ -9,30 +9,27 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch.utils.data
 
 from episodestream._base.options import check_bool, check_int
-from episodestream._base.tracing import set_process_name, tracer_enabled
-from episodestream._runtime.placement import current_world, resolve_rank
+from episodestream._runtime.placement import resolve_rank
 from episodestream._runtime.accelerate_guard import accelerate_resharding
 from episodestream._runtime.core import DatasetCore, DatasetFacts
 from episodestream._runtime.dataset_source import DatasetSource, StreamSettings, default_decode_group_size
-from episodestream._runtime.epoch import StaleWorkerCopy, raising
-from episodestream._runtime.pipeline import stream_samples
-from episodestream._runtime.loader_state import is_loader_state, refuse_loader_state, read_loader_state, trainer_state
-from episodestream._runtime.position import is_consumer_state, without_consumer
+from episodestream._runtime.loader_state import is_loader_state, read_loader_state, trainer_state
+from episodestream._runtime.position import without_consumer
 from episodestream._runtime.source_options import refuses_unknown_keywords, source_options
-from episodestream._runtime.stream import ConsumerStream, DecoderSet, summed_stats
-from episodestream._runtime.stream_source import StreamingFace, source_of
+from episodestream._runtime.stream import DecoderSet, summed_stats
+from episodestream._runtime.face import StreamingFace, source_of
 
 if TYPE_CHECKING:
     from episodestream._remote.transport.config import ControllerConfig
 
 
-class EpisodeStreamingDataset(DatasetFacts, StreamingFace, torch.utils.data.IterableDataset):
+class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
     """Streams frames in random order from a pool of whole episodes, decoding video only on emit.
 
     What to read:
@@ -136,19 +133,6 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace, torch.utils.data.Iter
     rank = property(lambda self: self._source.rank)
     world_size = property(lambda self: self._source.world_size)
 
-    @property
-    def epoch(self) -> int:
-        return self._source.epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch the next iteration streams (reaches persistent DataLoader workers too)."""
-        self._source.set_epoch(check_int("epoch", epoch, minimum=0))
-
-    def __len__(self) -> int:
-        """Samples this rank yields in the next iteration: ceil(selected frames / world_size), or
-        what is left of a resumed epoch (assuming the saving run's num_workers)."""
-        return self._source.num_samples()
-
     def close(self) -> None:
         """Release this process's hold on a remote source's cached metadata (no-op when local)."""
         self._core.files.close()
@@ -157,54 +141,16 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace, torch.utils.data.Iter
         """Hits, misses and evictions of this process's decoder cache (None before iterating)."""
         return None if self._decoders is None else summed_stats(self._decoders)
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        # Not a generator itself: the epoch is marked started when the DataLoader asks for the
-        # iterator, so a checkpoint taken before the first batch already names this epoch.
-        source = self._source
-        world = current_world(source.rank, source.world_size)
-        if (resharded := accelerate_resharding(source.rank, source.world_size)) is not None:
-            return raising(resharded)
-        try:
-            epoch = source.position.pending_epoch()  # a worker given its own snapshot (StatefulDataLoader)
-            epoch = source.shared_epoch.for_iteration(source.loads_seen, "dataset") if epoch is None else epoch
-        except StaleWorkerCopy as error:
-            return raising(error)  # from the first next(), where the trainer hears of it
-        if tracer_enabled():
-            set_process_name(f"episodestream rank {world.rank} worker {world.worker}")
-        return self._samples(source.consumer_stream(world, epoch))
+    _face = "dataset"
 
-    def _samples(self, stream: ConsumerStream) -> Iterator[dict[str, Any]]:
-        self._decoders = opened = []
-        settings, position = self._source.settings, self._source.position
-        for sample in stream_samples(stream, decode_threads=settings.decode_threads,
-                                     group_size=settings.decode_group_size, opened=opened):
-            position.samples_yielded += 1  # before the yield: a state taken once the sample is out counts it
-            yield sample
+    def _refusal(self) -> BaseException | None:
+        return accelerate_resharding(self._source.rank, self._source.world_size)
 
-    # -- resume ---------------------------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        """A small JSON-serialisable state: epoch, seed, rank count, pool size and a fingerprint.
-
-        The trainer adds ``batches_consumed`` (batches taken from this epoch's loader, counted from
-        the start of the epoch, across resumes), ``batch_size`` and ``num_workers`` (see
-        ``stream_state``) and passes the result to ``load_state_dict`` on restart.
-        """
-        return self._source.state_dict()
-
-    def load_state_dict(self, state: Mapping[str, Any], *, strict: bool = True) -> None:
-        """Resume from ``state`` (``state_dict()`` plus ``batches_consumed``, ``batch_size``,
-        ``num_workers``, optionally ``drop_last``). The next iteration continues that epoch.
-
-        A state whose seed, shuffle or fingerprint (source, revision, episode selection, windows,
-        dataset size) differ from this dataset's is refused unless ``strict=False``.
-        """
-        strict = check_bool("strict", strict)
-        refuse_loader_state(state, face="dataset")
-        if is_consumer_state(state):  # dataset.state_dict() itself, as StatefulDataLoader saves it per consumer
-            self._source.load_consumer_state(state, strict=strict)
-            return
-        self._source.apply_state(self._source.check_state(state, strict=strict))
+    def _decode_settings(self) -> dict[str, Any]:
+        settings = self._source.settings
+        self._decoders = opened = []  # this iteration's decoder caches, for decoder_stats()
+        return {"decode_threads": settings.decode_threads, "group_size": settings.decode_group_size,
+                "opened": opened}
 
 
 def stream_state(loader: torch.utils.data.DataLoader, batches_consumed: int) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from episodestream._plan.sampling import EMIT
 from episodestream._base.world import World
-from episodestream._runtime.stream_source import source_of
+from episodestream._runtime.face import source_of
 
 
 def emits(steps) -> list[tuple[int, int]]:

@@ -60,7 +60,7 @@ from episodestream import EpisodeLoader, EpisodeStreamingDataset, SourceStats
 from episodestream.tools.synthetic import write_synthetic_dataset
 from episodestream._sample import chw as _chw
 from episodestream._base.world import World
-from episodestream._runtime.stream_source import source_of
+from episodestream._runtime.face import source_of
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # `episodestream bench` runs this file by path
     sys.path.insert(0, str(Path(__file__).resolve().parent))

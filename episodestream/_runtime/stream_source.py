@@ -36,17 +36,3 @@ class StreamSource(Resumable):
     def consumer_stream(self, world: World, epoch: int) -> ConsumerStream:
         """Open ``world``'s pass over ``epoch`` (from the resume point in a resumed epoch), marking
         the epoch started."""
-
-
-class StreamingFace:
-    """The base of the public classes that stream: they hold their runtime here."""
-
-    _source: StreamSource
-
-
-def source_of(face: object, *, needs: str = "EpisodeLoader needs") -> StreamSource:
-    """``face``'s runtime; for anything that does not stream, a ``TypeError`` that starts with ``needs``."""
-    if not isinstance(face, StreamingFace):
-        raise TypeError(f"{needs} an EpisodeStreamingDataset (or another stream source, such as an "
-                        f"EpisodeMixture), got {type(face).__name__}.")
-    return face._source

@@ -1,0 +1,106 @@
+"""``StreamingFace``: what the public streaming classes (``EpisodeStreamingDataset``, ``EpisodeMixture``)
+share, written once: their epoch, length, iteration and resume calls, each handed to the face's
+runtime (``StreamSource``). A face adds only its own construction and what it tells about itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
+
+import torch.utils.data
+
+from episodestream._base.options import check_bool, check_int
+from episodestream._base.tracing import set_process_name, tracer_enabled
+from episodestream._runtime.epoch import StaleWorkerCopy, raising
+from episodestream._runtime.loader_state import refuse_loader_state
+from episodestream._runtime.pipeline import stream_samples
+from episodestream._runtime.placement import current_world
+from episodestream._runtime.position import is_consumer_state
+from episodestream._runtime.stream import ConsumerStream
+from episodestream._runtime.stream_source import StreamSource
+
+
+class StreamingFace(torch.utils.data.IterableDataset):
+    """The base of the public classes that stream: they hold their runtime in ``_source``."""
+
+    _source: StreamSource
+    _face: ClassVar[str]  # "dataset", "mixture": what messages and trace process names call it
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration streams."""
+        return self._source.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch the next iteration streams (reaches persistent DataLoader workers too)."""
+        self._source.set_epoch(check_int("epoch", epoch, minimum=0))
+
+    def __len__(self) -> int:
+        """Samples this rank yields in the next iteration: its share of the epoch, or what is left of
+        a resumed epoch (assuming the saving run's num_workers)."""
+        return self._source.num_samples()
+
+    def _refusal(self) -> BaseException | None:
+        """An error the first ``next()`` raises instead of streaming (None: stream)."""
+        return None
+
+    def _decode_settings(self) -> dict[str, Any]:
+        """``stream_samples``' threads and group size for this face."""
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        # Not a generator itself: the epoch is marked started when the DataLoader asks for the
+        # iterator, so a checkpoint taken before the first batch already names this epoch.
+        source = self._source
+        world = current_world(source.rank, source.world_size)
+        if (refused := self._refusal()) is not None:
+            return raising(refused)
+        try:
+            epoch = source.position.pending_epoch()  # a worker given its own snapshot (StatefulDataLoader)
+            epoch = source.shared_epoch.for_iteration(source.loads_seen, self._face) if epoch is None else epoch
+        except StaleWorkerCopy as error:
+            return raising(error)  # from the first next(), where the trainer hears of it
+        if tracer_enabled():
+            name = "" if self._face == "dataset" else f"{self._face} "
+            set_process_name(f"episodestream {name}rank {world.rank} worker {world.worker}")
+        return self._samples(source.consumer_stream(world, epoch))
+
+    def _samples(self, stream: ConsumerStream) -> Iterator[dict[str, Any]]:
+        position = self._source.position
+        for sample in stream_samples(stream, **self._decode_settings()):
+            position.samples_yielded += 1  # before the yield: a state taken once the sample is out counts it
+            yield sample
+
+    # -- resume -----------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """A small JSON-serialisable state: the epoch, what identifies the stream (seed, fingerprint),
+        its layout and this consumer's position. The trainer adds ``batches_consumed`` (batches taken
+        from this epoch's loader, counted from the start of the epoch, across resumes),
+        ``batch_size``, ``num_workers`` and ``drop_last`` (``stream_state(loader, n)`` does) and passes
+        the result to ``load_state_dict`` on restart; torchdata's StatefulDataLoader saves it as it
+        is, per consumer."""
+        return self._source.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any], *, strict: bool = True) -> None:
+        """Resume from ``state``: a trainer's state (``stream_state``'s, ``EpisodeLoader.state_dict()``),
+        whose epoch the next iteration continues, exactly with the same ranks, workers and pool sizes,
+        else elastically; or ``state_dict()`` itself (what StatefulDataLoader saves per consumer),
+        which resumes the same consumer. A state whose identity (seed, shuffle, fingerprint: source,
+        revision, episode selection, windows, dataset size; a mixture's weights, stop and components)
+        differs is refused unless ``strict=False``."""
+        strict = check_bool("strict", strict)
+        refuse_loader_state(state, face=self._face)
+        if is_consumer_state(state):
+            self._source.load_consumer_state(state, strict=strict)
+            return
+        self._source.apply_state(self._source.check_state(state, strict=strict))
+
+
+def source_of(face: object, *, needs: str = "EpisodeLoader needs") -> StreamSource:
+    """``face``'s runtime; for anything that does not stream, a ``TypeError`` that starts with ``needs``."""
+    if not isinstance(face, StreamingFace):
+        raise TypeError(f"{needs} an EpisodeStreamingDataset (or another stream source, such as an "
+                        f"EpisodeMixture), got {type(face).__name__}.")
+    return face._source
