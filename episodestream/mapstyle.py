@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +13,7 @@ from episodestream._format.columns import ColumnStore, default_columns_dir
 from episodestream._runtime.core import DatasetCore, DatasetFacts
 from episodestream._format.files import EpisodeVideos, LocalFiles
 from episodestream._base.options import check_bool
-from episodestream._runtime.source_options import refuses_unknown_keywords, source_options
+from episodestream._runtime.source_options import SourceOptions, takes_source_options
 from episodestream._sample.builder import build_samples
 from episodestream._sample.holds import HeldEpisodes
 from episodestream._format.rows import EpisodeRows
@@ -23,7 +22,8 @@ from episodestream._sample.video.decoder_cache import DecoderCache
 _ROWS_CACHED = 4  # episodes' rows kept for neighbouring indices (a sampler often walks an episode)
 
 if TYPE_CHECKING:
-    from episodestream._remote.transport.config import ControllerConfig
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
+
 
 
 class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
@@ -52,22 +52,11 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
             sources (for now), read each episode's parquet row group instead.
     """
 
-    @refuses_unknown_keywords
+    @takes_source_options
     def __init__(self, source: str | os.PathLike, *, column_cache: bool = True,
-                 revision: str | None = None,
-                 episodes: Sequence[int] | Callable[[dict[str, Any]], Any] | Any | None = None,
-                 keep_frames: Mapping[Any, Any] | str | os.PathLike | None = None,
-                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
-                 return_uint8: bool = False, image_transforms: Callable | None = None,
-                 depth_output_unit: str = "mm",
-                 video_backend: str | None = None, decode_device: str = "cpu",
-                 cache_dir: str | os.PathLike | None = None, cache_limit: int | str | None = None,
-                 storage_options: Mapping[str, Any] | None = None, token: str | None = None,
-                 hub_endpoint: str | None = None,
-                 download_config: ControllerConfig | Mapping[str, Any] | None = None) -> None:
+                 **options: Unpack[SourceOptions]) -> None:
         column_cache = check_bool("column_cache", column_cache)
-        self._core = DatasetCore(source, **source_options(locals()), episodes_in_flight=_ROWS_CACHED + 1,
-                                 local_cache_dir=column_cache)
+        self._core = DatasetCore(source, **options, episodes_in_flight=_ROWS_CACHED + 1, local_cache_dir=column_cache)
         anchors = self._core.anchors
         self._kept = anchors if self._core.curation else None  # each episode's kept frames, by position
         counts = anchors.kept_count()
@@ -76,7 +65,7 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
         # Local sources only, for now: for a remote source the copy would sit beside the node cache
         # without its budget, refcounts or `cache clear` (see docs/benchmarks.md, issue 13).
         use_columns = column_cache and isinstance(self._core.files, LocalFiles)
-        self._columns_dir = default_columns_dir(cache_dir) if use_columns else None
+        self._columns_dir = default_columns_dir(options.get("cache_dir")) if use_columns else None
         self._process: _PerProcess | None = None
 
     def __len__(self) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch.utils.data
@@ -21,12 +21,13 @@ from episodestream._runtime.core import DatasetCore, DatasetFacts
 from episodestream._runtime.dataset_source import DatasetSource, StreamSettings, default_decode_group_size
 from episodestream._runtime.loader_state import is_loader_state, read_loader_state, trainer_state
 from episodestream._runtime.position import without_consumer
-from episodestream._runtime.source_options import refuses_unknown_keywords, source_options
+from episodestream._runtime.source_options import SourceOptions, takes_source_options
 from episodestream._runtime.stream import DecoderSet, summed_stats
 from episodestream._runtime.face import StreamingFace, source_of
 
 if TYPE_CHECKING:
-    from episodestream._remote.transport.config import ControllerConfig
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
+
 
 
 class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
@@ -85,22 +86,12 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
 
     _source: DatasetSource
 
-    @refuses_unknown_keywords
+    @takes_source_options
     def __init__(self, source: str | os.PathLike, *, episode_pool_size: int = 16, shuffle: bool = True,
                  seed: int = 0, rank: int | None = None, world_size: int | None = None, decode_group_size: int | None = None,
                  decode_threads: int = 1, prefetch_episodes: int = 4, buffer_size: Any = None,
                  episode_weights: Mapping[int, float] | str | None = None,
-                 revision: str | None = None,
-                 episodes: Sequence[int] | Callable[[dict[str, Any]], Any] | Any | None = None,
-                 keep_frames: Mapping[Any, Any] | str | os.PathLike | None = None,
-                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
-                 return_uint8: bool = False, image_transforms: Callable | None = None,
-                 depth_output_unit: str = "mm",
-                 video_backend: str | None = None, decode_device: str = "cpu",
-                 cache_dir: str | os.PathLike | None = None, cache_limit: int | str | None = None,
-                 storage_options: Mapping[str, Any] | None = None, token: str | None = None,
-                 hub_endpoint: str | None = None,
-                 download_config: ControllerConfig | Mapping[str, Any] | None = None) -> None:
+                 **options: Unpack[SourceOptions]) -> None:
         super().__init__()
         if buffer_size is not None:
             warnings.warn("buffer_size is ignored: episode_pool_size replaces it (a pool of whole episodes' "
@@ -114,7 +105,7 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
             decode_group_size = check_int("decode_group_size", decode_group_size, minimum=1)
         rank, world_size = resolve_rank(rank, world_size)
         # local_cache_dir: a local folder's cache_dir is where compute_stats() keeps its results.
-        self._core = DatasetCore(source, **source_options(locals()), local_cache_dir=True, episode_weights=episode_weights,
+        self._core = DatasetCore(source, **options, local_cache_dir=True, episode_weights=episode_weights,
                                  episodes_in_flight=episode_pool_size + prefetch_episodes + 1)
         settings = StreamSettings(
             episode_pool_size=episode_pool_size, shuffle=shuffle, seed=seed,

@@ -7,7 +7,7 @@ The options that choose these (``SourceOptions``) are declared in ``_runtime.sou
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,12 +33,14 @@ from episodestream._format.episode_filters import (
 from episodestream._plan.curation import Anchors, anchor_counts, check_keep_frames, check_weights
 from episodestream._runtime.needed_spans import NeededEpisodes
 from episodestream._runtime.dataset_stats import exact_stats
+from episodestream._runtime.source_options import SourceOptions, takes_source_options
 from episodestream._runtime.sources import open_source
 from episodestream._sample.video.decoder_cache import MAX_DECODERS, DecoderCache
 from episodestream._sample.video.backends import resolve_backend
 
 if TYPE_CHECKING:
-    from episodestream._remote.transport.config import ControllerConfig
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
+
 
 
 def select_episodes(meta: DatasetMeta, episodes: Sequence[int] | None) -> EpisodeSelection:
@@ -70,23 +72,21 @@ def select_episodes(meta: DatasetMeta, episodes: Sequence[int] | None) -> Episod
 class DatasetCore:
     """Opens and validates once, in the constructing process; per-process readers are made on demand.
 
-    Its keywords from ``revision`` to ``download_config`` are the ``SourceOptions`` (mypy checks the
-    TypedDict against this signature), and this signature holds their defaults.
+    It takes the ``SourceOptions`` (``takes_source_options``: their declared defaults filled) and
+    what only the faces decide: curation weights, episodes kept in flight, the local cache folder.
     """
 
-    def __init__(self, source: str | os.PathLike, *, revision: str | None = None,
-                 episodes: Sequence[int] | Callable[[dict[str, Any]], Any] | Any | None = None,
-                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
-                 return_uint8: bool = False, image_transforms: Callable | None = None,
-                 depth_output_unit: str = "mm",
-                 video_backend: str | None = None, decode_device: str = "cpu",
-                 cache_dir: str | os.PathLike | None = None, cache_limit: int | str | None = None,
-                 storage_options: Mapping[str, Any] | None = None, token: str | None = None,
-                 hub_endpoint: str | None = None,
-                 download_config: ControllerConfig | Mapping[str, Any] | None = None,
-                 keep_frames: Mapping[Any, Any] | str | os.PathLike | None = None,
-                 episode_weights: Mapping[int, float] | str | None = None,
-                 episodes_in_flight: int = 1, local_cache_dir: bool = False) -> None:
+    @takes_source_options
+    def __init__(self, source: str | os.PathLike, *, episode_weights: Mapping[int, float] | str | None = None,
+                 episodes_in_flight: int = 1, local_cache_dir: bool = False,
+                 **options: Unpack[SourceOptions]) -> None:
+        revision, episodes, keep_frames = options["revision"], options["episodes"], options["keep_frames"]
+        delta_timestamps, tolerance_s = options["delta_timestamps"], options["tolerance_s"]
+        return_uint8, image_transforms = options["return_uint8"], options["image_transforms"]
+        depth_output_unit, video_backend = options["depth_output_unit"], options["video_backend"]
+        decode_device, cache_dir, cache_limit = options["decode_device"], options["cache_dir"], options["cache_limit"]
+        storage_options, token = options["storage_options"], options["token"]
+        hub_endpoint, download_config = options["hub_endpoint"], options["download_config"]
         self.source = source
         self.revision = revision
         self.cache_dir = cache_dir  # also where exact stats are cached (``compute_stats``)

@@ -1,11 +1,12 @@
-"""The options both datasets share (``SourceOptions``), documented once, and the check that refuses
-any other keyword with the closest valid one.
+"""The options both datasets share (``SourceOptions``), declared once: their names, types and
+documentation in the ``TypedDict``, their defaults in ``SOURCE_OPTION_DEFAULTS`` beside it.
 
-``EpisodeStreamingDataset`` and ``EpisodeDataset`` spell every option out in their signatures (so
-``help()`` and IDEs show them) and hand them to ``DatasetCore``, whose signature holds the same
-defaults; ``tests/test_errors.py`` holds the three equal. ``refuses_unknown_keywords`` wraps their
-constructors: Python's own TypeError for a misspelt keyword names neither the closest valid one nor
-the others.
+``EpisodeStreamingDataset``, ``EpisodeDataset`` and ``DatasetCore`` take them as
+``**options: Unpack[SourceOptions]`` (IDEs and type checkers show every key), and
+``takes_source_options`` gives each constructor a signature that spells every option out as a
+keyword with its default and type (so ``help()`` and ``inspect`` show them too), fills the defaults
+and refuses any other keyword with the closest valid one (Python's own TypeError for a misspelt
+keyword names neither the closest valid one nor the others).
 """
 
 from __future__ import annotations
@@ -88,40 +89,52 @@ class SourceOptions(TypedDict, total=False):
 
 
 SOURCE_OPTION_NAMES: tuple[str, ...] = tuple(SourceOptions.__annotations__)  # in the order documented
+# Each option's default (what ``SourceOptions`` documents in parentheses; a test holds them equal).
+SOURCE_OPTION_DEFAULTS: Mapping[str, Any] = {
+    "revision": None, "episodes": None, "keep_frames": None, "delta_timestamps": None, "tolerance_s": 1e-4,
+    "return_uint8": False, "image_transforms": None, "depth_output_unit": "mm", "video_backend": None,
+    "decode_device": "cpu", "cache_dir": None, "cache_limit": None, "storage_options": None, "token": None,
+    "hub_endpoint": None, "download_config": None}
 
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def source_options(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``SourceOptions`` among a constructor's arguments (its ``locals()``), to hand on whole."""
-    return {name: values[name] for name in SOURCE_OPTION_NAMES}
-
-
-def refuses_unknown_keywords(init: Callable[P, R]) -> Callable[P, R]:
-    """Wrap a dataset's ``__init__`` so that a keyword it does not take raises a TypeError naming the
-    class, each such keyword with its closest valid one, its own keywords and the ``SourceOptions``
-    (before anything is opened). ``inspect.signature`` and ``help()`` still show ``init``'s."""
+def takes_source_options(init: Callable[P, R]) -> Callable[P, R]:
+    """Wrap a constructor ``__init__(self, source, *, <its own keywords>, **options)`` (``options``:
+    the ``SourceOptions``): its signature lists every option as a keyword-only parameter with its
+    declared type and default; a call gets every option, defaults filled; a keyword it does not take
+    raises a TypeError naming the class, each such keyword with its closest valid one, its own
+    keywords and the ``SourceOptions`` (before anything is opened)."""
     owner = init.__qualname__.split(".")[0]
     parameters = inspect.signature(init).parameters
-    accepted = {name for name, p in parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    own = [name for name in accepted if name != "self" and name not in SOURCE_OPTION_NAMES]
-    own.sort(key=list(parameters).index)
+    own = [p for p in parameters.values() if p.kind is not p.VAR_KEYWORD]
+    if len(own) == len(parameters):
+        raise TypeError(f"{init.__qualname__} must take the source options as **options")
+    # The TypedDict's annotations are ForwardRefs (postponed): shown as the text they hold.
+    options = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=SOURCE_OPTION_DEFAULTS[name],
+                                 annotation=getattr(annotation, "__forward_arg__", annotation))
+               for name, annotation in SourceOptions.__annotations__.items()]
+    accepted = {p.name for p in own} | set(SOURCE_OPTION_NAMES)
+    own_names = [p.name for p in own if p.name != "self"]
 
     @functools.wraps(init)
     def checked(*args: P.args, **kwargs: P.kwargs) -> R:
         unknown = [key for key in kwargs if key not in accepted]
         if unknown:
-            valid = own + list(SOURCE_OPTION_NAMES)
+            valid = own_names + list(SOURCE_OPTION_NAMES)
             described = []
             for key in unknown:
                 close = difflib.get_close_matches(key, valid, n=1)
                 described.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
             plural = "s" if len(unknown) > 1 else ""
             raise TypeError(f"{owner}() got an unexpected keyword argument{plural} {', '.join(described)}. "
-                            f"Valid keywords: {', '.join(own)} (its own) and {', '.join(SOURCE_OPTION_NAMES)} "
+                            f"Valid keywords: {', '.join(own_names)} (its own) and {', '.join(SOURCE_OPTION_NAMES)} "
                             f"(SourceOptions).")
+        for name, default in SOURCE_OPTION_DEFAULTS.items():
+            kwargs.setdefault(name, default)
         return init(*args, **kwargs)
 
+    checked.__signature__ = inspect.Signature(own + options)  # type: ignore[attr-defined]
     return checked
