@@ -35,7 +35,7 @@ from episodestream._sample.builder import PendingSample, finish_decoded
 from episodestream._sample.chw import FrameWrites, flush_all
 from episodestream._sample.collate import collate as collate_samples
 from episodestream._sample.collate import collate_values
-from episodestream._runtime.face import StreamingFace, source_of
+from episodestream._runtime.face import StreamingFace, runtime_of
 from episodestream._base.world import World
 from episodestream._sample.video.decoder_cache import FrameQuery
 
@@ -78,7 +78,7 @@ class EpisodeLoader:
 
     def __init__(self, dataset: StreamingFace, batch_size: int, *, num_threads: int | None = None,
                  drop_last: bool = False, pin_memory: bool = False, prefetch_batches: int = 2) -> None:
-        self._source = source_of(dataset)
+        self._runtime = runtime_of(dataset)
         self.dataset = dataset
         self.batch_size = check_int("batch_size", batch_size, minimum=1)
         self.num_threads = (min(_usable_cores(), _MAX_DEFAULT_THREADS) if num_threads is None
@@ -100,16 +100,16 @@ class EpisodeLoader:
 
     def __len__(self) -> int:
         """Batches the next iteration yields (what is left of a resumed epoch, after a load)."""
-        samples = self._source.num_samples()
+        samples = self._runtime.num_samples()
         return samples // self.batch_size if self.drop_last else math.ceil(samples / self.batch_size)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration streams."""
-        self._source.set_epoch(check_int("epoch", epoch, minimum=0))
+        self._runtime.set_epoch(check_int("epoch", epoch, minimum=0))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self._close_current(superseded_by="a newer iter(loader)")
-        source = self._source
+        source = self._runtime
         epoch = source.epoch
         stream = source.consumer_stream(World(source.rank, source.world_size), epoch)
         if self._memory is None:
@@ -151,13 +151,13 @@ class EpisodeLoader:
     # -- position ---------------------------------------------------------------------------------
 
     def _handed(self, epoch: int, batches: int) -> None:
-        self._consumed = (epoch, batches, self._source.loads_seen)
+        self._consumed = (epoch, batches, self._runtime.loads_seen)
 
     def _resume_base(self, epoch: int) -> int:
         """Batches of ``epoch`` consumed before this loader's next pass: what the loaded state (into
         the loader or into the dataset itself) says, else 0. A state saved with another batch size
         cannot be continued in batches of this one."""
-        resumed = self._source.resumed_batches(epoch)
+        resumed = self._runtime.resumed_batches(epoch)
         if resumed is None:
             return 0
         batch_size, batches = resumed
@@ -172,10 +172,10 @@ class EpisodeLoader:
         """The stream state at the batches handed out so far: ``load_state_dict`` on a new loader
         (any ``num_threads``; the same or another world size) continues after them. The same
         format as ``stream_state`` for a DataLoader, so either can resume the other."""
-        state = without_consumer(self._source.state_dict())  # the batches handed out say where it stands
+        state = without_consumer(self._runtime.state_dict())  # the batches handed out say where it stands
         epoch = state["epoch"]
         consumed = self._consumed
-        if consumed is not None and consumed[0] == epoch and consumed[2] == self._source.loads_seen:
+        if consumed is not None and consumed[0] == epoch and consumed[2] == self._runtime.loads_seen:
             batches = consumed[1]
         else:
             batches = self._resume_base(epoch)
@@ -186,7 +186,7 @@ class EpisodeLoader:
         """Resume from ``state`` (this loader's ``state_dict()``, or ``stream_state`` of a DataLoader).
         The next iteration continues the saved epoch. See ``EpisodeStreamingDataset.load_state_dict``
         for what must match (``strict``)."""
-        checked = self._source.check_state(state, strict=check_bool("strict", strict))
+        checked = self._runtime.check_state(state, strict=check_bool("strict", strict))
         # A state that took no batch of its epoch (saved before any) starts it afresh: any batch size.
         if not checked.finished and checked.consumed_batches and state["batch_size"] != self.batch_size:
             raise ValueError(f"The state was saved with batch_size={state['batch_size']} partway through epoch "
@@ -194,7 +194,7 @@ class EpisodeLoader:
                              f"with batch_size={state['batch_size']} (a batch count cannot be continued in other "
                              f"batch sizes); later epochs may use any.")
         self._close_current(superseded_by="loader.load_state_dict()")
-        self._source.apply_state(checked)
+        self._runtime.apply_state(checked)
         self._consumed = None  # the loaded state's position is the runtime's now (``_resume_base``)
 
 

@@ -14,18 +14,18 @@ from typing import Any
 from episodestream._format.dtypes import is_numeric, sample_dtype
 from episodestream._base.options import check_choice, check_int
 from episodestream._plan.mix_options import check_stop, check_weights
-from episodestream._runtime.dataset_source import DatasetSource
+from episodestream._runtime.dataset_runtime import DatasetRuntime
 from episodestream._runtime.mixture_meta import MixtureMeta
 from episodestream._runtime.mixture_schema import KEY_MODES, ComponentView, MixtureSchema, camera_chw
-from episodestream._runtime.mixture_source import MixtureSource
+from episodestream._runtime.mixture_runtime import MixtureRuntime
 from episodestream._runtime.mixture_stats import MixtureStats, row_weights
 from episodestream._runtime.renames import check_renames
-from episodestream._runtime.face import StreamingFace, source_of
+from episodestream._runtime.face import StreamingFace, runtime_of
 from episodestream.streaming import EpisodeStreamingDataset
 
-def _component(dataset: EpisodeStreamingDataset) -> DatasetSource:
-    component = source_of(dataset, needs="EpisodeMixture needs")
-    assert isinstance(component, DatasetSource)  # EpisodeStreamingDataset's runtime, checked by the caller
+def _component(dataset: EpisodeStreamingDataset) -> DatasetRuntime:
+    component = runtime_of(dataset, needs="EpisodeMixture needs")
+    assert isinstance(component, DatasetRuntime)  # EpisodeStreamingDataset's runtime, checked by the caller
     return component
 
 
@@ -114,7 +114,7 @@ class EpisodeMixture(StreamingFace):
     position in ``datasets``, and ``robot_type``, the component's info.json string.
     """
 
-    _source: MixtureSource
+    _runtime: MixtureRuntime
 
     def __init__(self, datasets: Sequence[EpisodeStreamingDataset], weights: Sequence[float] | None = None, *,
                  seed: int = 0, stop: str | int = "all",
@@ -144,18 +144,18 @@ class EpisodeMixture(StreamingFace):
         if len(set(dtypes)) > 1:
             raise ValueError(f"The datasets of a mixture must give camera frames of one dtype (return_uint8 alike); "
                              f"they give {dtypes}.")
-        self._source = MixtureSource([_component(d) for d in self.datasets], weights=weights, seed=seed, stop=stop,
+        self._runtime = MixtureRuntime([_component(d) for d in self.datasets], weights=weights, seed=seed, stop=stop,
                                      renames=renames, schema=schema)
-        self._source.rank_counts()  # an epoch too large to plan is refused now, not at len() or the first sample
+        self._runtime.rank_counts()  # an epoch too large to plan is refused now, not at len() or the first sample
         self._meta: MixtureMeta | None = None
 
     # How it mixes, as constructed (read-only: the runtime holds them).
-    weights = property(lambda self: self._source.weights)
-    seed = property(lambda self: self._source.seed)
-    stop = property(lambda self: self._source.stop)
-    keys = property(lambda self: self._source.schema.mode)
-    rank = property(lambda self: self._source.rank)
-    world_size = property(lambda self: self._source.world_size)
+    weights = property(lambda self: self._runtime.weights)
+    seed = property(lambda self: self._runtime.seed)
+    stop = property(lambda self: self._runtime.stop)
+    keys = property(lambda self: self._runtime.schema.mode)
+    rank = property(lambda self: self._runtime.rank)
+    world_size = property(lambda self: self._runtime.world_size)
 
     # -- what it is -------------------------------------------------------------------------------
 
@@ -166,9 +166,9 @@ class EpisodeMixture(StreamingFace):
         if self._meta is None:
             frames = [d.num_frames for d in self.datasets]
             # Unweighted, components mix by their anchors (kept frames times episode weights).
-            anchors = [c.num_anchors() for c in self._source.components]
+            anchors = [c.num_anchors() for c in self._runtime.components]
             weights = self.weights or tuple(a / sum(anchors) for a in anchors)
-            source = self._source
+            source = self._runtime
             exact = MixtureStats(source.components, source.schema, source.renames,
                                  row_weights(source.rank_counts(), frames, weighted=self.weights is not None))
             self._meta = MixtureMeta(sources=[d.meta for d in self.datasets], renames=source.renames,
@@ -177,11 +177,11 @@ class EpisodeMixture(StreamingFace):
 
     @property
     def pool_sizes(self) -> tuple[int, ...]:
-        return self._source.pool_sizes
+        return self._runtime.pool_sizes
 
     def rank_counts(self) -> list[int]:
         """Samples each component gives every rank in a fresh epoch."""
-        return self._source.rank_counts()
+        return self._runtime.rank_counts()
 
     # -- streaming --------------------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """``EpisodeStreamingDataset``: an IterableDataset over whole episodes held in a small pool.
 
-This is the face: it checks its arguments and holds its runtime (``_runtime.dataset_source``), which
+This is the face: it checks its arguments and holds its runtime (``_runtime.dataset_runtime``), which
 plans, streams and resumes; ``EpisodeLoader`` and ``EpisodeMixture`` drive that runtime through
-``_runtime.stream_source.source_of``.
+``_runtime.stream_runtime.runtime_of``.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from episodestream._base.options import check_bool, check_int
 from episodestream._runtime.placement import resolve_rank
 from episodestream._runtime.accelerate_guard import accelerate_resharding
 from episodestream._runtime.core import DatasetCore, DatasetFacts
-from episodestream._runtime.dataset_source import DatasetSource, StreamSettings, default_decode_group_size
+from episodestream._runtime.dataset_runtime import DatasetRuntime, StreamSettings, default_decode_group_size
 from episodestream._runtime.loader_state import is_loader_state, read_loader_state, trainer_state
 from episodestream._runtime.position import without_consumer
 from episodestream._runtime.source_options import SourceOptions, takes_source_options
 from episodestream._runtime.stream import DecoderSet, summed_stats
-from episodestream._runtime.face import StreamingFace, source_of
+from episodestream._runtime.face import StreamingFace, runtime_of
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11
@@ -84,7 +84,7 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
     with one frame fewer repeats one of its own frames once .
     """
 
-    _source: DatasetSource
+    _runtime: DatasetRuntime
 
     @takes_source_options
     def __init__(self, source: str | os.PathLike, *, episode_pool_size: int = 16, shuffle: bool = True,
@@ -111,18 +111,18 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
             episode_pool_size=episode_pool_size, shuffle=shuffle, seed=seed,
             decode_group_size=decode_group_size or default_decode_group_size(self._core.meta),
             decode_threads=decode_threads, prefetch_episodes=prefetch_episodes)
-        self._source = DatasetSource(self._core, settings, rank=rank, world_size=world_size)
+        self._runtime = DatasetRuntime(self._core, settings, rank=rank, world_size=world_size)
         self._decoders: list[DecoderSet] | None = None  # the current iteration's, one per decode thread
 
     # How it streams, as constructed (read-only: the runtime holds them).
-    episode_pool_size = property(lambda self: self._source.settings.episode_pool_size)
-    shuffle = property(lambda self: self._source.settings.shuffle)
-    seed = property(lambda self: self._source.settings.seed)
-    decode_group_size = property(lambda self: self._source.settings.decode_group_size)
-    decode_threads = property(lambda self: self._source.settings.decode_threads)
-    prefetch_episodes = property(lambda self: self._source.settings.prefetch_episodes)
-    rank = property(lambda self: self._source.rank)
-    world_size = property(lambda self: self._source.world_size)
+    episode_pool_size = property(lambda self: self._runtime.settings.episode_pool_size)
+    shuffle = property(lambda self: self._runtime.settings.shuffle)
+    seed = property(lambda self: self._runtime.settings.seed)
+    decode_group_size = property(lambda self: self._runtime.settings.decode_group_size)
+    decode_threads = property(lambda self: self._runtime.settings.decode_threads)
+    prefetch_episodes = property(lambda self: self._runtime.settings.prefetch_episodes)
+    rank = property(lambda self: self._runtime.rank)
+    world_size = property(lambda self: self._runtime.world_size)
 
     def close(self) -> None:
         """Release this process's hold on a remote source's cached metadata (no-op when local)."""
@@ -135,10 +135,10 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
     _face = "dataset"
 
     def _refusal(self) -> BaseException | None:
-        return accelerate_resharding(self._source.rank, self._source.world_size)
+        return accelerate_resharding(self._runtime.rank, self._runtime.world_size)
 
     def _decode_settings(self) -> dict[str, Any]:
-        settings = self._source.settings
+        settings = self._runtime.settings
         self._decoders = opened = []  # this iteration's decoder caches, for decoder_stats()
         return {"decode_threads": settings.decode_threads, "group_size": settings.decode_group_size,
                 "opened": opened}
@@ -147,7 +147,7 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
 def stream_state(loader: torch.utils.data.DataLoader, batches_consumed: int) -> dict[str, Any]:
     """The resume state for a DataLoader over an ``EpisodeStreamingDataset`` (or an ``EpisodeMixture``):
     the dataset's ``state_dict()`` plus the batches consumed this epoch and the loader's batching settings."""
-    source = source_of(loader.dataset, needs="stream_state needs a DataLoader over")
+    source = runtime_of(loader.dataset, needs="stream_state needs a DataLoader over")
     if loader.num_workers > 1 and not getattr(loader, "in_order", True):
         # Resume replays the in-order round robin to find each worker's consumed samples; out of
         # order, batches come as workers finish them and the count no longer says whose they were.
@@ -174,7 +174,7 @@ def load_loader_state(loader: torch.utils.data.DataLoader, state: Mapping[str, A
     is refused. ``strict`` as for ``load_state_dict``.
     """
     strict = check_bool("strict", strict)
-    source = source_of(loader.dataset, needs="load_loader_state needs a StatefulDataLoader over")
+    source = runtime_of(loader.dataset, needs="load_loader_state needs a StatefulDataLoader over")
     if not callable(getattr(loader, "load_state_dict", None)):
         raise TypeError(f"load_loader_state needs a torchdata StatefulDataLoader, got a {type(loader).__name__}; for "
                         f"a plain DataLoader save stream_state(loader, batches_consumed) and load it into the dataset.")

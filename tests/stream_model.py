@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from episodestream._plan.sampling import EMIT
 from episodestream._base.world import World
-from episodestream._runtime.face import source_of
+from episodestream._runtime.face import runtime_of
 
 
 def emits(steps) -> list[tuple[int, int]]:
@@ -22,7 +22,7 @@ def worker_streams(dataset, *, num_workers: int, epoch: int | None = None) -> li
     (default: the dataset's next one), from this dataset's rank."""
     epoch = dataset.epoch if epoch is None else epoch
     workers = max(1, num_workers)
-    return [emits(source_of(dataset).schedule(World(dataset.rank, dataset.world_size, worker, workers), epoch))
+    return [emits(runtime_of(dataset).schedule(World(dataset.rank, dataset.world_size, worker, workers), epoch))
             for worker in range(workers)]
 
 

@@ -17,7 +17,7 @@ from episodestream._plan.mixing import (
     EpochTooLargeError,
     LegPlan,
     MixLeg,
-    Source,
+    ComponentEpoch as Source,
     initial_passes,
     largest_remainder,
     plan_mixture_resume,

@@ -60,7 +60,7 @@ from episodestream import EpisodeLoader, EpisodeStreamingDataset, SourceStats
 from episodestream.tools.synthetic import write_synthetic_dataset
 from episodestream._sample import chw as _chw
 from episodestream._base.world import World
-from episodestream._runtime.face import source_of
+from episodestream._runtime.face import runtime_of
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # `episodestream bench` runs this file by path
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -258,7 +258,7 @@ def decode_calls(dataset: EpisodeStreamingDataset, num_workers: int) -> list[lis
     for worker in range(max(1, num_workers)):
         world = World(rank=0, world_size=1, worker=worker, num_workers=max(1, num_workers))
         calls = []
-        stream = source_of(dataset).consumer_stream(world, epoch=0)
+        stream = runtime_of(dataset).consumer_stream(world, epoch=0)
         for group in stream.groups():
             wanted: dict[str, set[float]] = {}
             for pending in group.pendings:

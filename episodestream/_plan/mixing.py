@@ -53,7 +53,7 @@ _PASS_SEED, _INTERLEAVE = 0, 1
 
 
 @dataclass(frozen=True)
-class Source:
+class ComponentEpoch:
     """What the planner needs of one component: its selected episodes and how it streams."""
 
     segments: tuple[Segment, ...]
@@ -162,7 +162,7 @@ def _check_passes(counts: Sequence[int], lengths: Sequence[int], weights: Sequen
                 f"passes of one dataset. Raise the smallest weights, or give stop= a smaller number of samples.")
 
 
-def initial_passes(sources: Sequence[Source], counts: Sequence[int], world_size: int) -> tuple[tuple[Pass, ...], ...]:
+def initial_passes(sources: Sequence[ComponentEpoch], counts: Sequence[int], world_size: int) -> tuple[tuple[Pass, ...], ...]:
     """Each component's passes in an epoch's first leg, from its per-rank count."""
     out = []
     for source, count in zip(sources, counts):
@@ -192,7 +192,7 @@ def _interleave_rng(seed: int, epoch: int, leg: int, world: World) -> np.random.
 class LegPlan:
     """One leg of a mixture epoch under one layout (ranks, workers, pool sizes)."""
 
-    def __init__(self, sources: Sequence[Source], passes: Sequence[Sequence[Pass]], *, seed: int, epoch: int,
+    def __init__(self, sources: Sequence[ComponentEpoch], passes: Sequence[Sequence[Pass]], *, seed: int, epoch: int,
                  leg: int, world_size: int, num_workers: int, pool_sizes: Sequence[int]) -> None:
         self.sources, self.passes = tuple(sources), tuple(tuple(p) for p in passes)
         self.seed, self.epoch, self.leg = seed, epoch, leg
@@ -371,7 +371,7 @@ def _available_batches(leg: LegPlan, spec: MixLeg) -> int:
                    for c in leg.worker_counts(rank)) for rank in range(leg.world_size))
 
 
-def plan_mixture_resume(sources: Sequence[Source], *, seed: int, epoch: int, weights: Sequence[float] | None,
+def plan_mixture_resume(sources: Sequence[ComponentEpoch], *, seed: int, epoch: int, weights: Sequence[float] | None,
                         stop: str | int, legs: Sequence[MixLeg], world_size: int, num_workers: int,
                         pool_sizes: Sequence[int]) -> MixResume | None:
     """Where to restart ``epoch`` after ``legs`` (the last one holding the batches consumed so far)

@@ -1,6 +1,6 @@
 """``StreamingFace``: what the public streaming classes (``EpisodeStreamingDataset``, ``EpisodeMixture``)
 share, written once: their epoch, length, iteration and resume calls, each handed to the face's
-runtime (``StreamSource``). A face adds only its own construction and what it tells about itself.
+runtime (``StreamRuntime``). A face adds only its own construction and what it tells about itself.
 """
 
 from __future__ import annotations
@@ -18,28 +18,28 @@ from episodestream._runtime.pipeline import stream_samples
 from episodestream._runtime.placement import current_world
 from episodestream._runtime.position import is_consumer_state
 from episodestream._runtime.stream import ConsumerStream
-from episodestream._runtime.stream_source import StreamSource
+from episodestream._runtime.stream_runtime import StreamRuntime
 
 
 class StreamingFace(torch.utils.data.IterableDataset):
-    """The base of the public classes that stream: they hold their runtime in ``_source``."""
+    """The base of the public classes that stream: they hold their runtime in ``_runtime``."""
 
-    _source: StreamSource
+    _runtime: StreamRuntime
     _face: ClassVar[str]  # "dataset", "mixture": what messages and trace process names call it
 
     @property
     def epoch(self) -> int:
         """The epoch the next iteration streams."""
-        return self._source.epoch
+        return self._runtime.epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration streams (reaches persistent DataLoader workers too)."""
-        self._source.set_epoch(check_int("epoch", epoch, minimum=0))
+        self._runtime.set_epoch(check_int("epoch", epoch, minimum=0))
 
     def __len__(self) -> int:
         """Samples this rank yields in the next iteration: its share of the epoch, or what is left of
         a resumed epoch (assuming the saving run's num_workers)."""
-        return self._source.num_samples()
+        return self._runtime.num_samples()
 
     def _refusal(self) -> BaseException | None:
         """An error the first ``next()`` raises instead of streaming (None: stream)."""
@@ -52,7 +52,7 @@ class StreamingFace(torch.utils.data.IterableDataset):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         # Not a generator itself: the epoch is marked started when the DataLoader asks for the
         # iterator, so a checkpoint taken before the first batch already names this epoch.
-        source = self._source
+        source = self._runtime
         world = current_world(source.rank, source.world_size)
         if (refused := self._refusal()) is not None:
             return raising(refused)
@@ -67,7 +67,7 @@ class StreamingFace(torch.utils.data.IterableDataset):
         return self._samples(source.consumer_stream(world, epoch))
 
     def _samples(self, stream: ConsumerStream) -> Iterator[dict[str, Any]]:
-        position = self._source.position
+        position = self._runtime.position
         for sample in stream_samples(stream, **self._decode_settings()):
             position.samples_yielded += 1  # before the yield: a state taken once the sample is out counts it
             yield sample
@@ -81,7 +81,7 @@ class StreamingFace(torch.utils.data.IterableDataset):
         ``batch_size``, ``num_workers`` and ``drop_last`` (``stream_state(loader, n)`` does) and passes
         the result to ``load_state_dict`` on restart; torchdata's StatefulDataLoader saves it as it
         is, per consumer."""
-        return self._source.state_dict()
+        return self._runtime.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any], *, strict: bool = True) -> None:
         """Resume from ``state``: a trainer's state (``stream_state``'s, ``EpisodeLoader.state_dict()``),
@@ -93,14 +93,14 @@ class StreamingFace(torch.utils.data.IterableDataset):
         strict = check_bool("strict", strict)
         refuse_loader_state(state, face=self._face)
         if is_consumer_state(state):
-            self._source.load_consumer_state(state, strict=strict)
+            self._runtime.load_consumer_state(state, strict=strict)
             return
-        self._source.apply_state(self._source.check_state(state, strict=strict))
+        self._runtime.apply_state(self._runtime.check_state(state, strict=strict))
 
 
-def source_of(face: object, *, needs: str = "EpisodeLoader needs") -> StreamSource:
+def runtime_of(face: object, *, needs: str = "EpisodeLoader needs") -> StreamRuntime:
     """``face``'s runtime; for anything that does not stream, a ``TypeError`` that starts with ``needs``."""
     if not isinstance(face, StreamingFace):
         raise TypeError(f"{needs} an EpisodeStreamingDataset (or another stream source, such as an "
                         f"EpisodeMixture), got {type(face).__name__}.")
-    return face._source
+    return face._runtime

@@ -25,7 +25,7 @@ from typing import Any
 
 from episodestream._base.world import World
 from episodestream._runtime.position import ConsumerPosition, is_consumer_state, without_consumer
-from episodestream._runtime.stream_source import StreamSource
+from episodestream._runtime.stream_runtime import StreamRuntime
 
 # The parts of torchdata's state read here (stateful_dataloader.py's class constants, torchdata 0.11).
 _KEYS = {"snapshot": "_snapshot", "main": "_main_snapshot", "workers": "_worker_snapshots",
@@ -86,7 +86,7 @@ def _dataset_state(part: Any, where: str) -> Mapping[str, Any]:
     return dataset_state
 
 
-def trainer_state(source: StreamSource, saved: SavedLoader, *, batch_size: int, drop_last: bool) -> dict[str, Any]:
+def trainer_state(source: StreamRuntime, saved: SavedLoader, *, batch_size: int, drop_last: bool) -> dict[str, Any]:
     """``saved`` as a trainer's state of ``source``: the batches its loader took this epoch, with
     ``batch_size`` and ``drop_last`` (the resuming loader's), checked against every consumer."""
     common = without_consumer(saved.consumers[0])
@@ -119,7 +119,7 @@ def _placed(positions: Sequence[ConsumerPosition], num_workers: int) -> list[Con
     return placed
 
 
-def _check_positions(source: StreamSource, state: Mapping[str, Any], snapshot: Mapping[str, Any],
+def _check_positions(source: StreamRuntime, state: Mapping[str, Any], snapshot: Mapping[str, Any],
                      placed: Sequence[ConsumerPosition], num_workers: int) -> None:
     """The trainer's ``state`` must put every consumer where its ``snapshot`` (the legs its iteration
     continued, and what it yielded since) says it is, under the saving run's layout; else the batch

@@ -94,7 +94,7 @@ class MixtureStats:
 
     def __init__(self, components: Sequence[Any], schema: MixtureSchema, renames: Sequence[Mapping[str, str]],
                  weights: Sequence[Fraction]) -> None:
-        self._cores = [c.core for c in components]  # DatasetSource.core: files, meta, selection
+        self._cores = [c.core for c in components]  # DatasetRuntime.core: files, meta, selection
         self._schema, self._renames, self._weights = schema, [dict(r) for r in renames], list(weights)
 
     def provenance(self) -> dict[str, str]:

@@ -38,7 +38,7 @@ class _Renamer:
         return {table.get(k, k): v for k, v in mapping.items()}
 
 
-class SourceBuilder:
+class ComponentBuilder:
     """A component's ``SampleBuilder`` for samples whose keys the mixture renamed: decoding and
     in-place frame writes as the component's; ``finish`` runs the component's own (its
     ``image_transforms`` name its own keys) and renames the result."""
@@ -97,7 +97,7 @@ class MixedBuilder:
     """The builder of groups mixing components: each sample decoded and finished by its own
     component's builder (``dataset_index`` says which), files decoded once per component part."""
 
-    def __init__(self, builders: Sequence[SourceBuilder], *, frames_in_place: bool = True) -> None:
+    def __init__(self, builders: Sequence[ComponentBuilder], *, frames_in_place: bool = True) -> None:
         self._builders = list(builders)
         # In-place frame writes need one conversion for all (the loader checks every builder).
         self.frame_dtype = builders[0].frame_dtype
@@ -137,7 +137,7 @@ class MixtureStream(ConsumerStream):
         self._group_size = self.group_size = group_size
         self._renamers = [_Renamer(r) if r else None for r in renames]
         self._adapters: list[ComponentAdapter | None] = list(adapters) if adapters is not None else [None] * len(streams)
-        self.builder = MixedBuilder([SourceBuilder(s.builder, r, a) for s, r, a in
+        self.builder = MixedBuilder([ComponentBuilder(s.builder, r, a) for s, r, a in
                                      zip(self._streams, self._renamers, self._adapters)],
                                     frames_in_place=frames_in_place)
         self._finished = finished
@@ -161,7 +161,7 @@ class MixtureStream(ConsumerStream):
             return PendingSample(item, keys, pending.windowed, pending.queries, pending.task)
         item = adapter.adapt_item(item, self.builder.frame_dtype)
         # Cameras the mixture leaves out are not decoded, unless the component's image_transforms
-        # expect them (then SourceBuilder.finish drops them after).
+        # expect them (then ComponentBuilder.finish drops them after).
         kept = [j for j, key in enumerate(keys)
                 if key not in adapter.drop or not self._streams[component].builder.writes_in_place]
         if len(kept) == len(keys):

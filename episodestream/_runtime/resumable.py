@@ -49,7 +49,7 @@ class LoadedRequest:
 
 
 class Resumable(ABC):
-    """The resume half of a streaming runtime (``StreamSource``)."""
+    """The resume half of a streaming runtime (``StreamRuntime``)."""
 
     state_format: ClassVar[str]  # the ``format`` its states carry
     state_kind: ClassVar[str]  # "stream", "mixture": what errors call its states

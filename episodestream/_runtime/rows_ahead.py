@@ -4,7 +4,7 @@ A remote episode's rows are a ranged read of its data file (``_format.rows.RowRe
 trip once the footer is known), made when the pool admits the episode, in the consumer's own
 thread, which decodes nothing meanwhile: at the start of a pass the pool admits its second episode
 within the first batch, and that batch waits for the round trip. Prefetching already admits each
-episode's video a few admissions ahead (``dataset_source._admit_ahead``); ``ahead(episode)`` starts
+episode's video a few admissions ahead (``dataset_runtime._admit_ahead``); ``ahead(episode)`` starts
 its rows' read then, and ``read(episode)`` at the admission takes the result.
 
 Every read, ahead or not, runs on one thread of this object's, in the order asked for, so the

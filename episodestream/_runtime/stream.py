@@ -1,6 +1,6 @@
 """The seam between what streams samples (a dataset, a mixture) and what pulls them (the loaders).
 
-A stream source (``stream_source.StreamSource``) opens, per consumer and epoch, a ``ConsumerStream``:
+A stream source (``stream_runtime.StreamRuntime``) opens, per consumer and epoch, a ``ConsumerStream``:
 decode groups planned in stream order (rows read, video admitted, frames still to decode), the one
 ``GroupBuilder`` that decodes and finishes them, and fresh decoders for each decode thread. The
 dataset's own ``__iter__`` and ``EpisodeLoader`` both pull from it, so neither reaches into the

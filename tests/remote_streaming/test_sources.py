@@ -147,7 +147,7 @@ def test_dataloader_workers_read_s3_through_one_node_cache(dataset_root, tmp_pat
             clone = pickle.loads(pickle.dumps(files))  # as a spawned worker receives it
             assert clone._process is None and clone.read_bytes("meta/info.json") == files.read_bytes("meta/info.json")
             clone.close()
-            turns = dataset._source.turns._slots  # shared with the (forked) workers
+            turns = dataset._runtime.turns._slots  # shared with the (forked) workers
             for iteration, expected in enumerate(epochs, start=1):
                 assert_same_samples(list(torch.utils.data.DataLoader(dataset, **loader)), expected)
                 # Both workers passed their turns on in this DataLoader iteration.

@@ -1,4 +1,4 @@
-"""``DatasetSource``: an ``EpisodeStreamingDataset``'s runtime (see ``stream_source``).
+"""``DatasetRuntime``: an ``EpisodeStreamingDataset``'s runtime (see ``stream_runtime``).
 
 Per consumer and epoch it makes the schedule (``_plan``), runs it through the pool of held episodes
 (rows read, video admitted ahead, samples planned in groups) and hands the groups to a loader as a
@@ -29,7 +29,7 @@ from episodestream._runtime.rows_ahead import RowsAhead
 from episodestream._plan.saved_state import identity_checks
 from episodestream._runtime.resumable import LoadedRequest
 from episodestream._runtime.stream import ConsumerStream, PlannedGroup
-from episodestream._runtime.stream_source import StreamSource
+from episodestream._runtime.stream_runtime import StreamRuntime
 from episodestream._runtime.turns import WorkerTurns
 from episodestream._sample.builder import PendingSample, SampleBuilder
 from episodestream._sample.holds import HeldEpisodes
@@ -59,7 +59,7 @@ def default_decode_group_size(meta: DatasetMeta) -> int:
     return 16 if meta.episodes_share_video_files else 32
 
 
-class DatasetSource(StreamSource):
+class DatasetRuntime(StreamRuntime):
     """A dataset's epoch, consumer streams and resume position."""
 
     state_format = STATE_FORMAT
@@ -254,14 +254,14 @@ def _admit_ahead(steps: Iterator[Step], videos: EpisodeVideos, episodes,
 class _DatasetStream(ConsumerStream):
     """One consumer's pass over a dataset's steps (see ``stream.ConsumerStream``)."""
 
-    def __init__(self, source: DatasetSource, steps: Iterator[Step], num_samples: int, epoch: int,
+    def __init__(self, source: DatasetRuntime, steps: Iterator[Step], num_samples: int, epoch: int,
                  turn: Turn | None) -> None:
         self.num_samples = num_samples
         self.num_cameras = len(source.core.meta.video_keys)
         self.builder = source.core.builder
         self.group_size = source.settings.decode_group_size
         self.decoders_outlive_pass = source.core.files.videos_stay_in_place
-        self._source = source
+        self._runtime = source
         self._epoch = epoch
         self._steps = steps
         self._turn = turn
@@ -271,19 +271,19 @@ class _DatasetStream(ConsumerStream):
 
     def groups(self) -> Iterator[PlannedGroup]:
         if self._groups is None:
-            self._videos = self._source.core.episode_videos(turn=self._turn)
-            self._groups = self._source.planned_groups(self._steps, self._videos)
+            self._videos = self._runtime.core.episode_videos(turn=self._turn)
+            self._groups = self._runtime.planned_groups(self._steps, self._videos)
         return self._groups
 
     def open_decoders(self) -> DecoderCache:
-        return self._source.core.decoder_cache(self._source.settings.episode_pool_size)
+        return self._runtime.core.decoder_cache(self._runtime.settings.episode_pool_size)
 
     def release(self, group: PlannedGroup) -> None:
         for episode in group.evicted:
             self._videos.evict(episode)  # type: ignore[union-attr]  # a group comes from groups()
 
     def finished(self) -> None:
-        self._source.shared_epoch.finished(self._epoch)
+        self._runtime.shared_epoch.finished(self._epoch)
 
     def close(self) -> None:
         # Every loader closes its stream, whether it ended (stream_samples closes before

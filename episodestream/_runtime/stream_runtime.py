@@ -1,8 +1,8 @@
 """The package-internal component API: what loaders and mixtures drive.
 
 A public streaming class (``EpisodeStreamingDataset``, ``EpisodeMixture``) is a face: it checks its
-arguments and holds one ``StreamSource``, its runtime. ``EpisodeLoader`` and ``EpisodeMixture`` reach
-a face's runtime only through ``source_of``, never through its privates, and the faces keep their
+arguments and holds one ``StreamRuntime``, its runtime. ``EpisodeLoader`` and ``EpisodeMixture`` reach
+a face's runtime only through ``runtime_of``, never through its privates, and the faces keep their
 public surface to what users call (iterate, ``len``, ``set_epoch``, ``state_dict`` /
 ``load_state_dict``). A runtime's resume half (saving, checking and applying states) is
 ``_runtime.resumable``'s, written once for datasets and mixtures.
@@ -17,7 +17,7 @@ from episodestream._runtime.resumable import Resumable
 from episodestream._runtime.stream import ConsumerStream
 
 
-class StreamSource(Resumable):
+class StreamRuntime(Resumable):
     """One streaming face's runtime: its epoch, its consumers' streams and its resume position."""
 
     @property

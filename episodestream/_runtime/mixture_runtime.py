@@ -1,7 +1,7 @@
-"""``MixtureSource``: an ``EpisodeMixture``'s runtime (see ``stream_source``).
+"""``MixtureRuntime``: an ``EpisodeMixture``'s runtime (see ``stream_runtime``).
 
 It runs ``_plan.mixing`` for a consumer (counts by weight and ``stop``, each component's passes, the
-interleave order), opens the components' streams through their own runtimes (``DatasetSource``)
+interleave order), opens the components' streams through their own runtimes (``DatasetRuntime``)
 and interleaves them (``mixture_stream.MixtureStream``); it holds the shared epoch and the loaded
 resume request, and checks and applies mixture states.
 """
@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from episodestream._base.world import World
-from episodestream._plan.mixing import LegPlan, MixResume, Source, initial_passes, plan_mixture_resume, rank_counts
+from episodestream._plan.mixing import LegPlan, MixResume, ComponentEpoch, initial_passes, plan_mixture_resume, rank_counts
 from episodestream._plan.resume import Leg, read_pools
 from episodestream._plan.sampling import Step
-from episodestream._runtime.dataset_source import DatasetSource
+from episodestream._runtime.dataset_runtime import DatasetRuntime
 from episodestream._runtime.epoch import SharedEpoch
 from episodestream._runtime.mixture_schema import MixtureSchema
 from episodestream._runtime.mixture_stream import MixtureStream
@@ -25,13 +25,13 @@ from episodestream._runtime.position import StreamPosition
 from episodestream._plan.saved_state import identity_checks
 from episodestream._runtime.resumable import LoadedRequest
 from episodestream._runtime.stream import ConsumerStream
-from episodestream._runtime.stream_source import StreamSource
+from episodestream._runtime.stream_runtime import StreamRuntime
 
 MIXTURE_STATE_FORMAT = "episodestream.mixture_state/2"
 
 
 
-class MixtureSource(StreamSource):
+class MixtureRuntime(StreamRuntime):
     """A mixture's epoch, consumer streams and resume position, over its components' runtimes."""
 
     state_format = MIXTURE_STATE_FORMAT
@@ -39,7 +39,7 @@ class MixtureSource(StreamSource):
     state_what = "mixture"
     pools_key = "pool_sizes"
 
-    def __init__(self, components: Sequence[DatasetSource], *, weights: tuple[float, ...] | None, seed: int,
+    def __init__(self, components: Sequence[DatasetRuntime], *, weights: tuple[float, ...] | None, seed: int,
                  stop: str | int, renames: Sequence[Mapping[str, str]], schema: MixtureSchema) -> None:
         self.components = list(components)
         self.schema = schema  # the mixture's keys and each component's adapter (``keys=``)
@@ -64,8 +64,8 @@ class MixtureSource(StreamSource):
 
     pools = pool_sizes
 
-    def _sources(self, epoch: int) -> list[Source]:
-        return [Source(tuple(c.segments(epoch)), c.settings.seed, c.settings.shuffle) for c in self.components]
+    def _sources(self, epoch: int) -> list[ComponentEpoch]:
+        return [ComponentEpoch(tuple(c.segments(epoch)), c.settings.seed, c.settings.shuffle) for c in self.components]
 
     def rank_counts(self) -> list[int]:
         """Samples each component gives every rank in a fresh epoch."""
