@@ -27,8 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-# PyTorch has no public accessor for a storage's use count; without this one, memory is not reused.
-_use_count = getattr(torch._C, "_storage_Use_Count", None)
+from episodestream._runtime.private_apis import storage_use_count
 
 
 @dataclass
@@ -48,9 +47,11 @@ class BatchMemory:
         self.reused = 0  # tensors handed out again (for tests and benchmarks)
         # The use count of a storage held by one tensor and the storage's Python object alone,
         # measured here rather than assumed (it differs between PyTorch versions).
-        if _use_count is not None:
+        # PyTorch has no public accessor for a storage's use count; without it, memory is not reused.
+        self._use_count = use_count = storage_use_count()
+        if use_count is not None:
             probe = torch.empty(1)
-            self._own_count = _use_count(probe.untyped_storage()._cdata)
+            self._own_count = use_count(probe.untyped_storage())
             # The Python references a lent entry holds alone, measured as ``_is_free`` reads them.
             alone = _Lent(probe, probe.untyped_storage(), 0)
             del probe
@@ -76,10 +77,11 @@ class BatchMemory:
         one that means "free". Anything else holding it then (a numpy view left alive, say) makes
         the count differ from a lone tensor's, and the memory is simply not reused.
         """
-        if _use_count is None or tensor.device.type != "cpu" or tensor.is_pinned():
+        use_count = self._use_count
+        if use_count is None or tensor.device.type != "cpu" or tensor.is_pinned():
             return tensor[:rows] if rows < tensor.shape[0] else tensor.view(tensor.shape)
         storage = tensor.untyped_storage()
-        alone = _use_count(storage._cdata) == self._own_count
+        alone = use_count(storage) == self._own_count
         view = tensor[:rows] if rows < tensor.shape[0] else tensor.view(tensor.shape)
         if alone:
             with self._lock:
@@ -89,9 +91,10 @@ class BatchMemory:
         return view
 
     def _is_free(self, lent: _Lent) -> bool:
-        # Only lent while _use_count exists (``lend`` keeps nothing without it).
-        return (_use_count is not None and not lent.storage.is_shared()
-                and _use_count(lent.storage._cdata) <= lent.free_at
+        # Only lent while the use count exists (``lend`` keeps nothing without it).
+        use_count = self._use_count
+        return (use_count is not None and not lent.storage.is_shared()
+                and use_count(lent.storage) <= lent.free_at
                 and all(now <= own for now, own in zip(_python_refs(lent), self._own_refs)))
 
 

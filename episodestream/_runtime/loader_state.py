@@ -13,7 +13,7 @@ The batch size is the resuming loader's: a state does not record the saving load
 the same is checked, not assumed: the trainer's state must put every saved consumer exactly where
 its own snapshot says it is, or the conversion is refused.
 
-torchdata's state layout is its own (private) format; what is read of it is named in ``_KEYS`` and
+torchdata's state layout is its own (private) format; what is read of it is named by ``private_apis.torchdata_state_keys`` and
 checked, and ``tests/test_stateful_dataloader.py`` runs it against the real package.
 """
 
@@ -24,13 +24,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from episodestream._base.world import World
+from episodestream._runtime.private_apis import TORCHDATA_KEYS, torchdata_state_keys
 from episodestream._runtime.position import ConsumerPosition, is_consumer_state, without_consumer
 from episodestream._runtime.stream_runtime import StreamRuntime
 
-# The parts of torchdata's state read here (stateful_dataloader.py's class constants, torchdata 0.11).
-_KEYS = {"snapshot": "_snapshot", "main": "_main_snapshot", "workers": "_worker_snapshots",
-         "num_workers": "_num_workers", "steps_since": "_steps_since_snapshot", "dataset": "dataset_state",
-         "single_yielded": "_num_yielded"}
+
+def _keys() -> dict[str, str]:
+    """The parts of torchdata's state read here (``private_apis.torchdata_state_keys``: checked)."""
+    return torchdata_state_keys()
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,8 @@ class SavedLoader:
 
 def is_loader_state(state: Any) -> bool:
     """A StatefulDataLoader's ``state_dict()`` (multi-process or single-process layout)."""
-    return isinstance(state, Mapping) and (_KEYS["snapshot"] in state or _KEYS["single_yielded"] in state)
+    # Told by the verified layout's keys: no torchdata import just to see what a state is.
+    return isinstance(state, Mapping) and (TORCHDATA_KEYS["snapshot"] in state or TORCHDATA_KEYS["single_yielded"] in state)
 
 
 def refuse_loader_state(state: Mapping[str, Any], *, face: str) -> None:
@@ -60,26 +62,26 @@ def refuse_loader_state(state: Mapping[str, Any], *, face: str) -> None:
 
 def read_loader_state(state: Mapping[str, Any]) -> SavedLoader:
     """The consumers of a StatefulDataLoader ``state_dict()``, every part checked."""
-    if _KEYS["single_yielded"] in state:  # num_workers=0: the main process's dataset state, current
+    if _keys()["single_yielded"] in state:  # num_workers=0: the main process's dataset state, current
         return SavedLoader((_dataset_state(state, "state"),), 0, 0)
-    snapshot = state.get(_KEYS["snapshot"])
-    if not isinstance(snapshot, Mapping) or not isinstance(snapshot.get(_KEYS["main"]), Mapping):
-        raise ValueError(f"Not a StatefulDataLoader state: state[{_KEYS['snapshot']!r}][{_KEYS['main']!r}] is "
+    snapshot = state.get(_keys()["snapshot"])
+    if not isinstance(snapshot, Mapping) or not isinstance(snapshot.get(_keys()["main"]), Mapping):
+        raise ValueError(f"Not a StatefulDataLoader state: state[{_keys()['snapshot']!r}][{_keys()['main']!r}] is "
                          f"missing (keys: {sorted(state)}).")
-    num_workers = snapshot[_KEYS["main"]].get(_KEYS["num_workers"])
-    workers = snapshot.get(_KEYS["workers"])
+    num_workers = snapshot[_keys()["main"]].get(_keys()["num_workers"])
+    workers = snapshot.get(_keys()["workers"])
     if not isinstance(num_workers, int) or not isinstance(workers, Mapping) or len(workers) != num_workers:
         raise ValueError(f"The StatefulDataLoader state names num_workers={num_workers!r} but holds "
                          f"{len(workers) if isinstance(workers, Mapping) else workers!r} worker snapshots.")
     consumers = tuple(_dataset_state(workers.get(f"worker_{w}"), f"worker_{w}'s snapshot") for w in range(num_workers))
-    steps = state.get(_KEYS["steps_since"], 0)
+    steps = state.get(_keys()["steps_since"], 0)
     if not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"state[{_KEYS['steps_since']!r}] must be a count of batches, got {steps!r}.")
+        raise ValueError(f"state[{_keys()['steps_since']!r}] must be a count of batches, got {steps!r}.")
     return SavedLoader(consumers, num_workers, steps)
 
 
 def _dataset_state(part: Any, where: str) -> Mapping[str, Any]:
-    dataset_state = part.get(_KEYS["dataset"]) if isinstance(part, Mapping) else None
+    dataset_state = part.get(_keys()["dataset"]) if isinstance(part, Mapping) else None
     if not isinstance(dataset_state, Mapping) or not is_consumer_state(dataset_state):
         raise ValueError(f"The StatefulDataLoader state's {where} holds no EpisodeStreamingDataset state "
                          f"(got {dataset_state!r:.200}): was it saved by a loader over another dataset?")
