@@ -254,3 +254,30 @@ def test_a_union_mixture_of_depth_and_language_datasets(depth_root, tmp_path):
         assert len(batch["language_persistent"]) == len(from_depth)
         seen |= set(batch["dataset_index"].tolist())
     assert seen == {0, 1}
+
+
+@pytest.mark.parametrize("dims", [2, 3, 4, 5])
+def test_array_nd_columns_read_through_their_storage(dims):
+    """``datasets``' Array2D..Array5D extension columns (LeRobot's shaped features), any stored dtype."""
+    from datasets.features import features as hf
+
+    from episodestream._format.dtypes import sample_values
+
+    shape = (2, 3, 1, 2, 1)[:dims]
+    kind = {2: hf.Array2DExtensionType, 3: hf.Array3DExtensionType, 4: hf.Array4DExtensionType,
+            5: hf.Array5DExtensionType}[dims]
+    values = np.arange(4 * int(np.prod(shape)), dtype=np.float64).reshape(4, *shape) / 3
+    storage = pa.array(values.tolist(), kind(shape, "float64").storage_type)
+    column = pa.ExtensionArray.from_storage(kind(shape, "float64"), storage)
+    got = sample_values(column, "float64", shape, "test column")
+    assert got.dtype == np.float32 and got.shape == (4, *shape)
+    np.testing.assert_array_equal(got, values.astype(np.float32))
+
+
+def test_declared_float16_rounds_through_float16_and_uint64_beyond_int64_is_refused():
+    from episodestream._format.dtypes import sample_values
+
+    got = sample_values(pa.array([0.1, 1 / 3], pa.float64()), "float16", (1,), "w")
+    np.testing.assert_array_equal(got, np.array([0.1, 1 / 3]).astype(np.float16).astype(np.float32))
+    with pytest.raises(DatasetFormatError, match=r"w: declared 'uint64', holds 18446744073709551615, beyond int64"):
+        sample_values(pa.array([2**64 - 1], pa.uint64()), "uint64", (1,), "w")
