@@ -281,3 +281,18 @@ def test_declared_float16_rounds_through_float16_and_uint64_beyond_int64_is_refu
     np.testing.assert_array_equal(got, np.array([0.1, 1 / 3]).astype(np.float16).astype(np.float32))
     with pytest.raises(DatasetFormatError, match=r"w: declared 'uint64', holds 18446744073709551615, beyond int64"):
         sample_values(pa.array([2**64 - 1], pa.uint64()), "uint64", (1,), "w")
+
+
+def test_a_one_step_window_on_a_video_key_is_a_frame_as_lerobots(depth_root):
+    """LeRobot squeezes a video query's leading axis: a one-step window gives (C, H, W), with its
+    (1,) ``_is_pad``; a tabular one keeps its step axis."""
+    windows = {FRONT: [-1 / FPS], DEPTH: [0.0], "observation.state": [0.0]}
+    reference = EpisodeDataset(depth_root, delta_timestamps=windows)
+    sample = reference[9]  # episode 1, frame 0: the front camera's step pads
+    assert tuple(sample[FRONT].shape) == (3, 64, 64) and tuple(sample[DEPTH].shape) == (1, 64, 64)
+    assert sample[f"{FRONT}_is_pad"].tolist() == [True] and tuple(sample["observation.state"].shape) == (1, 6)
+    batch = next(iter(EpisodeLoader(EpisodeStreamingDataset(depth_root, delta_timestamps=windows, seed=1),
+                                    batch_size=4)))
+    assert tuple(batch[FRONT].shape) == (4, 3, 64, 64) and tuple(batch[DEPTH].shape) == (4, 1, 64, 64)
+    for row, index in enumerate(batch["index"].tolist()):
+        assert torch.equal(batch[FRONT][row], reference[index][FRONT])

@@ -175,7 +175,9 @@ class SampleBuilder:
         for key, span in episode.videos.items():
             window = offsets.get(key)
             video_keys.append(key)
-            windowed.append(window is not None)
+            # LeRobot squeezes a video query's leading axis (``_query_videos``: ``frames.squeeze(0)``),
+            # so a one-step window is a frame, (C, H, W), as without a window; its ``_is_pad`` stays.
+            windowed.append(window is not None and len(window) > 1)
             # Time within the file: the episode's start in it plus the row's own timestamp, never index/fps.
             if window is None:
                 times = [span.from_timestamp_s + float(timestamps[frame])]

@@ -87,9 +87,11 @@ def test_map_style_equals_lerobot(written, name, options):
             np.testing.assert_array_equal(ours.meta.stats[key][stat], value, err_msg=f"{key} {stat}")
 
 
-def test_windows_equal_lerobot(written):
-    theirs = theirs_of(written["av1"], delta_timestamps=WINDOWS)
-    ours = EpisodeDataset(written["av1"], delta_timestamps=WINDOWS)
+@pytest.mark.parametrize("windows", [WINDOWS, {RGB: [-1 / FPS], DEPTH: [0.0], "observation.state": [0.0]}],
+                         ids=["windows", "one-step"])
+def test_windows_equal_lerobot(written, windows):
+    theirs = theirs_of(written["av1"], delta_timestamps=windows)
+    ours = EpisodeDataset(written["av1"], delta_timestamps=windows)
     for i in range(TOTAL):
         assert_same(ours[i], theirs[i], i)
 
