@@ -2,9 +2,10 @@
 
 Each is one request (a listing: one per page) sent through the download path
 (``DownloadFetch.send``: a permit of the Hub's node-wide budget, one retry policy, failures seen by
-the controller), not through ``HfApi``, whose calls go through ``http_backoff`` (retries the
-controller never sees) and ``build_hf_headers`` (an agent-harness registry request on a process's
-first call; ``_remote.transport.hub_http``). Errors are huggingface_hub's own
+the controller), not through ``HfApi`` / ``HfFileSystem``, whose listings page through
+``http_backoff`` (retries the controller never sees) and whose headers come from
+``build_hf_headers`` (an agent-harness registry request on a process's first call;
+``_remote.transport.hub_http``). Errors are huggingface_hub's own
 (``RepositoryNotFoundError``, ``RevisionNotFoundError``, ``EntryNotFoundError``, ``HfHubHTTPError``)
 after one attempt, or a ``DownloadError`` when the link failed for good.
 
