@@ -7,7 +7,7 @@ from episodestream._base.paths import default_cache_dir
 from episodestream._remote.cache.node_cache import CacheStats, EntryState, NodeCache
 from episodestream._format.mp4 import Mp4LayoutError
 from episodestream._remote.transport.config import ControllerConfig
-from episodestream._remote.transport.retry import DownloadError
+from episodestream._remote.transport.request import DownloadError
 
 __all__ = [
     "CacheFullError",

@@ -21,13 +21,13 @@ import pytest
 
 from episodestream._remote.transport.config import ControllerConfig
 from episodestream._remote.transport.controller import DownloadController
-from episodestream._remote.transport.retry import DownloadError, RetryPolicy
+from episodestream._remote.transport.request import DownloadError, RetryPolicy
 from episodestream._remote.transport.estimator import LinkEstimator
 from episodestream._remote.transport.permits import NodePermits
 from episodestream._remote.transport.config import env_var
 from episodestream._remote.transport.controller import LOGGER_NAME, STATE_FLUSH_INTERVAL_S, STATE_FLUSH_TRANSFERS
 from episodestream._remote.transport.failures import parse_retry_after
-from episodestream._remote.transport.retry import redact_url
+from episodestream._base.redact import redact_url
 
 KIB = 1024
 BANDWIDTH = 20e6   # bytes/s of the "normal" link in these tests

@@ -13,7 +13,7 @@ import traceback
 import pytest
 
 from episodestream import EpisodeStreamingDataset
-from episodestream._remote.transport.retry import DownloadError
+from episodestream._remote.transport.request import DownloadError
 from episodestream._remote.source.open import open_remote_source
 from episodestream.testing import FakeHub, S3Server, ShapingProxy
 
@@ -144,3 +144,23 @@ def test_retry_after_is_honoured(faults_hub_root, tmp_path, download_knobs):
     assert proxy.stats().throttled_429 == 1 and stats.throttles == 1
     assert waited_s >= 1.0
     assert cuts(files.download, "HTTP 429, Retry-After 1 s")
+
+
+def test_a_listing_retries_under_the_one_policy_and_the_controller_sees_it(faults_hub_root, tmp_path, download_knobs):
+    # The listing was huggingface_hub's (HfFileSystem.find: http_backoff, 6 requests, 1-8 s sleeps,
+    # no throttle seen by the controller); now it is our request path's: max_attempts, cuts.
+    from episodestream._remote.source.resolve import list_source, resolve_source
+    from episodestream._remote.transport.config import ControllerConfig
+    from episodestream._remote.transport.controller import DownloadController
+
+    download_knobs(**{**FAST_KNOBS, "max_attempts": 3})
+    with FakeHub(faults_hub_root) as hub, ShapingProxy(hub.url) as proxy:
+        resolved = resolve_source(REPO, revision=None, storage_options=None, hub_endpoint=proxy.url, token=False)
+        node_budget = DownloadController(config=ControllerConfig.from_env(), name="hf-127.0.0.1")
+        before = node_budget.budget()
+        proxy.update(error_503_rate=1.0)
+        proxy.reset_stats()
+        with pytest.raises(DownloadError, match=r"GET .*/tree/.* failed after 3 attempts \(last HTTP status: 503\)"):
+            list_source(resolved)
+        assert proxy.stats().requests == proxy.stats().injected_503 == 3
+    assert node_budget.budget() < before  # node-wide: the listing's throttles reached the shared budget

@@ -5,6 +5,7 @@ out the error names the file, not a hang or a silent skip."""
 from __future__ import annotations
 
 import shutil
+import threading
 
 import pytest
 
@@ -15,7 +16,7 @@ from episodestream.tools.synthetic import write_synthetic_dataset
 
 from ..conftest import built_once
 from ..remote_streaming.conftest import remote_dataset
-from .conftest import FAST_KNOBS, assert_same_epoch
+from .conftest import FAST_KNOBS, assert_same_epoch, cuts
 
 V21_REPO = "lerobot/v21-faults"
 STREAM = dict(seed=3, episode_pool_size=2, prefetch_episodes=2)
@@ -56,5 +57,44 @@ def test_look_ups_that_keep_failing_name_the_file(v21_faults, tmp_path, download
             with pytest.raises(OSError, match=rf"{V21_REPO}@[0-9a-f]{{40}}/{MP4} failed: .*503"):
                 files.size_bytes(MP4)
             assert proxy.stats().requests == 3  # bounded attempts, huggingface_hub's own retries not in the way
+        finally:
+            files.close()
+
+
+def test_look_ups_hold_download_permits(v21_faults, tmp_path, download_knobs):
+    # One permit on the node, held here: a look-up waits for it, as a read would.
+    download_knobs(**{**FAST_KNOBS, "floor_permits": 1, "initial_permits": 1, "cap_permits": 1})
+    _, hub_root = v21_faults
+    with FakeHub(hub_root) as hub, ShapingProxy(hub.url) as proxy:
+        files = open_remote_source(V21_REPO, cache_dir=tmp_path / "cache", hub_endpoint=proxy.url, token=False)
+        try:
+            controller = files.download.controller(files.filesystem())
+            proxy.reset_stats()
+            with controller.permit():
+                asking = threading.Thread(target=files.size_bytes, args=(MP4,))
+                asking.start()
+                asking.join(0.5)
+                assert asking.is_alive() and proxy.stats().requests == 0
+            asking.join(10)
+            assert not asking.is_alive() and proxy.stats().requests == 1
+            assert files.stats().lookup_requests == 1
+        finally:
+            files.close()
+
+
+def test_throttled_look_ups_cut_the_download_budget(v21_faults, tmp_path, download_knobs):
+    download_knobs(**{**FAST_KNOBS, "max_attempts": 3})
+    _, hub_root = v21_faults
+    with FakeHub(hub_root) as hub, ShapingProxy(hub.url) as proxy:
+        files = open_remote_source(V21_REPO, cache_dir=tmp_path / "cache", hub_endpoint=proxy.url, token=False)
+        try:
+            controller = files.download.controller(files.filesystem())
+            before = controller.budget()
+            proxy.update(error_503_rate=1.0)
+            proxy.reset_stats()
+            with pytest.raises(OSError, match=rf"{MP4} failed: .*503"):
+                files.size_bytes(MP4)
+            assert proxy.stats().injected_503 == 3
+            assert cuts(files.download, "HTTP 503") and controller.budget() < before
         finally:
             files.close()

@@ -4,7 +4,11 @@ local filesystems left alone."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import fsspec
 import pytest
@@ -15,6 +19,8 @@ from episodestream._remote.source.open import open_remote_source
 from episodestream.testing import FakeHub
 
 from ..remote_streaming.conftest import REPO
+
+ROOT = str(Path(__file__).resolve().parents[2])  # the checkout under test
 
 
 def test_default_fetch_reads_knobs_when_called(monkeypatch, tmp_path):
@@ -76,3 +82,23 @@ def test_budget_names_and_local_reads(tmp_path):
     assert fetch.controllers() == {} and fetch.stats().reads == 0
     with pytest.raises(ValueError, match="Invalid name"):
         DownloadFetch(name="a/b")
+
+
+def test_a_cold_hub_build_sends_only_its_own_requests(faults_hub_root, tmp_path):
+    # A fresh process with huggingface_hub's telemetry on (as a user has it): HfApi's headers would
+    # ask the Hub for its agent-harness registry first (one more round trip before the first byte).
+    # Our Hub requests are the commit, the meta/ listing, the whole listing and the metadata files.
+    code = ("import sys; from episodestream._remote.source.open import open_remote_source; "
+            "open_remote_source(sys.argv[1], cache_dir=sys.argv[2], hub_endpoint=sys.argv[3], token=False, "
+            "fetch_metadata=True).close()")
+    with FakeHub(faults_hub_root) as hub:
+        env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "EPISODESTREAM_"))}
+        env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf"), HF_HUB_DISABLE_XET="1",
+                   EPISODESTREAM_DOWNLOAD_PERMITS_DIR=str(tmp_path / "permits"),
+                   PYTHONPATH=os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p))
+        subprocess.run([sys.executable, "-c", code, REPO, str(tmp_path / "cache"), hub.url], env=env, cwd=tmp_path,
+                       check=True, timeout=120)
+        asked = {path: stats.requests for path, stats in hub.stats().by_path.items() if "/resolve/" not in path}
+    sha = hub.main_sha(REPO)
+    assert asked == {f"/api/datasets/{REPO}/revision/main": 1, f"/api/datasets/{REPO}/tree/{sha}/meta": 1,
+                     f"/api/datasets/{REPO}/tree/{sha}": 1}, asked

@@ -40,7 +40,8 @@ from episodestream._remote.transport.process import process_state
 from episodestream._remote.transport.reader import LARGE_READ_BYTES, ChunkedReader, FetchFn, RangedFile, fetch_range
 from episodestream._remote.source.videos import RemoteVideos
 from episodestream._remote.source.resolve import FileEntry, ResolvedSource
-from episodestream._remote.transport.retry import DownloadError, RetryPolicy
+from episodestream._remote.transport.download import DownloadFetch
+from episodestream._remote.transport.request import DownloadError
 
 if TYPE_CHECKING:
     import fsspec
@@ -66,8 +67,6 @@ class _ProcessState:
         self.reader = ChunkedReader(self.fs, files._remote_size, fetch=files._fetch)
         self.holder = secrets.token_hex(6)
         self.held: set[str] = set()
-        # Look-ups retry as downloads do, with the download knobs when the fetch has them.
-        self.policy = RetryPolicy(config=getattr(files._fetch, "config", None))
         # Per process, so that a fork while another thread looks up leaves no lock held in the child.
         self.lookup_lock = threading.Lock()
         self.in_flight: dict[str, threading.Event] = {}  # paths one thread is asking about right now
@@ -96,6 +95,8 @@ class RemoteFiles(DatasetFiles):
         self.cache = cache
         self.fetch_threads = fetch_threads
         self._fetch = fetch
+        # Look-ups are sent as reads are (permits, retries), by the fetch where it can send.
+        self._sender = fetch if isinstance(fetch, DownloadFetch) else DownloadFetch()
         self._process: _ProcessState | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -181,7 +182,7 @@ class RemoteFiles(DatasetFiles):
         if mine:
             found: dict[str, FileEntry | None] = {}
             try:
-                found = look_up(self._resolved, state.fs, mine, policy=state.policy,
+                found = look_up(self._resolved, state.fs, mine, sender=self._sender,
                                 asked=lambda requests: self._count_lookups(state, requests))
             finally:  # on an error, waiters wake to find the paths unknown and ask again themselves
                 with state.lookup_lock:

@@ -88,9 +88,9 @@ def open_remote_source(source: str, *, revision: str | None = None, cache_dir: s
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     fetch = default_fetch(download_config)  # validates the knobs (and reads the environment) up front
     resolved = resolve_source(source, revision=revision, storage_options=storage_options,
-                              hub_endpoint=hub_endpoint, token=token)
+                              hub_endpoint=hub_endpoint, token=token, sender=fetch)
     fs = resolved.filesystem()  # one client for both listings
-    listing = list_source(resolved, folder=META_FOLDER, fs=fs)
+    listing = list_source(resolved, folder=META_FOLDER, fs=fs, sender=fetch)
     cache = NodeCache(root, limit_bytes=limit_bytes, timeout_s=timeout_s, wait_s=wait_s)
     cache.prune()  # leftovers of processes killed in earlier runs
     files = RemoteFiles(resolved, listing, listed_folder=META_FOLDER, cache=cache, fetch_threads=fetch_threads,
@@ -103,7 +103,7 @@ def open_remote_source(source: str, *, revision: str | None = None, cache_dir: s
     # less). A thread of an executor, joined here (on an error too), so none outlives this call
     # or meets a fork.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="episodestream-listing") as pool:
-        everything = pool.submit(list_source, resolved, fs=fs)
+        everything = pool.submit(list_source, resolved, fs=fs, sender=fetch)
         _check_and_fetch_metadata(files, fetch_metadata)
         files.list_everything(everything.result())  # a listing's error, as when it ran first
     return files

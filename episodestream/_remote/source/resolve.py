@@ -17,7 +17,6 @@ chain cut, so no traceback shows a header either.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import inspect
@@ -25,6 +24,7 @@ import logging
 import os
 import re
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse, urlsplit
@@ -34,8 +34,11 @@ from fsspec.asyn import AsyncFileSystem
 
 from episodestream._base.gc_pause import gc_paused
 from episodestream._base.paths import CACHE_DIR_ENV, default_cache_dir  # noqa: F401  (re-exported)
-from episodestream._remote.transport.failures import error_line, redact, status_of
-from episodestream._remote.transport.retry import redact_url
+from episodestream._base.redact import redact_secrets, redact_url
+from episodestream._remote.source import hub_api
+from episodestream._remote.transport.download import DownloadFetch, default_fetch, link_name_of
+from episodestream._remote.transport.failures import error_line, status_of
+from episodestream._remote.transport.request import DownloadError
 
 DEFAULT_HUB_ENDPOINT = "https://huggingface.co"
 CACHE_LIMIT_ENV = "EPISODESTREAM_CACHE_LIMIT"
@@ -75,12 +78,9 @@ class ResolvedSource:
     def filesystem(self) -> fsspec.AbstractFileSystem:
         """A new client (not fsspec's per-process instance cache: each process makes its own)."""
         fs_class = client_class(self.protocol)  # a spawned worker's first: imported with the collector paused
-        if self.protocol == "hf":
-            fs = fs_class(endpoint=self.endpoint, token=self.token, skip_instance_cache=True,
-                          **dict(self.storage_options))
-            if self.revision_sha is not None:
-                _known_commit(fs, self.root, self.revision_sha)
-            return fs
+        if self.protocol == "hf":  # its requests are ours (``hub_api``, ``DownloadFetch``), not its own
+            return fs_class(endpoint=self.endpoint, token=self.token, skip_instance_cache=True,
+                            **dict(self.storage_options))
         return fs_class(skip_instance_cache=True, **dict(self.storage_options))
 
     def secrets(self) -> list[str]:
@@ -104,21 +104,6 @@ def client_class(protocol: str) -> type[fsspec.AbstractFileSystem]:
     """
     with gc_paused():
         return fsspec.get_filesystem_class(protocol)
-
-
-def _known_commit(fs: fsspec.AbstractFileSystem, root: str, sha: str) -> None:
-    """Tell a new ``HfFileSystem`` that the repo of ``root`` exists at commit ``sha``.
-
-    Before it lists or opens a path, HfFileSystem asks the Hub whether its repo and revision exist
-    (a ``repo_info`` request, one round trip) and keeps the answer per client. ``_resolve_hub`` got
-    this commit from the Hub already, so the answer goes into that per-client dict and the listing
-    costs one request less. The dict is huggingface_hub's own (private); where a version has none,
-    nothing changes and the client asks as it always did.
-    """
-    known = getattr(fs, "_repo_and_revision_exists_cache", None)
-    if isinstance(known, dict):
-        repo_id = root.split("/", 1)[1].split("@", 1)[0]  # datasets/<owner>/<name>@<sha>[/<folder>]
-        known[("dataset", repo_id, sha)] = (True, None)
 
 
 def _secrets(token: Any, options: Mapping[str, Any]) -> list[str]:
@@ -169,8 +154,9 @@ def looks_like_hub_repo(source: str) -> bool:
 
 
 def resolve_source(source: str, *, revision: str | None, storage_options: Mapping[str, Any] | None,
-                   hub_endpoint: str | None, token: Any) -> ResolvedSource:
-    """Resolve a URL or Hub repo id; Hub revisions become a commit sha (one request)."""
+                   hub_endpoint: str | None, token: Any, sender: DownloadFetch | None = None) -> ResolvedSource:
+    """Resolve a URL or Hub repo id; Hub revisions become a commit sha (one request, sent by
+    ``sender``: default ``default_fetch()``)."""
     options = dict(storage_options or {})
     parsed = urlparse(source)
     if parsed.scheme in ("", "hf"):
@@ -180,7 +166,7 @@ def resolve_source(source: str, *, revision: str | None, storage_options: Mappin
                     f"source {source!r} is neither an existing local folder, nor a URL with a scheme "
                     f"(hf://, s3://, gs://, file://, ...), nor a Hub repo id like 'lerobot/pusht'.")
             try:
-                return _resolve_hub(source, "", revision, options, hub_endpoint, token)
+                return _resolve_hub(source, "", revision, options, hub_endpoint, token, sender)
             except (FileNotFoundError, PermissionError, ConnectionError) as error:
                 # "data/my_robot" is a Hub repo id and a relative path alike: a user who meant a
                 # local folder would otherwise read only of the Hub (or of a network error).
@@ -191,7 +177,8 @@ def resolve_source(source: str, *, revision: str | None, storage_options: Mappin
         if url_revision is not None and revision is not None and url_revision != revision:
             raise ValueError(f"source {source!r} names revision {url_revision!r} but revision={revision!r} "
                              f"was passed; give it once.")
-        return _resolve_hub(repo_id, subfolder, revision or url_revision, options, hub_endpoint, token)
+        return _resolve_hub(repo_id, subfolder, revision or url_revision, options, hub_endpoint, token,
+                            sender)
     if revision is not None:
         raise ValueError(f"revision={revision!r} applies to Hub datasets; {source!r} is a "
                          f"{parsed.scheme}:// URL, read as it is. Pass revision=None.")
@@ -205,7 +192,7 @@ def resolve_source(source: str, *, revision: str | None, storage_options: Mappin
     except (ImportError, ValueError) as error:
         hint = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs"}.get(protocol)
         raise ImportError(f"source {shown!r} needs the fsspec filesystem for {protocol}://"
-                          + (f": pip install {hint}" if hint else "") + f" ({redact(str(error), _userinfo(source))}). "
+                          + (f": pip install {hint}" if hint else "") + f" ({redact_secrets(str(error), _userinfo(source))}). "
                           f"Sources are {SUPPORTED_SOURCES}.") from None
     if protocol in _HTTP:
         # fsspec's HTTP paths are whole URLs. Credentials move from the URL to a header sent with
@@ -272,9 +259,8 @@ def _hub_endpoint(hub_endpoint: str | None) -> str:
 
 
 def _resolve_hub(repo_id: str, subfolder: str, revision: str | None, options: dict, hub_endpoint: str | None,
-                 token: Any) -> ResolvedSource:
+                 token: Any, sender: DownloadFetch | None) -> ResolvedSource:
     client_class("hf")  # imports huggingface_hub's API and filesystem modules, the collector paused
-    from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
     endpoint = _hub_endpoint(hub_endpoint)
@@ -282,7 +268,8 @@ def _resolve_hub(repo_id: str, subfolder: str, revision: str | None, options: di
     shown_revision = revision or "main"
     where = f"Hub dataset {repo_id!r} at {endpoint}"
     try:
-        info = HfApi(endpoint=endpoint, token=token).dataset_info(repo_id, revision=revision)
+        sha = hub_api.commit_sha(sender or default_fetch(), link_name_of("hf", endpoint), endpoint, repo_id,
+                                 revision, token)
     except RevisionNotFoundError:
         raise FileNotFoundError(f"revision {shown_revision!r} not found in {where}: pass a branch, tag or "
                                 f"commit sha that exists.") from None
@@ -299,10 +286,13 @@ def _resolve_hub(repo_id: str, subfolder: str, revision: str | None, options: di
                                   f"the token (token=, HF_TOKEN or `hf auth login`); it is not shown "
                                   f"here.") from None
         raise ConnectionError(f"Reading {where} (revision {shown_revision!r}) failed: {message}") from None
+    except DownloadError as error:  # names the URL, the last status and the attempts (redacted)
+        reached = error.status is not None
+        raise ConnectionError(f"{'Reading' if reached else 'Could not reach'} {where}"
+                              + (f" (revision {shown_revision!r}) failed" if reached else "") + f": {error}") from None
     except Exception as error:  # connection refused, DNS, timeouts: httpx's own classes, not OSError
         raise ConnectionError(f"Could not reach {where}: {type(error).__name__}: "
-                              f"{redact(str(error), secrets)}") from None
-    sha = info.sha
+                              f"{redact_secrets(str(error), secrets)}") from None
     if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{40}", sha):
         raise ConnectionError(f"{where} answered revision {shown_revision!r} without a commit sha ({sha!r}).")
     root = f"datasets/{repo_id}@{sha}" + (f"/{subfolder}" if subfolder else "")
@@ -312,19 +302,27 @@ def _resolve_hub(repo_id: str, subfolder: str, revision: str | None, options: di
                           storage_options=options)
 
 
-def list_source(resolved: ResolvedSource, *, folder: str = "",
-                fs: fsspec.AbstractFileSystem | None = None) -> dict[str, FileEntry]:
+def list_source(resolved: ResolvedSource, *, folder: str = "", fs: fsspec.AbstractFileSystem | None = None,
+                sender: DownloadFetch | None = None) -> dict[str, FileEntry]:
     """Every file below the root (or below its ``folder``) with its size and version: one recursive
-    listing (paged by the client). A ``folder`` that is absent or empty lists as ``{}``; the root
-    holding no files is an error. ``fs``: a client of ``resolved`` to reuse (a new Hub client asks
-    for the revision again)."""
+    listing (one request a page, each sent by ``sender``, default ``default_fetch()``: permits,
+    retries). A ``folder`` that is absent or empty lists as ``{}``; the root holding no files is an
+    error; a link that fails for good raises ``DownloadError``. ``fs``: a client of ``resolved`` to reuse."""
     fs = resolved.filesystem() if fs is None else fs
+    sender = default_fetch() if sender is None else sender
     root = resolved.root.rstrip("/")
     below = f"{root}/{folder}" if folder else root
     try:
-        found = fs.find(below, detail=True, withdirs=False)
+        if resolved.protocol == "hf":
+            found = _hub_listing(resolved, folder, sender)
+        else:
+            found = sender.send(fs, lambda timeout_s: fs.find(below, detail=True, withdirs=False),
+                                url=f"{resolved.description}/{folder}".rstrip("/"))
+    except DownloadError:
+        raise
     except Exception as error:  # each client has its own hierarchy (OSError, httpx, botocore)
-        if not (folder and isinstance(error, FileNotFoundError)):
+        absent = isinstance(error, FileNotFoundError) or status_of(error) == 404
+        if not (absent and (folder or resolved.protocol == "hf")):  # a Hub folder absent: "holds no files"
             raise _listing_error(error, resolved) from None
         found = {}
     infos = {}
@@ -341,8 +339,19 @@ def list_source(resolved: ResolvedSource, *, folder: str = "",
                                 f"has meta/info.json below its root).")
     unsized = sorted(relpath for relpath, info in infos.items() if info.get("size") is None)
     if unsized:  # an HTML folder listing (plain HTTP servers) has links, not sizes
-        infos.update(_sized(fs, resolved, unsized))
+        infos.update(_sized(fs, resolved, unsized, sender))
     return {relpath: file_entry(info) for relpath, info in infos.items()}
+
+
+def _hub_listing(resolved: ResolvedSource, folder: str, sender: DownloadFetch) -> dict[str, dict[str, Any]]:
+    """``fs.find``'s answer for a Hub source, by its own requests (``hub_api.list_tree``)."""
+    repo_id, in_repo = hub_repo_path(resolved)
+    below = "/".join(p for p in (in_repo, folder) if p)
+    assert resolved.endpoint is not None and resolved.revision_sha is not None  # a resolved Hub source
+    found = hub_api.list_tree(sender, link_name_of("hf", resolved.endpoint), resolved.endpoint, repo_id,
+                              resolved.revision_sha, below, resolved.token)
+    top = f"datasets/{repo_id}@{resolved.revision_sha}"
+    return {f"{top}/{path}": info for path, info in found.items()}
 
 
 def file_entry(info: Mapping[str, Any]) -> FileEntry:
@@ -394,42 +403,38 @@ def _listing_error(error: BaseException, resolved: ResolvedSource) -> OSError:
     return ConnectionError(f"Listing {resolved.description} failed: {type(error).__name__}: {message}")
 
 
-def file_infos(fs: fsspec.AbstractFileSystem, resolved: ResolvedSource, relpaths: list[str]) -> list[Any]:
+def file_infos(fs: fsspec.AbstractFileSystem, resolved: ResolvedSource, relpaths: list[str],
+               sender: hub_api.Sender) -> list[Any]:
     """``info`` of each file, or the error asking it raised (returned, not raised: one failure does
     not leave the others running): HEAD, else a GET's headers (fsspec's ``info``), else, on http, a
-    ranged GET's ``Content-Range`` for the size; ``_SIZE_REQUESTS_IN_FLIGHT`` at a time on async
-    filesystems, one after another on the others."""
-    urls = [resolved.path(relpath) for relpath in relpaths]
-    if not isinstance(fs, AsyncFileSystem):
-        results: list[Any] = []
-        for url in urls:
-            try:
-                results.append(fs.info(url))
-            except Exception as error:
-                results.append(error)
-        return results
+    ranged GET's ``Content-Range`` for the size. Each one request through ``sender`` (permits,
+    retries), ``_SIZE_REQUESTS_IN_FLIGHT`` at a time."""
 
-    async def all_infos() -> list:
-        gate = asyncio.Semaphore(_SIZE_REQUESTS_IN_FLIGHT)
+    def info(relpath: str) -> Any:
+        url = resolved.path(relpath)
+        try:
+            return sender.send(fs, lambda timeout_s: _sized_info(fs, resolved, url), url=url)
+        except Exception as error:
+            return error
 
-        async def one(url: str) -> Any:
-            async with gate:
-                try:
-                    info = await fs._info(url)
-                    if info.get("size") is None and resolved.protocol in _HTTP:
-                        info["size"] = await ranged_size(fs, url)
-                    return info
-                except Exception as error:
-                    return error
-
-        return await asyncio.gather(*(one(url) for url in urls))
-
-    return fsspec.asyn.sync(fs.loop, all_infos)
+    if len(relpaths) < 2:
+        return [info(relpath) for relpath in relpaths]
+    with ThreadPoolExecutor(max_workers=min(_SIZE_REQUESTS_IN_FLIGHT, len(relpaths)),
+                            thread_name_prefix="episodestream-info") as pool:
+        return list(pool.map(info, relpaths))
 
 
-def _sized(fs: fsspec.AbstractFileSystem, resolved: ResolvedSource, relpaths: list[str]) -> dict[str, dict]:
+def _sized_info(fs: fsspec.AbstractFileSystem, resolved: ResolvedSource, url: str) -> dict[str, Any]:
+    found = dict(fs.info(url))
+    if found.get("size") is None and resolved.protocol in _HTTP and isinstance(fs, AsyncFileSystem):
+        found["size"] = fsspec.asyn.sync(fs.loop, ranged_size, fs, url)
+    return found
+
+
+def _sized(fs: fsspec.AbstractFileSystem, resolved: ResolvedSource, relpaths: list[str],
+           sender: DownloadFetch) -> dict[str, dict]:
     """``info`` (with a size) of each file (``file_infos``); an error or a missing size raises."""
-    results = file_infos(fs, resolved, relpaths)
+    results = file_infos(fs, resolved, relpaths, sender)
     infos = {}
     for relpath, result in zip(relpaths, results):
         where = f"{resolved.description}/{relpath}"

@@ -3,7 +3,7 @@
 ``ControllerConfig`` (``_remote.transport.config``) holds the knobs. ``LinkEstimator`` (``_remote.transport.estimator``) turns
 finished transfers into bandwidth and round-trip estimates. ``DownloadController`` (here) sets the
 node-wide budget of ``NodePermits`` from those estimates and from throttling (AIMD), and hands out
-permits. ``RetryPolicy`` (``_remote.transport.retry``) retries one request with jittered exponential backoff and
+permits. ``request`` (``_remote.transport.request``) retries one request with jittered exponential backoff and
 reports every failure to the controller.
 
 The budget model (docs/download-controller.md has the derivation)::

@@ -1,38 +1,26 @@
-"""Every remote ranged read through the download controller: node-wide permits, retries, measurements.
+"""Every remote read through the download controller: node-wide permits, retries, measurements.
 
 ``DownloadFetch`` is the ``fetch(fs, path, start, end)`` that ``RemoteFiles`` reads through (its
-``fetch=`` hook). Each read runs in ``RetryPolicy.call`` under a permit of the node-wide
-``DownloadController`` for the file's server: the policy times every attempt (one stream, its
-size), reports throttles (429/503, ``Retry-After``), timeouts and resets to the controller, retries
-with jittered exponential backoff, and raises ``DownloadError`` (URL without credentials, last
-status, attempts) when attempts run out. A read returns the whole range from the one attempt that
-succeeded, or raises: a fault part-way through a body is retried, never half-delivered, so no sample
-is lost or duplicated.
+``fetch=`` hook), and ``DownloadFetch.send`` runs any other request (a listing, a look-up, a Hub
+commit) the same way. Both go through ``_remote.transport.request.request`` under a permit of the
+node-wide ``DownloadController`` for the server (one per ``link_name``): one classification, one
+retry policy, ``DownloadError`` (URL without credentials, last status, attempts) when attempts run
+out. A read returns the whole range from the one attempt that succeeded, or raises.
 
 Client libraries retry by themselves, which would hide throttling from the controller: a 429 that
 huggingface_hub retried inside ``http_backoff`` (up to 5 times, sleeping up to 8 s) reaches us only
-as a slow success. We switch their retries off for our reads rather than hooking their retry
-callbacks: huggingface_hub offers no callback (only log lines), botocore's retry handler is not
-per-request, and one retry loop is easier to reason about than two nested ones (5 x 5 attempts,
-two backoffs, a timeout per inner attempt). So:
+as a slow success. We switch their retries off rather than hooking their retry callbacks:
+huggingface_hub offers no callback (only log lines), botocore's retry handler is not per-request,
+and one retry loop is easier to reason about than two nested ones. So:
 
-- Hub (``HfFileSystem``): one ranged GET of the ``/resolve/`` URL through huggingface_hub's own
-  HTTP session (``get_session()``: its headers, proxies, redirects to the CDN) and
-  ``hf_raise_for_status``, without ``http_backoff``; the timeout is ours, per attempt.
+- Hub: one request on huggingface_hub's own HTTP session (``hub_http.hub_send``), without
+  ``http_backoff``; the timeout is ours, per attempt.
 - S3 (s3fs): botocore ``retries={"total_max_attempts": 1}`` and s3fs's own retry loop set to one
-  attempt, on the client this process reads with (configured before its first request);
+  attempt, on every client a request is sent with (configured before its first request);
   ``connect_timeout`` / ``read_timeout`` default to ``request_timeout_s``.
-- Other fsspec filesystems (gcsfs, http, ...): ``fetch_range`` as it is; their internal retries
-  remain (a known gap, docs/download-controller.md).
+- Other fsspec filesystems (gcsfs, http, ...): as they are; their internal retries remain (a known
+  gap, docs/download-controller.md).
 - Local filesystems (``file://``) bypass the controller: there is no link to measure or protect.
-
-Errors are normalised before the policy sees them (``_remote.transport.failures.normalise``, which also owns their
-classification): a transport error of any client (httpx's ``ReadError``, aiohttp's
-``ClientPayloadError``, botocore's ``ReadTimeoutError``) becomes a ``TransferInterrupted`` (a
-``ConnectionError``) or a ``TransferTimeout`` (a ``TimeoutError``), and a botocore status hidden in
-s3fs's translated ``OSError`` becomes an ``HTTPStatusError`` carrying the status and ``Retry-After``.
-Errors that say the request itself is wrong (404, 403) are raised as the client raised them, after one attempt, so callers still see ``FileNotFoundError`` and
-``PermissionError``.
 
 Process model: a ``DownloadFetch`` pickles as its configuration only. Each process (a DataLoader
 worker, a forked child) makes its own ``RetryPolicy``, controllers and counters on first use; the
@@ -48,26 +36,26 @@ import threading
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 import fsspec
 
 from episodestream._remote.transport.config import ControllerConfig
 from episodestream._remote.transport.controller import DownloadController
-from episodestream._remote.transport.failures import TransferInterrupted, classify, normalise
+from episodestream._base.redact import redact_url
+from episodestream._remote.transport.hub_http import hub_headers, hub_send, hub_url
 from episodestream._remote.transport.process import process_state
-from episodestream._remote.transport.reader import fetch_range
-from episodestream._remote.transport.retry import DownloadError, RetryPolicy, redact_url
+from episodestream._remote.transport.reader import exact_range, fetch_range
+from episodestream._remote.transport.request import RetryPolicy, request
 
 logger = logging.getLogger("episodestream.download")
 
 # Filesystems without a network link: nothing to measure, throttle or retry.
 LOCAL_PROTOCOLS = frozenset({"file", "local", "memory"})
-_COUNTER_OF_KIND = {"throttle": "throttles", "timeout": "timeouts", "transient": "transient", "fatal": "fatal"}
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-_HUB_PATH = re.compile(r"^(datasets|spaces|models)/([^/@]+/[^/@]+)(?:@([^/]+))?/(.+)$")
 
 ControllerFactory = Callable[..., Any]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -96,7 +84,7 @@ class _ProcessState:
         self.policy = RetryPolicy(config=fetch.config)
         self.controllers: dict[str, Any] = {}
         self.counts = {knob.name: 0 for knob in fields(FetchStats)}
-        self.hub_headers: dict[tuple[str, Any], dict[str, str]] = {}
+        self.hub_headers: dict[str, dict[str, str]] = {}
 
     def count(self, name: str, amount: int = 1) -> None:
         with self.lock:
@@ -142,8 +130,8 @@ class DownloadFetch:
     def _state(self) -> _ProcessState:
         return process_state(self, _ProcessState)
 
-    def controller(self, fs: fsspec.AbstractFileSystem) -> Any:
-        """This process's controller for ``fs``'s server (made on first use)."""
+    def controller(self, fs: fsspec.AbstractFileSystem | str) -> Any:
+        """This process's controller for ``fs``'s server, or of a budget name (made on first use)."""
         name = self.name or link_name(fs)
         state = self._state()
         with state.lock:
@@ -172,59 +160,62 @@ class DownloadFetch:
         if _protocol(fs) in LOCAL_PROTOCOLS:
             return fetch_range(fs, path, start, end)
         state = self._state()
-        controller = self.controller(fs)
         get, url = self._getter(state, fs, path)
         state.count("reads")
-
-        def attempt(timeout_s: float) -> bytes:
-            state.count("attempts")
-            try:
-                return get(start, end, timeout_s)
-            except Exception as error:
-                normalised = normalise(error)
-                state.count(_COUNTER_OF_KIND[classify(normalised).kind])
-                if normalised is error:
-                    raise
-                raise normalised from error
-
-        fatal: BaseException | None = None
         try:
-            data = state.policy.call(attempt, url=url, controller=controller)
-        except DownloadError as error:
+            data = request(lambda timeout_s: get(start, end, timeout_s), url=url, policy=state.policy,
+                           controller=self.controller(fs), count=state.count)
+        except Exception:
             state.count("failed")
-            cause = error.__cause__
-            if not (error.attempts == 1 and cause is not None
-                    and classify(cause).kind == "fatal"):
-                raise
-            fatal = cause
-        if fatal is not None:
-            # Not a link problem (a missing file, refused credentials): the client's own error,
-            # raised outside the handler so it carries no DownloadError context.
-            raise fatal
+            raise
         state.count("bytes_fetched", len(data))
         return data
+
+    def send(self, link: fsspec.AbstractFileSystem | str, attempt: Callable[[float], T], *, url: str,
+             method: str = "GET") -> T:
+        """Any other request (a listing, a look-up, a Hub commit) as reads go: ``attempt(timeout_s)``
+        through ``request`` under a permit of ``link``'s controller (a filesystem, or a budget name
+        from ``link_name``). Not counted in ``stats()``, which counts reads; a local filesystem's
+        attempt runs once, directly. An s3 filesystem has its client's own retries switched off."""
+        if not isinstance(link, str):
+            if _protocol(link) in LOCAL_PROTOCOLS:
+                return attempt(self.config.request_timeout_s)
+            if _protocol(link) == "s3":
+                with self._state().lock:
+                    _quiet_s3(link, self.config)
+        controller = self.controller(link)
+        return request(attempt, url=url, policy=self._state().policy, controller=controller, method=method)
+
+    def hub_headers(self, token: Any) -> dict[str, str]:
+        """This process's Hub request headers for ``token`` (``hub_http.hub_headers``, made once)."""
+        state = self._state()
+        key = repr(token)
+        with state.lock:
+            headers = state.hub_headers.get(key)
+        if headers is None:
+            headers = hub_headers(token)
+            with state.lock:
+                state.hub_headers[key] = headers
+        return headers
 
     def _getter(self, state: _ProcessState, fs: fsspec.AbstractFileSystem,
                 path: str) -> tuple[Callable[[int, int, float], bytes], str]:
         """How to make one attempt at a range of ``path``, and the URL to name in errors."""
         if _is_hub(fs):
-            url = _hub_url(fs, path)
-            key = (fs.endpoint, fs.token)
-            with state.lock:
-                headers = state.hub_headers.get(key)
-            if headers is None:
-                from huggingface_hub.utils import build_hf_headers
+            url = hub_url(fs.endpoint, path)
+            headers = self.hub_headers(fs.token)
 
-                headers = build_hf_headers(token=fs.token, library_name="episodestream")
-                with state.lock:
-                    state.hub_headers[key] = headers
-            return (lambda start, end, timeout_s: _hub_get(url, headers, start, end, timeout_s)), url
+            def hub_range(start: int, end: int, timeout_s: float) -> bytes:
+                body, _ = hub_send("GET", url, {**headers, "Range": f"bytes={start}-{end - 1}"}, timeout_s)
+                return exact_range(body, start, end)
+
+            return hub_range, url
         if _protocol(fs) == "s3":
             with state.lock:
                 _quiet_s3(fs, self.config)
         # http(s) paths are whole URLs, possibly with user:password@, which no error may show.
         url = redact_url(path) if "://" in path else f"{_protocol(fs)}://{path.lstrip('/')}"
-        return (lambda start, end, timeout_s: _checked(fetch_range(fs, path, start, end), start, end)), url
+        return (lambda start, end, timeout_s: fetch_range(fs, path, start, end)), url
 
 
 def default_fetch(config: ControllerConfig | Mapping[str, Any] | None = None) -> DownloadFetch:
@@ -244,12 +235,14 @@ def default_fetch(config: ControllerConfig | Mapping[str, Any] | None = None) ->
     return DownloadFetch(config=ControllerConfig.from_env(**config))
 
 
-def link_name(fs: fsspec.AbstractFileSystem) -> str:
+def link_name(fs: fsspec.AbstractFileSystem | str) -> str:
     """The budget's name for ``fs``'s server: ``<protocol>-<host>``, e.g. ``hf-huggingface.co``.
 
     The host, not the port: the budget protects the link to a machine, and servers on random
     ports (tests) would otherwise leave a permits directory each behind.
     """
+    if isinstance(fs, str):
+        return fs
     protocol = _protocol(fs)
     if _is_hub(fs):
         endpoint = fs.endpoint
@@ -257,6 +250,11 @@ def link_name(fs: fsspec.AbstractFileSystem) -> str:
         endpoint = (getattr(fs, "client_kwargs", None) or {}).get("endpoint_url") or getattr(fs, "endpoint_url", None)
     else:
         endpoint = None
+    return link_name_of(protocol, endpoint)
+
+
+def link_name_of(protocol: str, endpoint: str | None) -> str:
+    """``link_name`` of a server named by protocol and endpoint URL (None: the default server)."""
     host = (urllib.parse.urlsplit(endpoint).hostname or "default") if endpoint else "default"
     return _NAME_UNSAFE.sub("_", f"{protocol}-{host}")[:100]
 
@@ -273,47 +271,6 @@ def _protocol(fs: fsspec.AbstractFileSystem) -> str:
 
 def _is_hub(fs: fsspec.AbstractFileSystem) -> bool:
     return _protocol(fs) == "hf" and hasattr(fs, "endpoint")
-
-
-# ---------------------------------------------------------------------------------------------
-# One attempt
-
-
-def _checked(data: bytes, start: int, end: int) -> bytes:
-    if len(data) != end - start:
-        # A body that ended early on a connection that closed cleanly: retry like a reset.
-        raise TransferInterrupted(f"asked for bytes {start}..{end} ({end - start}), got {len(data)}")
-    return data
-
-
-def _hub_url(fs: fsspec.AbstractFileSystem, path: str) -> str:
-    from huggingface_hub import hf_hub_url
-
-    match = _HUB_PATH.match(path.removeprefix("hf://"))
-    if match is not None:
-        kind, repo_id, revision, path_in_repo = match.groups()
-        repo_type = {"datasets": "dataset", "spaces": "space", "models": "model"}[kind]
-        revision = urllib.parse.unquote(revision) if revision else None
-    else:
-        resolved = fs.resolve_path(path)  # may ask the Hub once per repo (the client caches it)
-        repo_type, repo_id = resolved.repo_type, resolved.repo_id
-        revision, path_in_repo = resolved.revision, resolved.path_in_repo
-    return hf_hub_url(repo_id, path_in_repo, repo_type=repo_type, revision=revision, endpoint=fs.endpoint)
-
-
-def _hub_get(url: str, headers: Mapping[str, str], start: int, end: int, timeout_s: float) -> bytes:
-    # huggingface_hub's session (its user agent, proxies, redirects to the CDN), not http_backoff:
-    # our policy must see every 429 (see the module docstring).
-    from huggingface_hub import get_session
-    from huggingface_hub.utils import hf_raise_for_status
-
-    response = get_session().get(url, headers={**headers, "Range": f"bytes={start}-{end - 1}"},
-                                 timeout=timeout_s)
-    hf_raise_for_status(response)
-    data = response.content
-    if response.status_code == 200 and len(data) >= end:
-        data = data[start:end]  # a server that ignores Range sends the whole file
-    return _checked(data, start, end)
 
 
 def _quiet_s3(fs: fsspec.AbstractFileSystem, config: ControllerConfig) -> None:

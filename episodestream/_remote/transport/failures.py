@@ -5,11 +5,11 @@ aiohttp) raises its own classes and hides the HTTP status in its own place. This
 all the same way:
 
 - ``status_of`` / ``retry_after_of``: the HTTP status and ``Retry-After`` on an error or its
-  ``response`` (the one helper for both; ``_remote.transport.download`` and ``_remote.source.resolve`` use it too).
+  ``response`` (the one helper for both).
 - ``normalise``: a transport error of any client becomes a ``TransferInterrupted`` (a
   ``ConnectionError``) or a ``TransferTimeout`` (a ``TimeoutError``), and a botocore status hidden in
   s3fs's translated ``OSError`` becomes an ``HTTPStatusError`` carrying the status and ``Retry-After``.
-- ``classify``: throttle, timeout, transient or fatal (what ``RetryPolicy`` retries and what the
+- ``classify``: throttle, timeout, transient or fatal (what ``request`` retries and what the
   download controller cuts its budget for), always of the normalised error.
 - ``as_file_error``: a client error as the ``FileNotFoundError`` / ``PermissionError`` / ``OSError``
   a ``DatasetFiles`` caller expects, naming the file, with secrets redacted.
@@ -23,6 +23,8 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
+
+from episodestream._base.redact import redact_secrets
 
 FailureKind = Literal["throttle", "timeout", "transient", "fatal"]
 THROTTLE_STATUSES = frozenset({429, 503})      # the server says "too many": cut and maybe pause
@@ -171,20 +173,12 @@ def classify(error: BaseException) -> Failure:
     return Failure("fatal")
 
 
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with each of ``secrets`` replaced by ``***``."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
-
-
 def error_line(error: BaseException, secrets: Iterable[str], *, default: str | None = None) -> str:
     """The first line of ``error``'s message with ``secrets`` redacted; ``default`` (the error's
     class name unless given) when the message is empty."""
     text = str(error)
     first = text.splitlines()[0] if text else (type(error).__name__ if default is None else default)
-    return redact(first, secrets)
+    return redact_secrets(first, secrets)
 
 
 def as_file_error(error: BaseException, *, where: str, secrets: Iterable[str]) -> OSError:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import fsspec
 from fsspec.asyn import AsyncFileSystem
 
+from episodestream._remote.transport.failures import TransferInterrupted
+
 FetchFn = Callable[[fsspec.AbstractFileSystem, str, int, int], bytes]
 
 BLOCK_BYTES = 64 * 1024  # a small read fetches this much from its offset on (footers, box headers)
@@ -36,14 +38,24 @@ def fetch_range(fs: fsspec.AbstractFileSystem, path: str, start: int, end: int) 
     if end <= start:
         return b""
     if isinstance(fs, AsyncFileSystem):
-        data = fs.cat_file(path, start=start, end=end)
-        if len(data) > end - start and len(data) >= end:
-            data = data[start:end]  # a plain HTTP server that ignores Range sends the whole file
-        return data
+        return exact_range(fs.cat_file(path, start=start, end=end), start, end)
     # ``size=end`` spares the filesystem a request for the real size: nothing past ``end`` is read.
     with fs.open(path, "rb", cache_type="none", size=end) as file:
         file.seek(start)
-        return file.read(end - start)
+        return exact_range(file.read(end - start), start, end)
+
+
+def exact_range(body: bytes, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` from the answer to a ranged read: cut from the whole file where the
+    server ignored ``Range`` (a plain HTTP server answers 200 with everything); a body that came
+    short raises ``TransferInterrupted`` (retried like a reset: a connection that closed cleanly
+    early, or a file that changed since it was listed)."""
+    if len(body) != end - start and len(body) >= end:
+        body = body[start:end]
+    if len(body) != end - start:
+        raise TransferInterrupted(f"asked for bytes {start}..{end} ({end - start}), got {len(body)} (the body "
+                                  f"came short, or the file changed since it was listed)")
+    return body
 
 
 @dataclass(frozen=True)
@@ -103,10 +115,7 @@ class ChunkedReader:
                 self._held_bytes -= len(dropped)
 
     def _fetch_counted(self, path: str, start: int, end: int) -> bytes:
-        data = self._fetch(self._fs, path, start, end)
-        if len(data) != end - start:
-            raise OSError(f"{path}: asked for bytes {start}..{end} ({end - start}), got {len(data)}; the "
-                          f"file may have changed since it was listed.")
+        data = self._fetch(self._fs, path, start, end)  # the whole range, or raises (``exact_range``)
         with self._lock:
             self._requests += 1
             self._bytes += len(data)
