@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from collections import Counter
 
 import numpy as np
@@ -187,6 +188,17 @@ def test_weights_from_a_column_and_errors(camera_less_root):
         EpisodeStreamingDataset(camera_less_root, episode_weights={e: 0 for e in range(len(TABULAR_LENGTHS))})
 
 
+def test_huge_weights_are_refused_naming_the_epoch_they_imply(camera_less_root):
+    """1e18 failed with "__len__() should return >= 0", 2**62 wrapped silently and 1e7 took 19 s and
+    3 GB before the first batch (issue 48 item 8): refused up front, as mixtures refuse their stop."""
+    for weight in (1e18, 2**62, 1e7):
+        with pytest.raises(ValueError, match=rf"episode_weights: episode 3 has weight {re.escape(f'{weight:g}')}, which makes "
+                                             r"[0-9,]+ copies of its 3 kept frames in each epoch \(an epoch of "
+                                             r"[0-9,]+ samples\); an epoch lays out at most 100,000 copies"):
+            EpisodeStreamingDataset(camera_less_root, episode_weights={3: weight})
+    assert len(EpisodeStreamingDataset(camera_less_root, episodes=[3], episode_weights={3: 100_000})) == 300_000
+
+
 def test_predicates_select_episodes_once(camera_less_root):
     by_expression = EpisodeStreamingDataset(camera_less_root, episodes=pc.field("length") >= 10)
     expected = [e for e, n in enumerate(TABULAR_LENGTHS) if n >= 10]
@@ -216,6 +228,17 @@ def test_predicates_select_episodes_once(camera_less_root):
 def test_predicate_errors(camera_less_root, predicate, message):
     with pytest.raises(ValueError, match=message):
         EpisodeStreamingDataset(camera_less_root, episodes=predicate)
+
+
+def test_a_predicate_returning_an_array_is_named(camera_less_root):
+    """numpy's bare "truth value of an array ... is ambiguous" named neither the predicate nor the
+    episode (issue 48 item 14)."""
+    def by_length(row):
+        return np.array([row["length"] > 3, row["length"] < 10])
+
+    with pytest.raises(TypeError, match=r"episodes: the predicate <function .*by_length.* returned array\(\[.*\]\) "
+                                        r"for episode 0, which is neither true nor false .* it must return a bool"):
+        EpisodeStreamingDataset(camera_less_root, episodes=by_length)
 
 
 def test_keep_frames_from_json_and_errors_name_the_file(camera_less_root, tmp_path):
