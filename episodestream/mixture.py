@@ -170,7 +170,7 @@ class EpisodeMixture(StreamingFace):
             weights = self.weights or tuple(a / sum(anchors) for a in anchors)
             source = self._runtime
             exact = MixtureStats(source.components, source.schema, source.renames,
-                                 row_weights(source.rank_counts(), frames, weighted=self.weights is not None))
+                                 row_weights(source.rank_counts(), anchors, weighted=self.weights is not None))
             self._meta = MixtureMeta(sources=[d.meta for d in self.datasets], renames=source.renames,
                                      weights=weights, frames=frames, features=source.schema.features(), stats=exact)
         return self._meta

@@ -11,7 +11,8 @@ import numpy as np
 from episodestream._base.options import check_int
 from episodestream._format.episode_filters import episodes_table
 from episodestream._format.files import DatasetFiles
-from episodestream._format.metadata import DatasetMeta, load_metadata
+from episodestream._format.metadata import DatasetMeta
+from episodestream._format.versions import load_metadata
 from episodestream._plan.splits import held_out_split
 from episodestream._runtime.core import DatasetFacts
 from episodestream._runtime.sources import open_source
@@ -28,7 +29,8 @@ def split_episodes(source: str | os.PathLike | DatasetFacts, eval_fraction: floa
         ``EpisodeStreamingDataset`` / ``EpisodeDataset`` (its selected episodes are split: a
         predicate, ``keep_frames`` and weights already applied).
     by: "task" groups by each episode's first task (LeRobot's grouping); None makes one group;
-        any other name groups by that column of ``meta/episodes`` (a success flag, a scene id).
+        any other name groups by that column of ``meta/episodes`` (a success flag, a scene id; for
+        v2.x, of the columns LeRobot's converter writes from ``meta/episodes.jsonl``).
     seed: None holds out each group's *last* episodes, so that ``by="task"`` gives exactly
         LeRobot's ``make_train_eval_datasets`` split (same lists, same order); an int holds out
         episodes drawn per group from the seed, both lists sorted.
@@ -70,9 +72,9 @@ def _groups(files: DatasetFiles, meta: DatasetMeta, episodes: list[int], by: str
     rows = [table.position(e) for e in episodes]
     if by == "task":
         return [tasks[0] if tasks else "" for tasks in (table.tasks_at(row) for row in rows)]
-    columns = episodes_table(files)
+    columns = episodes_table(files, meta)
     if by not in columns.column_names:
-        raise ValueError(f"by={by!r} is neither 'task' nor a column of {meta.description}/meta/episodes "
+        raise ValueError(f"by={by!r} is neither 'task' nor a column of {meta.description}/{meta.episodes_where} "
                          f"(columns: {columns.column_names}).")
     values = dict(zip(columns.column("episode_index").to_pylist(), columns.column(by).to_pylist()))
     return [_hashable(values[e]) for e in episodes]

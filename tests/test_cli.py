@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from episodestream.tools.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,3 +84,49 @@ def test_readme_code_runs(dataset_root):
     assert blocks, "the README has no python example"
     for block in blocks:
         exec(compile(block.replace("path/to/lerobot_dataset", str(dataset_root)), "README.md", "exec"), {})
+
+
+def test_demo_never_deletes_what_it_did_not_write(tmp_path, capsys):
+    """``demo --out DIR`` deleted everything already in DIR (issue 48 item 1): a non-empty folder that
+    is not a dataset the demo wrote is refused, naming it, and left as it was."""
+    notes = tmp_path / "mine" / "notes.txt"
+    notes.parent.mkdir()
+    notes.write_text("a user's notes")
+    assert main([*DEMO, "--out", str(notes.parent)]) == 1
+    captured = capsys.readouterr()
+    assert len(captured.err.splitlines()) == 1 and f"--out {notes.parent} is not empty (notes.txt)" in captured.err
+    assert notes.read_text() == "a user's notes"
+    # A folder the demo wrote is its own to replace; one where the user added a file is not.
+    demo = tmp_path / "demo"
+    assert main([*DEMO, "--out", str(demo)]) == 0
+    assert main([*DEMO, "--out", str(demo)]) == 0
+    (demo / "checkpoint.pt").write_bytes(b"weights")
+    assert main([*DEMO, "--out", str(demo)]) == 1
+    assert (demo / "checkpoint.pt").read_bytes() == b"weights"
+
+
+def test_episode_lists_refuse_reversed_open_and_oversized_ranges(dataset_root, capsys):
+    """``0,5-3`` dropped the reversed range, ``3-`` meant episode 3 alone, and ``0-100000000000``
+    built the whole list before any check (issue 48 item 6)."""
+    for text, named in (("0,5-3", "'5-3' is a reversed range"), ("3-", "'3-' is an open range")):
+        with pytest.raises(SystemExit):
+            main(["stats", str(dataset_root), "--episodes", text, "--no-cache"])
+        assert named in capsys.readouterr().err
+    assert main(["stats", str(dataset_root), "--episodes", "0-100000000000", "--no-cache", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "--episodes '0-100000000000': '0-100000000000' goes past the last episode" in err
+    assert "(episode indices 0..5, 6 episodes)" in err
+
+
+def test_cli_usage_errors_are_one_line_and_exit_1(dataset_root, tmp_path, capsys):
+    """``stats --out`` into a missing folder computed the stats, then printed a traceback; ``demo``
+    with a zero count printed a traceback (issue 48 item 15)."""
+    argvs = {("stats", str(dataset_root), "--no-cache", "--no-progress", "--out", str(tmp_path / "no/such/x.json")):
+             f"--out {tmp_path / 'no/such/x.json'}: no folder {tmp_path / 'no/such'}",
+             **{(*DEMO[:1], option, "0"): f"{option} must be an integer >= 1, got 0"
+                for option in ("--episodes", "--batch-size", "--pool-size", "--num-threads")}}
+    for argv, named in argvs.items():
+        assert main(list(argv)) == 1, argv
+        captured = capsys.readouterr()
+        assert len(captured.err.splitlines()) == 1 and named in captured.err, (argv, captured.err)
+        assert not (tmp_path / "no").exists()

@@ -359,3 +359,26 @@ def test_harmless_changes_keep_samples_exact(damaged, case):
     relpath, change = HARMLESS[case]
     change(damaged / relpath)
     assert_exact_samples(damaged)
+
+
+def test_episodes_files_of_mixed_integer_types_serve_predicates_weights_and_splits(damaged):
+    """meta/episodes split over two files, ``length`` and ``data/file_index`` int64 in one and int32 in
+    the other (files
+    written by different LeRobot versions): the dataset loads, and predicates, weight columns and
+    ``split_episodes(by=column)`` read the merged table too (issue 48 item 11: ``ArrowTypeError:
+    Unable to merge``)."""
+    import pyarrow.compute as pc
+
+    from episodestream import split_episodes
+
+    table = pq.read_table(damaged / EPISODES)
+    (damaged / EPISODES).unlink()
+    second = table.slice(2)
+    for name in ("length", "data/file_index"):
+        second = second.set_column(second.schema.get_field_index(name), name, second.column(name).cast(pa.int32()))
+    pq.write_table(table.slice(0, 2), damaged / EPISODES)
+    pq.write_table(second, damaged / "meta/episodes/chunk-000/file-001.parquet")
+    assert len(EpisodeDataset(damaged)) == sum(LENGTHS)
+    assert EpisodeStreamingDataset(damaged, episodes=pc.field("length") >= 6).episode_indices == [1, 3]
+    assert len(EpisodeStreamingDataset(damaged, episode_weights="length")) == sum(n * n for n in LENGTHS)
+    assert split_episodes(damaged, 0.5, by="data/file_index") == ([0, 2], [1, 3])  # one file's episodes each

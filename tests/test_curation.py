@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from collections import Counter
 
 import numpy as np
@@ -187,6 +188,17 @@ def test_weights_from_a_column_and_errors(camera_less_root):
         EpisodeStreamingDataset(camera_less_root, episode_weights={e: 0 for e in range(len(TABULAR_LENGTHS))})
 
 
+def test_huge_weights_are_refused_naming_the_epoch_they_imply(camera_less_root):
+    """1e18 failed with "__len__() should return >= 0", 2**62 wrapped silently and 1e7 took 19 s and
+    3 GB before the first batch (issue 48 item 8): refused up front, as mixtures refuse their stop."""
+    for weight in (1e18, 2**62, 1e7):
+        with pytest.raises(ValueError, match=rf"episode_weights: episode 3 has weight {re.escape(f'{weight:g}')}, which makes "
+                                             r"[0-9,]+ copies of its 3 kept frames in each epoch \(an epoch of "
+                                             r"[0-9,]+ samples\); an epoch lays out at most 100,000 copies"):
+            EpisodeStreamingDataset(camera_less_root, episode_weights={3: weight})
+    assert len(EpisodeStreamingDataset(camera_less_root, episodes=[3], episode_weights={3: 100_000})) == 300_000
+
+
 def test_predicates_select_episodes_once(camera_less_root):
     by_expression = EpisodeStreamingDataset(camera_less_root, episodes=pc.field("length") >= 10)
     expected = [e for e, n in enumerate(TABULAR_LENGTHS) if n >= 10]
@@ -216,6 +228,17 @@ def test_predicates_select_episodes_once(camera_less_root):
 def test_predicate_errors(camera_less_root, predicate, message):
     with pytest.raises(ValueError, match=message):
         EpisodeStreamingDataset(camera_less_root, episodes=predicate)
+
+
+def test_a_predicate_returning_an_array_is_named(camera_less_root):
+    """numpy's bare "truth value of an array ... is ambiguous" named neither the predicate nor the
+    episode (issue 48 item 14)."""
+    def by_length(row):
+        return np.array([row["length"] > 3, row["length"] < 10])
+
+    with pytest.raises(TypeError, match=r"episodes: the predicate <function .*by_length.* returned array\(\[.*\]\) "
+                                        r"for episode 0, which is neither true nor false .* it must return a bool"):
+        EpisodeStreamingDataset(camera_less_root, episodes=by_length)
 
 
 def test_keep_frames_from_json_and_errors_name_the_file(camera_less_root, tmp_path):
@@ -420,3 +443,44 @@ def test_compute_stats_of_a_curated_dataset_weighs_each_kept_frame_by_its_anchor
     np.testing.assert_array_equal(again["action"]["mean"], stats["action"]["mean"])
     whole = EpisodeStreamingDataset(camera_less_root, episodes=[0, 2, 4], cache_dir=tmp_path).compute_stats()
     assert not np.allclose(whole["action"]["mean"], stats["action"]["mean"])
+
+
+def _sampled_rows(root, key: str, repeats: dict[int, int], keep: dict) -> np.ndarray:
+    """Rows of ``key`` as an epoch samples them: each episode's kept frames, ``repeats[e]`` times."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(root / "data").to_pydict()
+    rows = []
+    for values, episode, frame in zip(table[key], table["episode_index"], table["frame_index"]):
+        if episode in repeats and (episode not in keep or any(a <= frame < b for a, b in keep[episode])):
+            rows += [values] * repeats[episode]
+    return np.asarray(rows, np.float64)
+
+
+def test_mixture_stats_weigh_a_curated_component_as_it_is_sampled(camera_less_root, tmp_path):
+    """``mixture.meta.stats`` of a key shared by the components took every row of a curated
+    component's selected episodes, not its kept frames and weights (issue 48 item 2)."""
+    keep = {0: [(2, 6)], 2: [(0, 3), (5, 8)]}
+    a = EpisodeStreamingDataset(camera_less_root, episodes=[0, 2], keep_frames=keep, episode_weights={2: 3},
+                                cache_dir=tmp_path)
+    b = EpisodeStreamingDataset(camera_less_root, episodes=[4], cache_dir=tmp_path)
+    mixture = EpisodeMixture([a, b], seed=0)  # unweighted: every anchor the same
+    rows = _sampled_rows(camera_less_root, "action", {0: 1, 2: 3, 4: 1}, keep)
+    assert len(mixture) == len(rows) == 4 + 3 * 6 + 9
+    stats = mixture.meta.stats["action"]
+    np.testing.assert_allclose(stats["mean"], rows.mean(0), rtol=1e-9)
+    np.testing.assert_allclose(stats["std"], rows.std(0), rtol=1e-6)
+    np.testing.assert_array_equal(stats["min"], rows.min(0))
+    np.testing.assert_array_equal(stats["q50"], np.quantile(rows, 0.5, axis=0, method="inverted_cdf"))
+    assert int(np.ravel(stats["count"])[0]) == 4 + 6 + 9  # the frames that entered
+
+
+def test_mixture_stats_are_cached_per_component_curation(camera_less_root, tmp_path):
+    """Two mixtures differing only in a component's ``keep_frames`` shared one cache entry, so the
+    second got the first's stats (issue 48 item 3)."""
+    b = EpisodeStreamingDataset(camera_less_root, episodes=[4], cache_dir=tmp_path)
+    means = []
+    for keep in ({0: [(0, 3)]}, {0: [(3, 7)]}):
+        a = EpisodeStreamingDataset(camera_less_root, episodes=[0], keep_frames=keep, cache_dir=tmp_path)
+        means.append(EpisodeMixture([a, b], seed=0).meta.stats["action"]["mean"])
+    assert len(list((tmp_path / "stats").glob("mixture-*.json"))) == 2

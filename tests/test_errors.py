@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 
 import numpy as np
 import pytest
+import torch
 
 from episodestream import DatasetFormatError, EpisodeDataset, EpisodeStreamingDataset, SourceOptions, VideoDecodeError
 
@@ -69,13 +71,36 @@ def test_path_template_escaping_the_root(copy_root):
         EpisodeDataset(copy_root)
 
 
-def test_symlink_escaping_the_root(copy_root, tmp_path):
-    outside = tmp_path / "outside.parquet"
-    data = copy_root / "data" / "chunk-000" / "file-000.parquet"
-    shutil.move(data, outside)
-    data.symlink_to(outside)
-    with pytest.raises(ValueError, match="outside the dataset root"):
-        EpisodeDataset(copy_root)[0]
+def test_huggingface_cache_layout_with_files_symlinked_to_blobs(dataset_root, tmp_path):
+    """What ``huggingface-cli download`` leaves: ``snapshots/<sha>/`` whose files are relative
+    symlinks into ``../../blobs`` (issue 48 item 16: refused as "outside the dataset root"). A
+    template that climbs out of the root is still refused, lexically."""
+    repo = tmp_path / "datasets--user--name"
+    snapshot = repo / "snapshots" / "0123abcd"
+    (repo / "blobs").mkdir(parents=True)
+    for number, path in enumerate(sorted(p for p in dataset_root.rglob("*") if p.is_file())):
+        blob = repo / "blobs" / f"blob{number:04d}"
+        shutil.copyfile(path, blob)
+        link = snapshot / path.relative_to(dataset_root)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    dataset = EpisodeDataset(snapshot)
+    try:
+        expected = EpisodeDataset(dataset_root)
+        try:
+            for index in (0, len(dataset) - 1):
+                got, want = dataset[index], expected[index]
+                assert all(torch.equal(got[k], want[k]) for k in want if isinstance(want[k], torch.Tensor))
+        finally:
+            expected.close()
+    finally:
+        dataset.close()
+    edit_info_path = snapshot / "meta" / "info.json"
+    info = json.loads(edit_info_path.read_text())
+    edit_info_path.unlink()  # the snapshot's link, not the blob
+    edit_info_path.write_text(json.dumps({**info, "data_path": "../../blobs/{chunk_index}-{file_index}.parquet"}))
+    with pytest.raises(ValueError, match="escapes the dataset root"):
+        EpisodeDataset(snapshot)
 
 
 def _first_video(root):

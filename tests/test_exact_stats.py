@@ -192,4 +192,4 @@ def test_the_stats_command_prints_and_writes_the_selections_stats(camera_less_ro
     text = capsys.readouterr()
     assert "24 episodes" in text.out and "observation.state [6]: mean" in text.out and "stats" in text.err  # tqdm bar
     assert main(["stats", str(camera_less_root), "--episodes", "99", "--no-progress"]) != 0
-    assert "episodes [99] are not in" in capsys.readouterr().err
+    assert "--episodes '99': '99' goes past the last episode of" in capsys.readouterr().err

@@ -278,3 +278,29 @@ def test_rank_and_worker_splits_equal_v30(v21_root, v30_root):
         assert_same_samples(got["v21"], got["v30"])
         seen += [int(s["index"]) for s in got["v21"]]
     assert set(seen) == set(range(sum(LENGTHS))) and len(seen) == sum(LENGTHS) + 1
+
+
+def test_curation_by_episodes_table_on_v21_equals_v30(v21_root, v30_root):
+    """Predicates and weight columns read v2.x's episodes table (the converter's columns), as they
+    read v3.0's ``meta/episodes`` (issue 48 item 9: ``meta/episodes/ holds no parquet files``)."""
+    import pyarrow.compute as pc
+
+    for episodes, weights in ((pc.field("length") >= 7, None), (lambda row: row["length"] < 7, None),
+                              (None, "length")):
+        v21, v30 = (EpisodeStreamingDataset(root, episodes=episodes, episode_weights=weights, seed=0)
+                    for root in (v21_root, v30_root))
+        assert v21.episode_indices == v30.episode_indices and len(v21) == len(v30)
+    assert EpisodeStreamingDataset(v21_root, episode_weights="length").__len__() == sum(n * n for n in LENGTHS)
+    with pytest.raises(ValueError, match=r"episode_weights='nope' is not a column of .*meta/episodes.jsonl"):
+        EpisodeStreamingDataset(v21_root, episode_weights="nope")
+
+
+def test_split_episodes_on_v21_equals_v30(v21_root, v30_root):
+    """``split_episodes`` on a v2.x path and ``by=<column>`` on a v2.x dataset (issue 48 item 10:
+    "this reader reads 'v3.0' only", and ``by=`` looked for ``meta/episodes/``)."""
+    from episodestream import split_episodes
+
+    for by in ("task", None, "tasks"):
+        assert split_episodes(v21_root, 0.4, by=by) == split_episodes(v30_root, 0.4, by=by)
+        assert split_episodes(EpisodeDataset(v21_root), 0.4, by=by, seed=3) == \
+            split_episodes(EpisodeDataset(v30_root), 0.4, by=by, seed=3)

@@ -8,6 +8,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from episodestream import DatasetFormatError, EpisodeDataset, EpisodeStreamingDataset
@@ -111,6 +112,9 @@ AT_CONSTRUCTION = [
     ("an episode's stats without count", _edit_line(EPISODES_STATS, 3, lambda r: {
         **r, "stats": {**r["stats"], "action": {k: v for k, v in r["stats"]["action"].items() if k != "count"}}}),
      DatasetFormatError, r"meta/episodes_stats.jsonl \(feature 'action'\): statistic 'count' is missing"),
+    ("episodes_stats.jsonl episode_index not an integer",  # issue 48 item 13: a bare TypeError from sorting
+     _edit_line(EPISODES_STATS, 2, lambda r: {**r, "episode_index": "1"}), DatasetFormatError,
+     r"meta/episodes_stats.jsonl line 2: field 'episode_index' must be an integer >= 0, got '1'"),
     ("episodes' stats that do not stack", _edit_line(EPISODES_STATS, 2, lambda r: {
         **r, "stats": {**r["stats"], "action": {**r["stats"]["action"], "mean": [1.0, 2.0]}}}), DatasetFormatError,
      r"meta/episodes_stats.jsonl \(feature 'action'\): episodes' 'mean' do not stack"),
@@ -151,6 +155,68 @@ def test_episodes_jsonl_length_that_disagrees_with_the_parquet_rows(tiny_v21, tm
             dataset[LENGTHS[0]]
     finally:
         dataset.close()
-    # Later episodes' rows no longer start where the lengths say: refused too, never a shifted sample.
-    with pytest.raises(DatasetFormatError, match=r"episode_000002.parquet \(episode_index 2\): expected 4 rows"):
-        list(EpisodeStreamingDataset(root, episodes=[2]))
+
+
+def test_a_wrong_length_is_blamed_on_its_episode_when_a_later_one_is_read(tiny_v21, tmp_path):
+    """Episode 1's length is wrong: reading episode 3 (whose own rows are fine, but no longer start
+    where the lengths before it say) named episode 3 ("expected 6 rows ..., found 5"; issue 48 item
+    12). The error names episode 1, its listed length and its file's rows."""
+    root = tmp_path / "damaged"
+    shutil.copytree(tiny_v21, root)
+    _edit_line(EPISODES, 2, lambda r: {**r, "length": 7})(root)  # the file holds 8 rows
+    message = (r"episode_000003.parquet \(episode_index 3\): its rows start at index 17, not 16 as the lengths "
+               r"before it in meta/episodes.jsonl say: episode 1 is listed with length 7 there, but its data file "
+               r".*episode_000001.parquet holds 8 rows")
+    with pytest.raises(DatasetFormatError, match=message):
+        list(EpisodeStreamingDataset(root, episodes=[3]))
+    dataset = EpisodeDataset(root)
+    try:
+        with pytest.raises(DatasetFormatError, match=message):
+            dataset[len(dataset) - 1]
+    finally:
+        dataset.close()
+
+
+def test_compute_stats_refuses_a_length_that_disagrees_with_the_parquet(tiny_v21, tmp_path):
+    """``compute_stats()`` (and ``episodestream stats``) took the listed length's rows of a file that
+    holds more and returned stats over the wrong rows (issue 48 item 4), where streaming refuses it."""
+    from episodestream.tools.cli import main
+
+    root = tmp_path / "damaged"
+    shutil.copytree(tiny_v21, root)
+    _edit_line(EPISODES, 2, lambda r: {**r, "length": 7})(root)  # the file holds 8 rows
+    message = (r"data/chunk-000/episode_000001.parquet: holds 8 rows, but its episodes in meta/episodes.jsonl "
+               r"\(1\) have 7 frames")
+    with pytest.raises(DatasetFormatError, match=message):
+        EpisodeStreamingDataset(root, episodes=[1]).compute_stats(cache=False)
+    assert main(["stats", str(root), "--episodes", "0-1", "--no-cache", "--no-progress"]) == 1
+
+
+def test_a_duplicated_episodes_stats_line_counts_once(tiny_v21, tmp_path):
+    """LeRobot's converter keys ``episodes_stats.jsonl`` by episode, the last line winning; the line
+    was counted twice (issue 48 item 5)."""
+    root = tmp_path / "damaged"
+    shutil.copytree(tiny_v21, root)
+    expected = EpisodeStreamingDataset(tiny_v21).meta.stats
+    lines = _lines(root, EPISODES_STATS)
+    _write_lines(root, EPISODES_STATS, [*lines, lines[1]])
+    got = EpisodeStreamingDataset(root).meta.stats
+    for key, entry in expected.items():
+        for name, value in entry.items():
+            np.testing.assert_array_equal(got[key][name], value, err_msg=f"{key} {name}")
+
+
+def test_a_task_index_past_the_tasks_names_tasks_jsonl(tiny_v21, tmp_path):
+    """The v2.x error named ``meta/tasks.parquet``, a file v2.x does not have (issue 48 item 15)."""
+    root = tmp_path / "damaged"
+    shutil.copytree(tiny_v21, root)
+    _write_lines(root, "meta/tasks.jsonl", _lines(root, "meta/tasks.jsonl")[:1])
+    tasks = [json.loads(line)["task_index"] for line in _lines(tiny_v21, "meta/tasks.jsonl")]
+    assert len(tasks) > 1
+    dataset = EpisodeDataset(root)
+    try:
+        with pytest.raises(ValueError, match=r"task_index [1-9][0-9]* is not in meta/tasks.jsonl \(1 tasks\)"):
+            for index in range(len(dataset)):
+                dataset[index]
+    finally:
+        dataset.close()

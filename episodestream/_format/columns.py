@@ -88,9 +88,9 @@ class ColumnStore:
         lo, hi = np.searchsorted(index, [episode.from_index, episode.to_index])
         if hi - lo != episode.length:
             found = index[lo:hi]
-            raise DatasetFormatError(
+            raise DatasetFormatError(self._reader.wrong_length_before(episode, where) or (
                 f"{where}: expected {episode.length} rows with index {episode.from_index}..{episode.to_index - 1}, "
-                f"found {len(found)}" + (f" ({found[0]}..{found[-1]})" if len(found) else ""))
+                f"found {len(found)}" + (f" ({found[0]}..{found[-1]})" if len(found) else "")))
         columns, strings = {}, {}
         for position, name in enumerate(self._columns):
             feature = self._meta.features[name]

@@ -17,7 +17,8 @@ import pyarrow.compute as pc
 
 from episodestream._base.gc_pause import gc_paused
 from episodestream._format.files import DatasetFiles
-from episodestream._format.metadata import _read_episode_tables
+from episodestream._format.metadata import DatasetMeta
+from episodestream._format.versions import load_lerobot_episodes
 
 
 def load_keep_frames(value: Mapping[Any, Any] | str | os.PathLike) -> tuple[Mapping[Any, Any], str]:
@@ -41,25 +42,40 @@ def load_keep_frames(value: Mapping[Any, Any] | str | os.PathLike) -> tuple[Mapp
     return loaded, f"keep_frames ({path})"
 
 
-def episodes_table(files: DatasetFiles) -> pa.Table:
-    """``meta/episodes`` as one table (every column but the per-episode ``stats/`` ones)."""
-    return pa.concat_tables([table for _, table in _read_episode_tables(files)], promote_options="default")
+def episodes_table(files: DatasetFiles, meta: DatasetMeta) -> pa.Table:
+    """The episodes table predicates, weight columns and ``split_episodes(by=)`` read: v3.0's
+    ``meta/episodes`` (every column but the per-episode ``stats/`` ones; files whose column types
+    differ, int32 in one and int64 in another, promoted to one type), or for v2.x the columns
+    LeRobot's converter writes from ``meta/episodes.jsonl`` (what ``dataset.meta.episodes`` shows)."""
+    return load_lerobot_episodes(files, meta)
 
 
 def is_predicate(value: Any) -> bool:
     return isinstance(value, pc.Expression) or callable(value)
 
 
+def _truth(keep: Any, predicate: Any, episode: Any) -> bool:
+    """A predicate's answer as a bool: a numpy array of several values has none (numpy's own error
+    names neither the predicate nor the episode)."""
+    try:
+        return bool(keep)
+    except Exception as error:
+        raise TypeError(f"episodes: the predicate {predicate!r:.200} returned {keep!r:.80} for episode {episode}, "
+                        f"which is neither true nor false ({type(error).__name__}: {error}); it must return a bool "
+                        f"for each episode's row (e.g. reduce an array with .all() or .any()).") from None
+
+
 def select_by_predicate(table: pa.Table, predicate: Callable[[dict[str, Any]], Any] | pc.Expression,
-                        description: str) -> list[int]:
+                        description: str, where: str) -> list[int]:
     """The episode indices (ascending) whose row ``predicate`` keeps; errors name the episode, or
-    say that nothing was selected."""
+    say that nothing was selected (``where``: the episodes metadata, ``<dataset>/meta/episodes``
+    or v2.x's ``<dataset>/meta/episodes.jsonl``)."""
     if isinstance(predicate, pc.Expression):
         try:
             kept = table.filter(predicate)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, KeyError) as error:
-            raise ValueError(f"episodes: the expression {predicate} cannot be evaluated over {description}/meta/"
-                             f"episodes (columns: {table.column_names}): {str(error).splitlines()[0]}") from None
+            raise ValueError(f"episodes: the expression {predicate} cannot be evaluated over {where} "
+                             f"(columns: {table.column_names}): {str(error).splitlines()[0]}") from None
         selected = sorted(kept.column("episode_index").to_pylist())
     else:
         selected = []
@@ -69,7 +85,7 @@ def select_by_predicate(table: pa.Table, predicate: Callable[[dict[str, Any]], A
             except Exception as error:
                 raise ValueError(f"episodes: the predicate raised on episode {row.get('episode_index')}: "
                                  f"{type(error).__name__}: {error}") from error
-            if keep:
+            if _truth(keep, predicate, row.get("episode_index")):
                 selected.append(int(row["episode_index"]))
         selected.sort()
     if not selected:
@@ -78,10 +94,11 @@ def select_by_predicate(table: pa.Table, predicate: Callable[[dict[str, Any]], A
     return selected
 
 
-def weight_column(table: pa.Table, name: str, episode_index: np.ndarray, description: str) -> np.ndarray:
-    """Column ``name`` of ``meta/episodes`` as float64, aligned with ``episode_index`` (ascending)."""
+def weight_column(table: pa.Table, name: str, episode_index: np.ndarray, where: str) -> np.ndarray:
+    """Column ``name`` of the episodes table as float64, aligned with ``episode_index`` (ascending);
+    ``where`` names the episodes metadata in errors."""
     if name not in table.column_names:
-        raise ValueError(f"episode_weights={name!r} is not a column of {description}/meta/episodes "
+        raise ValueError(f"episode_weights={name!r} is not a column of {where} "
                          f"(columns: {table.column_names}).")
     column = table.column(name)
     if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):

@@ -187,15 +187,16 @@ class LocalFiles(DatasetFiles):
     def __init__(self, root: str | os.PathLike) -> None:
         self.root = Path(root).resolve()
         self.description = str(self.root)
-        self._resolved: dict[str, Path] = {}  # resolving symlinks costs a syscall per path component
+        self._resolved: dict[str, Path] = {}  # checked relpaths, joined to the root once
 
     def _path(self, relpath: str) -> Path:
         path = self._resolved.get(relpath)
         if path is None:
-            path = (self.root / check_relpath(relpath, what="Path")).resolve()
-            # A symlink inside the dataset may still point outside it.
-            if path != self.root and self.root not in path.parents:
-                raise ValueError(f"Path {relpath!r} resolves to {path}, outside the dataset root {self.root}.")
+            # The check is lexical: what the dataset's metadata names must not climb out of the root,
+            # but a file inside it may be a symlink to anywhere. huggingface_hub's cache
+            # (``snapshots/<sha>/`` files linking to ``../../blobs/``) is laid out that way, and
+            # whoever can place a symlink in the folder could as well have placed the file itself.
+            path = self.root / check_relpath(relpath, what="Path")
             self._resolved[relpath] = path
         return path
 

@@ -61,6 +61,8 @@ class DatasetMeta:
     data_file_rows: Mapping[str, int] = field(default_factory=dict)
     # Where the episodes' lengths were read from, for errors ("meta/episodes", "meta/episodes.jsonl").
     episodes_where: str = EPISODES_DIR
+    # Where the task strings were read from, for errors ("meta/tasks.parquet", "meta/tasks.jsonl").
+    tasks_where: str = TASKS_PATH
     # Whether episodes share video files (v3.0) or each has files of its own (v2.x). Decode groups
     # read it: frames of one file share a decoder call, so one-file-per-episode layouts need
     # larger groups for the same calls per frame (``default_decode_group_size``).
@@ -267,6 +269,10 @@ def _row_where(tables: list[tuple[str, pa.Table]], description: str, row: int, e
 def _column(tables: list[tuple[str, pa.Table]], name: str) -> pa.ChunkedArray | None:
     if not all(name in table.column_names for _, table in tables):
         return None
+    types = {table.schema.field(name).type for _, table in tables}
+    if len(types) > 1:  # files written by different LeRobot versions: int32 in one, int64 in another
+        return pa.concat_tables([table.select([name]) for _, table in tables],
+                                promote_options="permissive").column(name)
     return pa.chunked_array([chunk for _, table in tables for chunk in table.column(name).chunks],
                             type=tables[0][1].schema.field(name).type)
 

@@ -88,12 +88,7 @@ class RowReader:
     def _check_file(self, relpath: str, handle: pq.ParquetFile) -> None:
         """What the footer alone can tell: the file's row count and its feature columns' types."""
         where = f"{self._files.description}/{relpath}"
-        expected = self._meta.data_file_rows.get(relpath)
-        if expected is not None and handle.metadata.num_rows != expected:
-            episodes = [e.episode_index for e in self._meta.episodes.values() if e.data_relpath == relpath]
-            raise DatasetFormatError(
-                f"{where}: holds {handle.metadata.num_rows} rows, but its episodes in {self._meta.episodes_where} "
-                f"({_preview(episodes)}) have {expected} frames in all (sum of their 'length')")
+        check_file_rows(self._files, self._meta, relpath, handle.metadata.num_rows)
         schema = handle.schema_arrow
         missing = [c for c in self._columns if c not in schema.names]
         if missing:
@@ -131,9 +126,9 @@ class RowReader:
         found = table.column("index").to_numpy()
         if len(found) != episode.length or (len(found) and (found[0] != episode.from_index or
                                                             found[-1] != episode.to_index - 1)):
-            raise DatasetFormatError(
+            raise DatasetFormatError(self.wrong_length_before(episode, where) or (
                 f"{where}: expected {episode.length} rows with index {episode.from_index}..{episode.to_index - 1}, "
-                f"found {len(found)}" + (f" ({found[0]}..{found[-1]})" if len(found) else ""))
+                f"found {len(found)}" + (f" ({found[0]}..{found[-1]})" if len(found) else "")))
         columns, strings = {}, {}
         for name in self._columns:
             feature = self._meta.features[name]
@@ -149,6 +144,68 @@ class RowReader:
                                               f"{where}, column {name!r}")
         check_rows(columns, episode, where, self._files, self._meta, self._tolerance_s)
         return EpisodeRows(episode, columns, strings)
+
+
+    def _first_index(self, position: int) -> tuple[int, int] | None:
+        """The first ``index`` in the data file of the episode at ``position`` and the file's row
+        count (from the footer when its statistics say), or None when the file cannot tell."""
+        relpath = self._meta.episodes.at(position).data_relpath
+        if not self._files.knows_every_file:
+            self._files.look_up([relpath])
+        try:
+            if not self._files.exists(relpath):
+                return None
+            with pq.ParquetFile(self._files.open_input(relpath)) as handle:
+                ranges = _index_ranges(handle)
+                if ranges is None:
+                    ranges = (handle.read(columns=["index"]).column("index").to_numpy(),) * 2
+                return (int(ranges[0].min()), handle.metadata.num_rows) if len(ranges[0]) else None
+        except (OSError, ValueError, KeyError, pa.ArrowException):
+            return None  # only an error's wording depends on it: the caller's own message stands
+
+    def wrong_length_before(self, episode: EpisodeInfo, where: str) -> str | None:
+        """Where each episode has a data file of its own (v2.x), an episode whose file holds its
+        ``length`` rows but starts at another ``index`` than the lengths before it add up to is
+        not at fault: some earlier ``length`` is. The first episode whose file starts off is found
+        by bisection (log2(episodes) footers, remote too) and the one before it named, else None."""
+        table = self._meta.episodes
+        if len(self._meta.data_file_rows) != len(table) or self._meta.data_file_rows.get(
+                episode.data_relpath) != episode.length:
+            return None
+        high = table.position(episode.episode_index)
+        found, first = self._first_index(high), self._first_index(0)
+        if found is None or found[0] == episode.from_index or high == 0 or first is None \
+                or first[0] != int(table.from_index[0]):
+            return None  # the first episode's rows start elsewhere too: the index column itself is off
+        low = 0  # its rows start where the lengths say; the episode at ``high``'s do not
+        while high - low > 1:
+            middle = (low + high) // 2
+            first = self._first_index(middle)
+            if first is None:
+                return None
+            if first[0] == int(table.from_index[middle]):
+                low = middle
+            else:
+                high = middle
+        culprit = table.at(low)
+        rows = self._first_index(low)
+        if rows is None or rows[1] == culprit.length:
+            return None  # consistent on its own: not one wrong length, do not guess
+        return (f"{where}: its rows start at index {found[0]}, not {episode.from_index} as the lengths before it in "
+                f"{self._meta.episodes_where} say: episode {culprit.episode_index} is listed with length "
+                f"{culprit.length} there, but its data file {self._files.description}/{culprit.data_relpath} holds "
+                f"{rows[1]} rows. Correct that episode's 'length' in {self._meta.episodes_where} (every later "
+                f"episode's index counts from it).")
+
+
+def check_file_rows(files: DatasetFiles, meta: DatasetMeta, relpath: str, num_rows: int) -> None:
+    """A data file holds its episodes' rows, the sum of their ``length`` (its footer's count)."""
+    expected = meta.data_file_rows.get(relpath)
+    if expected is not None and num_rows != expected:
+        episodes = [e.episode_index for e in meta.episodes.values() if e.data_relpath == relpath]
+        raise DatasetFormatError(
+            f"{files.description}/{relpath}: holds {num_rows} rows, but its episodes in {meta.episodes_where} "
+            f"({_preview(episodes)}) have {expected} frames in all (sum of their 'length')")
 
 
 def _index_ranges(handle: pq.ParquetFile) -> tuple[np.ndarray, np.ndarray] | None:

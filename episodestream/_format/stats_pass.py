@@ -36,6 +36,7 @@ from episodestream._format.exact_stats import feature_stats
 from episodestream._format.files import DatasetFiles, LocalFiles
 from episodestream._format.metadata import DatasetFormatError, DatasetMeta, parquet_errors
 from episodestream._format.dtypes import sample_values
+from episodestream._format.rows import check_file_rows
 
 STATS_CACHE_FORMAT = 1  # bump when the cached files' layout or the statistics' definition change
 Progress = Callable[[int], None]  # called with the rows just read
@@ -79,6 +80,9 @@ def read_columns(files: DatasetFiles, meta: DatasetMeta, selection: EpisodeSelec
             raise FileNotFoundError(f"Data file {where} is missing.")
         with parquet_errors(where):
             handle = pq.ParquetFile(files.open_input(relpath))
+            # As streaming: a file must hold its episodes' lengths, or the index filter below
+            # would keep the listed count of rows of a file that holds another (v2.x: one episode).
+            check_file_rows(files, meta, relpath, handle.metadata.num_rows)
             missing = [k for k in wanted if k not in handle.schema_arrow.names]
             if missing:
                 raise DatasetFormatError(f"{where}: feature columns {missing} are missing")

@@ -24,7 +24,7 @@ import numpy as np
 from episodestream._format.files import DatasetFiles
 from episodestream._format.metadata import STATS_PATH, fail
 from episodestream._format.stats import load_stats
-from episodestream._format.v2x import read_jsonl
+from episodestream._format.v2x import int_field, read_jsonl
 
 EPISODES_STATS_JSONL = "meta/episodes_stats.jsonl"
 Stats = dict[str, dict[str, np.ndarray]]
@@ -78,8 +78,11 @@ def aggregate_episode_stats(files: DatasetFiles) -> Stats:
     records = read_jsonl(files, EPISODES_STATS_JSONL, ("episode_index", "stats"), why="per-episode stats")
     if not records:
         raise fail(where, "no episodes' stats")
+    # LeRobot's converter keys the lines by episode (a repeated episode's last line wins) and
+    # aggregates them sorted by episode.
+    by_episode = {int_field(record, "episode_index", where, low=0): record for record in records}
     by_feature: dict[str, list[Mapping[str, Any]]] = {}
-    for record in sorted(records, key=lambda r: r["episode_index"]):  # LeRobot's order (sorted by episode)
+    for _, record in sorted(by_episode.items()):
         stats = record["stats"]
         if not isinstance(stats, dict) or not all(isinstance(v, dict) for v in stats.values()):
             raise fail(f"{where} line {record['_line']}", "field 'stats' must be an object of "

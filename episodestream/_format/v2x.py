@@ -66,7 +66,7 @@ def read_jsonl(files: DatasetFiles, relpath: str, required: Sequence[str], *, wh
     return lines
 
 
-def _int_field(record: Mapping[str, Any], name: str, where: str, *, low: int) -> int:
+def int_field(record: Mapping[str, Any], name: str, where: str, *, low: int) -> int:
     value = record[name]
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise fail(f"{where} line {record['_line']}", f"field {name!r} must be an integer >= {low}, got {value!r}")
@@ -79,8 +79,8 @@ def _read_episodes(files: DatasetFiles, info: Mapping[str, Any]) -> tuple[np.nda
     records = read_jsonl(files, EPISODES_JSONL, ("episode_index", "length"), why="one line per episode")
     if not records:
         raise fail(where, "no episodes")
-    episode = np.array([_int_field(r, "episode_index", where, low=0) for r in records], np.int64)
-    length = np.array([_int_field(r, "length", where, low=1) for r in records], np.int64)
+    episode = np.array([int_field(r, "episode_index", where, low=0) for r in records], np.int64)
+    length = np.array([int_field(r, "length", where, low=1) for r in records], np.int64)
     tasks = []
     for record in records:
         value = record.get("tasks", [])
@@ -109,7 +109,7 @@ def _read_tasks(files: DatasetFiles) -> tuple[str, ...]:
     records = read_jsonl(files, TASKS_JSONL, ("task_index", "task"), why="the task strings")
     by_index = {}
     for record in records:
-        index = _int_field(record, "task_index", where, low=0)
+        index = int_field(record, "task_index", where, low=0)
         if not isinstance(record["task"], str) or index in by_index:
             raise fail(f"{where} line {record['_line']}", f"task_index {index} must appear once, with a string "
                                                          f"'task' (got {record['task']!r})")
@@ -180,7 +180,7 @@ def load_v2_metadata(files: DatasetFiles, info: Mapping[str, Any]) -> DatasetMet
     return DatasetMeta(description=files.description, fps=fps, features=features, episodes=table,
                        tasks=_read_tasks(files), info=info,
                        data_file_rows=dict(zip(data_relpaths, length.tolist())), episodes_where=EPISODES_JSONL,
-                       episodes_share_video_files=False)
+                       tasks_where=TASKS_JSONL, episodes_share_video_files=False)
 
 
 def lerobot_episodes_table(meta: DatasetMeta) -> pa.Table:

@@ -277,6 +277,36 @@ def check_weights(value: Mapping[Any, Any] | np.ndarray, *, episode_index: np.nd
     return weights
 
 
+# An epoch lays each whole copy of an episode out as a segment of its own (so that each lands in a
+# fresh place of the permutation): ~300 bytes and ~2 us each. As a mixture refuses an epoch of more
+# than ``_plan.mixing.MAX_PASSES_PER_EPOCH`` passes of a component, curation refuses weights whose
+# copies an epoch could not lay out in memory and time, before any is made.
+MAX_COPIES_PER_EPISODE = 100_000
+MAX_COPIES_PER_EPOCH = 10_000_000
+
+
+def check_epoch_size(kept: np.ndarray, weights: np.ndarray, *, episode_index: np.ndarray,
+                     where: str = "episode_weights") -> None:
+    """Refuse weights that make an epoch too large to plan: more than ``MAX_COPIES_PER_EPISODE``
+    copies of one episode, or ``MAX_COPIES_PER_EPOCH`` in all. ``kept``, ``weights`` and
+    ``episode_index`` are aligned (the selected episodes); the error names the argument, the
+    episode, its weight and the epoch size they imply (computed in floating point: 1e18 frames
+    would wrap an int64)."""
+    as_float = np.array([float(w) for w in weights.tolist()], np.float64) if weights.dtype == object \
+        else weights.astype(np.float64)
+    copies = np.where(kept > 0, np.ceil(as_float), 0.0)
+    epoch = float(np.dot(as_float, kept.astype(np.float64)))
+    worst = int(np.argmax(copies)) if len(copies) else 0
+    if not len(copies) or (copies[worst] <= MAX_COPIES_PER_EPISODE and copies.sum() <= MAX_COPIES_PER_EPOCH):
+        return
+    limit = (f"at most {MAX_COPIES_PER_EPISODE:,} copies of an episode" if copies[worst] > MAX_COPIES_PER_EPISODE
+             else f"at most {MAX_COPIES_PER_EPOCH:,} copies of episodes in all ({copies.sum():,.0f} here)")
+    raise ValueError(f"{where}: episode {int(episode_index[worst])} has weight {as_float[worst]:g}, which makes "
+                     f"{copies[worst]:,.0f} copies of its {int(kept[worst])} kept frames in each epoch (an epoch of "
+                     f"{epoch:,.0f} samples); an epoch lays out {limit}. Lower the weights (weight w samples each "
+                     f"kept frame w times per epoch), or train for more epochs.")
+
+
 def anchor_counts(kept: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
     """Anchors per epoch of each episode: ``weights * kept``, exactly when every product is an
     integer, else the products' rounded total split by largest remainder in exact fractions

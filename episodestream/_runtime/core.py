@@ -30,7 +30,7 @@ from episodestream._format.episode_filters import (
     select_by_predicate,
     weight_column,
 )
-from episodestream._plan.curation import Anchors, anchor_counts, check_keep_frames, check_weights
+from episodestream._plan.curation import Anchors, anchor_counts, check_epoch_size, check_keep_frames, check_weights
 from episodestream._runtime.needed_spans import NeededEpisodes
 from episodestream._runtime.dataset_stats import exact_stats
 from episodestream._runtime.source_options import SourceOptions, takes_source_options
@@ -103,7 +103,8 @@ class DatasetCore:
         self.lerobot_meta = LeRobotMeta(typed=self.meta, files=self.files, source=source, revision=revision,
                                         depth_output_unit=check_depth_unit(depth_output_unit))
         if is_predicate(episodes):
-            episodes = select_by_predicate(self._episodes_table(), episodes, self.meta.description)  # type: ignore[arg-type]
+            episodes = select_by_predicate(self._episodes_table(), episodes, self.meta.description,  # type: ignore[arg-type]
+                                           f"{self.meta.description}/{self.meta.episodes_where}")
         selection = select_episodes(self.meta, episodes)  # type: ignore[arg-type]
         self.episodes, self.anchors, self.curation = self._curate(selection, keep_frames, episode_weights)
         # For LeRobot's ``dataset.episodes``: None selects every episode; else the episodes used,
@@ -125,7 +126,7 @@ class DatasetCore:
 
     def _episodes_table(self):
         if self.__dict__.get("_table") is None:
-            self._table = episodes_table(self.files)
+            self._table = episodes_table(self.files, self.meta)
         return self._table
 
     def _curate(self, selection: EpisodeSelection, keep_frames: Any,
@@ -148,8 +149,10 @@ class DatasetCore:
         weight_of = None
         if weights is not None:
             if isinstance(weights, str):
-                weights = weight_column(self._episodes_table(), weights, table.episode_index, self.meta.description)
+                weights = weight_column(self._episodes_table(), weights, table.episode_index,
+                                        f"{self.meta.description}/{self.meta.episodes_where}")
             weight_of = check_weights(weights, episode_index=table.episode_index)[selection.rows]
+            check_epoch_size(kept_count, weight_of, episode_index=indices)
         counts = anchor_counts(kept_count, weight_of)
         if not counts.any():
             raise ValueError(f"keep_frames / episode_weights leave no frame of the {len(selection)} selected "

@@ -77,7 +77,7 @@ def _compute_curated_stats(core: Any, progress: Progress | None) -> StatsDict:
     keys = stat_keys(core.meta)
     columns = read_columns(core.files, core.meta, core.episodes, list(dict.fromkeys([*keys, "index"])),
                            progress=progress)
-    numerator, denominator = _row_weights(core, columns["index"])
+    numerator, denominator = curated_row_weights(core, columns["index"])
     groups = sorted(set(zip(numerator.tolist(), denominator.tolist())) - {(0, 1)})
     masks = [(numerator == n) & (denominator == d) for n, d in groups]
     weights = [Fraction(n, d) for n, d in groups]
@@ -85,7 +85,7 @@ def _compute_curated_stats(core: Any, progress: Progress | None) -> StatsDict:
             for key in keys}
 
 
-def _row_weights(core: Any, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def curated_row_weights(core: Any, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each row's weight (``index``: the rows' global index) as a reduced fraction (numerators,
     denominators): its episode's anchors per epoch over its kept frames, 0 outside the kept frames."""
     anchors, starts = core.anchors, core.episodes.from_indices

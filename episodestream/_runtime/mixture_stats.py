@@ -1,11 +1,13 @@
 """``mixture.meta.stats`` and ``mixture.meta.component_stats``: exact statistics of a mixture as it is sampled.
 
-Each row of component ``i`` weighs ``c_i / F_i``: its share of the epoch (``c_i`` samples of it per
-rank, ``_plan.mixing``) spread over its ``F_i`` selected frames; without ``weights`` every row weighs
-the same (the mixture is then the components' concatenation). With these weights, ``mean``,
-``std``, ``min``, ``max`` and the quantiles are ``_format.exact_stats``'s over the components' rows
-together, in mixture keys and the mixture's shapes; ``count`` is the frames that entered (rows, not
-weights). For a padded key, each dimension counts only the components for which it is real, so the
+Each anchor of component ``i`` weighs ``c_i / A_i``: its share of the epoch (``c_i`` samples of it
+per rank, ``_plan.mixing``) spread over its ``A_i`` anchors per epoch; without ``weights`` every
+anchor weighs the same (the mixture is then the components' concatenation). A row carries its
+anchors: 1 without curation, and for a curated component what its own ``compute_stats()`` gives it
+(its episode's anchors over its kept frames; 0 outside ``keep_frames``). With these weights,
+``mean``, ``std``, ``min``, ``max`` and the quantiles are ``_format.exact_stats``'s over the
+components' rows together, in mixture keys and the mixture's shapes; ``count`` is the frames that
+entered (rows of non-zero weight, not weights). For a padded key, each dimension counts only the components for which it is real, so the
 zeros of padding never enter; a key missing from some components counts the others.
 
 Cameras keep the components' ``stats.json`` values (exact ones would mean decoding every frame),
@@ -19,7 +21,7 @@ lacks get the identity statistics (``exact_stats.identity_stats``), so normalizi
 zeros at zero.
 
 The mixture's statistics are cached beside the first component's (``<cache_dir>/stats``), named by
-the components' own cache keys, the renames, the schema and the weights.
+the components' own cache keys and curation, the renames, the schema and the weights.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from episodestream._format.stats_pass import (
     cached_stats,
     stats_cache_key,
 )
-from episodestream._runtime.dataset_stats import StatsDict, exact_stats
+from episodestream._runtime.dataset_stats import StatsDict, curated_row_weights, exact_stats
 from episodestream._runtime.mixture_schema import MixtureKey, MixtureSchema
 
 EXACT = "exact (tabular rows, weighted by each component's share of the epoch)"
@@ -47,11 +49,11 @@ FROM_STATS_JSON = ("components' stats.json combined by the weights (cameras: qua
                    "of the components', an approximation)")
 
 
-def row_weights(rank_counts: Sequence[int], frames: Sequence[int], weighted: bool) -> list[Fraction]:
-    """Each component's weight per row: ``c_i / F_i``, or 1 for every row without mixture weights."""
+def row_weights(rank_counts: Sequence[int], anchors: Sequence[int], weighted: bool) -> list[Fraction]:
+    """Each component's weight per anchor: ``c_i / A_i``, or 1 for every anchor without mixture weights."""
     if not weighted:
-        return [Fraction(1) for _ in frames]
-    return [Fraction(c, f) for c, f in zip(rank_counts, frames)]
+        return [Fraction(1) for _ in anchors]
+    return [Fraction(c, a) for c, a in zip(rank_counts, anchors)]
 
 
 def _padded_values(values: np.ndarray, m: MixtureKey, width: int) -> np.ndarray:
@@ -134,7 +136,9 @@ class MixtureStats:
         first = self._cores[0]
         keys = [stats_cache_key(c.files, c.meta, c.episodes, revision=c.revision) for c in self._cores]
         schema = {k: [m.kind, list(m.shape), list(m.widths)] for k, m in self._schema.keys.items()}
-        what = ["mixture", keys, self._renames, schema, [str(w) for w in self._weights]]
+        # Curation changes which rows count and how much, not the selected episodes the keys cover.
+        curation = [c.curation for c in self._cores]
+        what = ["mixture", keys, curation, self._renames, schema, [str(w) for w in self._weights]]
         digest = hashlib.sha1(json.dumps(what).encode()).hexdigest()[:20]
         return default_stats_dir(first.cache_dir) / f"mixture-{digest}.json"
 
@@ -148,11 +152,21 @@ class MixtureStats:
         need_rows = [k for k, m in schema.keys.items() if m.kind == "number"
                      and sum(w is not None for w in m.widths) > 1]
         columns: list[dict[str, np.ndarray]] = []
+        self._row_groups: list[list[tuple[np.ndarray | None, Fraction]]] = []
         for i, core in enumerate(self._cores):
             back = {self._renames[i].get(k, k): k for k in core.meta.features}
             own = [back[k] for k in need_rows if schema.keys[k].widths[i] is not None]
-            read = read_columns(core.files, core.meta, core.episodes, own) if own else {}
-            columns.append({self._renames[i].get(k, k): v for k, v in read.items()})
+            curated = core.curation is not None and bool(own)
+            wanted = list(dict.fromkeys([*own, "index"])) if curated else own
+            read = read_columns(core.files, core.meta, core.episodes, wanted) if own else {}
+            # Rows grouped by their weight (mask None: every row, the component's weight).
+            groups: list[tuple[np.ndarray | None, Fraction]] = [(None, weights[i])]
+            if curated:
+                numerator, denominator = curated_row_weights(core, read["index"])
+                pairs = sorted(set(zip(numerator.tolist(), denominator.tolist())) - {(0, 1)})
+                groups = [((numerator == n) & (denominator == d), weights[i] * Fraction(n, d)) for n, d in pairs]
+            self._row_groups.append(groups)
+            columns.append({self._renames[i].get(k, k): v for k, v in read.items() if k in own})
         for key, m in schema.keys.items():
             having = [i for i, w in enumerate(m.widths) if w is not None]
             if m.kind == "string":
@@ -162,7 +176,7 @@ class MixtureStats:
                 known = [i for i in having if int(np.ravel(component_stats[i][key].get("count", [1]))[0]) > 0]
                 if known:
                     out[key] = _combine_cameras([component_stats[i][key] for i in known],
-                                                [float(weights[i]) * int(self._cores[i].num_frames) for i in known])
+                                                [float(weights[i]) * int(self._cores[i].num_anchors) for i in known])
                 continue
             if len(having) == 1:
                 (i,) = having
@@ -177,12 +191,13 @@ class MixtureStats:
         elements = int(np.prod(m.shape))
         out = {name: np.zeros(elements, np.float64) for name in
                ("min", "max", "mean", "std", "q01", "q10", "q50", "q90", "q99")}
-        count = sum(len(v) for _, v in parts)
+        count = sum(len(v) if mask is None else int(mask.sum()) for i, v in parts for mask, _ in self._row_groups[i])
         patterns: dict[tuple[int, ...], list[int]] = {}
         for e in range(elements):
             patterns.setdefault(tuple(i for i, _, real in padded if real[e]), []).append(e)
         for members, chosen in patterns.items():
-            group = [(values[:, chosen], self._weights[i]) for i, values, _ in padded if i in members]
+            group = [(values[:, chosen] if mask is None else values[mask][:, chosen], weight)
+                     for i, values, _ in padded if i in members for mask, weight in self._row_groups[i]]
             stats = weighted_feature_stats([g for g, _ in group], [w for _, w in group], (len(chosen),))
             for name in out:
                 out[name][chosen] = stats[name]

@@ -190,7 +190,7 @@ class SampleBuilder:
         task_index = int(rows.columns["task_index"][frame])
         if not 0 <= task_index < len(self._meta.tasks):
             raise ValueError(f"{self._meta.description} episode {episode.episode_index} frame {frame}: task_index "
-                             f"{task_index} is not in meta/tasks.parquet ({len(self._meta.tasks)} tasks).")
+                             f"{task_index} is not in {self._meta.tasks_where} ({len(self._meta.tasks)} tasks).")
         return PendingSample(item, video_keys, windowed, queries, self._meta.tasks[task_index])
 
     @staticmethod

@@ -18,7 +18,46 @@ from pathlib import Path
 import numpy as np
 
 
+# Written into the folder ``demo --out`` fills: only a folder holding it (and nothing but what the
+# demo writes) is one the demo may replace.
+DEMO_MARKER = ".episodestream-demo"
+_DEMO_WRITES = {DEMO_MARKER, "meta", "data", "videos"}
+_DEMO_POSITIVE = (("--episodes", "episodes"), ("--episode-length", "episode_length"), ("--height", "height"),
+                  ("--width", "width"), ("--batch-size", "batch_size"), ("--pool-size", "pool_size"),
+                  ("--num-threads", "num_threads"))
+
+
+def _check_demo_args(args: argparse.Namespace) -> None:
+    for option, name in _DEMO_POSITIVE:
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"{option} must be an integer >= 1, got {value}")
+    if args.num_workers < 0:
+        raise ValueError(f"--num-workers must be an integer >= 0, got {args.num_workers}")
+    if args.out:
+        _check_demo_out(Path(args.out).expanduser())
+
+
+def _check_demo_out(root: Path) -> None:
+    """The demo replaces ``--out`` whole: refuse a folder that holds anything it did not write."""
+    if not root.exists():
+        return
+    if not root.is_dir():
+        raise FileExistsError(f"--out {root} is a file, not a folder: pass a new or empty folder")
+    entries = {entry.name for entry in root.iterdir()}
+    if entries and not (DEMO_MARKER in entries and entries <= _DEMO_WRITES):
+        shown = ", ".join(sorted(entries)[:5]) + (", ..." if len(entries) > 5 else "")
+        raise FileExistsError(f"--out {root} is not empty ({shown}) and is not a dataset `episodestream demo` wrote; "
+                              f"the demo replaces its folder whole, so it writes only into a new or empty folder "
+                              f"(or one it wrote before): pass another --out")
+
+
 def _demo(args: argparse.Namespace) -> int:
+    try:
+        _check_demo_args(args)
+    except (OSError, ValueError) as error:
+        return _user_error("demo", error)
+
     import torch.utils.data
 
     from episodestream.loader import EpisodeLoader
@@ -26,11 +65,14 @@ def _demo(args: argparse.Namespace) -> int:
     from episodestream.tools.synthetic import write_synthetic_dataset
 
     with tempfile.TemporaryDirectory(prefix="episodestream-demo-") as tmp:
-        root = Path(args.out) if args.out else Path(tmp) / "synthetic"
+        root = Path(args.out).expanduser() if args.out else Path(tmp) / "synthetic"
         print(f"writing a synthetic dataset ({args.episodes} episodes x {args.episode_length} frames, "
               f"2 cameras {args.height}x{args.width} AV1) to {root}", flush=True)
+        # overwrite: checked above that the folder is empty or a dataset the demo wrote.
         write_synthetic_dataset(root, num_episodes=args.episodes, episode_length=args.episode_length,
                                 height=args.height, width=args.width, overwrite=True, progress=True)
+        (root / DEMO_MARKER).write_text("written by `episodestream demo`; a later `demo --out` here replaces "
+                                        "this folder\n")
         dataset = EpisodeStreamingDataset(root, episode_pool_size=args.pool_size, seed=0)
         if args.loader == "episode":
             loader = EpisodeLoader(dataset, args.batch_size, num_threads=args.num_threads)
@@ -210,19 +252,44 @@ def _cache_unpin(args: argparse.Namespace, root: Path) -> int:
     return 0
 
 
-def _episode_list(text: str) -> list[int]:
-    """'0,3,5-9' -> [0, 3, 5, 6, 7, 8, 9]."""
-    episodes = []
-    try:
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            first, _, last = part.partition("-")
-            episodes += range(int(first), int(last or first) + 1)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid episode list ({text!r}): expected indices and ranges like "
-                                         f"'0,3,5-9'") from None
-    if not episodes:
+class EpisodeRanges:
+    """A parsed ``--episodes`` list ('0,3,5-9'): its ranges, expanded only against a dataset
+    (``indices``), so that '0-100000000000' is refused before a list is built."""
+
+    def __init__(self, text: str, ranges: list[tuple[str, int, int]]) -> None:
+        self.text, self.ranges = text, ranges  # (token, first, last), inclusive
+
+    def indices(self, episode_index: Sequence[int], description: str) -> list[int]:
+        """The episodes named, once each, ascending; a range past the dataset's last episode is refused."""
+        last = max(episode_index)
+        for token, _, end in self.ranges:
+            if end > last:
+                raise ValueError(f"--episodes {self.text!r}: {token!r} goes past the last episode of {description} "
+                                 f"(episode indices {min(episode_index)}..{last}, {len(episode_index)} episodes)")
+        return sorted({e for _, first, end in self.ranges for e in range(first, end + 1)})
+
+
+def _episode_list(text: str) -> EpisodeRanges:
+    """'0,3,5-9': indices and inclusive ranges; a reversed ('5-3') or open ('3-') range is refused,
+    naming it, rather than dropped or read as one episode."""
+    ranges = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        first, dash, last = part.partition("-")
+        try:
+            start, end = int(first), int(last) if dash else int(first)
+        except ValueError:
+            why = ("an open range: give its last episode too, as in '3-9'" if dash and first.strip()
+                   and not last.strip() else "neither an index nor a range like '5-9'")
+            raise argparse.ArgumentTypeError(f"invalid episode list ({text!r}): {part!r} is {why}") from None
+        if start < 0:
+            raise argparse.ArgumentTypeError(f"invalid episode list ({text!r}): {part!r}: episode indices are >= 0")
+        if end < start:
+            raise argparse.ArgumentTypeError(f"invalid episode list ({text!r}): {part!r} is a reversed range; write "
+                                             f"'{end}-{start}'")
+        ranges.append((part, start, end))
+    if not ranges:
         raise argparse.ArgumentTypeError(f"invalid episode list ({text!r}): it names no episode")
-    return sorted(set(episodes))
+    return EpisodeRanges(text, ranges)
 
 
 def _json_object(text: str) -> dict:
@@ -260,7 +327,9 @@ def _prewarm(args: argparse.Namespace) -> int:
                                    hub_endpoint=args.hub_endpoint, cache_wait_s=args.cache_wait_s)
         try:
             meta = load_metadata(files)
-            episodes = select_episodes(meta, args.episodes)
+            wanted = None if args.episodes is None else args.episodes.indices(
+                meta.episodes.episode_index.tolist(), files.description)
+            episodes = select_episodes(meta, wanted)
             report = prewarm(files, episodes, progress=not args.no_progress, meta=meta)
         finally:
             files.close()
@@ -289,19 +358,44 @@ def _bench(bench_args: list[str]) -> int:
     return 0
 
 
+def _check_out_file(path: str) -> Path:
+    out = Path(path).expanduser()
+    if out.is_dir():
+        raise IsADirectoryError(f"--out {path}: is a folder; pass the path of a JSON file to write")
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"--out {path}: no folder {out.parent}; create it or pass another path")
+    return out
+
+
+def _stats_episodes(args: argparse.Namespace) -> list[int] | None:
+    """``--episodes`` as indices, checked against the dataset's episodes before a list is built."""
+    if args.episodes is None:
+        return None
+    from episodestream._format.versions import load_metadata
+    from episodestream._runtime.sources import open_source
+
+    files = open_source(args.source, revision=args.revision, cache_dir=args.cache_dir, local_cache_dir=True)
+    try:
+        return args.episodes.indices(load_metadata(files).episodes.episode_index.tolist(), files.description)
+    finally:
+        files.close()
+
+
 def _stats(args: argparse.Namespace) -> int:
     from episodestream._remote.cache.node_cache import CacheFullError
     from episodestream.streaming import EpisodeStreamingDataset
 
     try:
-        dataset = EpisodeStreamingDataset(args.source, episodes=args.episodes, revision=args.revision,
+        out = _check_out_file(args.out) if args.out else None  # before the pass over the data, not after
+        episodes = _stats_episodes(args)
+        dataset = EpisodeStreamingDataset(args.source, episodes=episodes, revision=args.revision,
                                           cache_dir=args.cache_dir)
         stats = dataset.compute_stats(cache=not args.no_cache, progress=not args.no_progress)
+        as_json = {key: {name: value.tolist() for name, value in entry.items()} for key, entry in stats.items()}
+        if out is not None:
+            out.write_text(json.dumps(as_json, indent=4))
     except (OSError, ValueError, CacheFullError) as error:
         return _user_error("stats", error)
-    as_json = {key: {name: value.tolist() for name, value in entry.items()} for key, entry in stats.items()}
-    if args.out:
-        Path(args.out).write_text(json.dumps(as_json, indent=4))
     if args.json:
         print(json.dumps(as_json, indent=2))
         return 0
