@@ -17,9 +17,9 @@ from urllib.parse import unquote
 from episodestream._format.files import DatasetFiles, LocalFiles
 
 _FILE_SCHEME = "file://"
-# Frames between the user's call and the warning: open_source <- DatasetCore <- DatasetCore.for_dataset <-
-# the dataset's constructor <- the user's line.
-_WARN_STACKLEVEL = 5
+# Frames between the user's call and the warning: open_source <- DatasetCore.__init__ <- its
+# takes_source_options wrapper <- the dataset's constructor <- its wrapper <- the user's line.
+_WARN_STACKLEVEL = 6
 
 
 def open_source(source: str | os.PathLike, *, revision: str | None, cache_dir: str | os.PathLike | None = None,
