@@ -413,6 +413,27 @@ def _stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _frame_offsets(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--frames must be comma-separated frame offsets such as -2,0,2, "
+                                         f"got {text!r}") from None
+
+
+def _show(args: argparse.Namespace) -> int:
+    from episodestream._remote.cache.node_cache import CacheFullError
+    from episodestream.tools.show import show_sample
+
+    try:
+        path = show_sample(args.source, out=args.out, index=args.index, episode=args.episode, frames=args.frames,
+                           revision=args.revision)
+    except (OSError, ValueError, ImportError, CacheFullError) as error:
+        return _user_error("show", error)
+    print(f"wrote {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="episodestream", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -437,6 +458,18 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--revision")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.set_defaults(run=_info)
+
+    show = commands.add_parser("show", help="draw one sample as a policy sees it (cameras, depth colour-mapped, "
+                                            "state and action windows with padded steps, task) into a PNG")
+    show.add_argument("source", help="a LeRobot dataset (folder, URL or Hub repo id)")
+    show.add_argument("--index", type=int, help="the sample's index (default 0)")
+    show.add_argument("--episode", type=int, help="draw this episode's middle frame instead")
+    show.add_argument("--frames", type=_frame_offsets, default=[],
+                      help="window offsets in frames for every camera, state and action, e.g. --frames=-2,0,2 "
+                           "(default: single frames)")
+    show.add_argument("--revision", help="Hub branch, tag or commit (default: main)")
+    show.add_argument("--out", default="sample.png", help="the PNG to write (default sample.png)")
+    show.set_defaults(run=_show)
 
     stats = commands.add_parser("stats", help="exact mean, std, min, max, count and q01..q99 of a selection of "
                                               "episodes' tabular features (LeRobot's stats.json layout)")
