@@ -28,7 +28,7 @@ import torch
 from episodestream._runtime.position import without_consumer
 from episodestream._runtime.batch_memory import BatchMemory
 from episodestream._runtime.decoder_spares import DecoderSpares
-from episodestream._base.options import check_bool, check_int
+from episodestream._base.options import check_bool, check_int, refuses_unknown_keywords
 from episodestream._runtime.pipeline import GroupPipeline, split_closing, split_opening
 from episodestream._runtime.stream import ConsumerStream, DecoderSet, PlannedGroup
 from episodestream._sample.builder import PendingSample, finish_decoded
@@ -76,6 +76,8 @@ class EpisodeLoader:
     stay open for the next pass's threads until ``close()``.
     """
 
+    # DataLoader's words for what this loader calls otherwise (it decodes on threads, not workers).
+    @refuses_unknown_keywords({"num_workers": "num_threads", "prefetch_factor": "prefetch_batches"})
     def __init__(self, dataset: StreamingFace, batch_size: int, *, num_threads: int | None = None,
                  drop_last: bool = False, pin_memory: bool = False, prefetch_batches: int = 2) -> None:
         self._runtime = runtime_of(dataset)

@@ -19,6 +19,7 @@ DEMO = ["demo", "--episodes", "3", "--episode-length", "20", "--height", "64", "
 
 
 def _check_demo_output(stdout: str, how: str) -> None:
+    assert "2 cameras 64x96 (HxW) AV1" in stdout  # --height 64 --width 96, as `info` prints sizes
     assert f"streaming 60 samples with {how}" in stdout
     assert "samples: 60 " in stdout
     assert re.search(r"throughput: [0-9.]+ samples/s, [0-9.]+ frames/s", stdout)
@@ -48,7 +49,8 @@ def test_info_describes_the_dataset(dataset_root, capsys):
     assert info["image_keys"] == ["observation.images.top"]
     assert main(["info", str(dataset_root)]) == 0
     text = capsys.readouterr().out
-    assert "camera observation.images.wrist: 96x64 av1 yuv420p GOP 2, 2 file(s)" in text
+    # Sizes read H x W, as LeRobot's shape (H, W, C) and as `demo` prints them.
+    assert "camera observation.images.wrist: 64x96 (HxW) av1 yuv420p GOP 2, 2 file(s)" in text
 
 
 def test_errors_are_one_line_on_stderr_and_a_nonzero_exit(tmp_path, capsys):
@@ -130,3 +132,55 @@ def test_cli_usage_errors_are_one_line_and_exit_1(dataset_root, tmp_path, capsys
         captured = capsys.readouterr()
         assert len(captured.err.splitlines()) == 1 and named in captured.err, (argv, captured.err)
         assert not (tmp_path / "no").exists()
+
+
+def _options(parser) -> list[tuple[str, object]]:
+    """(command, action) for every option and argument of every command but bench and lerobot-train,
+    whose options are the benchmark's and LeRobot's."""
+    import argparse
+
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                if name not in ("bench", "lerobot-train"):
+                    found += [(f"{name} {command}".strip(), option) for command, option in _options(sub)]
+        elif not isinstance(action, argparse._HelpAction):
+            found.append(("", action))
+    return found
+
+
+def test_every_option_says_what_it_does():
+    from episodestream.tools.cli import build_parser
+
+    options = _options(build_parser())
+    assert len(options) > 30
+    missing = [f"{command} {'/'.join(action.option_strings) or action.dest}" for command, action in options
+               if not action.help]
+    assert not missing, f"options without help text: {missing}"
+
+
+def test_stats_help_names_every_version_it_reads(capsys):
+    with pytest.raises(SystemExit):
+        main(["stats", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "v3.0, v2.1 or v2.0" in help_text and "v3.0 dataset" not in help_text
+
+
+def test_a_leading_tilde_is_the_home_folder(dataset_root, tmp_path, monkeypatch, capsys):
+    """``info "~/data"`` (quoted, or ``--opt=~/...``: the shell leaves ``~`` alone) looked for a folder named ``~``."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "robot").symlink_to(dataset_root)
+    assert main(["info", "~/robot", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["episodes"] == 6
+    assert main(["stats", "~/robot", "--cache-dir", "~/cache", "--no-progress", "--json"]) == 0
+    assert "action" in json.loads(capsys.readouterr().out)
+    assert (tmp_path / "cache" / "stats").is_dir()
+
+
+def test_a_cached_stats_run_shows_no_bar_stuck_at_zero(dataset_root, tmp_path, capsys):
+    command = ["stats", str(dataset_root), "--cache-dir", str(tmp_path / "cache"), "--json"]
+    assert main(command) == 0
+    assert "100%" in capsys.readouterr().err  # the first run reads every row
+    assert main(command) == 0
+    assert "0%" not in capsys.readouterr().err  # the second reads the cache: no rows, no bar

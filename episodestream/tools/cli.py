@@ -67,7 +67,7 @@ def _demo(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="episodestream-demo-") as tmp:
         root = Path(args.out).expanduser() if args.out else Path(tmp) / "synthetic"
         print(f"writing a synthetic dataset ({args.episodes} episodes x {args.episode_length} frames, "
-              f"2 cameras {args.height}x{args.width} AV1) to {root}", flush=True)
+              f"2 cameras {args.height}x{args.width} (HxW) AV1) to {root}", flush=True)
         # overwrite: checked above that the folder is empty or a dataset the demo wrote.
         write_synthetic_dataset(root, num_episodes=args.episodes, episode_length=args.episode_length,
                                 height=args.height, width=args.width, overwrite=True, progress=True)
@@ -159,8 +159,8 @@ def _info(args: argparse.Namespace) -> int:
     print(f"episodes {info['episodes']}, frames {info['frames']}, fps {info['fps']}, tasks {info['tasks']}")
     print(f"data: {info['data_files']} parquet file(s), {_human_bytes(info['data_size_bytes'])}")
     for key, camera in info["cameras"].items():
-        height, width = camera["shape"][:2]
-        print(f"camera {key}: {width}x{height} {camera['codec']} {camera['pix_fmt']} GOP {camera['gop']}, "
+        height, width = camera["shape"][:2]  # LeRobot's shape, (H, W, C): sizes read H x W everywhere
+        print(f"camera {key}: {height}x{width} (HxW) {camera['codec']} {camera['pix_fmt']} GOP {camera['gop']}, "
               f"{camera['files']} file(s), {_human_bytes(camera['size_bytes'])}")
     for key in info["image_keys"]:
         print(f"image {key}: PNG in the data parquet")
@@ -292,6 +292,12 @@ def _episode_list(text: str) -> EpisodeRanges:
     return EpisodeRanges(text, ranges)
 
 
+def _source(text: str) -> str:
+    """A dataset argument as given, a leading ``~`` expanded (the shell leaves ``--x=~/data`` and a
+    quoted ``"~/data"`` alone); URLs and Hub repo ids never start with one."""
+    return os.path.expanduser(text) if text.startswith("~") else text
+
+
 def _json_object(text: str) -> dict:
     try:
         value = json.loads(text)
@@ -418,29 +424,31 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="write a small synthetic dataset and stream it (EpisodeLoader)")
     demo.add_argument("--out", help="where to write the dataset (default: a temporary folder, removed after)")
-    demo.add_argument("--episodes", type=int, default=24)
-    demo.add_argument("--episode-length", type=int, default=100)
-    demo.add_argument("--height", type=int, default=96)
-    demo.add_argument("--width", type=int, default=128)
+    demo.add_argument("--episodes", type=int, default=24, help="episodes to write (default: 24)")
+    demo.add_argument("--episode-length", type=int, default=100, help="frames per episode (default: 100)")
+    demo.add_argument("--height", type=int, default=96, help="camera frame height in pixels (default: 96)")
+    demo.add_argument("--width", type=int, default=128, help="camera frame width in pixels (default: 128)")
     demo.add_argument("--loader", choices=("episode", "dataloader"), default="episode",
                       help="episode: EpisodeLoader, decode threads in this process (default); dataloader: "
                            "torch DataLoader worker processes")
     demo.add_argument("--num-threads", type=int, default=None,
                       help="EpisodeLoader decode threads (default: the cores this process may use, at most 16)")
     demo.add_argument("--num-workers", type=int, default=2, help="DataLoader worker processes")
-    demo.add_argument("--batch-size", type=int, default=32)
-    demo.add_argument("--pool-size", type=int, default=8)
+    demo.add_argument("--batch-size", type=int, default=32, help="samples per batch (default: 32)")
+    demo.add_argument("--pool-size", type=int, default=8,
+                      help="episode_pool_size: whole episodes each consumer holds (default: 8)")
     demo.set_defaults(run=_demo)
 
     info = commands.add_parser("info", help="episodes, frames, fps, cameras, codecs, GOP, files and sizes")
-    info.add_argument("source", help="a LeRobot dataset (v3.0, v2.1 or v2.0)")
-    info.add_argument("--revision")
+    info.add_argument("source", type=_source, help="a LeRobot dataset (v3.0, v2.1 or v2.0): folder, URL or Hub repo id")
+    info.add_argument("--revision", help="Hub branch, tag or commit (default: main)")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.set_defaults(run=_info)
 
     stats = commands.add_parser("stats", help="exact mean, std, min, max, count and q01..q99 of a selection of "
                                               "episodes' tabular features (LeRobot's stats.json layout)")
-    stats.add_argument("source", help="a LeRobot v3.0 dataset (folder, URL or Hub repo id)")
+    stats.add_argument("source", type=_source,
+                       help="a LeRobot dataset (v3.0, v2.1 or v2.0): folder, URL or Hub repo id")
     stats.add_argument("--episodes", type=_episode_list, help="episode indices, e.g. 0,3,5-9 (default: all)")
     stats.add_argument("--revision", help="Hub branch, tag or commit (default: main)")
     stats.add_argument("--cache-dir", help="where the result is cached, under stats/ (default: "
@@ -482,7 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
     prewarm = commands.add_parser(
         "prewarm", help="fetch a remote dataset's metadata and episodes' video bytes into the node cache and pin "
                         "them there, so later runs read them locally")
-    prewarm.add_argument("source", help="owner/name (Hub), hf://datasets/..., s3://bucket/prefix or another URL")
+    prewarm.add_argument("source", type=_source, help="owner/name (Hub), hf://datasets/..., s3://bucket/prefix or another URL")
     prewarm.add_argument("--cache-dir", help=cache_dir_help)
     prewarm.add_argument("--cache-limit", help="disk budget for the whole cache dir, e.g. 20GB "
                                                "(default: $EPISODESTREAM_CACHE_LIMIT, else none)")
