@@ -184,3 +184,33 @@ def test_a_cached_stats_run_shows_no_bar_stuck_at_zero(dataset_root, tmp_path, c
     assert "100%" in capsys.readouterr().err  # the first run reads every row
     assert main(command) == 0
     assert "0%" not in capsys.readouterr().err  # the second reads the cache: no rows, no bar
+
+
+def test_cache_ls_and_clear_cover_the_column_and_stats_caches(dataset_root, tmp_path, capsys):
+    """The column and stats caches under the cache folder were neither listed ("0 entries, 0 B") nor
+    cleared (issue 49 item 6)."""
+    from episodestream import EpisodeDataset
+
+    cache = tmp_path / "cache"
+    EpisodeDataset(dataset_root, cache_dir=cache)[0]  # builds the column copy of one data file
+    assert main(["stats", str(dataset_root), "--cache-dir", str(cache), "--no-progress", "--json"]) == 0
+    capsys.readouterr()
+    on_disk = {kind: sum(p.stat().st_size for p in (cache / kind).rglob("*") if p.is_file())
+               for kind in ("columns", "stats")}
+    assert all(on_disk.values()), on_disk
+    assert main(["cache", "ls", "--cache-dir", str(cache), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    for kind, size in on_disk.items():
+        assert [entry["size_bytes"] for entry in listed[kind]] == [size], (kind, listed[kind])
+        assert listed[kind][0]["source"].endswith(listed["columns"][0]["source"])  # one key per source
+    assert main(["cache", "ls", "--cache-dir", str(cache), "--source", "no-such-source", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["columns"] == []
+    assert main(["cache", "ls", "--cache-dir", str(cache)]) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"columns cache .*: 1 source\(s\), 1 file\(s\)", text) and "stats cache" in text
+    assert main(["cache", "clear", "--cache-dir", str(cache)]) == 0
+    text = capsys.readouterr().out
+    assert "removed the columns cache of 1 source(s): 1 file(s)" in text, text
+    assert "removed the stats cache of 1 source(s): 1 file(s)" in text, text
+    assert not [p for p in cache.rglob("*") if p.is_file()]
+    assert EpisodeDataset(dataset_root, cache_dir=cache)[0]["index"] == 0  # rebuilt when next needed

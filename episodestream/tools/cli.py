@@ -1,7 +1,8 @@
 """The ``episodestream`` command line. ``demo`` is the main job: write, stream, report throughput.
 
 ``info`` describes a dataset, ``stats`` computes exact statistics of a selection of its episodes, ``bench`` runs the streaming benchmark, ``cache ls|unpin|clear`` inspects,
-unpins and empties the node cache of remote sources and ``prewarm`` fills it (pinned) ahead of training.
+unpins and empties the caches (the node cache of remote sources, the column and stats caches) and ``prewarm``
+fills the node cache (pinned) ahead of training.
 ``lerobot-train ARGS`` runs LeRobot's trainer on these datasets (``tools/lerobot_train``).
 """
 
@@ -183,7 +184,8 @@ def _cache_root(args: argparse.Namespace) -> Path:
     if not root.is_dir():
         given = "--cache-dir" if args.cache_dir else f"${CACHE_DIR_ENV}" if os.environ.get(CACHE_DIR_ENV) else None
         raise FileNotFoundError(f"no cache folder at {root}" + (f" (given by {given})" if given else " (the default)")
-                                + ": check the path; a cache folder appears once a remote source has been read with it")
+                                + ": check the path; a cache folder appears once a remote source, EpisodeDataset's column cache or "
+                                  "compute_stats() has used it")
     return root
 
 
@@ -199,19 +201,30 @@ def _cache_command(run: Callable[[argparse.Namespace, Path], int],
     return command
 
 
+# The caches beside the node cache (``_format.cache_files``): what each holds.
+_DERIVED = {"columns": "EpisodeDataset's Arrow copies of data files, for random access",
+            "stats": "compute_stats() and `episodestream stats` results"}
+
+
 def _cache_ls(args: argparse.Namespace, root: Path) -> int:
+    from episodestream._format.cache_files import cache_files
     from episodestream._remote.cache.node_cache import NodeCache
     from episodestream._remote.source.prewarm import source_matches
 
     entries = [e for e in NodeCache(root).list_entries() if source_matches(e.source, args.source)]
+    derived = [f for f in cache_files(root) if f.matches(args.source)]
     totals = {"entries": len(entries), "size_bytes": sum(e.size_bytes for e in entries),
               "pinned": sum(e.pinned for e in entries), "in_use": sum(e.users > 0 for e in entries)}
     if args.json:
         print(json.dumps({"cache_dir": str(root), "totals": totals, "entries": [
             {"source": e.source, "file": e.file, "state": e.state.value, "size_bytes": e.size_bytes,
-             "users": e.users, "pinned": e.pinned} for e in entries]}, indent=2))
+             "users": e.users, "pinned": e.pinned} for e in entries],
+            **{kind: [{"source": f.source, "files": f.files, "size_bytes": f.size_bytes}
+                      for f in derived if f.kind == kind] for kind in _DERIVED}}, indent=2))
         return 0
     print(f"cache {root}")
+    if not entries:
+        print("\nnode cache (remote sources' metadata and video bytes): empty")
     by_source: dict[str, list] = {}
     for entry in entries:
         by_source.setdefault(entry.source, []).append(entry)
@@ -223,10 +236,17 @@ def _cache_ls(args: argparse.Namespace, root: Path) -> int:
             print(f"  {e.state.value:<9} {_human_bytes(e.size_bytes):>9} {e.users:>5} {pinned:<6} {e.file}")
     print(f"\ntotal: {totals['entries']} entries, {_human_bytes(totals['size_bytes'])} on disk; "
           f"{totals['pinned']} pinned; {totals['in_use']} in use by live processes")
+    for kind, what in _DERIVED.items():
+        group = [f for f in derived if f.kind == kind]
+        print(f"\n{kind} cache ({what}): {len(group)} source(s), {sum(f.files for f in group)} file(s), "
+              f"{_human_bytes(sum(f.size_bytes for f in group))}")
+        for files in group:
+            print(f"  {_human_bytes(files.size_bytes):>9} {files.files:>5} file(s)  {files.source}")
     return 0
 
 
 def _cache_clear(args: argparse.Namespace, root: Path) -> int:
+    from episodestream._format.cache_files import cache_files
     from episodestream._remote.cache.node_cache import NodeCache
     from episodestream._remote.source.prewarm import clear
 
@@ -234,6 +254,12 @@ def _cache_clear(args: argparse.Namespace, root: Path) -> int:
     print(f"removed {report.removed} entries ({_human_bytes(report.removed_bytes)}) from {root}"
           + (f" (sources matching {args.source!r})" if args.source else "")
           + f"; skipped {report.skipped_in_use} in use by live processes")
+    for kind in _DERIVED:
+        group = [f for f in cache_files(root) if f.kind == kind and f.matches(args.source)]
+        for files in group:
+            files.remove()
+        print(f"removed the {kind} cache of {len(group)} source(s): {sum(f.files for f in group)} file(s), "
+              f"{_human_bytes(sum(f.size_bytes for f in group))}")
     for name in report.skipped_names[:10]:
         print(f"  in use: {name}")
     if report.skipped_in_use > 10:
@@ -464,15 +490,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("bench_args", nargs=argparse.REMAINDER)
     bench.set_defaults(run=lambda args: _bench(args.bench_args))
 
-    cache_dir_help = "the node cache (default: $EPISODESTREAM_CACHE_DIR, else ~/.cache/episodestream)"
+    cache_dir_help = "the cache folder (default: $EPISODESTREAM_CACHE_DIR, else ~/.cache/episodestream)"
     source_help = ("only sources matching: a cache key as `cache ls` prints it, a glob over keys, or text the key "
                    "contains ('lerobot/pusht', 's3://bucket/prefix')")
     commands.add_parser("lerobot-train", add_help=False,
                         help="LeRobot's lerobot-train on episodestream's datasets (same arguments; resumes the data "
                              "stream exactly; multi-GPU with accelerate launch -m episodestream lerobot-train ...)")
-    cache = commands.add_parser("cache", help="list, unpin or clear the node cache of remote sources")
+    cache = commands.add_parser("cache", help="list, unpin or clear the caches: the node cache of remote sources, "
+                                              "the column cache and the stats cache")
     cache_commands = cache.add_subparsers(dest="cache_command", required=True)
-    ls = cache_commands.add_parser("ls", help="entries (source, file, state, size, users, pinned) and totals")
+    ls = cache_commands.add_parser("ls", help="node-cache entries (source, file, state, size, users, pinned) and "
+                                              "totals; the column and stats caches' files and sizes by source")
     ls.add_argument("--cache-dir", help=cache_dir_help)
     ls.add_argument("--source", help=source_help)
     ls.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -482,7 +510,8 @@ def build_parser() -> argparse.ArgumentParser:
     unpin.add_argument("--cache-dir", help=cache_dir_help)
     unpin.add_argument("--source", help=source_help)
     unpin.set_defaults(run=_cache_command(_cache_unpin, "unpin"))
-    clear = cache_commands.add_parser("clear", help="unpin and remove entries no live process uses")
+    clear = cache_commands.add_parser("clear", help="unpin and remove node-cache entries no live process uses, and "
+                                                    "the column and stats caches (rebuilt when next needed)")
     clear.add_argument("--cache-dir", help=cache_dir_help)
     clear.add_argument("--source", help=source_help)
     clear.set_defaults(run=_cache_command(_cache_clear, "clear"))
