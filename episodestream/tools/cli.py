@@ -67,11 +67,15 @@ def _demo(args: argparse.Namespace) -> int:
 
     with tempfile.TemporaryDirectory(prefix="episodestream-demo-") as tmp:
         root = Path(args.out).expanduser() if args.out else Path(tmp) / "synthetic"
+        frames = "flat-block frames" if args.flat else "textured frames"
         print(f"writing a synthetic dataset ({args.episodes} episodes x {args.episode_length} frames, "
-              f"2 cameras {args.height}x{args.width} (HxW) AV1) to {root}", flush=True)
-        # overwrite: checked above that the folder is empty or a dataset the demo wrote.
+              f"2 cameras {args.height}x{args.width} (HxW) AV1, {frames}) to {root}", flush=True)
+        # overwrite: checked above that the folder is empty or a dataset the demo wrote. Textured, as
+        # `bench` writes: flat blocks decode several times faster than camera video, so their frames/s
+        # says little about what a real dataset costs.
         write_synthetic_dataset(root, num_episodes=args.episodes, episode_length=args.episode_length,
-                                height=args.height, width=args.width, overwrite=True, progress=True)
+                                height=args.height, width=args.width, texture=not args.flat, overwrite=True,
+                                progress=True)
         (root / DEMO_MARKER).write_text("written by `episodestream demo`; a later `demo --out` here replaces "
                                         "this folder\n")
         dataset = EpisodeStreamingDataset(root, episode_pool_size=args.pool_size, seed=0)
@@ -95,6 +99,9 @@ def _demo(args: argparse.Namespace) -> int:
             raise RuntimeError(f"streamed {samples} samples, expected {len(dataset)}")
     print(f"samples: {samples}  first batch: {first_batch_s:.2f} s  total: {elapsed_s:.2f} s")
     print(f"throughput: {samples / elapsed_s:.1f} samples/s, {samples * cameras / elapsed_s:.1f} frames/s")
+    print("(flat-block video: decodes several times faster than camera video; not a decode cost)" if args.flat else
+          f"(decoding and batching textured {args.height}x{args.width} AV1 video on this machine; "
+          f"`episodestream bench` compares loaders)")
     return 0
 
 
@@ -460,6 +467,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--num-threads", type=int, default=None,
                       help="EpisodeLoader decode threads (default: the cores this process may use, at most 16)")
     demo.add_argument("--num-workers", type=int, default=2, help="DataLoader worker processes")
+    demo.add_argument("--flat", action="store_true",
+                      help="flat-block frames instead of textured ones: a faster write, but frames that decode "
+                           "several times faster than camera video (the throughput is then no decode cost)")
     demo.add_argument("--batch-size", type=int, default=32, help="samples per batch (default: 32)")
     demo.add_argument("--pool-size", type=int, default=8,
                       help="episode_pool_size: whole episodes each consumer holds (default: 8)")
