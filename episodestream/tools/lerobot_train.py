@@ -160,8 +160,10 @@ def main(argv: list[str]) -> int:
         import accelerate
         from lerobot.scripts import lerobot_train
     except ImportError as error:
-        print(f"episodestream lerobot-train needs LeRobot 0.6 with its training extra (pip install "
-              f"'episodestream[lerobot]'): {error}", file=sys.stderr)
+        from episodestream.lerobot import INSTALL_HINT
+
+        print(f"episodestream lerobot-train needs LeRobot 0.6 with its training extra ({INSTALL_HINT}): {error}",
+              file=sys.stderr)
         return 2
     run = _Run(lerobot_train.cycle)
     original_save = lerobot_train.save_checkpoint
