@@ -90,20 +90,19 @@ class StreamingFace(torch.utils.data.IterableDataset):
         which resumes the same consumer. A state whose identity (seed, shuffle, fingerprint: source,
         revision, episode selection, windows, dataset size; a mixture's weights, stop and components)
         differs is refused unless ``strict=False``."""
-        load_state(self, state, strict=strict)
+        strict = check_bool("strict", strict)
+        refuse_loader_state(state, face=self._face)
+        if is_consumer_state(state):
+            self._runtime.load_consumer_state(state, strict=strict)
+            return
+        self._runtime.apply_state(self._runtime.check_state(state, strict=strict))
 
 
-def load_state(face: StreamingFace, state: Mapping[str, Any], *, strict: bool = True,
-               num_workers: int | None = None) -> None:
-    """``face.load_state_dict(state, strict=strict)``, told the DataLoader ``num_workers`` that will
-    iterate (a trainer that knows it, such as lerobot-train), so that the line it logs says whether
-    the resume is exact or elastic rather than what it is with the saved count."""
-    strict = check_bool("strict", strict)
-    refuse_loader_state(state, face=face._face)
-    if is_consumer_state(state):
-        face._runtime.load_consumer_state(state, strict=strict)
-        return
-    face._runtime.apply_state(face._runtime.check_state(state, strict=strict), num_workers=num_workers)
+def load_trainer_state(face: StreamingFace, state: Mapping[str, Any], *, num_workers: int) -> None:
+    """``face.load_state_dict(state)`` for a trainer's state (``stream_state``'s), told the DataLoader
+    ``num_workers`` that will iterate (lerobot-train knows it), so that the line it logs says whether
+    the resume is exact or elastic rather than what it would be with the saved count."""
+    face._runtime.apply_state(face._runtime.check_state(state), num_workers=num_workers)
 
 
 def runtime_of(face: object, *, needs: str = "EpisodeLoader needs") -> StreamRuntime:

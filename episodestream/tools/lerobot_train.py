@@ -39,7 +39,7 @@ from typing import Any
 from unittest import mock
 
 from episodestream._plan.saved_state import STRICT_HINT
-from episodestream._runtime.face import load_state
+from episodestream._runtime.face import load_trainer_state
 from episodestream.streaming import EpisodeStreamingDataset, stream_state
 
 STATE_FILE = "episodestream_stream_state.json"
@@ -94,7 +94,7 @@ class _Run:
         try:
             # dataset.load_state_dict(state), logging what it resumed ("resumed epoch E at batch B (exact)")
             # with this run's DataLoader workers.
-            load_state(dataset, state, num_workers=num_workers)
+            load_trainer_state(dataset, state, num_workers=num_workers)
         except ValueError as error:
             # strict=False is no option here: say what a command-line user can change instead.
             why = str(error).removesuffix(STRICT_HINT)
