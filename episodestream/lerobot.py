@@ -12,7 +12,7 @@ frames, which LeRobot 0.6's factory always asks for (its trainer divides them by
 ``dataset.return_uint8`` field is not read by that factory, so not here either).
 ``episodestream lerobot-train`` runs LeRobot's trainer with this factory (``tools/lerobot_train``).
 
-LeRobot is optional (``pip install 'episodestream[lerobot]'``) and imported only when one of these
+LeRobot is optional (``INSTALL_HINT``) and imported only when one of these
 functions is called.
 """
 
@@ -29,11 +29,16 @@ from episodestream.streaming import EpisodeStreamingDataset
 __all__ = ["make_dataset", "make_train_eval_datasets", "resolve_source"]
 
 
+# episodestream is not on a package index: its extra installs from a checkout.
+INSTALL_HINT = ("pip install 'lerobot[training]>=0.6,<0.7', which needs Python >= 3.12; from a checkout: "
+                "pip install -e '.[lerobot]', or bash scripts/setup.sh --lerobot")
+
+
 def _lerobot_factory():
     try:
         from lerobot.datasets import factory
     except ImportError as error:
-        raise ImportError(f"episodestream.lerobot needs LeRobot 0.6 (pip install 'episodestream[lerobot]'); "
+        raise ImportError(f"episodestream.lerobot needs LeRobot 0.6 ({INSTALL_HINT}); "
                           f"importing lerobot failed: {error}") from error
     return factory
 

@@ -28,7 +28,7 @@ import torch
 from episodestream._runtime.position import without_consumer
 from episodestream._runtime.batch_memory import BatchMemory
 from episodestream._runtime.decoder_spares import DecoderSpares
-from episodestream._base.options import check_bool, check_int
+from episodestream._base.options import check_bool, check_int, refuses_unknown_keywords
 from episodestream._runtime.pipeline import GroupPipeline, split_closing, split_opening
 from episodestream._runtime.stream import ConsumerStream, DecoderSet, PlannedGroup
 from episodestream._sample.builder import PendingSample, finish_decoded
@@ -76,6 +76,8 @@ class EpisodeLoader:
     stay open for the next pass's threads until ``close()``.
     """
 
+    # DataLoader's words for what this loader calls otherwise (it decodes on threads, not workers).
+    @refuses_unknown_keywords({"num_workers": "num_threads", "prefetch_factor": "prefetch_batches"})
     def __init__(self, dataset: StreamingFace, batch_size: int, *, num_threads: int | None = None,
                  drop_last: bool = False, pin_memory: bool = False, prefetch_batches: int = 2) -> None:
         self._runtime = runtime_of(dataset)
@@ -194,7 +196,7 @@ class EpisodeLoader:
                              f"with batch_size={state['batch_size']} (a batch count cannot be continued in other "
                              f"batch sizes); later epochs may use any.")
         self._close_current(superseded_by="loader.load_state_dict()")
-        self._runtime.apply_state(checked)
+        self._runtime.apply_state(checked, num_workers=0)  # this loader's one consumer iterates
         self._consumed = None  # the loaded state's position is the runtime's now (``_resume_base``)
 
 

@@ -2,6 +2,10 @@
 # Installs everything episodestream needs on a fresh Debian/Ubuntu machine; safe to run again.
 #   bash scripts/setup.sh          # the library, its decoders and FFmpeg's shared libraries
 #   bash scripts/setup.sh --test   # the same plus what the test command needs (pytest, ruff, mypy, ...)
+#   bash scripts/setup.sh --lerobot  # the same plus LeRobot (`episodestream lerobot-train`), the
+#                                    # '.[lerobot]' extra: LeRobot needs Python >= 3.12, so .venv is made
+#                                    # from $PYTHON, python3 or the newest python3.1x >= 3.12 on PATH;
+#                                    # without one, it prints the line to run and installs nothing
 # Everything goes into the virtual environment .venv in the checkout (made on the first run), so
 # .venv/bin/python is the interpreter to run afterwards, wherever setup.sh was started from:
 # a distribution's Python refuses pip installs outside a venv (PEP 668, Debian's "externally
@@ -13,14 +17,50 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BASE_PYTHON=${PYTHON:-python3}
 VENV=.venv
+TEST=0
+LEROBOT=0
+for arg in "$@"; do
+    case "$arg" in
+        --test) TEST=1 ;;
+        --lerobot) LEROBOT=1 ;;
+        *) echo "setup: unknown option $arg (options: --test, --lerobot)" >&2; exit 2 ;;
+    esac
+done
 EXTRAS=""
-[ "${1:-}" = "--test" ] && EXTRAS="[test]"
+[ "$TEST" = 1 ] && EXTRAS="test"
+[ "$LEROBOT" = 1 ] && EXTRAS="${EXTRAS:+$EXTRAS,}lerobot"
+EXTRAS=${EXTRAS:+[$EXTRAS]}
+
+# LeRobot needs Python >= 3.12: checked before anything is installed, and said in one line to run.
+at_least_312() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; }
+python_version() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo "not found"; }
+if [ "$LEROBOT" = 1 ]; then
+    if [ -x "$VENV/bin/python" ]; then
+        if ! at_least_312 "$VENV/bin/python"; then
+            echo "setup: LeRobot needs Python >= 3.12; $VENV is Python $(python_version "$VENV/bin/python"). Make it" \
+                 "again from a newer one: rm -rf $VENV && PYTHON=python3.12 bash scripts/setup.sh --lerobot" >&2
+            exit 1
+        fi
+    elif ! at_least_312 "$BASE_PYTHON"; then
+        if [ -z "${PYTHON:-}" ]; then  # python3 is older: a newer interpreter on PATH, newest first
+            for candidate in python3.14 python3.13 python3.12; do
+                if at_least_312 "$candidate"; then BASE_PYTHON=$candidate; break; fi
+            done
+        fi
+        if ! at_least_312 "$BASE_PYTHON"; then
+            echo "setup: LeRobot needs Python >= 3.12; $BASE_PYTHON is $(python_version "$BASE_PYTHON") and no" \
+                 "python3.12 or newer is on PATH. Install one (your distribution's python3.12 package, or" \
+                 "'uv python install 3.12'), then run: PYTHON=python3.12 bash scripts/setup.sh --lerobot" >&2
+            exit 1
+        fi
+    fi
+fi
 
 # torchcodec loads the system's FFmpeg libraries; the ffmpeg package brings them (and ffprobe).
 # The tests also lint the SLURM scripts (shellcheck) and run their job body under POSIX sh (dash).
 APT_PACKAGES=""
 command -v ffprobe >/dev/null 2>&1 || APT_PACKAGES="ffmpeg"
-if [ -n "$EXTRAS" ]; then
+if [ "$TEST" = 1 ]; then
     command -v shellcheck >/dev/null 2>&1 || APT_PACKAGES="$APT_PACKAGES shellcheck"
     command -v dash >/dev/null 2>&1 || APT_PACKAGES="$APT_PACKAGES dash"
 fi
@@ -58,22 +98,24 @@ PYTHON="$VENV/bin/python"
 pip_install() { "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore "$@"; }
 
 # Install torch first, pinned: an unpinned install (or a dependency's) would fetch a multi-GB
-# CUDA build. 2.13.0 is the CPU wheel this project is tested with.
-if ! "$PYTHON" -c "import torch" >/dev/null 2>&1; then
+# CUDA build. 2.13.0 is the CPU wheel this project is tested with. With --lerobot, the extra picks
+# torch and torchcodec within LeRobot's bounds (it needs torch < 2.12) unless a torch is installed.
+if [ "$LEROBOT" = 0 ] && ! "$PYTHON" -c "import torch" >/dev/null 2>&1; then
     echo "setup: installing torch==2.13.0" >&2
     pip_install "torch==2.13.0"
 fi
 # torchcodec must match torch: 0.13.0 is the newest CPU build for torch 2.13 (newer ones need CUDA).
-if ! "$PYTHON" -c "import torchcodec.decoders" >/dev/null 2>&1; then
+if [ "$LEROBOT" = 0 ] && ! "$PYTHON" -c "import torchcodec.decoders" >/dev/null 2>&1; then
     if "$PYTHON" -c "import torch, sys; sys.exit(not torch.__version__.startswith('2.13.'))"; then
         pip_install "torchcodec==0.13.0"
     else
         pip_install torchcodec
     fi
 fi
-TORCH_VERSION=$("$PYTHON" -c "import torch; print(torch.__version__.split('+')[0])")
-pip_install -e ".${EXTRAS}" "torch==${TORCH_VERSION}"
-if [ -n "$EXTRAS" ]; then
+# A torch already installed stays (GPU clusters keep theirs); with --lerobot there may be none yet.
+TORCH_PIN=$("$PYTHON" -c "import torch; print('torch==' + torch.__version__.split('+')[0])" 2>/dev/null || true)
+pip_install -e ".${EXTRAS}" ${TORCH_PIN:+"$TORCH_PIN"}
+if [ "$TEST" = 1 ]; then
     # An unpinned s3fs can resolve to an ancient release; its versions track fsspec's.
     FSSPEC_VERSION=$("$PYTHON" -c "import fsspec; print(fsspec.__version__)")
     pip_install "s3fs==${FSSPEC_VERSION}" "fsspec==${FSSPEC_VERSION}"
@@ -84,5 +126,9 @@ if ! "$PYTHON" -c "import episodestream._sample._chw_kernel" >/dev/null 2>&1; th
     echo "setup: episodestream's compiled frame writer was not built (pip's build_ext warning says why; usually" \
          "no C compiler or no Python headers): frames are written by numpy, bit for bit the same, ~0.1 ms more" \
          "per float32 frame. Install gcc and python3-dev, then rerun." >&2
+fi
+if [ "$LEROBOT" = 1 ]; then
+    "$PYTHON" -c "import lerobot" && echo "setup: LeRobot installed: $VENV/bin/python -m episodestream lerobot-train" \
+        "--help lists its options" >&2
 fi
 echo "setup: done; run with $VENV/bin/python (e.g. $VENV/bin/python -m episodestream demo)" >&2

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from episodestream.tools.cli import main
 
@@ -19,6 +20,7 @@ DEMO = ["demo", "--episodes", "3", "--episode-length", "20", "--height", "64", "
 
 
 def _check_demo_output(stdout: str, how: str) -> None:
+    assert "2 cameras 64x96 (HxW) AV1" in stdout  # --height 64 --width 96, as `info` prints sizes
     assert f"streaming 60 samples with {how}" in stdout
     assert "samples: 60 " in stdout
     assert re.search(r"throughput: [0-9.]+ samples/s, [0-9.]+ frames/s", stdout)
@@ -35,7 +37,15 @@ def test_demo_streams_and_reports_throughput(tmp_path):
 def test_demo_streams_through_a_dataloader(tmp_path, capsys):
     # In this process: the entry point is checked above, and a second interpreter costs ~2 s.
     assert main([*DEMO, "--out", str(tmp_path / "demo"), "--loader", "dataloader"]) == 0
-    _check_demo_output(capsys.readouterr().out, "a DataLoader")
+    out = capsys.readouterr().out
+    _check_demo_output(out, "a DataLoader")
+    # Its frames/s is a decode cost: the video is textured as `bench` writes it, not flat blocks that
+    # decode several times faster (issue 49 item 5; a flat frame holds ~18 grey levels).
+    assert "textured frames" in out and "decoding and batching textured 64x96 AV1 video" in out
+    from episodestream import EpisodeDataset
+
+    dataset = EpisodeDataset(tmp_path / "demo", return_uint8=True)
+    assert len(torch.unique(dataset[3][dataset.meta.camera_keys[0]])) > 50
 
 
 def test_info_describes_the_dataset(dataset_root, capsys):
@@ -48,7 +58,8 @@ def test_info_describes_the_dataset(dataset_root, capsys):
     assert info["image_keys"] == ["observation.images.top"]
     assert main(["info", str(dataset_root)]) == 0
     text = capsys.readouterr().out
-    assert "camera observation.images.wrist: 96x64 av1 yuv420p GOP 2, 2 file(s)" in text
+    # Sizes read H x W, as LeRobot's shape (H, W, C) and as `demo` prints them.
+    assert "camera observation.images.wrist: 64x96 (HxW) av1 yuv420p GOP 2, 2 file(s)" in text
 
 
 def test_errors_are_one_line_on_stderr_and_a_nonzero_exit(tmp_path, capsys):
@@ -130,3 +141,85 @@ def test_cli_usage_errors_are_one_line_and_exit_1(dataset_root, tmp_path, capsys
         captured = capsys.readouterr()
         assert len(captured.err.splitlines()) == 1 and named in captured.err, (argv, captured.err)
         assert not (tmp_path / "no").exists()
+
+
+def _options(parser) -> list[tuple[str, object]]:
+    """(command, action) for every option and argument of every command but bench and lerobot-train,
+    whose options are the benchmark's and LeRobot's."""
+    import argparse
+
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                if name not in ("bench", "lerobot-train"):
+                    found += [(f"{name} {command}".strip(), option) for command, option in _options(sub)]
+        elif not isinstance(action, argparse._HelpAction):
+            found.append(("", action))
+    return found
+
+
+def test_every_option_says_what_it_does():
+    from episodestream.tools.cli import build_parser
+
+    options = _options(build_parser())
+    assert len(options) > 30
+    missing = [f"{command} {'/'.join(action.option_strings) or action.dest}" for command, action in options
+               if not action.help]
+    assert not missing, f"options without help text: {missing}"
+
+
+def test_stats_help_names_every_version_it_reads(capsys):
+    with pytest.raises(SystemExit):
+        main(["stats", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "v3.0, v2.1 or v2.0" in help_text and "v3.0 dataset" not in help_text
+
+
+def test_a_leading_tilde_is_the_home_folder(dataset_root, tmp_path, monkeypatch, capsys):
+    """``info "~/data"`` (quoted, or ``--opt=~/...``: the shell leaves ``~`` alone) looked for a folder named ``~``."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "robot").symlink_to(dataset_root)
+    assert main(["info", "~/robot", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["episodes"] == 6
+    assert main(["stats", "~/robot", "--cache-dir", "~/cache", "--no-progress", "--json"]) == 0
+    assert "action" in json.loads(capsys.readouterr().out)
+    assert (tmp_path / "cache" / "stats").is_dir()
+
+
+def test_a_cached_stats_run_shows_no_bar_stuck_at_zero(dataset_root, tmp_path, capsys):
+    command = ["stats", str(dataset_root), "--cache-dir", str(tmp_path / "cache"), "--json"]
+    assert main(command) == 0
+    assert "100%" in capsys.readouterr().err  # the first run reads every row
+    assert main(command) == 0
+    assert "0%" not in capsys.readouterr().err  # the second reads the cache: no rows, no bar
+
+
+def test_cache_ls_and_clear_cover_the_column_and_stats_caches(dataset_root, tmp_path, capsys):
+    """The column and stats caches under the cache folder were neither listed ("0 entries, 0 B") nor
+    cleared (issue 49 item 6)."""
+    from episodestream import EpisodeDataset
+
+    cache = tmp_path / "cache"
+    EpisodeDataset(dataset_root, cache_dir=cache)[0]  # builds the column copy of one data file
+    assert main(["stats", str(dataset_root), "--cache-dir", str(cache), "--no-progress", "--json"]) == 0
+    capsys.readouterr()
+    on_disk = {kind: sum(p.stat().st_size for p in (cache / kind).rglob("*") if p.is_file())
+               for kind in ("columns", "stats")}
+    assert all(on_disk.values()), on_disk
+    assert main(["cache", "ls", "--cache-dir", str(cache), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    for kind, size in on_disk.items():
+        assert [entry["size_bytes"] for entry in listed[kind]] == [size], (kind, listed[kind])
+        assert listed[kind][0]["source"].endswith(listed["columns"][0]["source"])  # one key per source
+    assert main(["cache", "ls", "--cache-dir", str(cache), "--source", "no-such-source", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["columns"] == []
+    assert main(["cache", "ls", "--cache-dir", str(cache)]) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"columns cache .*: 1 source\(s\), 1 file\(s\)", text) and "stats cache" in text
+    assert main(["cache", "clear", "--cache-dir", str(cache)]) == 0
+    text = capsys.readouterr().out
+    assert "removed the columns cache of 1 source(s): 1 file(s)" in text, text
+    assert "removed the stats cache of 1 source(s): 1 file(s)" in text, text
+    assert not [p for p in cache.rglob("*") if p.is_file()]
+    assert EpisodeDataset(dataset_root, cache_dir=cache)[0]["index"] == 0  # rebuilt when next needed

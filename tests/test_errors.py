@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from episodestream import DatasetFormatError, EpisodeDataset, EpisodeStreamingDataset, SourceOptions, VideoDecodeError
+from episodestream import (DatasetFormatError, EpisodeDataset, EpisodeLoader, EpisodeStreamingDataset, SourceOptions,
+                           VideoDecodeError)
 
 
 @pytest.fixture
@@ -276,3 +277,11 @@ def test_boolean_options_take_only_true_or_false(dataset_root, value):
         EpisodeStreamingDataset(dataset_root, shuffle=value)
     with pytest.raises(TypeError, match=r"return_uint8 must be True or False"):
         EpisodeDataset(dataset_root, return_uint8=value)
+
+
+def test_episode_loader_names_the_closest_keyword(dataset_root):
+    dataset = EpisodeStreamingDataset(dataset_root)
+    with pytest.raises(TypeError, match=r"^EpisodeLoader\(\) got an unexpected keyword argument 'num_worker' "
+                                        r"\(did you mean 'num_threads'\?\)\. Valid keywords: dataset, batch_size, "
+                                        r"num_threads, drop_last"):
+        EpisodeLoader(dataset, 4, num_worker=2)

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.no_network import documented_offline_command, refuse_network
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "lerobot" / "train_cross_embodiment.py"
 SMALL_ACT = ["--policy-option", "chunk_size=10", "--policy-option", "n_action_steps=10",
              "--policy-option", "pretrained_backbone_weights=null", "--policy-option", "dim_model=64",
@@ -60,3 +62,14 @@ def test_two_training_steps_on_two_robots(example, tmp_path, capsys):
     assert "step 2: loss" in out
     saved = json.loads((tmp_path / "pretrained_model" / "component_stats.json").read_text())
     assert len(saved) == 2 and saved[0]["observation.state"]["std"][6:] == [1.0] * 8  # the arm's padding: identity
+
+
+@pytest.mark.slow
+def test_the_offline_command_runs_with_the_network_refused(example, tmp_path, monkeypatch, capsys):
+    """The docstring's offline command needs no network (issue 49 item 2)."""
+    if importlib.util.find_spec("lerobot") is None:
+        pytest.skip("LeRobot is not installed (pip install lerobot; it needs Python >= 3.12)")
+    argv = documented_offline_command(EXAMPLE)
+    refuse_network(monkeypatch, tmp_path)
+    assert example.main([*argv, "--output-dir", str(tmp_path / "out")]) == 0
+    assert "step 2: loss" in capsys.readouterr().out

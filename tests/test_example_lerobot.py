@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.no_network import documented_offline_command, refuse_network
 from tests.test_lerobot_meta import _make_policy_inputs, _normalize, _resolve_delta_timestamps
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "lerobot" / "train_policy.py"
@@ -153,3 +154,16 @@ def test_loop_checkpoints_and_resumes_on_the_stream(example, dataset_root, tmp_p
     assert seen == straight  # the resumed runs saw what the straight run saw
     assert (tmp_path / "resumed" / "pretrained_model" / "config.json").is_file()
     assert not list(tmp_path.glob("*/checkpoint.*"))  # no partial or previous checkpoint left behind
+
+
+@pytest.mark.slow
+def test_the_offline_command_runs_with_the_network_refused(example, tmp_path, monkeypatch, capsys):
+    """The docstring's offline command needs no network (issue 49 item 2: ACT's ResNet backbone
+    downloaded ImageNet weights, a URLError offline, until the command said
+    pretrained_backbone_weights=null)."""
+    if importlib.util.find_spec("lerobot") is None:
+        pytest.skip("LeRobot is not installed (pip install lerobot; it needs Python >= 3.12)")
+    argv = documented_offline_command(EXAMPLE)
+    refuse_network(monkeypatch, tmp_path)
+    assert example.main([*argv, "--output-dir", str(tmp_path / "out")]) == 0
+    assert "step 2: loss" in capsys.readouterr().out

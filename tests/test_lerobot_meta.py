@@ -314,3 +314,27 @@ def test_readme_lerobot_block_compiles():
     assert blocks and any("make_pre_post_processors" in b and "dataset.meta.stats" in b for b in blocks)
     for block in blocks:
         compile(block, "README.md", "exec")
+        # Pasted alone, a block runs: it imports or defines every name it uses (it used
+        # EpisodeStreamingDataset without importing it).
+        assert not _undefined_names(block), _undefined_names(block)
+
+
+def _undefined_names(code: str) -> set[str]:
+    """Names ``code`` reads that it neither binds (assignment, import, def, loop or with target) nor
+    gets from builtins: a NameError when pasted alone."""
+    import ast
+    import builtins
+
+    tree = ast.parse(code)
+    bound = set(dir(builtins))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bound.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+            and node.id not in bound}

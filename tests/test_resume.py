@@ -400,3 +400,37 @@ def test_a_mixtures_resume_point_is_gone_once_its_pass_ended_even_after_another_
     assert _count(resumed) == whole
     resumed.set_epoch(0)
     assert _count(resumed) == whole
+
+
+def test_a_resume_says_what_it_did(dataset_root, caplog):
+    """``load_state_dict`` logs (logger "episodestream") where it resumed: exact, or elastic with the
+    samples left to this rank (issue 49 item 7: a resume was silent)."""
+    import logging
+    import re
+
+    from episodestream import EpisodeLoader
+
+    def dataset(**world):
+        return EpisodeStreamingDataset(dataset_root, episode_pool_size=2, seed=0, **world)
+
+    loader = EpisodeLoader(dataset(), 8, num_threads=1)
+    batches = iter(loader)
+    next(batches), next(batches)
+    state = loader.state_dict()
+    loader.close()
+    with caplog.at_level(logging.INFO, logger="episodestream"):
+        EpisodeLoader(dataset(), 8, num_threads=1).load_state_dict(state)
+        assert "resumed epoch 0 at batch 2 (exact; 1 rank(s) x 1 consumer(s))" in caplog.text
+        caplog.clear()
+        two_ranks = dataset(rank=0, world_size=2)
+        EpisodeLoader(two_ranks, 8, num_threads=1).load_state_dict(state)
+        left = re.search(r"resumed epoch 0 after batch 2, elastic: (\d+) samples left for rank 0", caplog.text)
+        assert left and int(left.group(1)) == len(two_ranks) == (290 - 16) // 2, caplog.text
+        caplog.clear()
+        on_dataset = dataset()
+        on_dataset.load_state_dict(state)  # for a DataLoader not built yet: its worker count is the saved one
+        assert "resumed epoch 0 at batch 2 (exact; 1 rank(s) x 1 consumer(s): a DataLoader with num_workers=0, " \
+               "as saved; another count resumes elastically)" in caplog.text
+        caplog.clear()
+        on_dataset.load_state_dict({**state, "batches_consumed": 37})  # 290 frames in batches of 8
+        assert "resumed after epoch 0, which the state had finished: epoch 1 streams next" in caplog.text

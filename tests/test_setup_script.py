@@ -61,3 +61,41 @@ def test_setup_on_an_externally_managed_python_uses_a_venv(tmp_path):
     where = subprocess.run([str(venv_python), "-c", "import episodestream, sys; print(episodestream.__file__, sys.prefix)"],
                            env=env, capture_output=True, text=True, check=True, cwd=tmp_path).stdout.split()
     assert where == [str(clone / "episodestream/__init__.py"), str(clone / ".venv")]
+
+
+def _setup_without_python_312(tmp_path, *args: str, venv_python: str | None = None) -> subprocess.CompletedProcess:
+    """``setup.sh ARGS`` in a copy of the checkout's scripts/, on a PATH whose python3 is older than
+    3.12 and that has no python3.12+ (nor apt-get, ffprobe or pip: nothing can be installed)."""
+    import sys
+
+    (tmp_path / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    old = Path(sys.executable) if sys.version_info < (3, 12) else Path("/usr/bin/python3.11")
+    if not old.exists():
+        pytest.skip("no Python older than 3.12 here to stand for a distribution's python3")
+    (bin_dir / "python3").symlink_to(old)
+    for tool in ("dirname",):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    if venv_python:
+        (tmp_path / ".venv" / "bin").mkdir(parents=True)
+        (tmp_path / ".venv" / "bin" / "python").symlink_to(old)
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
+    return subprocess.run([shutil.which("bash"), str(tmp_path / "scripts" / "setup.sh"), *args], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+
+def test_setup_lerobot_without_python_312_says_the_one_line_to_run(tmp_path):
+    """``setup.sh --lerobot`` needs Python >= 3.12 (LeRobot's floor): without one it installs nothing
+    and prints what to run (issue 49 item 4); an existing older .venv is named too."""
+    result = _setup_without_python_312(tmp_path / "fresh", "--lerobot")
+    assert result.returncode == 1, result.stderr
+    assert "LeRobot needs Python >= 3.12" in result.stderr and "no python3.12 or newer is on PATH" in result.stderr
+    assert result.stderr.strip().endswith("then run: PYTHON=python3.12 bash scripts/setup.sh --lerobot")
+    assert not (tmp_path / "fresh" / ".venv").exists()
+    result = _setup_without_python_312(tmp_path / "old-venv", "--test", "--lerobot", venv_python="old")
+    assert result.returncode == 1 and result.stderr.strip().endswith(
+        "rm -rf .venv && PYTHON=python3.12 bash scripts/setup.sh --lerobot"), result.stderr
+    result = _setup_without_python_312(tmp_path / "typo", "--lerobt")
+    assert result.returncode == 2 and "unknown option --lerobt (options: --test, --lerobot)" in result.stderr

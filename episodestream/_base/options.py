@@ -6,11 +6,14 @@ what is valid, so a user never has to read our source to fix a call.
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 import math
 import os
 import re
-from collections.abc import Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 T = TypeVar("T")
 
@@ -90,3 +93,45 @@ def env_override(name: str, value: T | None, env_var: str, parse) -> T | None:
         return parse(raw)
     except (TypeError, ValueError) as error:
         raise ValueError(f"Environment variable {env_var}={raw!r} (for {name}) is invalid: {error}") from None
+
+
+def unexpected_keywords(owner: str, unknown: Sequence[str], valid: Sequence[str],
+                        synonyms: Mapping[str, str] | None = None) -> str:
+    """The start of the TypeError for keywords ``owner()`` does not take: each with its closest
+    valid one (Python's own error names neither the closest valid keyword nor the others).
+    ``synonyms``: words users bring from elsewhere (DataLoader's ``num_workers``) -> the valid one."""
+    synonyms = synonyms or {}
+    described = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, [*valid, *synonyms], n=1)
+        meant = synonyms.get(close[0], close[0]) if close else None
+        described.append(f"{key!r}" + (f" (did you mean {meant!r}?)" if meant else ""))
+    plural = "s" if len(unknown) > 1 else ""
+    return f"{owner}() got an unexpected keyword argument{plural} {', '.join(described)}."
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def refuses_unknown_keywords(synonyms: Mapping[str, str]) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """A decorator for a constructor: a keyword it does not take raises ``unexpected_keywords``'
+    TypeError, listing the valid ones (the datasets' source options do the same,
+    ``_runtime.source_options``)."""
+
+    def wrap(init: Callable[P, R]) -> Callable[P, R]:
+        owner = init.__qualname__.split(".")[0]
+        names = [p.name for p in inspect.signature(init).parameters.values()
+                 if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"]
+
+        @functools.wraps(init)
+        def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+            unknown = [key for key in kwargs if key not in names]
+            if unknown:
+                raise TypeError(f"{unexpected_keywords(owner, unknown, names, synonyms)} "
+                                f"Valid keywords: {', '.join(names)}.")
+            return init(*args, **kwargs)
+
+        return checked
+
+    return wrap

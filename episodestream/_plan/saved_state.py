@@ -53,6 +53,10 @@ def _component_fingerprint(component: Mapping[str, Any], prefix: str) -> Mapping
     return value
 
 
+# How a refusal ends for a Python caller; a command line replaces it with what its user can do.
+STRICT_HINT = " Pass strict=False to load it anyway."
+
+
 def refuse_mismatches(checks: Sequence[tuple[str, Any, Any]], *, state: str, what: str, strict: bool,
                       stacklevel: int = 4) -> None:
     """Compare a saved state's fields with this source's (``(name, saved, now)``, as they survive a
@@ -65,7 +69,7 @@ def refuse_mismatches(checks: Sequence[tuple[str, Any, Any]], *, state: str, wha
         return
     message = f"The {state} state does not match this {what}: " + "; ".join(mismatches) + "."
     if strict:
-        raise ValueError(message + " Pass strict=False to load it anyway.")
+        raise ValueError(message + STRICT_HINT)
     warnings.warn(message + " Loading anyway (strict=False).", RuntimeWarning, stacklevel=stacklevel)
 
 

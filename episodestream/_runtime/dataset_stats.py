@@ -33,14 +33,25 @@ StatsDict = dict[str, dict[str, np.ndarray]]
 
 @contextmanager
 def progress_bar(total: int, *, enabled: bool, description: str) -> Iterator[Progress | None]:
-    """A tqdm bar counting rows (None when not ``enabled``)."""
+    """A tqdm bar counting rows (None when not ``enabled``), shown from the first rows counted: a
+    result read from the cache counts none, and shows no bar (it stood at 0% before)."""
     if not enabled:
         yield None
         return
-    from tqdm import tqdm
+    bars: list[Any] = []
 
-    with tqdm(total=total, unit="rows", unit_scale=True, desc=description) as bar:
-        yield bar.update
+    def update(rows: int) -> None:
+        if not bars:
+            from tqdm import tqdm
+
+            bars.append(tqdm(total=total, unit="rows", unit_scale=True, desc=description))
+        bars[0].update(rows)
+
+    try:
+        yield update
+    finally:
+        for bar in bars:
+            bar.close()
 
 
 def exact_stats(core: Any, *, cache: bool, progress: bool) -> StatsDict:

@@ -98,6 +98,13 @@ class StreamingFace(torch.utils.data.IterableDataset):
         self._runtime.apply_state(self._runtime.check_state(state, strict=strict))
 
 
+def load_trainer_state(face: StreamingFace, state: Mapping[str, Any], *, num_workers: int) -> None:
+    """``face.load_state_dict(state)`` for a trainer's state (``stream_state``'s), told the DataLoader
+    ``num_workers`` that will iterate (lerobot-train knows it), so that the line it logs says whether
+    the resume is exact or elastic rather than what it would be with the saved count."""
+    face._runtime.apply_state(face._runtime.check_state(state), num_workers=num_workers)
+
+
 def runtime_of(face: object, *, needs: str = "EpisodeLoader needs") -> StreamRuntime:
     """``face``'s runtime; for anything that does not stream, a ``TypeError`` that starts with ``needs``."""
     if not isinstance(face, StreamingFace):

@@ -20,6 +20,7 @@ The protocol (what differs between a dataset and a mixture): what identifies the
 
 from __future__ import annotations
 
+import logging
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -35,6 +36,8 @@ from episodestream._runtime.epoch import SharedEpoch
 from episodestream._runtime.placement import in_dataloader_worker
 from episodestream._runtime.position import ConsumerPosition, StreamPosition
 from episodestream._runtime.stream import CheckedState
+
+logger = logging.getLogger("episodestream")
 
 
 @dataclass(frozen=True)
@@ -211,14 +214,40 @@ class Resumable(ABC):
             point = None
         return CheckedState(epoch, point is None, request, batches)
 
-    def apply_state(self, checked: CheckedState) -> None:
-        """Make ``check_state``'s result the position the next iteration starts from."""
+    def apply_state(self, checked: CheckedState, *, num_workers: int | None = None) -> None:
+        """Make ``check_state``'s result the position the next iteration starts from, and log what it
+        resumes (``num_workers``: the consumers that will iterate, when known: 0 for EpisodeLoader)."""
         request: LoadedRequest = checked.request
         if checked.finished:
             self._set_request(None, request.epoch + 1)
         else:
             # A state that took nothing of its epoch resumes nothing: the epoch streams afresh, in any layout.
             self._set_request(request if checked.consumed_batches else None, request.epoch)
+        logger.info("%s", self._resumed(checked, num_workers))
+
+    def _resumed(self, checked: CheckedState, num_workers: int | None) -> str:
+        """What ``apply_state`` did, in a line: "resumed epoch E at batch B (exact)", or elastic with
+        the samples left to this rank (``num_workers`` None: a DataLoader's, as saved)."""
+        request: LoadedRequest = checked.request
+        epoch, saved = request.epoch, request.legs[-1]
+        if checked.finished:
+            return f"resumed after epoch {epoch}, which the state had finished: epoch {epoch + 1} streams next"
+        if not checked.consumed_batches:
+            return f"resumed epoch {epoch} at batch 0: the epoch streams from its start"
+        workers = saved.num_workers if num_workers is None else num_workers
+        layout = f"{self.world_size} rank(s) x {max(1, workers)} consumer(s)"
+        if saved.same_stream(Leg(self.world_size, workers, self.pools, saved.batch_size, 0)):
+            return (f"resumed epoch {epoch} at batch {checked.consumed_batches} (exact; {layout}"
+                    + (f": a DataLoader with num_workers={workers}, as saved; another count resumes elastically"
+                       if num_workers is None else "") + ")")
+        point = self._point(workers)
+        left = 0 if point is None else sum(
+            size - skip for _, skip, size in (
+                self._world_position(epoch, point, World(self.rank, self.world_size, worker, max(1, workers)), self.pools)
+                for worker in range(max(1, workers))))
+        return (f"resumed epoch {epoch} after batch {checked.consumed_batches}, elastic: {left} samples left for "
+                f"rank {self.rank} ({layout} now; saved with {saved.world_size} rank(s) x {saved.workers} "
+                f"consumer(s), pools {list(saved.pools)})")
 
     # -- a per-consumer state ---------------------------------------------------------------------
 

@@ -11,12 +11,13 @@ keyword names neither the closest valid one nor the others).
 
 from __future__ import annotations
 
-import difflib
 import functools
 import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypedDict, TypeVar
+
+from episodestream._base.options import unexpected_keywords
 
 if TYPE_CHECKING:
     from episodestream._remote.transport.config import ControllerConfig
@@ -123,13 +124,7 @@ def takes_source_options(init: Callable[P, R]) -> Callable[P, R]:
     def checked(*args: P.args, **kwargs: P.kwargs) -> R:
         unknown = [key for key in kwargs if key not in accepted]
         if unknown:
-            valid = own_names + list(SOURCE_OPTION_NAMES)
-            described = []
-            for key in unknown:
-                close = difflib.get_close_matches(key, valid, n=1)
-                described.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-            plural = "s" if len(unknown) > 1 else ""
-            raise TypeError(f"{owner}() got an unexpected keyword argument{plural} {', '.join(described)}. "
+            raise TypeError(f"{unexpected_keywords(owner, unknown, own_names + list(SOURCE_OPTION_NAMES))} "
                             f"Valid keywords: {', '.join(own_names)} (its own) and {', '.join(SOURCE_OPTION_NAMES)} "
                             f"(SourceOptions).")
         for name, default in SOURCE_OPTION_DEFAULTS.items():

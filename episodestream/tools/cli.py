@@ -1,7 +1,8 @@
 """The ``episodestream`` command line. ``demo`` is the main job: write, stream, report throughput.
 
 ``info`` describes a dataset, ``stats`` computes exact statistics of a selection of its episodes, ``bench`` runs the streaming benchmark, ``cache ls|unpin|clear`` inspects,
-unpins and empties the node cache of remote sources and ``prewarm`` fills it (pinned) ahead of training.
+unpins and empties the caches (the node cache of remote sources, the column and stats caches) and ``prewarm``
+fills the node cache (pinned) ahead of training.
 ``lerobot-train ARGS`` runs LeRobot's trainer on these datasets (``tools/lerobot_train``).
 """
 
@@ -66,11 +67,15 @@ def _demo(args: argparse.Namespace) -> int:
 
     with tempfile.TemporaryDirectory(prefix="episodestream-demo-") as tmp:
         root = Path(args.out).expanduser() if args.out else Path(tmp) / "synthetic"
+        frames = "flat-block frames" if args.flat else "textured frames"
         print(f"writing a synthetic dataset ({args.episodes} episodes x {args.episode_length} frames, "
-              f"2 cameras {args.height}x{args.width} AV1) to {root}", flush=True)
-        # overwrite: checked above that the folder is empty or a dataset the demo wrote.
+              f"2 cameras {args.height}x{args.width} (HxW) AV1, {frames}) to {root}", flush=True)
+        # overwrite: checked above that the folder is empty or a dataset the demo wrote. Textured, as
+        # `bench` writes: flat blocks decode several times faster than camera video, so their frames/s
+        # says little about what a real dataset costs.
         write_synthetic_dataset(root, num_episodes=args.episodes, episode_length=args.episode_length,
-                                height=args.height, width=args.width, overwrite=True, progress=True)
+                                height=args.height, width=args.width, texture=not args.flat, overwrite=True,
+                                progress=True)
         (root / DEMO_MARKER).write_text("written by `episodestream demo`; a later `demo --out` here replaces "
                                         "this folder\n")
         dataset = EpisodeStreamingDataset(root, episode_pool_size=args.pool_size, seed=0)
@@ -94,6 +99,9 @@ def _demo(args: argparse.Namespace) -> int:
             raise RuntimeError(f"streamed {samples} samples, expected {len(dataset)}")
     print(f"samples: {samples}  first batch: {first_batch_s:.2f} s  total: {elapsed_s:.2f} s")
     print(f"throughput: {samples / elapsed_s:.1f} samples/s, {samples * cameras / elapsed_s:.1f} frames/s")
+    print("(flat-block video: decodes several times faster than camera video; not a decode cost)" if args.flat else
+          f"(decoding and batching textured {args.height}x{args.width} AV1 video on this machine; "
+          f"`episodestream bench` compares loaders)")
     return 0
 
 
@@ -159,8 +167,8 @@ def _info(args: argparse.Namespace) -> int:
     print(f"episodes {info['episodes']}, frames {info['frames']}, fps {info['fps']}, tasks {info['tasks']}")
     print(f"data: {info['data_files']} parquet file(s), {_human_bytes(info['data_size_bytes'])}")
     for key, camera in info["cameras"].items():
-        height, width = camera["shape"][:2]
-        print(f"camera {key}: {width}x{height} {camera['codec']} {camera['pix_fmt']} GOP {camera['gop']}, "
+        height, width = camera["shape"][:2]  # LeRobot's shape, (H, W, C): sizes read H x W everywhere
+        print(f"camera {key}: {height}x{width} (HxW) {camera['codec']} {camera['pix_fmt']} GOP {camera['gop']}, "
               f"{camera['files']} file(s), {_human_bytes(camera['size_bytes'])}")
     for key in info["image_keys"]:
         print(f"image {key}: PNG in the data parquet")
@@ -183,7 +191,8 @@ def _cache_root(args: argparse.Namespace) -> Path:
     if not root.is_dir():
         given = "--cache-dir" if args.cache_dir else f"${CACHE_DIR_ENV}" if os.environ.get(CACHE_DIR_ENV) else None
         raise FileNotFoundError(f"no cache folder at {root}" + (f" (given by {given})" if given else " (the default)")
-                                + ": check the path; a cache folder appears once a remote source has been read with it")
+                                + ": check the path; a cache folder appears once a remote source, EpisodeDataset's column cache or "
+                                  "compute_stats() has used it")
     return root
 
 
@@ -199,19 +208,30 @@ def _cache_command(run: Callable[[argparse.Namespace, Path], int],
     return command
 
 
+# The caches beside the node cache (``_format.cache_files``): what each holds.
+_DERIVED = {"columns": "EpisodeDataset's Arrow copies of data files, for random access",
+            "stats": "compute_stats() and `episodestream stats` results"}
+
+
 def _cache_ls(args: argparse.Namespace, root: Path) -> int:
+    from episodestream._format.cache_files import cache_files
     from episodestream._remote.cache.node_cache import NodeCache
     from episodestream._remote.source.prewarm import source_matches
 
     entries = [e for e in NodeCache(root).list_entries() if source_matches(e.source, args.source)]
+    derived = [f for f in cache_files(root) if f.matches(args.source)]
     totals = {"entries": len(entries), "size_bytes": sum(e.size_bytes for e in entries),
               "pinned": sum(e.pinned for e in entries), "in_use": sum(e.users > 0 for e in entries)}
     if args.json:
         print(json.dumps({"cache_dir": str(root), "totals": totals, "entries": [
             {"source": e.source, "file": e.file, "state": e.state.value, "size_bytes": e.size_bytes,
-             "users": e.users, "pinned": e.pinned} for e in entries]}, indent=2))
+             "users": e.users, "pinned": e.pinned} for e in entries],
+            **{kind: [{"source": f.source, "files": f.files, "size_bytes": f.size_bytes}
+                      for f in derived if f.kind == kind] for kind in _DERIVED}}, indent=2))
         return 0
     print(f"cache {root}")
+    if not entries:
+        print("\nnode cache (remote sources' metadata and video bytes): empty")
     by_source: dict[str, list] = {}
     for entry in entries:
         by_source.setdefault(entry.source, []).append(entry)
@@ -223,10 +243,17 @@ def _cache_ls(args: argparse.Namespace, root: Path) -> int:
             print(f"  {e.state.value:<9} {_human_bytes(e.size_bytes):>9} {e.users:>5} {pinned:<6} {e.file}")
     print(f"\ntotal: {totals['entries']} entries, {_human_bytes(totals['size_bytes'])} on disk; "
           f"{totals['pinned']} pinned; {totals['in_use']} in use by live processes")
+    for kind, what in _DERIVED.items():
+        group = [f for f in derived if f.kind == kind]
+        print(f"\n{kind} cache ({what}): {len(group)} source(s), {sum(f.files for f in group)} file(s), "
+              f"{_human_bytes(sum(f.size_bytes for f in group))}")
+        for files in group:
+            print(f"  {_human_bytes(files.size_bytes):>9} {files.files:>5} file(s)  {files.source}")
     return 0
 
 
 def _cache_clear(args: argparse.Namespace, root: Path) -> int:
+    from episodestream._format.cache_files import cache_files
     from episodestream._remote.cache.node_cache import NodeCache
     from episodestream._remote.source.prewarm import clear
 
@@ -234,6 +261,12 @@ def _cache_clear(args: argparse.Namespace, root: Path) -> int:
     print(f"removed {report.removed} entries ({_human_bytes(report.removed_bytes)}) from {root}"
           + (f" (sources matching {args.source!r})" if args.source else "")
           + f"; skipped {report.skipped_in_use} in use by live processes")
+    for kind in _DERIVED:
+        group = [f for f in cache_files(root) if f.kind == kind and f.matches(args.source)]
+        for files in group:
+            files.remove()
+        print(f"removed the {kind} cache of {len(group)} source(s): {sum(f.files for f in group)} file(s), "
+              f"{_human_bytes(sum(f.size_bytes for f in group))}")
     for name in report.skipped_names[:10]:
         print(f"  in use: {name}")
     if report.skipped_in_use > 10:
@@ -290,6 +323,12 @@ def _episode_list(text: str) -> EpisodeRanges:
     if not ranges:
         raise argparse.ArgumentTypeError(f"invalid episode list ({text!r}): it names no episode")
     return EpisodeRanges(text, ranges)
+
+
+def _source(text: str) -> str:
+    """A dataset argument as given, a leading ``~`` expanded (the shell leaves ``--x=~/data`` and a
+    quoted ``"~/data"`` alone); URLs and Hub repo ids never start with one."""
+    return os.path.expanduser(text) if text.startswith("~") else text
 
 
 def _json_object(text: str) -> dict:
@@ -439,23 +478,27 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="write a small synthetic dataset and stream it (EpisodeLoader)")
     demo.add_argument("--out", help="where to write the dataset (default: a temporary folder, removed after)")
-    demo.add_argument("--episodes", type=int, default=24)
-    demo.add_argument("--episode-length", type=int, default=100)
-    demo.add_argument("--height", type=int, default=96)
-    demo.add_argument("--width", type=int, default=128)
+    demo.add_argument("--episodes", type=int, default=24, help="episodes to write (default: 24)")
+    demo.add_argument("--episode-length", type=int, default=100, help="frames per episode (default: 100)")
+    demo.add_argument("--height", type=int, default=96, help="camera frame height in pixels (default: 96)")
+    demo.add_argument("--width", type=int, default=128, help="camera frame width in pixels (default: 128)")
     demo.add_argument("--loader", choices=("episode", "dataloader"), default="episode",
                       help="episode: EpisodeLoader, decode threads in this process (default); dataloader: "
                            "torch DataLoader worker processes")
     demo.add_argument("--num-threads", type=int, default=None,
                       help="EpisodeLoader decode threads (default: the cores this process may use, at most 16)")
     demo.add_argument("--num-workers", type=int, default=2, help="DataLoader worker processes")
-    demo.add_argument("--batch-size", type=int, default=32)
-    demo.add_argument("--pool-size", type=int, default=8)
+    demo.add_argument("--flat", action="store_true",
+                      help="flat-block frames instead of textured ones: a faster write, but frames that decode "
+                           "several times faster than camera video (the throughput is then no decode cost)")
+    demo.add_argument("--batch-size", type=int, default=32, help="samples per batch (default: 32)")
+    demo.add_argument("--pool-size", type=int, default=8,
+                      help="episode_pool_size: whole episodes each consumer holds (default: 8)")
     demo.set_defaults(run=_demo)
 
     info = commands.add_parser("info", help="episodes, frames, fps, cameras, codecs, GOP, files and sizes")
-    info.add_argument("source", help="a LeRobot dataset (v3.0, v2.1 or v2.0)")
-    info.add_argument("--revision")
+    info.add_argument("source", type=_source, help="a LeRobot dataset (v3.0, v2.1 or v2.0): folder, URL or Hub repo id")
+    info.add_argument("--revision", help="Hub branch, tag or commit (default: main)")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.set_defaults(run=_info)
 
@@ -473,7 +516,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     stats = commands.add_parser("stats", help="exact mean, std, min, max, count and q01..q99 of a selection of "
                                               "episodes' tabular features (LeRobot's stats.json layout)")
-    stats.add_argument("source", help="a LeRobot v3.0 dataset (folder, URL or Hub repo id)")
+    stats.add_argument("source", type=_source,
+                       help="a LeRobot dataset (v3.0, v2.1 or v2.0): folder, URL or Hub repo id")
     stats.add_argument("--episodes", type=_episode_list, help="episode indices, e.g. 0,3,5-9 (default: all)")
     stats.add_argument("--revision", help="Hub branch, tag or commit (default: main)")
     stats.add_argument("--cache-dir", help="where the result is cached, under stats/ (default: "
@@ -489,15 +533,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("bench_args", nargs=argparse.REMAINDER)
     bench.set_defaults(run=lambda args: _bench(args.bench_args))
 
-    cache_dir_help = "the node cache (default: $EPISODESTREAM_CACHE_DIR, else ~/.cache/episodestream)"
+    cache_dir_help = "the cache folder (default: $EPISODESTREAM_CACHE_DIR, else ~/.cache/episodestream)"
     source_help = ("only sources matching: a cache key as `cache ls` prints it, a glob over keys, or text the key "
                    "contains ('lerobot/pusht', 's3://bucket/prefix')")
     commands.add_parser("lerobot-train", add_help=False,
                         help="LeRobot's lerobot-train on episodestream's datasets (same arguments; resumes the data "
                              "stream exactly; multi-GPU with accelerate launch -m episodestream lerobot-train ...)")
-    cache = commands.add_parser("cache", help="list, unpin or clear the node cache of remote sources")
+    cache = commands.add_parser("cache", help="list, unpin or clear the caches: the node cache of remote sources, "
+                                              "the column cache and the stats cache")
     cache_commands = cache.add_subparsers(dest="cache_command", required=True)
-    ls = cache_commands.add_parser("ls", help="entries (source, file, state, size, users, pinned) and totals")
+    ls = cache_commands.add_parser("ls", help="node-cache entries (source, file, state, size, users, pinned) and "
+                                              "totals; the column and stats caches' files and sizes by source")
     ls.add_argument("--cache-dir", help=cache_dir_help)
     ls.add_argument("--source", help=source_help)
     ls.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -507,7 +553,8 @@ def build_parser() -> argparse.ArgumentParser:
     unpin.add_argument("--cache-dir", help=cache_dir_help)
     unpin.add_argument("--source", help=source_help)
     unpin.set_defaults(run=_cache_command(_cache_unpin, "unpin"))
-    clear = cache_commands.add_parser("clear", help="unpin and remove entries no live process uses")
+    clear = cache_commands.add_parser("clear", help="unpin and remove node-cache entries no live process uses, and "
+                                                    "the column and stats caches (rebuilt when next needed)")
     clear.add_argument("--cache-dir", help=cache_dir_help)
     clear.add_argument("--source", help=source_help)
     clear.set_defaults(run=_cache_command(_cache_clear, "clear"))
@@ -515,7 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
     prewarm = commands.add_parser(
         "prewarm", help="fetch a remote dataset's metadata and episodes' video bytes into the node cache and pin "
                         "them there, so later runs read them locally")
-    prewarm.add_argument("source", help="owner/name (Hub), hf://datasets/..., s3://bucket/prefix or another URL")
+    prewarm.add_argument("source", type=_source, help="owner/name (Hub), hf://datasets/..., s3://bucket/prefix or another URL")
     prewarm.add_argument("--cache-dir", help=cache_dir_help)
     prewarm.add_argument("--cache-limit", help="disk budget for the whole cache dir, e.g. 20GB "
                                                "(default: $EPISODESTREAM_CACHE_LIMIT, else none)")

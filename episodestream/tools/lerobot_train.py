@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from episodestream._plan.saved_state import STRICT_HINT
+from episodestream._runtime.face import load_trainer_state
 from episodestream.streaming import EpisodeStreamingDataset, stream_state
 
 STATE_FILE = "episodestream_stream_state.json"
@@ -75,12 +77,13 @@ class _Run:
             if isinstance(train, EpisodeStreamingDataset):
                 self.dataset = train
                 if cfg.resume:
-                    self._resume(cfg.checkpoint_path, train)
+                    self._resume(cfg.checkpoint_path, train, num_workers=cfg.num_workers)
         except (OSError, ValueError, TypeError, NotImplementedError) as error:
             raise _BeforeTraining(error) from error
         return train, held_out
 
-    def _resume(self, checkpoint_path: str | os.PathLike, dataset: EpisodeStreamingDataset) -> None:
+    def _resume(self, checkpoint_path: str | os.PathLike, dataset: EpisodeStreamingDataset, *,
+                num_workers: int) -> None:
         path = state_path(checkpoint_path)
         if not path.is_file():
             raise ValueError(f"--resume=true: the checkpoint {checkpoint_path} has no {TRAINING_STATE_DIR}/{STATE_FILE}, "
@@ -89,9 +92,15 @@ class _Run:
                              f"it, or start a new run.")
         state = json.loads(path.read_text())
         try:
-            dataset.load_state_dict(state)
+            # dataset.load_state_dict(state), logging what it resumed ("resumed epoch E at batch B (exact)")
+            # with this run's DataLoader workers.
+            load_trainer_state(dataset, state, num_workers=num_workers)
         except ValueError as error:
-            raise ValueError(f"--resume=true: the stream state in {path} was saved by another run: {error}") from error
+            # strict=False is no option here: say what a command-line user can change instead.
+            why = str(error).removesuffix(STRICT_HINT)
+            raise ValueError(f"--resume=true: the stream state in {path} was saved by another run: {why} Resume with "
+                             f"that run's settings (its --config_path holds them; drop the options that differ), "
+                             f"or train afresh with another --output_dir.") from error
         # Unfinished epoch: the count goes on from the checkpoint's (a stream state counts from the
         # epoch's start, across resumes); a finished one: the next epoch starts from 0.
         self.batches = int(state["batches_consumed"]) if dataset.epoch == state["epoch"] else 0
@@ -151,8 +160,10 @@ def main(argv: list[str]) -> int:
         import accelerate
         from lerobot.scripts import lerobot_train
     except ImportError as error:
-        print(f"episodestream lerobot-train needs LeRobot 0.6 with its training extra (pip install "
-              f"'episodestream[lerobot]'): {error}", file=sys.stderr)
+        from episodestream.lerobot import INSTALL_HINT
+
+        print(f"episodestream lerobot-train needs LeRobot 0.6 with its training extra ({INSTALL_HINT}): {error}",
+              file=sys.stderr)
         return 2
     run = _Run(lerobot_train.cycle)
     original_save = lerobot_train.save_checkpoint

@@ -1,8 +1,11 @@
 """Train one LeRobot policy (default ACT) on two robots at once: different state widths, different cameras.
 
-    pip install lerobot        # LeRobot needs Python >= 3.12
-    python examples/lerobot/train_cross_embodiment.py --steps 2          # two small synthetic robots, offline
+    pip install -e '.[lerobot]'   # LeRobot, from this checkout; it needs Python >= 3.12 (or: bash scripts/setup.sh --lerobot)
+    python examples/lerobot/train_cross_embodiment.py --steps 2 --policy-option pretrained_backbone_weights=null  # two synthetic robots, offline
     python examples/lerobot/train_cross_embodiment.py --steps 2000 --datasets /data/arm6 /data/bimanual14
+
+ACT's ResNet backbone downloads its ImageNet weights when the policy is built;
+``--policy-option pretrained_backbone_weights=null`` (the offline command) trains it from scratch instead.
 
 The two datasets are mixed by ``EpisodeMixture(keys="union", weights=...)``: a sample of the
 narrower robot has its ``observation.state`` and ``action`` zero-padded to the widest robot's

@@ -1,7 +1,12 @@
 """Distributed, resumable streaming training with Accelerate (one process per GPU, any number of nodes).
 
     accelerate launch --num_processes 8 examples/scaling/train_streaming_multinode.py --dataset /data/robocasa
-    accelerate launch --num_processes 2 --cpu examples/scaling/train_streaming_multinode.py --dummy
+    ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 examples/scaling/train_streaming_multinode.py --dummy
+
+The second command runs 2 processes on CPU (no GPU needed): Accelerate's ``--cpu`` flag starts one
+process whatever ``--num_processes`` says (its route to several CPU processes is mpirun), so it
+takes the multi-process launcher, and ``ACCELERATE_USE_CPU=true`` puts each process on the CPU,
+joined by gloo. Each run prints the world size it saw.
 
 No DistributedSampler and no ``accelerator.prepare(dataloader)``: every rank builds its own
 ``EpisodeStreamingDataset``, which reads its rank and world size from torch.distributed (set up by
@@ -112,6 +117,10 @@ def main(argv=None) -> None:
             (checkpoint / "stream_state.json").write_text(json.dumps(state))
         accelerator.wait_for_everyone()
 
+    accelerator.print(f"world size {accelerator.num_processes} ({accelerator.distributed_type.value}): each rank "
+                      f"streams {len(dataset)} samples an epoch"
+                      + ("; one process: for several on CPU, see this script's docstring"
+                         if accelerator.num_processes == 1 else ""))
     indices: list[int] = []
     frames_per_sample = len(dataset.typed_meta.video_keys)
     start_epoch = dataset.epoch
@@ -138,7 +147,8 @@ def main(argv=None) -> None:
         node_samples = accelerator.reduce(torch.tensor(samples, device=accelerator.device), "sum").item()
         accelerator.print(f"epoch {epoch}: {node_samples} samples in {elapsed_s:.1f} s, "
                           f"{node_samples / elapsed_s:.1f} samples/s, "
-                          f"{node_samples * frames_per_sample / elapsed_s:.1f} frames/s (all ranks)")
+                          f"{node_samples * frames_per_sample / elapsed_s:.1f} frames/s (all "
+                          f"{accelerator.num_processes} ranks)")
         if args.max_steps and step >= args.max_steps:
             break
         batches_done = 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import importlib.util
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -40,28 +41,40 @@ def _example_arguments(out: Path, dataset: Path, *extra: str) -> list[str]:
             "--num-threads", "1", "--batch-size", "8", "--epochs", "1", *extra]
 
 
-def _launch(out: Path, dataset: Path, *extra: str) -> None:
-    """The example under a real `accelerate launch`, as its docstring tells users to run it."""
+def documented_cpu_launch() -> tuple[dict[str, str], list[str]]:
+    """The example docstring's 2-process CPU command (the line with --dummy): its environment
+    assignments and its `accelerate launch` options."""
+    line = next(line for line in EXAMPLE.read_text().split('"""')[1].splitlines() if "--dummy" in line)
+    words = shlex.split(line)
+    env = dict(word.split("=", 1) for word in words[:words.index("accelerate")])
+    script = next(i for i, word in enumerate(words) if word.endswith(EXAMPLE.name))
+    return env, words[words.index("launch") + 1:script]
+
+
+def _launch(out: Path, dataset: Path, *extra: str) -> str:
+    """The example under a real `accelerate launch` with the options and environment its docstring
+    gives users (it said `--cpu`, which starts one process); its stdout."""
     skip_unless_two_processes_can_run()
-    # Accelerate runs several CPU processes only through its multi-GPU launcher with
-    # ACCELERATE_USE_CPU set; each process then joins a gloo process group.
+    documented_env, options = documented_cpu_launch()
     # This interpreter's accelerate (not the first on PATH), and this checkout's episodestream in
-    # the processes it starts (not another install's).
-    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1",
+    # the processes it starts (not another install's); the options after the documented ones only
+    # quiet Accelerate's warnings and keep parallel tests off each other's port.
+    env = {**os.environ, **documented_env, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    command = [*ACCELERATE_LAUNCH, "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
-               str(EXAMPLE), *_example_arguments(out, dataset, *extra)]
+    command = [*ACCELERATE_LAUNCH, *options, "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend",
+               "no", "--main_process_port", str(free_port()), str(EXAMPLE), *_example_arguments(out, dataset, *extra)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, cwd=REPO)
     assert result.returncode == 0, f"accelerate launch failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout
 
 
-def _fork(out: Path, dataset: Path, *extra: str) -> None:
+def _fork(out: Path, dataset: Path, *extra: str) -> str:
     """The example's main() in 2 ranks forked from this process (forked_ranks: the environment
     `accelerate launch` gives them, without 3 fresh interpreters)."""
     skip_unless_two_processes_can_run()
     example = load_script(EXAMPLE)
     run_forked_ranks(lambda: example.main(_example_arguments(out, dataset, *extra)))
+    return ""
 
 
 def _indices(out: Path) -> list[dict]:
@@ -88,23 +101,33 @@ LEGS = (("episode", ("--checkpoint-every", "3", "--max-steps", "3"), 3, _launch)
 
 
 @pytest.fixture(scope="module")
-def legs(many_episodes_root, tmp_path_factory) -> list[tuple[list[dict], dict | None]]:
+def legs(many_episodes_root, tmp_path_factory) -> list[tuple[list[dict], dict | None, str]]:
     """Each launch's per-rank records and the stream state it saved. The first launch trains (the
     example's loop runs) and saves at a checkpoint; the second runs to the end of the epoch."""
     out = tmp_path_factory.mktemp("legs")
     launches = []
     for loader, arguments, saved_at, start in LEGS:
-        start(out, many_episodes_root, "--loader", loader, *arguments)
+        stdout = start(out, many_episodes_root, "--loader", loader, *arguments)
         records = _indices(out)
         for path in out.glob("indices-rank*.json"):
             path.unlink()
         state = json.loads((out / "checkpoint" / "stream_state.json").read_text()) if saved_at else None
-        launches.append((records, state))
+        launches.append((records, state, stdout))
     return launches
 
 
+def test_the_documented_cpu_command_starts_two_ranks(legs):
+    """The docstring's CPU command (`--cpu` before, which ran one process of world size 1 and
+    printed "(all ranks)") starts 2 ranks, and the example says the world size it saw; the ranks'
+    shares are disjoint (next test)."""
+    records, _, stdout = legs[0]  # the real `accelerate launch`
+    assert [(r["rank"], r["world_size"]) for r in records] == [(0, 2), (1, 2)]
+    assert "world size 2 (MULTI_CPU)" in stdout and "(all 2 ranks)" in stdout, stdout
+    assert not set(records[0]["indices"]) & set(records[1]["indices"])
+
+
 def _per_rank(legs) -> list[list[int]]:
-    return [sum((records[rank]["indices"] for records, _ in legs), []) for rank in range(2)]
+    return [sum((records[rank]["indices"] for records, _, _ in legs), []) for rank in range(2)]
 
 
 def test_ranks_get_disjoint_equal_shares_of_the_frames(many_episodes_root, legs):
@@ -122,7 +145,7 @@ def test_resume_with_the_other_loader_continues_exactly(many_episodes_root, legs
     resumes the loader's state, yields exactly each rank's uninterrupted stream: the schedule of
     one consumer per rank, which test_stream_properties checks against real loaders."""
     index_of = _dataset_indices(many_episodes_root)
-    for (records, state), (_, _, saved_at, _) in zip(legs, LEGS):
+    for (records, state, _), (_, _, saved_at, _) in zip(legs, LEGS):
         if saved_at is not None:
             assert state["step"] == saved_at and state["stream"]["batches_consumed"] == saved_at
             assert all(len(r["indices"]) == 3 * 8 for r in records)

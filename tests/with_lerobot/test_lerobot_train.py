@@ -198,10 +198,15 @@ def test_lerobot_train_resumes_the_stream_exactly(root, tmp_path):
     assert (state["epoch"], state["batches_consumed"], state["batch_size"]) == (0, 16, 4)
     config = checkpoint / "pretrained_model/train_config.json"
     # Resumed with 2 DataLoader workers (the checkpoint's run had none): elastic, same samples set.
-    _ok(_train(tmp_path / "resumed", f"--config_path={config}", "--resume=true", "--num_workers=2", "--steps=19"))
+    resumed_run = _train(tmp_path / "resumed", f"--config_path={config}", "--resume=true", "--num_workers=2",
+                         "--steps=19")
+    _ok(resumed_run)
     resumed = _steps(tmp_path / "resumed")
     assert [len(b) for b in resumed] == [1, 4, 4]
     assert resumed[0] == whole[16], "the rest of epoch 0 is the frame the uninterrupted run had left"
+    # The run says what it resumed, through logging ("episodestream"), with this run's worker count.
+    logged = resumed_run.stdout + resumed_run.stderr
+    assert "resumed epoch 0 after batch 16, elastic: 1 samples left for rank 0" in logged, logged[-3000:]
 
     # Exactly: the same worker count resumes the uninterrupted run's batches, sample for sample.
     _ok(_train(tmp_path / "short", *data, *TINY_ACT, "--num_workers=0", f"--output_dir={tmp_path / 'out2'}",
@@ -209,13 +214,17 @@ def test_lerobot_train_resumes_the_stream_exactly(root, tmp_path):
     short = _steps(tmp_path / "short")
     assert short == whole[:4]
     config = tmp_path / "out2/checkpoints/000002/pretrained_model/train_config.json"
-    _ok(_train(tmp_path / "again", f"--config_path={config}", "--resume=true", "--steps=4"))
+    again_run = _train(tmp_path / "again", f"--config_path={config}", "--resume=true", "--steps=4")
+    _ok(again_run)
+    assert "resumed epoch 0 at batch 2 (exact; 1 rank(s) x 1 consumer(s))" in again_run.stdout + again_run.stderr
     again = _steps(tmp_path / "again")
     assert [i for b in again for i in b] == [i for b in whole for i in b][8:16], "samples 9-16 of the whole run"
 
     # Another run's checkpoint (here: another seed) is refused before the first step, naming the field.
     refused = _train(tmp_path / "refused", f"--config_path={config}", "--resume=true", "--seed=7", "--steps=4")
     assert refused.returncode == 1 and "seed: saved 1000, this dataset 7" in refused.stderr
+    # ... and says what a command-line user can do (strict=False is a Python argument).
+    assert "strict=False" not in refused.stderr and "Resume with that run's settings" in refused.stderr
     assert "Traceback" not in refused.stderr and not (tmp_path / "refused/rank0.jsonl").exists()
     nowhere = _train(tmp_path / "unread", "--dataset.repo_id=local/ds", f"--dataset.root={tmp_path / 'nowhere'}",
                      "--dataset.streaming=true", *TINY_ACT, f"--output_dir={tmp_path / 'out3'}", "--steps=4")
