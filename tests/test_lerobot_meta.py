@@ -309,7 +309,7 @@ def test_info_prints_a_stats_summary(dataset_root, tmp_path, capsys, monkeypatch
 
 def test_readme_lerobot_block_compiles():
     """The README's LeRobot calls are not run here (no LeRobot), but must stay valid Python."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs/lerobot.md").read_text()  # moved from the README
     blocks = re.findall(r"```python no-run\n(.*?)```", readme, flags=re.S)
     assert blocks and any("make_pre_post_processors" in b and "dataset.meta.stats" in b for b in blocks)
     for block in blocks:
