@@ -10,7 +10,7 @@ from pathlib import Path
 
 # Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (container images often set it):
 # otherwise each xdist worker, and each pytest the suite starts, rewrites every test module's asserts
-# from source again on every run (docs/benchmarks.md, "The test suite"). The first run of a fresh
+# from source again on every run (docs/benchmarks-log.md, "The test suite"). The first run of a fresh
 # checkout still pays it once per worker; compiling the package itself costs next to nothing.
 sys.dont_write_bytecode = False
 
@@ -39,7 +39,7 @@ TABULAR_LENGTHS = (7, 1, 12, 3, 9, 1, 15, 4, 6, 2, 11, 5, 8, 1, 13, 3, 10, 6, 2,
 def pytest_xdist_auto_num_workers(config):
     """``-n auto``: one test process more than the cores this process may use. Part of the suite
     waits with the CPU idle (shaped links, retry back-offs and timeouts of its own servers); with
-    one process per core those waits leave a core unused (docs/benchmarks.md, "The test suite").
+    one process per core those waits leave a core unused (docs/benchmarks-log.md, "The test suite").
     PYTEST_XDIST_AUTO_NUM_WORKERS, when set, still decides (xdist's own hook reads it)."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
