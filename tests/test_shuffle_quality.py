@@ -7,6 +7,7 @@ a schedule's measure against its emits walked by hand.
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from fractions import Fraction
 
@@ -111,3 +112,17 @@ def test_the_benchmarks_print_it(dataset_root, capsys) -> None:
     streaming = load_script(benchmarks / "benchmark_streaming.py")
     q32, q256 = streaming.planned_shuffle_quality(dataset_root, pool_size=2, num_workers=1, batch_sizes=[32, 256])
     assert (q32.batch_size, q256.batch_size) == (32, 256) and 1 <= q32.distinct <= q32.global_distinct
+
+
+@pytest.mark.slow
+def test_the_pool_cost_benchmark_runs(dataset_root, tmp_path, capsys) -> None:
+    from .scripts import run_main
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "streaming" / "benchmark_pool_cost.py"
+    run_main(script, ["--datasets", str(dataset_root), "--pool-sizes", "16,2", "--dtypes", "uint8", "--rounds", "1",
+                      "--batch-size", "8", "--max-decoders", "200", "--output", str(tmp_path / "rows.json")])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and "pool 16: " in lines[0] and "pool 2: " in lines[1] and "per CPU-second" in lines[1]
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert [r["pool"] for r in rows] == [16, 2] and all(r["decoder_cache"]["misses"] > 0 for r in rows)
+    assert rows[0]["distinct"] >= rows[1]["distinct"] and rows[0]["samples_per_cpu_s"] > 0
