@@ -46,12 +46,15 @@ def _ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v]
 
 
-def dataset_root(cache_dir: str, version: str, episodes: int, lengths: tuple[int, int]) -> Path:
-    root = Path(cache_dir) / f"pool-cost-{version}-{episodes}x{lengths[0]}-{lengths[1]}"
+def dataset_root(cache_dir: str, version: str, episodes: int, lengths: tuple[int, int],
+                 per_file: int | None = None) -> Path:
+    packing = f"-{per_file}perfile" if per_file else ""
+    root = Path(cache_dir) / f"pool-cost-{version}-{episodes}x{lengths[0]}-{lengths[1]}{packing}"
     if not (root / "meta" / "info.json").exists():
         print(f"writing {root}", file=sys.stderr, flush=True)
         write_synthetic_dataset(root, num_episodes=episodes, episode_length=lengths, height=240, width=320,
-                                texture=True, version=version, overwrite=True)
+                                texture=True, version=version, max_episodes_per_video_file=per_file,
+                                overwrite=True)
     return root
 
 
@@ -98,6 +101,8 @@ def main(argv=None) -> int:
     parser.add_argument("--episodes", type=int, default=200)
     parser.add_argument("--min-frames", type=int, default=30)
     parser.add_argument("--max-frames", type=int, default=60)
+    parser.add_argument("--episodes-per-video-file", type=int,
+                        help="v3.0: episodes packed into each mp4 (default: all, up to 200 MB a file)")
     parser.add_argument("--cache-dir", default=os.path.join(tempfile.gettempdir(), "episodestream-bench"))
     parser.add_argument("--pool-sizes", default="16,64,128,256")
     parser.add_argument("--dtypes", default="float32,uint8")
@@ -114,7 +119,8 @@ def main(argv=None) -> int:
         print(json.dumps(_one_epoch(Path(root), *rest)))
         return 0
     roots = ([Path(p) for p in args.datasets.split(",")] if args.datasets else
-             [dataset_root(args.cache_dir, v, args.episodes, (args.min_frames, args.max_frames))
+             [dataset_root(args.cache_dir, v, args.episodes, (args.min_frames, args.max_frames),
+                           args.episodes_per_video_file)
               for v in args.versions.split(",")])
     pools, dtypes = _ints(args.pool_sizes), args.dtypes.split(",")
     rows = []
