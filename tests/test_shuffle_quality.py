@@ -59,7 +59,8 @@ def test_a_stream_measured_batch_by_batch() -> None:
     assert q.global_distinct == pytest.approx(global_distinct(counts, 4))
     assert q.global_recur_gap == pytest.approx(global_recur_gap(counts))
     assert q.ratio == pytest.approx(q.distinct / q.global_distinct)
-    assert "batch 4: 2.5 distinct episodes per batch" in q.summary()
+    assert q.summary() == f"batch 4: 2.5 distinct episodes per batch, a global shuffle {q.global_distinct:.1f} ({q.ratio:.2f})"
+    assert q.recurrence().startswith("an episode's frames recur every 2 samples, in a global shuffle every ")
     # Another epoch's frames for the global shuffle's side; an ndarray the same as a list.
     other = shuffle_quality(np.array(ids), 4, frame_counts=[5] * 10)
     assert other.distinct == q.distinct and other.global_distinct == pytest.approx(global_distinct([5] * 10, 4))

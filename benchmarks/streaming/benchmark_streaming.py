@@ -629,7 +629,7 @@ def main(argv=None) -> int:
         qualities = planned_shuffle_quality(root, pool_size=args.pool_size, num_workers=workers,
                                             batch_sizes=sorted({args.batch_size, 256}))
         print(f"shuffle quality ({loader}, pool {args.pool_size}, one consumer of {workers}, planned): "
-              + "; ".join(q.summary() for q in qualities), flush=True)
+              + "; ".join(q.summary() for q in qualities) + "; " + qualities[0].recurrence(), flush=True)
     if stand_in_ms is not None:
         from _stand_in import run as run_stand_in
 

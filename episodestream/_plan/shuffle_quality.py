@@ -42,9 +42,14 @@ class ShuffleQuality:
         return self.distinct / self.global_distinct if self.global_distinct else float("nan")
 
     def summary(self) -> str:
+        """Distinct episodes per batch against a global shuffle's, in a few words."""
         return (f"batch {self.batch_size}: {self.distinct:.1f} distinct episodes per batch, a global shuffle "
-                f"{self.global_distinct:.1f} ({self.ratio:.2f}); an episode recurs every {self.recur_gap:.0f} "
-                f"samples, globally every {self.global_recur_gap:.0f}")
+                f"{self.global_distinct:.1f} ({self.ratio:.2f})")
+
+    def recurrence(self) -> str:
+        """How soon an episode recurs against a global shuffle, in a few words."""
+        return (f"an episode's frames recur every {self.recur_gap:.0f} samples, in a global shuffle every "
+                f"{self.global_recur_gap:.0f}")
 
 
 def global_distinct(frame_counts: Sequence[int] | np.ndarray, batch_size: int) -> float:
