@@ -60,6 +60,7 @@ from episodestream import EpisodeLoader, EpisodeStreamingDataset, SourceStats
 from episodestream.tools.synthetic import write_synthetic_dataset
 from episodestream._sample import chw as _chw
 from episodestream._base.world import World
+from episodestream._plan.shuffle_quality import shuffle_quality
 from episodestream._runtime.face import runtime_of
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # `episodestream bench` runs this file by path
@@ -227,6 +228,15 @@ def stream(source, *, mode: str, num_workers: int, pool_size: int, batch_size: i
     if keep_dataset:
         result["dataset"] = dataset
     return result
+
+
+def planned_shuffle_quality(root: Path, *, pool_size: int, num_workers: int, batch_sizes) -> list:
+    """One consumer's shuffle quality, from its schedule alone (no rows, no video): worker 0 of
+    ``num_workers``, against a global shuffle of the epoch (``_plan.shuffle_quality``)."""
+    runtime = runtime_of(EpisodeStreamingDataset(root, episode_pool_size=pool_size, seed=0))
+    lengths = [s.length for s in runtime.segments(0)]
+    steps = list(runtime.schedule(World(0, 1, 0, max(1, num_workers)), 0))
+    return [shuffle_quality(steps, b, frame_counts=lengths) for b in batch_sizes]
 
 
 def selected_episodes(root: Path, episodes: list[int] | None) -> list[int]:
@@ -614,6 +624,12 @@ def main(argv=None) -> int:
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     dtypes = ("float32", "uint8") if args.dtype == "both" else (args.dtype,)
+    for loader in LOADERS if args.loader == "both" else (args.loader,):
+        workers = 1 if loader == "episode" or args.decode == "cuda" else args.num_workers
+        qualities = planned_shuffle_quality(root, pool_size=args.pool_size, num_workers=workers,
+                                            batch_sizes=sorted({args.batch_size, 256}))
+        print(f"shuffle quality ({loader}, pool {args.pool_size}, one consumer of {workers}, planned): "
+              + "; ".join(q.summary() for q in qualities) + "; " + qualities[0].recurrence(), flush=True)
     if stand_in_ms is not None:
         from _stand_in import run as run_stand_in
 

@@ -1,0 +1,129 @@
+"""``_plan.shuffle_quality``: distinct episodes per batch and recurrence, exact on tiny cases.
+
+A global shuffle's expectations are checked against enumerating every permutation of a few frames;
+a schedule's measure against its emits walked by hand.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from episodestream._base.world import World
+from episodestream._plan.sampling import EMIT, EpochPlan, Segment, consumer_rng, consumer_schedule
+from episodestream._plan.shuffle_quality import (emitted_episodes, global_distinct, global_recur_gap,
+                                                  shuffle_quality)
+
+
+def _frames(counts: list[int]) -> list[int]:
+    """One entry per frame: its episode."""
+    return [e for e, n in enumerate(counts) for _ in range(n)]
+
+
+@pytest.mark.parametrize("counts", [[1], [2, 2], [1, 2, 3], [3, 1, 1, 2], [4, 0, 2]])
+def test_global_distinct_is_the_mean_over_every_batch(counts: list[int]) -> None:
+    frames = _frames(counts)
+    for b in range(1, len(frames) + 1):
+        subsets = list(itertools.combinations(frames, b))
+        exact = Fraction(sum(len(set(s)) for s in subsets), len(subsets))
+        assert global_distinct(counts, b) == pytest.approx(float(exact), abs=1e-12)
+    assert global_distinct(counts, len(frames) + 5) == pytest.approx(sum(1 for n in counts if n))
+
+
+@pytest.mark.parametrize("counts", [[2, 2], [1, 2, 3], [3, 1, 2]])
+def test_global_recur_gap_is_the_mean_over_every_permutation(counts: list[int]) -> None:
+    frames = _frames(counts)
+    gaps = []
+    for order in itertools.permutations(frames):
+        last: dict[int, int] = {}
+        for position, episode in enumerate(order):
+            if episode in last:
+                gaps.append(position - last[episode])
+            last[episode] = position
+    assert global_recur_gap(counts) == pytest.approx(float(Fraction(sum(gaps), len(gaps))), abs=1e-12)
+    assert np.isnan(global_recur_gap([1, 1, 1]))
+
+
+def test_a_stream_measured_batch_by_batch() -> None:
+    ids = [0, 0, 1, 1, 2, 0, 2, 1, 2, 9]  # batches of 4: {0, 1} and {0, 1, 2}; the last 2 samples left out
+    q = shuffle_quality(ids, 4)
+    assert (q.batch_size, q.batches, q.distinct) == (4, 2, 2.5)
+    # Gaps: episode 0 at 0, 1, 5; 1 at 2, 3, 7; 2 at 4, 6, 8.
+    assert q.recur_gap == pytest.approx((1 + 4 + 1 + 4 + 2 + 2) / 6)
+    counts = [3, 3, 3, 1]
+    assert q.global_distinct == pytest.approx(global_distinct(counts, 4))
+    assert q.global_recur_gap == pytest.approx(global_recur_gap(counts))
+    assert q.ratio == pytest.approx(q.distinct / q.global_distinct)
+    assert q.summary() == f"batch 4: 2.5 distinct episodes per batch, a global shuffle {q.global_distinct:.1f} ({q.ratio:.2f})"
+    assert q.recurrence().startswith("an episode's frames recur every 2 samples, in a global shuffle every ")
+    # Another epoch's frames for the global shuffle's side; an ndarray the same as a list.
+    other = shuffle_quality(np.array(ids), 4, frame_counts=[5] * 10)
+    assert other.distinct == q.distinct and other.global_distinct == pytest.approx(global_distinct([5] * 10, 4))
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+        shuffle_quality(ids, 0)
+
+
+def test_a_global_shuffle_of_one_episode_per_batch_slot() -> None:
+    # Batch size 1: one distinct episode per batch, whatever the order; so is the expectation.
+    q = shuffle_quality([3, 3, 4], 1)
+    assert (q.distinct, q.global_distinct, q.ratio) == pytest.approx((1.0, 1.0, 1.0))
+
+
+def _schedule(pool_size: int, *, shuffle: bool = True, seed: int = 3):
+    lengths = np.random.default_rng(seed).integers(5, 30, 60)
+    plan = EpochPlan([Segment(i, range(int(n))) for i, n in enumerate(lengths)], seed=seed, epoch=0,
+                     shuffle=shuffle, world_size=1)
+    world = World(0, 1)
+    return consumer_schedule(plan.share(world), pool_size=pool_size, shuffle=shuffle,
+                             rng=consumer_rng(seed, 0, world)), lengths
+
+
+def test_a_schedule_measured_from_its_emits() -> None:
+    schedule, lengths = _schedule(8)
+    steps = list(schedule)
+    ids = [episode for kind, episode, _ in steps if kind == EMIT]
+    assert emitted_episodes(steps).tolist() == ids
+    assert shuffle_quality(_schedule(8)[0], 16) == shuffle_quality(ids, 16)
+    assert shuffle_quality(ids, 16) == shuffle_quality(ids, 16, frame_counts=lengths)
+
+
+def test_a_wider_pool_shuffles_closer_to_global() -> None:
+    ratios = [shuffle_quality(_schedule(pool)[0], 16).ratio for pool in (1, 4, 16, 64)]
+    assert ratios == sorted(ratios) and ratios[-1] > 0.9 > 0.5 > ratios[0]
+    in_order = shuffle_quality(_schedule(8, shuffle=False)[0], 16)
+    assert in_order.recur_gap == 1.0  # unshuffled: an episode's frames come one after another
+
+
+def test_the_benchmarks_print_it(dataset_root, capsys) -> None:
+    from .scripts import load_script, run_main
+
+    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks" / "streaming"
+    run_main(benchmarks / "benchmark_shuffle_quality.py",
+             ["--episodes", "40", "--min-frames", "5", "--max-frames", "9", "--pool-sizes", "4,64",
+              "--num-workers", "1"])
+    table = capsys.readouterr().out.splitlines()
+    assert table[1] == "| pool | batch 32 | batch 256 | recurs every | plan s |" and len(table) == 5
+    assert table[-1].startswith("| 64 | ") and "(1.0" in table[-1]  # a pool holding every episode: global
+    # `episodestream bench`'s line: one consumer's planned batches against a global shuffle.
+    streaming = load_script(benchmarks / "benchmark_streaming.py")
+    q32, q256 = streaming.planned_shuffle_quality(dataset_root, pool_size=2, num_workers=1, batch_sizes=[32, 256])
+    assert (q32.batch_size, q256.batch_size) == (32, 256) and 1 <= q32.distinct <= q32.global_distinct
+
+
+@pytest.mark.slow
+def test_the_pool_cost_benchmark_runs(dataset_root, tmp_path, capsys) -> None:
+    from .scripts import run_main
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "streaming" / "benchmark_pool_cost.py"
+    run_main(script, ["--datasets", str(dataset_root), "--pool-sizes", "16,2", "--dtypes", "uint8", "--rounds", "1",
+                      "--batch-size", "8", "--max-decoders", "200", "--output", str(tmp_path / "rows.json")])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and "pool 16: " in lines[0] and "pool 2: " in lines[1] and "per CPU-second" in lines[1]
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert [r["pool"] for r in rows] == [16, 2] and all(r["decoder_cache"]["misses"] > 0 for r in rows)
+    assert rows[0]["distinct"] >= rows[1]["distinct"] and rows[0]["samples_per_cpu_s"] > 0
