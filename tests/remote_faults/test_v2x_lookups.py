@@ -98,3 +98,35 @@ def test_throttled_look_ups_cut_the_download_budget(v21_faults, tmp_path, downlo
             assert cuts(files.download, "HTTP 503") and controller.budget() < before
         finally:
             files.close()
+
+
+def test_curation_by_the_episodes_table_and_a_wrong_length_on_a_remote_v21(v21_faults, tmp_path):
+    """Issue 48 items 9 and 12, remote: a predicate and a weight column read a remote v2.1's episodes
+    table as they read a local one's; an episode listed with the wrong length is named when a later
+    episode is read, from the remote files as locally."""
+    import json
+
+    import pyarrow.compute as pc
+
+    from episodestream._base.errors import DatasetFormatError
+
+    local_root, hub_root = v21_faults
+    options = dict(episodes=pc.field("length") >= 7, episode_weights="length", seed=0)
+    local = EpisodeStreamingDataset(local_root, **options)
+    with FakeHub(hub_root) as hub:
+        with remote_dataset(EpisodeStreamingDataset, V21_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url,
+                            token=False, **options) as remote:
+            assert remote.episode_indices == local.episode_indices and len(remote) == len(local)
+    damaged_hub = tmp_path / "hub-damaged"
+    shutil.copytree(hub_root, damaged_hub)
+    episodes = damaged_hub / "datasets" / V21_REPO / "meta/episodes.jsonl"
+    rows = [json.loads(line) for line in episodes.read_text().splitlines()]
+    lengths = [row["length"] for row in rows]
+    rows[1]["length"] -= 1  # episode 1's file holds one row more than listed
+    episodes.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with FakeHub(damaged_hub) as hub:
+        with remote_dataset(EpisodeStreamingDataset, V21_REPO, cache_dir=tmp_path / "cache2", hub_endpoint=hub.url,
+                            token=False, episodes=[3]) as remote:
+            with pytest.raises(DatasetFormatError, match=rf"episode 1 is listed with length {lengths[1] - 1} there, but "
+                                                         rf"its data file .*episode_000001.parquet holds {lengths[1]} rows"):
+                list(remote)
