@@ -223,7 +223,8 @@ class Resumable(ABC):
         else:
             # A state that took nothing of its epoch resumes nothing: the epoch streams afresh, in any layout.
             self._set_request(request if checked.consumed_batches else None, request.epoch)
-        logger.info("%s", self._resumed(checked, num_workers))
+        if logger.isEnabledFor(logging.INFO):  # an elastic count replays the legs: not when nobody reads it
+            logger.info("%s", self._resumed(checked, num_workers))
 
     def _resumed(self, checked: CheckedState, num_workers: int | None) -> str:
         """What ``apply_state`` did, in a line: "resumed epoch E at batch B (exact)", or elastic with
