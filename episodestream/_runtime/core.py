@@ -91,6 +91,7 @@ class DatasetCore:
         self.revision = revision
         self.cache_dir = cache_dir  # also where exact stats are cached (``compute_stats``)
         self.tolerance_s = check_positive_float("tolerance_s", tolerance_s)
+        depth_output_unit = check_depth_unit(depth_output_unit)  # checked once, before the source is opened
         if image_transforms is not None and not callable(image_transforms):
             raise TypeError(f"image_transforms must be callable, got {image_transforms!r}.")
         self.files = open_source(source, revision=revision, local_cache_dir=local_cache_dir, cache_dir=cache_dir,
@@ -101,7 +102,7 @@ class DatasetCore:
         # rather than stall mid-epoch.
         self.files.check_cache_budget(self.meta, episodes_in_flight=episodes_in_flight)
         self.lerobot_meta = LeRobotMeta(typed=self.meta, files=self.files, source=source, revision=revision,
-                                        depth_output_unit=check_depth_unit(depth_output_unit))
+                                        depth_output_unit=depth_output_unit)
         if is_predicate(episodes):
             episodes = select_by_predicate(self._episodes_table(), episodes, self.meta.description,  # type: ignore[arg-type]
                                            f"{self.meta.description}/{self.meta.episodes_where}")
@@ -122,7 +123,7 @@ class DatasetCore:
         self.builder = SampleBuilder(self.meta, offsets=self.offsets,
                                      tolerance_s=self.tolerance_s, return_uint8=check_bool("return_uint8", return_uint8),
                                      image_transforms=image_transforms,
-                                     depth_output_unit=check_depth_unit(depth_output_unit))
+                                     depth_output_unit=depth_output_unit)
 
     def _episodes_table(self):
         if self.__dict__.get("_table") is None:
