@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from episodestream._runtime.position import without_consumer
+from episodestream._plan.saved_state import TrainerCount
 from episodestream._runtime.batch_memory import BatchMemory
 from episodestream._runtime.decoder_spares import DecoderSpares
 from episodestream._base.options import check_bool, check_int, refuses_unknown_keywords
@@ -174,26 +174,30 @@ class EpisodeLoader:
         """The stream state at the batches handed out so far: ``load_state_dict`` on a new loader
         (any ``num_threads``; the same or another world size) continues after them. The same
         format as ``stream_state`` for a DataLoader, so either can resume the other."""
-        state = without_consumer(self._runtime.state_dict())  # the batches handed out say where it stands
-        epoch = state["epoch"]
+        saved = self._runtime.saved_state()
         consumed = self._consumed
-        if consumed is not None and consumed[0] == epoch and consumed[2] == self._runtime.loads_seen:
+        if consumed is not None and consumed[0] == saved.epoch and consumed[2] == self._runtime.loads_seen:
             batches = consumed[1]
         else:
-            batches = self._resume_base(epoch)
-        return {**state, "batches_consumed": batches, "batch_size": self.batch_size, "num_workers": 0,
-                "drop_last": self.drop_last}
+            batches = self._resume_base(saved.epoch)
+        # The batches handed out say where it stands: no consumer's position.
+        count = TrainerCount(batches_consumed=batches, batch_size=self.batch_size, num_workers=0,
+                             drop_last=self.drop_last)
+        return saved.with_trainer(count).to_state(self._runtime.state_spec)
 
     def load_state_dict(self, state: Mapping[str, Any], *, strict: bool = True) -> None:
         """Resume from ``state`` (this loader's ``state_dict()``, or ``stream_state`` of a DataLoader).
         The next iteration continues the saved epoch. See ``EpisodeStreamingDataset.load_state_dict``
         for what must match (``strict``)."""
-        checked = self._runtime.check_state(state, strict=check_bool("strict", strict))
+        strict = check_bool("strict", strict)
+        saved = self._runtime.parse(state)
+        checked = self._runtime.check_state(saved, strict=strict)
         # A state that took no batch of its epoch (saved before any) starts it afresh: any batch size.
-        if not checked.finished and checked.consumed_batches and state["batch_size"] != self.batch_size:
-            raise ValueError(f"The state was saved with batch_size={state['batch_size']} partway through epoch "
+        saved_batch_size = saved.trainer.batch_size if saved.trainer is not None else self.batch_size
+        if not checked.finished and checked.consumed_batches and saved_batch_size != self.batch_size:
+            raise ValueError(f"The state was saved with batch_size={saved_batch_size} partway through epoch "
                              f"{checked.epoch}; this loader has batch_size={self.batch_size}. Resume that epoch "
-                             f"with batch_size={state['batch_size']} (a batch count cannot be continued in other "
+                             f"with batch_size={saved_batch_size} (a batch count cannot be continued in other "
                              f"batch sizes); later epochs may use any.")
         self._close_current(superseded_by="loader.load_state_dict()")
         self._runtime.apply_state(checked, num_workers=0)  # this loader's one consumer iterates

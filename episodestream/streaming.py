@@ -20,7 +20,7 @@ from episodestream._runtime.accelerate_guard import accelerate_resharding
 from episodestream._runtime.core import DatasetCore, DatasetFacts
 from episodestream._runtime.dataset_runtime import DatasetRuntime, StreamSettings, default_decode_group_size
 from episodestream._runtime.loader_state import is_loader_state, read_loader_state, trainer_state
-from episodestream._runtime.position import without_consumer
+from episodestream._plan.saved_state import TrainerCount
 from episodestream._runtime.source_options import SourceOptions, takes_source_options
 from episodestream._runtime.stream import DecoderSet, summed_stats
 from episodestream._runtime.face import StreamingFace, runtime_of
@@ -154,10 +154,10 @@ def stream_state(loader: torch.utils.data.DataLoader, batches_consumed: int) -> 
         raise ValueError(f"stream_state needs the DataLoader's in-order delivery with num_workers="
                          f"{loader.num_workers}, got in_order=False: batches_consumed cannot be mapped to "
                          f"each worker's samples. Use in_order=True (the default), or num_workers <= 1.")
-    return {**without_consumer(source.state_dict()),
-            "batches_consumed": check_int("batches_consumed", batches_consumed, minimum=0),
-            # batch_size=None hands out single samples: the same round robin as batches of one.
-            "batch_size": loader.batch_size or 1, "num_workers": loader.num_workers, "drop_last": loader.drop_last}
+    count = TrainerCount(batches_consumed=check_int("batches_consumed", batches_consumed, minimum=0),
+                         # batch_size=None hands out single samples: the same round robin as batches of one.
+                         batch_size=loader.batch_size or 1, num_workers=loader.num_workers, drop_last=loader.drop_last)
+    return source.saved_state().with_trainer(count).to_state(source.state_spec)
 
 
 def load_loader_state(loader: torch.utils.data.DataLoader, state: Mapping[str, Any], *, strict: bool = True) -> None:
@@ -180,13 +180,13 @@ def load_loader_state(loader: torch.utils.data.DataLoader, state: Mapping[str, A
                         f"a plain DataLoader save stream_state(loader, batches_consumed) and load it into the dataset.")
     if not is_loader_state(state):
         raise ValueError(f"load_loader_state needs a StatefulDataLoader's state_dict(), got {state!r:.200}.")
-    saved = read_loader_state(state)
-    if saved.num_workers == loader.num_workers and saved.consumers[0].get("world_size") == source.world_size:
+    saved = read_loader_state(state, source)
+    if saved.num_workers == loader.num_workers and saved.consumers[0].world_size == source.world_size:
         loader.load_state_dict(state)  # type: ignore[attr-defined]
         return
     if loader.num_workers > 1 and not getattr(loader, "in_order", True):
         raise ValueError(f"load_loader_state resumes another worker count only with in-order delivery, got "
                          f"num_workers={loader.num_workers}, in_order=False.")
     resumed = trainer_state(source, saved, batch_size=loader.batch_size or 1, drop_last=loader.drop_last)
-    loader.dataset.load_state_dict(resumed, strict=strict)  # type: ignore[attr-defined]
+    source.apply_state(source.check_state(resumed, strict=strict))
 

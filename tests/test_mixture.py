@@ -519,3 +519,21 @@ def test_a_resumed_mixture_epoch_is_whole_again_after_a_pass_ran_to_its_end(tabu
     resumed.set_epoch(0)
     assert len(resumed) == len(expected)
     assert _batch_ids(_loader(resumed, 2)) == expected
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"weights": "half"}, r"state\['weights'\] must be None or a list of numbers, got 'half'"),
+    ({"stop": 0}, r"state\['stop'\] must be >= 1, got 0"),
+    ({"pool_sizes": [2, 3]}, r"state\['pool_sizes'\] must list 3 ints"),
+    ({"components": [{"seed": "a", "shuffle": True, "fingerprint": {}}] * 3},
+     r"state\['components'\]\[0\]\['seed'\] must be an int, got 'a'"),
+])
+def test_a_mixture_state_field_of_the_wrong_type_is_named_even_when_not_strict(tabular, change, message):
+    """Before the one parse, a mismatched weights or stop of any type loaded with strict=False."""
+    roots = [tabular["a"], tabular["b"], tabular["c"]]
+    state = {**_mixture(roots, [0.5, 0.3, 0.2]).state_dict(), **change}
+    trainer = {**state, "batches_consumed": 1, "batch_size": 2, "num_workers": 0}
+    trainer.pop("consumer")
+    for loaded in (state, trainer):
+        with pytest.raises((TypeError, ValueError), match=message):
+            _mixture(roots, [0.5, 0.3, 0.2]).load_state_dict(loaded, strict=False)

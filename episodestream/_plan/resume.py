@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -342,30 +342,3 @@ def consumer_steps(plan: EpochPlan, world: World, *, pool_size: int,
     steps = consumer_schedule(share, pool_size=pool_size, shuffle=plan.shuffle,
                               rng=consumer_rng(plan.seed, plan.epoch, role, leg=plan.leg))
     return (skip_emits(steps, skip) if skip else steps), share.num_samples - skip
-
-
-def saved_legs(state: Mapping[str, Any], pools_key: str) -> tuple[Leg, ...]:
-    """``state['legs']`` (the epoch's earlier legs), every field checked; ``pools_key`` as in
-    ``Leg.to_state``."""
-    legs = state.get("legs", [])
-    if not isinstance(legs, (list, tuple)):
-        raise ValueError(f"state['legs'] must be a list of legs, got {legs!r:.200}.")
-    return tuple(Leg.from_state(leg, f"state['legs'][{i}]", pools_key) for i, leg in enumerate(legs))
-
-
-def chain_legs(state: Mapping[str, Any], current: Leg, batches: int, pools_key: str) -> tuple[Leg, ...]:
-    """The epoch's legs from a saved state: ``state['legs']`` then ``current``, which holds what
-    ``batches`` (counted from the start of the epoch) leaves. A saved last leg that the saving run
-    continued exactly is the same stream as ``current``: merged."""
-    earlier = list(saved_legs(state, pools_key))
-    if earlier and earlier[-1].same_stream(current):  # the saving run continued that leg exactly
-        last = earlier.pop()
-        if (last.batch_size, last.drop_last) != (current.batch_size, current.drop_last):
-            raise ValueError(f"The saving run resumed an epoch with batch_size={last.batch_size}, "
-                             f"drop_last={last.drop_last} and continued it with batch_size={current.batch_size}, "
-                             f"drop_last={current.drop_last}; batches_consumed cannot be mapped to samples.")
-    current = replace(current, batches=batches - sum(leg.batches for leg in earlier))
-    if current.batches < 0:
-        raise ValueError(f"state['batches_consumed']={batches} is fewer than the {batches - current.batches} "
-                         f"batches of the epoch's earlier legs: it counts from the start of the epoch.")
-    return tuple(earlier + [current])

@@ -14,7 +14,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from episodestream._base.options import check_bool, check_int
 from episodestream._base.tracing import trace_instant, trace_span
 from episodestream._base.turns import Turn
 from episodestream._base.world import World
@@ -26,7 +25,7 @@ from episodestream._runtime.core import DatasetCore
 from episodestream._runtime.epoch import SharedEpoch
 from episodestream._runtime.position import StreamPosition
 from episodestream._runtime.rows_ahead import RowsAhead
-from episodestream._plan.saved_state import identity_checks
+from episodestream._plan.saved_state import DATASET_IDENTITY, SavedState, StateSpec
 from episodestream._runtime.resumable import LoadedRequest
 from episodestream._runtime.stream import ConsumerStream, PlannedGroup
 from episodestream._runtime.stream_runtime import StreamRuntime
@@ -62,10 +61,9 @@ def default_decode_group_size(meta: DatasetMeta) -> int:
 class DatasetRuntime(StreamRuntime):
     """A dataset's epoch, consumer streams and resume position."""
 
-    state_format = STATE_FORMAT
-    state_kind = "stream"
     state_what = "dataset"
-    pools_key = "pool_size"
+    state_spec = StateSpec(format=STATE_FORMAT, kind="stream", pools_field="episode_pool_size",
+                           leg_pools_key="pool_size", identity=DATASET_IDENTITY)
 
     def __init__(self, core: DatasetCore, settings: StreamSettings, *, rank: int, world_size: int) -> None:
         self.core = core
@@ -196,22 +194,13 @@ class DatasetRuntime(StreamRuntime):
     def pools(self) -> tuple[int, ...]:
         return (self.settings.episode_pool_size,)
 
-    def _saved_pools(self, state: Mapping[str, Any]) -> tuple[int, ...]:
-        return (check_int("state['episode_pool_size']", state.get("episode_pool_size"), minimum=1),)
+    def _identity(self) -> dict[str, Any]:
+        return {"seed": self.settings.seed, "shuffle": self.settings.shuffle, "fingerprint": self.fingerprint()}
 
-    def _identity_checks(self, state: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-        return identity_checks(state, seed=self.settings.seed, shuffle=self.settings.shuffle,
-                               fingerprint=self.fingerprint())
-
-    def _own_state(self) -> dict[str, Any]:
-        return {"seed": self.settings.seed, "shuffle": self.settings.shuffle,
-                "episode_pool_size": self.settings.episode_pool_size, "fingerprint": self.fingerprint()}
-
-    def _request(self, state: Mapping[str, Any], epoch: int, legs: tuple[Leg, ...]) -> LoadedRequest:
+    def _request(self, saved: SavedState, legs: tuple[Leg, ...]) -> LoadedRequest:
         # The legs are replayed with the seed and shuffle they were streamed with (the same as
         # this dataset's, unless strict=False loaded another's).
-        return LoadedRequest(epoch, legs, check_int("state['seed']", state.get("seed", self.settings.seed), minimum=0),
-                             check_bool("state['shuffle']", state.get("shuffle", self.settings.shuffle)))
+        return LoadedRequest(saved.epoch, legs, saved.identity["seed"], saved.identity["shuffle"])
 
     def _plan_point(self, request: LoadedRequest, *, world_size: int, num_workers: int,
                     pools: tuple[int, ...]) -> ResumePoint | None:

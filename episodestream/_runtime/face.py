@@ -16,7 +16,6 @@ from episodestream._runtime.epoch import StaleWorkerCopy, raising
 from episodestream._runtime.loader_state import refuse_loader_state
 from episodestream._runtime.pipeline import stream_samples
 from episodestream._runtime.placement import current_world
-from episodestream._runtime.position import is_consumer_state
 from episodestream._runtime.stream import ConsumerStream
 from episodestream._runtime.stream_runtime import StreamRuntime
 
@@ -92,17 +91,19 @@ class StreamingFace(torch.utils.data.IterableDataset):
         differs is refused unless ``strict=False``."""
         strict = check_bool("strict", strict)
         refuse_loader_state(state, face=self._face)
-        if is_consumer_state(state):
-            self._runtime.load_consumer_state(state, strict=strict)
+        saved = self._runtime.parse(state)
+        if saved.consumer is not None:
+            self._runtime.load_consumer_state(saved, strict=strict)
             return
-        self._runtime.apply_state(self._runtime.check_state(state, strict=strict))
+        self._runtime.apply_state(self._runtime.check_state(saved, strict=strict))
 
 
 def load_trainer_state(face: StreamingFace, state: Mapping[str, Any], *, num_workers: int) -> None:
     """``face.load_state_dict(state)`` for a trainer's state (``stream_state``'s), told the DataLoader
     ``num_workers`` that will iterate (lerobot-train knows it), so that the line it logs says whether
     the resume is exact or elastic rather than what it would be with the saved count."""
-    face._runtime.apply_state(face._runtime.check_state(state), num_workers=num_workers)
+    runtime = face._runtime
+    runtime.apply_state(runtime.check_state(runtime.parse(state)), num_workers=num_workers)
 
 
 def runtime_of(face: object, *, needs: str = "EpisodeLoader needs") -> StreamRuntime:

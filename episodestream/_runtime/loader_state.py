@@ -20,12 +20,12 @@ checked, and ``tests/test_stateful_dataloader.py`` runs it against the real pack
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from episodestream._base.world import World
 from episodestream._runtime.private_apis import TORCHDATA_KEYS, torchdata_state_keys
-from episodestream._runtime.position import ConsumerPosition, is_consumer_state, without_consumer
+from episodestream._plan.saved_state import ConsumerPosition, SavedState, TrainerCount
 from episodestream._runtime.stream_runtime import StreamRuntime
 
 
@@ -36,10 +36,11 @@ def _keys() -> dict[str, str]:
 
 @dataclass(frozen=True)
 class SavedLoader:
-    """What a StatefulDataLoader state says: its consumers' dataset states, the ``num_workers`` it
-    ran with, and the batches it yielded after those snapshots were taken."""
+    """What a StatefulDataLoader state says: its consumers' dataset states (parsed: each has its
+    ``consumer``), the ``num_workers`` it ran with, and the batches it yielded after those snapshots
+    were taken."""
 
-    consumers: tuple[Mapping[str, Any], ...]
+    consumers: tuple[SavedState, ...]
     num_workers: int
     batches_after: int
 
@@ -60,10 +61,10 @@ def refuse_loader_state(state: Mapping[str, Any], *, face: str) -> None:
                          f"num_workers.")
 
 
-def read_loader_state(state: Mapping[str, Any]) -> SavedLoader:
-    """The consumers of a StatefulDataLoader ``state_dict()``, every part checked."""
+def read_loader_state(state: Mapping[str, Any], source: StreamRuntime) -> SavedLoader:
+    """The consumers of a StatefulDataLoader ``state_dict()`` over ``source``, every part checked."""
     if _keys()["single_yielded"] in state:  # num_workers=0: the main process's dataset state, current
-        return SavedLoader((_dataset_state(state, "state"),), 0, 0)
+        return SavedLoader((_dataset_state(state, "state", source),), 0, 0)
     snapshot = state.get(_keys()["snapshot"])
     if not isinstance(snapshot, Mapping) or not isinstance(snapshot.get(_keys()["main"]), Mapping):
         raise ValueError(f"Not a StatefulDataLoader state: state[{_keys()['snapshot']!r}][{_keys()['main']!r}] is "
@@ -73,39 +74,42 @@ def read_loader_state(state: Mapping[str, Any]) -> SavedLoader:
     if not isinstance(num_workers, int) or not isinstance(workers, Mapping) or len(workers) != num_workers:
         raise ValueError(f"The StatefulDataLoader state names num_workers={num_workers!r} but holds "
                          f"{len(workers) if isinstance(workers, Mapping) else workers!r} worker snapshots.")
-    consumers = tuple(_dataset_state(workers.get(f"worker_{w}"), f"worker_{w}'s snapshot") for w in range(num_workers))
+    consumers = tuple(_dataset_state(workers.get(f"worker_{w}"), f"worker_{w}'s snapshot", source)
+                      for w in range(num_workers))
     steps = state.get(_keys()["steps_since"], 0)
     if not isinstance(steps, int) or steps < 0:
         raise ValueError(f"state[{_keys()['steps_since']!r}] must be a count of batches, got {steps!r}.")
     return SavedLoader(consumers, num_workers, steps)
 
 
-def _dataset_state(part: Any, where: str) -> Mapping[str, Any]:
+def _dataset_state(part: Any, where: str, source: StreamRuntime) -> SavedState:
     dataset_state = part.get(_keys()["dataset"]) if isinstance(part, Mapping) else None
-    if not isinstance(dataset_state, Mapping) or not is_consumer_state(dataset_state):
+    # A per-consumer state (``dataset.state_dict()``): a consumer's position, no trainer's count.
+    if (not isinstance(dataset_state, Mapping) or "consumer" not in dataset_state
+            or "batches_consumed" in dataset_state):
         raise ValueError(f"The StatefulDataLoader state's {where} holds no EpisodeStreamingDataset state "
                          f"(got {dataset_state!r:.200}): was it saved by a loader over another dataset?")
-    return dataset_state
+    return source.parse(dataset_state)
 
 
-def trainer_state(source: StreamRuntime, saved: SavedLoader, *, batch_size: int, drop_last: bool) -> dict[str, Any]:
+def trainer_state(source: StreamRuntime, saved: SavedLoader, *, batch_size: int, drop_last: bool) -> SavedState:
     """``saved`` as a trainer's state of ``source``: the batches its loader took this epoch, with
     ``batch_size`` and ``drop_last`` (the resuming loader's), checked against every consumer."""
-    common = without_consumer(saved.consumers[0])
+    common = saved.consumers[0].stream()
     for w, other in enumerate(saved.consumers[1:], start=1):
-        if without_consumer(other) != common:
+        if other.stream() != common:
             raise ValueError(f"The StatefulDataLoader state's worker 0 and worker {w} describe different "
                              f"streams (epoch, seed, legs or dataset differ): it cannot be resumed as one.")
-    positions = [ConsumerPosition.from_state(c["consumer"]) for c in saved.consumers]
+    positions = [c.consumer for c in saved.consumers if c.consumer is not None]
     placed = _placed(positions, saved.num_workers)
     # Each worker's batches: whole ones, and its last partial one unless the loader dropped it.
     taken = sum(p.samples_yielded // batch_size if drop_last else -(-p.samples_yielded // batch_size)
                 for p in positions)
-    state = {**common, "batches_consumed": source.saved_leg_batches(common) + taken, "batch_size": batch_size,
-             "num_workers": saved.num_workers, "drop_last": drop_last}
-    _check_positions(source, state, common, placed, saved.num_workers)
-    state["batches_consumed"] += saved.batches_after  # round robin as well: whole batches after the snapshots
-    return state
+    count = TrainerCount(batches_consumed=common.earlier_batches + taken, batch_size=batch_size,
+                         num_workers=saved.num_workers, drop_last=drop_last)
+    _check_positions(source, common.with_trainer(count), common, placed, saved.num_workers)
+    # Round robin as well: whole batches after the snapshots.
+    return common.with_trainer(replace(count, batches_consumed=count.batches_consumed + saved.batches_after))
 
 
 def _placed(positions: Sequence[ConsumerPosition], num_workers: int) -> list[ConsumerPosition]:
@@ -121,7 +125,7 @@ def _placed(positions: Sequence[ConsumerPosition], num_workers: int) -> list[Con
     return placed
 
 
-def _check_positions(source: StreamRuntime, state: Mapping[str, Any], snapshot: Mapping[str, Any],
+def _check_positions(source: StreamRuntime, state: SavedState, snapshot: SavedState,
                      placed: Sequence[ConsumerPosition], num_workers: int) -> None:
     """The trainer's ``state`` must put every consumer where its ``snapshot`` (the legs its iteration
     continued, and what it yielded since) says it is, under the saving run's layout; else the batch
@@ -139,8 +143,9 @@ def _check_positions(source: StreamRuntime, state: Mapping[str, Any], snapshot: 
             (at[0], at[1] + p.samples_yielded, at[2])
         expected = share if trainer[0] is None else consumed_by_role.get(role)
         if expected != consumed:
+            assert state.trainer is not None  # trainer_state made it a trainer's
             raise ValueError(
-                f"The StatefulDataLoader state does not fit batch_size={state['batch_size']}, "
-                f"drop_last={state['drop_last']}: worker {p.worker} yielded {p.samples_yielded} samples, which "
-                f"the in-order round robin of {state['batches_consumed']} batches does not give it. Resume with "
+                f"The StatefulDataLoader state does not fit batch_size={state.trainer.batch_size}, "
+                f"drop_last={state.trainer.drop_last}: worker {p.worker} yielded {p.samples_yielded} samples, which "
+                f"the in-order round robin of {state.trainer.batches_consumed} batches does not give it. Resume with "
                 f"the batch size and drop_last the state was saved with (and in_order=True).")

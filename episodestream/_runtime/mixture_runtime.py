@@ -15,14 +15,14 @@ import numpy as np
 
 from episodestream._base.world import World
 from episodestream._plan.mixing import LegPlan, MixResume, ComponentEpoch, initial_passes, plan_mixture_resume, rank_counts
-from episodestream._plan.resume import Leg, read_pools
+from episodestream._plan.resume import Leg
 from episodestream._plan.sampling import Step
 from episodestream._runtime.dataset_runtime import DatasetRuntime
 from episodestream._runtime.epoch import SharedEpoch
 from episodestream._runtime.mixture_schema import MixtureSchema
 from episodestream._runtime.mixture_stream import MixtureStream
 from episodestream._runtime.position import StreamPosition
-from episodestream._plan.saved_state import identity_checks
+from episodestream._plan.saved_state import SavedState, StateSpec, mixture_identity
 from episodestream._runtime.resumable import LoadedRequest
 from episodestream._runtime.stream import ConsumerStream
 from episodestream._runtime.stream_runtime import StreamRuntime
@@ -34,10 +34,7 @@ MIXTURE_STATE_FORMAT = "episodestream.mixture_state/2"
 class MixtureRuntime(StreamRuntime):
     """A mixture's epoch, consumer streams and resume position, over its components' runtimes."""
 
-    state_format = MIXTURE_STATE_FORMAT
-    state_kind = "mixture"
     state_what = "mixture"
-    pools_key = "pool_sizes"
 
     def __init__(self, components: Sequence[DatasetRuntime], *, weights: tuple[float, ...] | None, seed: int,
                  stop: str | int, renames: Sequence[Mapping[str, str]], schema: MixtureSchema) -> None:
@@ -125,40 +122,20 @@ class MixtureRuntime(StreamRuntime):
                              finished=lambda: self.shared_epoch.finished(epoch), adapters=self.schema.adapters,
                              frames_in_place=self.schema.frames_in_place())
 
-    def _components_state(self) -> list[dict[str, Any]]:
-        return [{"seed": c.settings.seed, "shuffle": c.settings.shuffle, "fingerprint": c.fingerprint()}
-                for c in self.components]
-
     # -- resume (``_runtime.resumable``'s protocol) -------------------------------------------------
 
-    def _saved_pools(self, state: Mapping[str, Any]) -> tuple[int, ...]:
-        pools = state.get("pool_sizes")
-        if not isinstance(pools, list) or len(pools) != len(self.components):
-            raise ValueError(f"state['pool_sizes'] must list {len(self.components)} ints, got {pools!r:.200}.")
-        return read_pools(pools, "state['pool_sizes']", "pool_sizes")
+    @property
+    def state_spec(self) -> StateSpec:
+        return StateSpec(format=MIXTURE_STATE_FORMAT, kind="mixture", pools_field="pool_sizes",
+                         leg_pools_key="pool_sizes", identity=mixture_identity(len(self.components)),
+                         components=len(self.components))
 
-    def _identity_checks(self, state: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-        """``state``'s seed, weights, stop and components against this mixture's."""
-        saved_components = state.get("components")
-        if not isinstance(saved_components, list) or len(saved_components) != len(self.components):
-            raise ValueError(f"state['components'] must list {len(self.components)} components (this mixture's), "
-                             f"got {saved_components!r:.200}.")
-        checks = [("seed", state.get("seed"), self.seed),
-                  ("weights", state.get("weights"), None if self.weights is None else list(self.weights)),
-                  ("stop", state.get("stop"), self.stop)]
-        for i, (saved, now) in enumerate(zip(saved_components, self._components_state())):
-            if not isinstance(saved, Mapping):
-                raise ValueError(f"state['components'][{i}] must be a dict, got {saved!r:.200}.")
-            checks += identity_checks(saved, seed=now["seed"], shuffle=now["shuffle"], fingerprint=now["fingerprint"],
-                                      prefix=f"components[{i}].")
-        return checks
-
-    def _own_state(self) -> dict[str, Any]:
+    def _identity(self) -> dict[str, Any]:
         return {"seed": self.seed, "weights": None if self.weights is None else list(self.weights), "stop": self.stop,
-                "pool_sizes": list(self.pool_sizes), "components": self._components_state()}
+                "components": [c._identity() for c in self.components]}
 
-    def _request(self, state: Mapping[str, Any], epoch: int, legs: tuple[Leg, ...]) -> LoadedRequest:
-        return LoadedRequest(epoch, legs)
+    def _request(self, saved: SavedState, legs: tuple[Leg, ...]) -> LoadedRequest:
+        return LoadedRequest(saved.epoch, legs)
 
     def _plan_point(self, request: LoadedRequest, *, world_size: int, num_workers: int,
                     pools: tuple[int, ...]) -> MixResume | None:

@@ -24,48 +24,9 @@ takes the skip, or another epoch starts: the state no longer applies).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
-
-from episodestream._base.options import check_int
 from episodestream._base.world import World
+from episodestream._plan.saved_state import ConsumerPosition
 from episodestream._runtime.placement import in_dataloader_worker
-
-_FIELDS = ("epoch", "rank", "world_size", "worker", "num_workers", "samples_yielded")
-
-
-def is_consumer_state(state: Any) -> bool:
-    """A per-consumer snapshot (``dataset.state_dict()``), as opposed to a trainer's state
-    (``stream_state``, ``EpisodeLoader.state_dict``), which adds ``batches_consumed``."""
-    return isinstance(state, Mapping) and "batches_consumed" not in state and "consumer" in state
-
-
-def without_consumer(state: Mapping[str, Any]) -> dict[str, Any]:
-    """``state`` less its ``consumer`` section: a trainer's state (the batches it took) is the same
-    on every rank and resumes any of them; one consumer's position would only make them differ."""
-    return {key: value for key, value in state.items() if key != "consumer"}
-
-
-@dataclass(frozen=True)
-class ConsumerPosition:
-    epoch: int
-    rank: int
-    world_size: int
-    worker: int
-    num_workers: int
-    samples_yielded: int
-
-    @classmethod
-    def from_state(cls, value: Any) -> ConsumerPosition:
-        if not isinstance(value, Mapping) or set(value) != set(_FIELDS):
-            raise ValueError(f"state['consumer'] must be a dict with keys {sorted(_FIELDS)}, got {value!r:.200}.")
-        minimum = {"world_size": 1, "num_workers": 1}
-        return cls(**{k: check_int(f"state['consumer'][{k!r}]", value[k], minimum=minimum.get(k, 0)) for k in _FIELDS})
-
-    def same_consumer(self, world: World) -> bool:
-        return (self.rank, self.world_size, self.worker, self.num_workers) == (
-            world.rank, world.world_size, world.worker, world.num_workers)
 
 
 class StreamPosition:
@@ -77,25 +38,19 @@ class StreamPosition:
         self.samples_yielded = 0
         self._pending: ConsumerPosition | None = None
 
-    def state(self, epoch: int) -> dict[str, Any]:
+    def state(self, epoch: int) -> ConsumerPosition:
         """This process's consumer in ``epoch`` (the one a checkpoint names) and what it yielded."""
         if self._world is not None and self._epoch == epoch:
             world, count = self._world, self.samples_yielded
         elif self._pending is not None and self._pending.epoch == epoch:
-            return asdict(self._pending)  # loaded, not iterated yet: the same position again
+            return self._pending  # loaded, not iterated yet: the same position again
         else:
             world, count = World(rank=0, world_size=1), 0
-        return {"epoch": epoch, "rank": world.rank, "world_size": world.world_size, "worker": world.worker,
-                "num_workers": world.num_workers, "samples_yielded": count}
+        return ConsumerPosition(epoch, world.rank, world.world_size, world.worker, world.num_workers, count)
 
-    def load(self, value: Any, *, check: Callable[[ConsumerPosition], Any] | None = None) -> ConsumerPosition:
-        """Make ``value`` (a state's ``consumer`` section) the pending position, once ``check`` (if
-        any) accepted it: a refused state leaves the position as it was."""
-        loaded = ConsumerPosition.from_state(value)
-        if check is not None:
-            check(loaded)
+    def load(self, loaded: ConsumerPosition) -> None:
+        """Make ``loaded`` (a checked state's consumer) the pending position."""
         self._pending = loaded
-        return loaded
 
     def pending_epoch(self) -> int | None:
         """In a DataLoader worker, the epoch a loaded state resumes (see the module docstring)."""

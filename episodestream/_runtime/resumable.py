@@ -2,20 +2,23 @@
 once here for both, over a small protocol each implements.
 
 Where things happen (docs/resume.md):
-- a saved state's fields are parsed and checked where it enters: ``check_state`` (a trainer's state),
-  ``load_consumer_state`` (a per-consumer snapshot), ``position_under`` (either, for
-  ``_runtime.loader_state``'s torchdata conversion); the checks every entry shares are
-  ``_plan.saved_state``'s, the legs ``_plan.resume.Leg``'s;
+- a state is parsed where it enters (``parse``: ``_plan.saved_state.parse_state`` with the
+  runtime's ``state_spec``), into the one ``SavedState`` type, every field checked; what follows
+  reads only that. ``state_dict()`` writes one (``saved_state().to_state``);
+- a parsed state is checked against this runtime (identity, the epoch's batches, a consumer's share)
+  by ``check_state`` (a trainer's) or ``load_consumer_state`` (a per-consumer one), and
+  ``position_under`` says where any layout stands under it (for ``_runtime.loader_state``'s torchdata
+  conversion); the legs' arithmetic is ``_plan.resume``'s and ``_plan.mixing``'s;
 - a checked state is applied by ``apply_state`` / ``load_consumer_state``: it becomes the loaded
   request (the epoch and its legs);
 - the resume point lives for one pass of that epoch (``SharedEpoch.set_resume_point``): it is gone
-  when that pass ran to its end or another epoch was selected, and ``_loaded_legs`` says whether it is
-  still there, in the main process and every DataLoader worker alike.
+  when that pass ran to its end or another epoch was selected, and ``_loaded_request`` says whether
+  it is still there, in the main process and every DataLoader worker alike.
 
-The protocol (what differs between a dataset and a mixture): what identifies the stream
-(``_identity_checks``, ``_own_state``), the pool sizes saved and current (``pools``,
-``_saved_pools``), where an epoch restarts after some legs (``_plan_point``: ``_plan.resume`` or
-``_plan.mixing``), and where a consumer stands from there (``_world_position``).
+The protocol (what differs between a dataset and a mixture): what its states look like
+(``state_spec``) and what identifies its stream now (``_identity``), its pool sizes (``pools``),
+where an epoch restarts after some legs (``_plan_point``: ``_plan.resume`` or ``_plan.mixing``), and
+where a consumer stands from there (``_world_position``).
 """
 
 from __future__ import annotations
@@ -23,18 +26,16 @@ from __future__ import annotations
 import logging
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from episodestream._base.options import check_bool, check_int
 from episodestream._base.world import World
-from episodestream._plan.resume import BeyondEpochError, Leg, chain_legs, refuse_other_format, saved_legs
-from episodestream._plan.saved_state import (check_consumer_epoch, check_consumer_share, refuse_mismatches,
-                                             require_trainer_fields)
+from episodestream._plan.resume import BeyondEpochError, Leg
+from episodestream._plan.saved_state import (TRAINER_FIELDS, SavedState, StateSpec, check_consumer_share,
+                                             identity_differences, parse_state, refuse_mismatches)
 from episodestream._runtime.epoch import SharedEpoch
 from episodestream._runtime.placement import in_dataloader_worker
-from episodestream._runtime.position import ConsumerPosition, StreamPosition
+from episodestream._runtime.position import StreamPosition
 from episodestream._runtime.stream import CheckedState
 
 logger = logging.getLogger("episodestream")
@@ -54,10 +55,7 @@ class LoadedRequest:
 class Resumable(ABC):
     """The resume half of a streaming runtime (``StreamRuntime``)."""
 
-    state_format: ClassVar[str]  # the ``format`` its states carry
-    state_kind: ClassVar[str]  # "stream", "mixture": what errors call its states
     state_what: ClassVar[str]  # "dataset", "mixture": what errors call the runtime
-    pools_key: ClassVar[str]  # "pool_size", "pool_sizes": how its legs save their pools
 
     rank: int
     world_size: int
@@ -69,24 +67,21 @@ class Resumable(ABC):
 
     @property
     @abstractmethod
+    def state_spec(self) -> StateSpec:
+        """What this runtime's states look like (``_plan.saved_state``)."""
+
+    @property
+    @abstractmethod
     def pools(self) -> tuple[int, ...]:
         """This runtime's episode pool size per component (a dataset: one)."""
 
     @abstractmethod
-    def _saved_pools(self, state: Mapping[str, Any]) -> tuple[int, ...]:
-        """A saved state's pool sizes, checked."""
+    def _identity(self) -> dict[str, Any]:
+        """What identifies this stream, as ``state_dict()`` saves it (``state_spec.identity``'s fields)."""
 
     @abstractmethod
-    def _identity_checks(self, state: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-        """``(field, saved, now)`` for what identifies the stream (``_plan.saved_state``)."""
-
-    @abstractmethod
-    def _own_state(self) -> dict[str, Any]:
-        """The fields of ``state_dict()`` that identify this stream."""
-
-    @abstractmethod
-    def _request(self, state: Mapping[str, Any], epoch: int, legs: tuple[Leg, ...]) -> LoadedRequest:
-        """``state``'s epoch and legs as the request this runtime replays (its saved seed, shuffle)."""
+    def _request(self, saved: SavedState, legs: tuple[Leg, ...]) -> LoadedRequest:
+        """``saved``'s epoch and ``legs`` as the request this runtime replays (its saved seed, shuffle)."""
 
     @abstractmethod
     def _plan_point(self, request: LoadedRequest, *, world_size: int, num_workers: int,
@@ -142,68 +137,61 @@ class Resumable(ABC):
             return None
         return request.legs[-1].batch_size, sum(leg.batches for leg in request.legs)
 
-    # -- saving -----------------------------------------------------------------------------------
+    # -- saving and parsing ------------------------------------------------------------------------
 
-    def state_dict(self) -> dict[str, Any]:
+    def saved_state(self) -> SavedState:
+        """Where this copy stands, as the state ``state_dict()`` saves (per consumer)."""
         started = self.shared_epoch.started()
         epoch = self.shared_epoch.get() if started is None else started
         request = self._loaded_request(epoch)
         # The legs this epoch was resumed from; a load tells from the trainer's num_workers whether
         # the saving run continued the last of them or started a new one.
-        legs = request.legs if request is not None else ()
-        return {"format": self.state_format, "epoch": epoch, **self._own_state(), "world_size": self.world_size,
-                "legs": [leg.to_state(self.pools_key) for leg in legs], "consumer": self.position.state(epoch)}
+        return SavedState(format=self.state_spec.format, epoch=epoch, identity=self._identity(),
+                          world_size=self.world_size, pools=self.pools,
+                          legs=request.legs if request is not None else (), consumer=self.position.state(epoch))
 
-    # -- reading a saved state --------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return self.saved_state().to_state(self.state_spec)
 
-    def _saved_legs(self, state: Mapping[str, Any]) -> tuple[Leg, ...]:
-        return saved_legs(state, self.pools_key)
+    def parse(self, state: Any) -> SavedState:
+        """``state`` (a trainer's or a per-consumer state, as saved) parsed, every field checked."""
+        return parse_state(state, self.state_spec)
 
-    def saved_leg_batches(self, state: Mapping[str, Any]) -> int:
-        """The batches of ``state['legs']`` (the epoch's earlier legs), every leg checked."""
-        return sum(leg.batches for leg in self._saved_legs(state))
+    def _refuse_other_stream(self, saved: SavedState, strict: bool) -> None:
+        # _refuse_other_stream <- check_state <- load_state_dict <- the user's line.
+        refuse_mismatches(identity_differences(saved.identity, self._identity()), state=self.state_spec.kind,
+                          what=self.state_what, strict=strict, stacklevel=5)
 
-    def _trainer_legs(self, state: Mapping[str, Any]) -> tuple[Leg, ...]:
-        """A trainer's state's legs: the saved ones, then the current one holding what
-        ``batches_consumed`` (from the epoch's start) leaves (``chain_legs``), every field checked."""
-        current = Leg(check_int("state['world_size']", state.get("world_size"), minimum=1),
-                      check_int("state['num_workers']", state["num_workers"], minimum=0),
-                      self._saved_pools(state), check_int("state['batch_size']", state["batch_size"], minimum=1),
-                      0, check_bool("state['drop_last']", state.get("drop_last", False)))
-        batches = check_int("state['batches_consumed']", state["batches_consumed"], minimum=0)
-        return chain_legs(state, current, batches, self.pools_key)
-
-    def position_under(self, state: Mapping[str, Any], world: World) -> tuple[int, int, int] | None:
-        """Where ``world`` (a rank, a worker and their counts) starts its iteration under ``state``
+    def position_under(self, saved: SavedState, world: World) -> tuple[int, int, int] | None:
+        """Where ``world`` (a rank, a worker and their counts) starts its iteration under ``saved``
         (a trainer's state; or a per-consumer one, of which only its legs count): the worker role
         it plays, the samples of that role's share consumed before it, and the share's size. None
-        when ``state`` consumed the whole epoch."""
-        epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
-        pools = self._saved_pools(state)
-        legs = self._trainer_legs(state) if "batches_consumed" in state else self._saved_legs(state)
-        request = self._request(state, epoch, legs) if legs else None
-        point = (self._plan_point(request, world_size=world.world_size, num_workers=world.num_workers, pools=pools)
-                 if request is not None else None)
+        when ``saved`` consumed the whole epoch."""
+        legs = saved.trainer_legs() if saved.trainer is not None else saved.legs
+        request = self._request(saved, legs) if legs else None
+        point = (self._plan_point(request, world_size=world.world_size, num_workers=world.num_workers,
+                                  pools=saved.pools) if request is not None else None)
         if request is not None and point is None:
             return None
-        return self._world_position(epoch, point, world, pools)
+        return self._world_position(saved.epoch, point, world, saved.pools)
 
     # -- a trainer's state ------------------------------------------------------------------------
 
-    def check_state(self, state: Mapping[str, Any], *, strict: bool = True) -> CheckedState:
-        """Validate a trainer's ``state`` and work out where it resumes, changing nothing."""
-        refuse_other_format(state, self.state_format, self.state_kind)
-        require_trainer_fields(state)
-        refuse_mismatches(self._identity_checks(state), state=self.state_kind, what=self.state_what, strict=strict)
-        epoch = check_int("state['epoch']", state.get("epoch"), minimum=0)
-        request = self._request(state, epoch, self._trainer_legs(state))
-        current, batches = request.legs[-1], sum(leg.batches for leg in request.legs)
+    def check_state(self, saved: SavedState, *, strict: bool = True) -> CheckedState:
+        """Check a trainer's state against this runtime and work out where it resumes, changing nothing."""
+        if saved.trainer is None:
+            raise ValueError(f"The state lacks {TRAINER_FIELDS[0]!r}: add what the trainer knows, e.g. "
+                             f"stream_state(loader, batches_consumed) or {{**state, 'batches_consumed': n, "
+                             f"'batch_size': b, 'num_workers': w}}.")
+        self._refuse_other_stream(saved, strict)
+        request = self._request(saved, saved.trainer_legs())
+        current, batches = request.legs[-1], saved.trainer.batches_consumed
         try:
             point = self._plan_point(request, world_size=current.world_size, num_workers=current.num_workers,
                                      pools=current.pools)
         except BeyondEpochError as beyond:
             earlier = batches - current.batches
-            message = (f"state['batches_consumed']={batches} is more than epoch {epoch} has: "
+            message = (f"state['batches_consumed']={batches} is more than epoch {saved.epoch} has: "
                        f"{earlier + beyond.available} batches of {current.batch_size} per rank"
                        + (f" ({earlier} in earlier legs)" if earlier else "")
                        + ". It counts the batches taken in the saved epoch, not a global step.")
@@ -212,7 +200,7 @@ class Resumable(ABC):
             # check_state <- load_state_dict <- the user's line.
             warnings.warn(message + " Treating the epoch as finished (strict=False).", RuntimeWarning, stacklevel=3)
             point = None
-        return CheckedState(epoch, point is None, request, batches)
+        return CheckedState(saved.epoch, point is None, request, batches)
 
     def apply_state(self, checked: CheckedState, *, num_workers: int | None = None) -> None:
         """Make ``check_state``'s result the position the next iteration starts from, and log what it
@@ -252,27 +240,20 @@ class Resumable(ABC):
 
     # -- a per-consumer state ---------------------------------------------------------------------
 
-    def load_consumer_state(self, state: Mapping[str, Any], *, strict: bool) -> None:
+    def load_consumer_state(self, saved: SavedState, *, strict: bool) -> None:
         """Resume one consumer from its own ``state_dict()`` (``position``): its next iteration, in the
         saved epoch, skips the samples it yielded on top of the legs that iteration continued."""
-        refuse_other_format(state, self.state_format, self.state_kind)
-        refuse_mismatches(self._identity_checks(state), state=self.state_kind, what=self.state_what, strict=strict)
-        legs = self._saved_legs(state)
-
-        def check(loaded: ConsumerPosition) -> None:
-            check_consumer_epoch(state, loaded.epoch)
-            self._check_consumer_share(state, loaded)
-
-        loaded = self.position.load(state.get("consumer"), check=check)
-        self._set_request(self._request(state, loaded.epoch, legs) if legs else None, loaded.epoch, consumer=True)
-
-    def _check_consumer_share(self, state: Mapping[str, Any], loaded: ConsumerPosition) -> None:
-        """A per-consumer ``state``'s ``samples_yielded`` fits the share its consumer streams under the
-        state's legs: beyond it, the state would load and stream nothing."""
+        loaded = saved.consumer
+        if loaded is None:
+            raise ValueError("a trainer's state is not a per-consumer one (a bug: please report it)")
+        self._refuse_other_stream(saved, strict)
+        # Within its share under the state's legs: beyond it, the state would load and stream nothing.
         world = World(rank=loaded.rank, world_size=loaded.world_size, worker=loaded.worker,
                       num_workers=loaded.num_workers)
-        where = self.position_under(state, world)
+        where = self.position_under(saved, world)
         left = 0 if where is None else where[2] - where[1]
         check_consumer_share(loaded.samples_yielded, left, epoch=loaded.epoch,
                              who=f"consumer {loaded.worker} of {loaded.num_workers} (rank {loaded.rank} of "
                                  f"{loaded.world_size})")
+        self.position.load(loaded)
+        self._set_request(self._request(saved, saved.legs) if saved.legs else None, loaded.epoch, consumer=True)
