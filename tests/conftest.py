@@ -24,8 +24,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import pytest  # noqa: E402
 from filelock import FileLock  # noqa: E402
 
-from episodestream.tools.synthetic import write_synthetic_dataset  # noqa: E402
-from episodestream.tools.synthetic import write_tabular_dataset  # noqa: E402
+
+# The dataset writers (and with them episodestream and torch, ~1.7 CPU-s) are imported by the
+# fixtures that use them, not here: pytest-xdist's controller loads this file for its hook before it
+# starts the workers, and never builds a dataset, so importing them here delayed every worker's start.
 
 CAMERAS = ("observation.images.front", "observation.images.wrist")
 # Lengths chosen so that one episode is longer than the 100+ frame windows the parity tests use,
@@ -70,6 +72,8 @@ def built_once(tmp_path_factory, name: str, build) -> Path:
 def dataset_root(tmp_path_factory):
     """6 episodes, 2 cameras rolling over to new mp4 files at different episodes, 3 data files,
     and a PNG image feature stored in the parquet."""
+    from episodestream.tools.synthetic import write_synthetic_dataset
+
     return built_once(tmp_path_factory, "main", lambda root: write_synthetic_dataset(
         root, num_episodes=len(EPISODE_LENGTHS), episode_length=EPISODE_LENGTHS, cameras=CAMERAS,
         image_keys=("observation.images.top",), max_episodes_per_data_file=2,
@@ -79,6 +83,8 @@ def dataset_root(tmp_path_factory):
 @pytest.fixture(scope="session")
 def many_episodes_root(tmp_path_factory):
     """20 short episodes (5..15 frames), one camera: for coverage and split tests across consumers."""
+    from episodestream.tools.synthetic import write_synthetic_dataset
+
     return built_once(tmp_path_factory, "many", lambda root: write_synthetic_dataset(
         root, num_episodes=20, episode_length=(5, 15), cameras=CAMERAS[:1], max_episodes_per_video_file=7, seed=3))
 
@@ -87,6 +93,8 @@ def many_episodes_root(tmp_path_factory):
 def camera_less_root(tmp_path_factory):
     """24 camera-less episodes of TABULAR_LENGTHS frames (no video: written in ~0.1 s), for
     properties of the split, the schedule and resume that need metadata but never decode."""
+    from episodestream.tools.synthetic import write_tabular_dataset
+
     return built_once(tmp_path_factory, "tabular", lambda root: write_tabular_dataset(
         root, num_episodes=len(TABULAR_LENGTHS), episode_length=list(TABULAR_LENGTHS), episodes_per_data_file=5))
 

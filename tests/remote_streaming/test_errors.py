@@ -15,6 +15,7 @@ import pytest
 from episodestream import EpisodeDataset, EpisodeStreamingDataset
 from episodestream._remote.cache.node_cache import NodeCache
 from episodestream._remote.source.open import open_remote_source
+from episodestream._remote.transport.config import env_var
 from episodestream.testing import FakeHub, S3Server
 
 from .conftest import REPO, cache_files, remote_dataset
@@ -28,7 +29,7 @@ def _everything_said(error: BaseException) -> str:
     return str(error) + repr(error) + "".join(traceback.format_exception(error))
 
 
-def test_missing_repo_and_revision(hub_root, tmp_path):
+def test_missing_repo_and_revision(hub_root, tmp_path, monkeypatch):
     with FakeHub(hub_root) as hub:
         options = dict(cache_dir=tmp_path, hub_endpoint=hub.url, token=False)
         with pytest.raises(FileNotFoundError, match=r"Hub dataset 'lerobot/nope' at http://127\.0\.0\.1:\d+ not found"
@@ -45,6 +46,10 @@ def test_missing_repo_and_revision(hub_root, tmp_path):
         with pytest.raises(FileNotFoundError, match=r"hf://datasets/lerobot/main@[0-9a-f]{40}/nothing holds no files"):
             open_remote_source(f"hf://datasets/{REPO}/nothing", **options)
         url = hub.url
+    # A refused connection is retried with back-off first (5 attempts: ~4.5 s at the default 0.5 s
+    # base); what is asserted is the message, not the waits.
+    monkeypatch.setenv(env_var("base_backoff_s"), "0.01")
+    monkeypatch.setenv(env_var("max_backoff_s"), "0.05")
     with pytest.raises(ConnectionError, match=r"Could not reach Hub dataset 'lerobot/main' at http://127.*"
                                               r"read as a Hub repo id because there is no local folder"):
         open_remote_source(REPO, cache_dir=tmp_path, hub_endpoint=url, token=False)  # the server is gone
