@@ -294,21 +294,21 @@ def test_one_workers_end_does_not_use_up_the_resume_point_of_its_siblings(monkey
     from episodestream._runtime.epoch import SharedEpoch
 
     shared = SharedEpoch(4)
+    shared.set_resume_point(4)
     monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: SimpleNamespace(num_workers=2))
     assert shared.claim(2) == 4
     shared.finished(4)  # the first worker is done before its sibling claims
-    assert shared.get() == 5 and not shared.passed(4)
+    assert shared.get() == 5 and shared.resume_point(4)
     assert shared.claim(2) == 4
     shared.finished(4)
-    assert shared.passed(4)
-    shared.forget_passes()
-    assert not shared.passed(4)
+    assert not shared.resume_point(4)
+    shared.set_resume_point(5)
     assert shared.claim(2) == 5  # the next iteration: a pass over epoch 5 that ends early
     shared.finished(5)
-    assert not shared.passed(5)
+    assert shared.resume_point(5)
     monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: None)
     shared.finished(5)  # in the main process, its one consumer's end is the pass's
-    assert shared.passed(5)
+    assert not shared.resume_point(5)
 
 
 # -- the resume point's lifetime and the checks where a state enters (issue 50) -----------------------

@@ -17,14 +17,14 @@ from multiprocessing import sharedctypes
 from multiprocessing.context import get_spawning_popen
 
 # Slots: the epoch the next iteration streams; the latest one started (-1: none); the epoch of the
-# DataLoader iteration whose workers are still claiming, and how many of its workers have not
-# claimed yet; how many times a resume state was loaded; how many of the claimed iteration's
-# workers have not run their share to its end; the epoch a whole pass ran to its end since a resume
-# point was last set (-1: none); how many DataLoader iterations claimed an epoch so far (numbering
-# them: ``claimed_iteration``); the epoch of the live resume point (-1: none; see ``resume_point``).
-(_NEXT, _STARTED, _CLAIM_EPOCH, _CLAIMS_LEFT, _CLAIM_WORKERS, _LOADS, _FINISHES_LEFT, _PASSED, _ITERATIONS,
- _RESUME) = range(10)
-_INITIAL = (0, -1, -1, 0, 0, 0, 0, -1, 0, -1)
+# DataLoader iteration whose workers are still claiming, how many of its workers have not claimed
+# yet, and how many it has; how many times a resume state was loaded; how many of the claimed
+# iteration's workers have not run their share to its end; how many DataLoader iterations claimed an
+# epoch so far (numbering them: ``claimed_iteration``); the epoch of the live resume point (-1: none;
+# see ``resume_point``).
+(_NEXT, _STARTED, _CLAIM_EPOCH, _CLAIMS_LEFT, _CLAIM_WORKERS, _LOADS, _FINISHES_LEFT, _ITERATIONS,
+ _RESUME) = range(9)
+_INITIAL = (0, -1, -1, 0, 0, 0, 0, 0, -1)
 
 
 class SharedEpoch:
@@ -58,7 +58,7 @@ class SharedEpoch:
             slots[_NEXT], slots[_STARTED], slots[_CLAIMS_LEFT] = epoch, -1, 0
             if slots[_RESUME] != epoch:
                 slots[_RESUME] = -1
-            self._local = [epoch, -1, -1, 0, 0, slots[_LOADS], 0, slots[_PASSED], slots[_ITERATIONS], slots[_RESUME]]
+            self._local = [epoch, -1, -1, 0, 0, slots[_LOADS], 0, slots[_ITERATIONS], slots[_RESUME]]
 
     def claim(self, num_workers: int) -> int:
         """The epoch of the DataLoader iteration this worker belongs to (the same for all its workers).
@@ -103,7 +103,7 @@ class SharedEpoch:
 
     def finished(self, epoch: int) -> None:
         """Called by every consumer that reaches the end of ``epoch``; advances the counter once,
-        and marks the pass done (``passed``) once every consumer of the pass got here."""
+        and ends the pass once every consumer of it got here (a resume point of ``epoch`` is used up)."""
         import torch.utils.data  # only when iterating: this module loads without torch
 
         in_worker = torch.utils.data.get_worker_info() is not None
@@ -123,32 +123,19 @@ class SharedEpoch:
 
     @staticmethod
     def _pass_done(slots: Any, epoch: int) -> None:
-        slots[_PASSED] = epoch
         if slots[_RESUME] == epoch:  # the resume point's one pass is over: it is used up for good
             slots[_RESUME] = -1
-
-    def passed(self, epoch: int) -> bool:
-        """Whether a whole pass of ``epoch`` (all the consumers of one iteration) ran to its end since
-        ``forget_passes``: a resume point for ``epoch`` is then used up, and selecting the epoch
-        again streams all of it."""
-        return self._slots()[_PASSED] == epoch
 
     def set_resume_point(self, epoch: int) -> None:
         """A resume point for ``epoch`` was just loaded. It lives for one pass of that epoch: it is
         gone when that pass runs to its end (every consumer of it, ``finished``) or when another
         epoch is selected (``set``), in the main process and its DataLoader workers alike."""
         with self._locked():
-            slots = self._slots()
-            slots[_RESUME], slots[_PASSED] = epoch, -1
+            self._slots()[_RESUME] = epoch
 
     def resume_point(self, epoch: int) -> bool:
         """Whether the resume point loaded for ``epoch`` is still to be used (``set_resume_point``)."""
         return self._slots()[_RESUME] == epoch
-
-    def forget_passes(self) -> None:
-        """A resume point was just set: passes that ended before it do not use it up."""
-        with self._locked():
-            self._slots()[_PASSED] = -1
 
     def state_loaded(self) -> int:
         """Count a loaded resume state; returns the new count (see ``loads``)."""
