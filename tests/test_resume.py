@@ -434,6 +434,12 @@ def test_a_resume_says_what_it_did(dataset_root, caplog):
         caplog.clear()
         on_dataset.load_state_dict({**state, "batches_consumed": 37})  # 290 frames in batches of 8
         assert "resumed after epoch 0, which the state had finished: epoch 1 streams next" in caplog.text
+        caplog.clear()
+        streamed = dataset()
+        next(iter(streamed))
+        dataset().load_state_dict(streamed.state_dict())  # a per-consumer state (StatefulDataLoader's)
+        assert ("resumed epoch 0 for consumer 0 of 1 (rank 0 of 1) after 1 sample(s) it yielded (exact: its own state, "
+                "as StatefulDataLoader saved it)") in caplog.text
 
 
 # Every field of a state is checked where it enters, whichever entry it comes through; before the one

@@ -257,3 +257,7 @@ class Resumable(ABC):
                                  f"{loaded.world_size})")
         self.position.load(loaded)
         self._set_request(self._request(saved, saved.legs) if saved.legs else None, loaded.epoch, consumer=True)
+        # In each DataLoader worker torchdata hands its snapshot to: one line per consumer.
+        logger.info("resumed epoch %d for consumer %d of %d (rank %d of %d) after %d sample(s) it yielded (exact: its "
+                    "own state, as StatefulDataLoader saved it)", loaded.epoch, loaded.worker, loaded.num_workers,
+                    loaded.rank, loaded.world_size, loaded.samples_yielded)

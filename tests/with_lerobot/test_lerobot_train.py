@@ -257,3 +257,27 @@ def test_lerobot_train_on_two_processes_covers_the_epoch_and_resumes_on_one(root
     taken = [i for rank in ranks for b in rank[:4] for i in b]
     assert [len(b) for b in resumed] == [4] * 8 + [1]
     assert sorted(taken + [i for b in resumed for i in b]) == list(range(65))
+
+
+@pytest.mark.slow
+def test_the_readmes_lerobot_train_command_runs_as_pasted_with_the_network_refused(tmp_path, monkeypatch):
+    """README task 1 as pasted, on the dataset its "Try it" writes, with no network (issue 49: the
+    command was run by hand only)."""
+    import shlex
+
+    from episodestream.tools.cli import main
+    from tests.no_network import refuse_network
+
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("**1. Train with `lerobot-train`.**")[1].split("```bash")[1].split("```")[0]
+    train = shlex.split(block.replace("\\\n", " "))
+    demo = shlex.split(readme.split("## Try it")[1].split("```bash")[1].split("```")[0].splitlines()[1].split("#")[0])
+    assert train[:4] == demo[:3] + ["lerobot-train"] == [".venv/bin/python", "-m", "episodestream", "lerobot-train"]
+    assert demo[3:] == ["demo", "--out", "data/demo"]
+    monkeypatch.chdir(tmp_path)  # the commands' relative paths: data/demo, outputs/act-demo
+    refuse_network(monkeypatch, tmp_path / "home")
+    assert main(demo[3:]) == 0
+    monkeypatch.setattr(sys, "argv", ["lerobot-train", *train[4:]])
+    assert main(train[3:]) == 0
+    steps = "--steps=2" in train and "--output_dir=outputs/act-demo" in train
+    assert steps and (tmp_path / "outputs/act-demo/checkpoints/000002/pretrained_model/config.json").is_file()
