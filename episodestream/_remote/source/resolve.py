@@ -38,6 +38,8 @@ from episodestream._base.redact import redact_secrets, redact_url
 from episodestream._remote.source import hub_api
 from episodestream._remote.transport.download import DownloadFetch, default_fetch, link_name_of
 from episodestream._remote.transport.failures import error_line, status_of
+from episodestream._remote.transport.hub_http import import_client as import_hub_client
+from episodestream._remote.transport.hub_link import HubLink
 from episodestream._remote.transport.request import DownloadError
 
 DEFAULT_HUB_ENDPOINT = "https://huggingface.co"
@@ -78,7 +80,7 @@ class ResolvedSource:
     def filesystem(self) -> fsspec.AbstractFileSystem:
         """A new client (not fsspec's per-process instance cache: each process makes its own)."""
         fs_class = client_class(self.protocol)  # a spawned worker's first: imported with the collector paused
-        if self.protocol == "hf":  # its requests are ours (``hub_api``, ``DownloadFetch``), not its own
+        if self.protocol == "hf":  # a ``HubLink``: every Hub request is ours (``hub_api``, ``DownloadFetch``)
             return fs_class(endpoint=self.endpoint, token=self.token, skip_instance_cache=True,
                             **dict(self.storage_options))
         return fs_class(skip_instance_cache=True, **dict(self.storage_options))
@@ -91,8 +93,10 @@ class ResolvedSource:
 
 
 def client_class(protocol: str) -> type[fsspec.AbstractFileSystem]:
-    """fsspec's filesystem class for ``protocol`` (``hf``: huggingface_hub's ``HfFileSystem``, whose
-    module imports ``huggingface_hub.hf_api``), imported, the first time, with the cyclic collector paused.
+    """fsspec's filesystem class for ``protocol``, imported, the first time, with the cyclic collector
+    paused; for ``hf``, ``HubLink`` (``_remote.transport.hub_link``), after importing the part of
+    huggingface_hub our Hub requests use (``hub_http.import_client``: not ``HfFileSystem``, whose
+    module imports ``huggingface_hub.hf_api`` for requests that are ours now).
 
     A client's first import (huggingface_hub with httpx, s3fs with aiobotocore and botocore) makes
     tens of thousands of objects in a burst, and in a trainer that has imported torch each burst
@@ -103,6 +107,9 @@ def client_class(protocol: str) -> type[fsspec.AbstractFileSystem]:
     fsspec's ``ImportError`` / ``ValueError`` for a client that is not installed or not known.
     """
     with gc_paused():
+        if protocol == "hf":
+            import_hub_client()
+            return HubLink
         return fsspec.get_filesystem_class(protocol)
 
 
@@ -260,7 +267,7 @@ def _hub_endpoint(hub_endpoint: str | None) -> str:
 
 def _resolve_hub(repo_id: str, subfolder: str, revision: str | None, options: dict, hub_endpoint: str | None,
                  token: Any, sender: DownloadFetch | None) -> ResolvedSource:
-    client_class("hf")  # imports huggingface_hub's API and filesystem modules, the collector paused
+    client_class("hf")  # imports huggingface_hub's HTTP stack and errors, the collector paused
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
     endpoint = _hub_endpoint(hub_endpoint)

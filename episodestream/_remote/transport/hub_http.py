@@ -20,6 +20,15 @@ from typing import Any
 _HUB_PATH = re.compile(r"^(datasets|spaces|models)/([^/@]+/[^/@]+)(?:@([^/]+))?/(.+)$")
 
 
+def import_client() -> None:
+    """Import the parts of huggingface_hub a Hub request uses (its HTTP session and stack, the
+    token lookup, its error classes), and not ``hf_api`` or ``hf_file_system``, which the requests
+    here do not need. ``resolve.client_class`` calls it with the cyclic collector paused."""
+    import huggingface_hub.errors  # noqa: F401
+    from huggingface_hub import get_session  # noqa: F401
+    from huggingface_hub.utils import get_token, hf_raise_for_status  # noqa: F401
+
+
 def hub_headers(token: Any) -> dict[str, str]:
     """Headers of every Hub request: the user agent, and ``Authorization`` for ``token`` (None:
     huggingface_hub's lookup, ``HF_TOKEN`` or the stored login; ``False``: none)."""
