@@ -113,7 +113,7 @@ def test_a_cold_hub_build_sends_only_its_own_requests(faults_hub_root, tmp_path)
     # imported: its module imports huggingface_hub.hf_api (0.13 s of a cold build).
     with FakeHub(faults_hub_root) as hub:
         sha = hub.main_sha(REPO)
-    for revision in (None,):
+    for revision in (None, sha):  # a commit sha is listed beside its commit request, not after: the same requests
         asked, api_modules = _cold_build(faults_hub_root, tmp_path / (revision or "main"), revision)
         assert asked == {f"/api/datasets/{REPO}/revision/{revision or 'main'}": 1,
                          f"/api/datasets/{REPO}/tree/{sha}/meta": 1, f"/api/datasets/{REPO}/tree/{sha}": 1}, asked

@@ -46,6 +46,7 @@ DEFAULT_HUB_ENDPOINT = "https://huggingface.co"
 CACHE_LIMIT_ENV = "EPISODESTREAM_CACHE_LIMIT"
 CACHE_WAIT_ENV = "EPISODESTREAM_CACHE_WAIT_S"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+_COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
 _SECRET_KEYS = ("token", "secret", "key", "password", "credential", "session", "authorization")
 _HTTP = ("http", "https")
 _SIZE_REQUESTS_IN_FLIGHT = 16  # concurrent HEADs while sizing an HTTP listing or looking files up
@@ -300,13 +301,45 @@ def _resolve_hub(repo_id: str, subfolder: str, revision: str | None, options: di
     except Exception as error:  # connection refused, DNS, timeouts: httpx's own classes, not OSError
         raise ConnectionError(f"Could not reach {where}: {type(error).__name__}: "
                               f"{redact_secrets(str(error), secrets)}") from None
-    if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{40}", sha):
+    if not isinstance(sha, str) or not _COMMIT_SHA.fullmatch(sha):
         raise ConnectionError(f"{where} answered revision {shown_revision!r} without a commit sha ({sha!r}).")
+    return _hub_source(repo_id, subfolder, sha, endpoint, token, options)
+
+
+def _hub_source(repo_id: str, subfolder: str, sha: str, endpoint: str, token: Any, options: dict) -> ResolvedSource:
     root = f"datasets/{repo_id}@{sha}" + (f"/{subfolder}" if subfolder else "")
     description = f"hf://datasets/{repo_id}@{sha}" + (f"/{subfolder}" if subfolder else "")
     key = _cache_key(endpoint, repo_id, sha, subfolder, readable=f"hub_{repo_id}_{sha[:12]}_{subfolder}")
     return ResolvedSource("hf", root, description, key, revision_sha=sha, endpoint=endpoint, token=token,
                           storage_options=options)
+
+
+def pinned_hub_source(source: str, *, revision: str | None, storage_options: Mapping[str, Any] | None,
+                      hub_endpoint: str | None, token: Any) -> ResolvedSource | None:
+    """What ``resolve_source`` will return, known without a request: a Hub source whose revision is
+    a full commit sha (the commit request then only confirms it); None for anything else (a branch
+    or tag, which only the Hub can pin, or a source ``resolve_source`` will refuse).
+
+    ``open_remote_source`` lists ``meta/`` at that commit beside the commit request: nothing can
+    move a commit, so the listing is the one it would make after the answer, a round trip sooner.
+    A branch is never listed ahead so: had it moved between the two requests, the listing would
+    not be of the commit every process reads."""
+    parsed = urlparse(source)
+    try:
+        if parsed.scheme == "" and looks_like_hub_repo(source):
+            repo_id, subfolder, url_revision = source, "", None
+        elif parsed.scheme == "hf":
+            repo_id, subfolder, url_revision = _parse_hf_url(source)
+        else:
+            return None
+    except ValueError:  # a malformed hf:// URL: resolve_source says what is wrong
+        return None
+    if url_revision is not None and revision is not None:
+        return None  # given twice: resolve_source refuses it (or takes it) with its own message
+    sha = revision if revision is not None else url_revision
+    if sha is None or not _COMMIT_SHA.fullmatch(sha):
+        return None
+    return _hub_source(repo_id, subfolder, sha, _hub_endpoint(hub_endpoint), token, dict(storage_options or {}))
 
 
 def list_source(resolved: ResolvedSource, *, folder: str = "", fs: fsspec.AbstractFileSystem | None = None,
