@@ -110,7 +110,7 @@ def test_a_cold_hub_build_sends_only_its_own_requests(faults_hub_root, tmp_path)
     # HfApi's headers would ask the Hub for its agent-harness registry first (one more round trip
     # before the first byte). Our Hub requests are the commit, the meta/ listing, the whole listing
     # and the metadata files (reads). HfFileSystem, which sent none of them, is neither made nor
-    # imported: its module imports huggingface_hub.hf_api (0.13 s of a cold build).
+    # imported: its module imports huggingface_hub.hf_api (0.13 s more than the HTTP stack alone).
     with FakeHub(faults_hub_root) as hub:
         sha = hub.main_sha(REPO)
     for revision in (None, sha):  # a commit sha is listed beside its commit request, not after: the same requests
