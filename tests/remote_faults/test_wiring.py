@@ -4,6 +4,7 @@ local filesystems left alone."""
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import subprocess
@@ -84,21 +85,36 @@ def test_budget_names_and_local_reads(tmp_path):
         DownloadFetch(name="a/b")
 
 
-def test_a_cold_hub_build_sends_only_its_own_requests(faults_hub_root, tmp_path):
-    # A fresh process with huggingface_hub's telemetry on (as a user has it): HfApi's headers would
-    # ask the Hub for its agent-harness registry first (one more round trip before the first byte).
-    # Our Hub requests are the commit, the meta/ listing, the whole listing and the metadata files.
-    code = ("import sys; from episodestream._remote.source.open import open_remote_source; "
-            "open_remote_source(sys.argv[1], cache_dir=sys.argv[2], hub_endpoint=sys.argv[3], token=False, "
-            "fetch_metadata=True).close()")
-    with FakeHub(faults_hub_root) as hub:
+def _cold_build(hub_root, tmp_path, revision: str | None) -> tuple[dict[str, int], list[str]]:
+    """Build a Hub source's files with its metadata in a fresh process (huggingface_hub's telemetry
+    on, as a user has it): the requests the Hub saw other than file reads, and which of
+    huggingface_hub's API and filesystem modules the process imported."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    code = ("import json, sys; from episodestream._remote.source.open import open_remote_source; "
+            "open_remote_source(sys.argv[1], revision=sys.argv[4] or None, cache_dir=sys.argv[2], "
+            "hub_endpoint=sys.argv[3], token=False, fetch_metadata=True).close(); "
+            "print(json.dumps(sorted(m for m in ('huggingface_hub.hf_api', 'huggingface_hub.hf_file_system') "
+            "if m in sys.modules)))")
+    with FakeHub(hub_root) as hub:
         env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "EPISODESTREAM_"))}
         env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf"), HF_HUB_DISABLE_XET="1",
                    EPISODESTREAM_DOWNLOAD_PERMITS_DIR=str(tmp_path / "permits"),
                    PYTHONPATH=os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p))
-        subprocess.run([sys.executable, "-c", code, REPO, str(tmp_path / "cache"), hub.url], env=env, cwd=tmp_path,
-                       check=True, timeout=120)
+        done = subprocess.run([sys.executable, "-c", code, REPO, str(tmp_path / "cache"), hub.url, revision or ""],
+                              env=env, cwd=tmp_path, check=True, timeout=120, capture_output=True, text=True)
         asked = {path: stats.requests for path, stats in hub.stats().by_path.items() if "/resolve/" not in path}
-    sha = hub.main_sha(REPO)
-    assert asked == {f"/api/datasets/{REPO}/revision/main": 1, f"/api/datasets/{REPO}/tree/{sha}/meta": 1,
-                     f"/api/datasets/{REPO}/tree/{sha}": 1}, asked
+    return asked, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_cold_hub_build_sends_only_its_own_requests(faults_hub_root, tmp_path):
+    # HfApi's headers would ask the Hub for its agent-harness registry first (one more round trip
+    # before the first byte). Our Hub requests are the commit, the meta/ listing, the whole listing
+    # and the metadata files (reads). HfFileSystem, which sent none of them, is neither made nor
+    # imported: its module imports huggingface_hub.hf_api (0.13 s more than the HTTP stack alone).
+    with FakeHub(faults_hub_root) as hub:
+        sha = hub.main_sha(REPO)
+    for revision in (None, sha):  # a commit sha is listed beside its commit request, not after: the same requests
+        asked, api_modules = _cold_build(faults_hub_root, tmp_path / (revision or "main"), revision)
+        assert asked == {f"/api/datasets/{REPO}/revision/{revision or 'main'}": 1,
+                         f"/api/datasets/{REPO}/tree/{sha}/meta": 1, f"/api/datasets/{REPO}/tree/{sha}": 1}, asked
+        assert api_modules == [], api_modules

@@ -19,6 +19,7 @@ import pytest
 from episodestream import EpisodeStreamingDataset
 from episodestream._base.world import World
 from episodestream._format.versions import load_metadata
+from episodestream._remote.source import resolve
 from episodestream._remote.source.open import open_remote_source
 from episodestream._remote.source.videos import RAMP_ADMISSIONS
 from episodestream._runtime.turns import WorkerTurns
@@ -140,17 +141,23 @@ def test_a_remote_clients_modules_are_imported_with_the_collector_paused(kind, h
                                                                         monkeypatch):
     # A first import's collections walk a trainer's whole heap (docs/benchmarks-log.md): every lookup of a
     # client's class, where its modules are imported the first time, runs with the collector paused,
-    # and the collector is back on once the dataset is built.
+    # and the collector is back on once the dataset is built. The Hub's client is huggingface_hub's
+    # HTTP stack (``hub_http.import_client``; its filesystem is our HubLink), an s3 source's s3fs.
     if kind == "s3":
         pytest.importorskip("s3fs")
     seen = []
-    original = fsspec.get_filesystem_class
+    original_class, original_hub = fsspec.get_filesystem_class, resolve.import_hub_client
 
     def get_filesystem_class(protocol):
         seen.append((protocol, gc.isenabled()))
-        return original(protocol)
+        return original_class(protocol)
+
+    def import_hub_client():
+        seen.append(("hf", gc.isenabled()))
+        original_hub()
 
     monkeypatch.setattr(fsspec, "get_filesystem_class", get_filesystem_class)
+    monkeypatch.setattr(resolve, "import_hub_client", import_hub_client)
     assert gc.isenabled()
     with contextlib.ExitStack() as stack:
         if kind == "hub":

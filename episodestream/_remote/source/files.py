@@ -37,7 +37,7 @@ from episodestream._remote.source.lookup import look_up
 from episodestream._format.mp4 import Mp4LayoutError
 from episodestream._remote.cache.node_cache import NodeCache, release_all
 from episodestream._remote.transport.process import process_state
-from episodestream._remote.transport.reader import LARGE_READ_BYTES, ChunkedReader, FetchFn, RangedFile, fetch_range
+from episodestream._remote.transport.reader import LARGE_READ_BYTES, ChunkedReader, FetchFn, RangedFile
 from episodestream._remote.source.videos import RemoteVideos
 from episodestream._remote.source.resolve import FileEntry, ResolvedSource
 from episodestream._remote.transport.download import DownloadFetch
@@ -82,11 +82,13 @@ class RemoteFiles(DatasetFiles):
     """A remote LeRobot dataset (see the module docstring). Built by ``open_remote_source``.
 
     ``listing`` holds every file of the source, or with ``listed_folder`` every file below that
-    folder (dataset-relative): paths elsewhere are looked up by name when first needed.
+    folder (dataset-relative): paths elsewhere are looked up by name when first needed. ``fetch``:
+    what reads go through (default a ``DownloadFetch``; a Hub source's filesystem, ``HubLink``, sends
+    nothing itself, so a custom one must be or call a ``DownloadFetch`` for Hub sources).
     """
 
     def __init__(self, resolved: ResolvedSource, listing: Mapping[str, FileEntry], *, cache: NodeCache,
-                 listed_folder: str | None = None, fetch_threads: int = 4, fetch: FetchFn = fetch_range) -> None:
+                 listed_folder: str | None = None, fetch_threads: int = 4, fetch: FetchFn | None = None) -> None:
         self._resolved = resolved
         self._listing = dict(listing)
         self._listed_prefix = None if listed_folder is None else check_relpath(listed_folder, what="Folder") + "/"
@@ -94,9 +96,9 @@ class RemoteFiles(DatasetFiles):
         self.description = resolved.description
         self.cache = cache
         self.fetch_threads = fetch_threads
-        self._fetch = fetch
+        self._fetch: FetchFn = fetch if fetch is not None else DownloadFetch()
         # Look-ups are sent as reads are (permits, retries), by the fetch where it can send.
-        self._sender = fetch if isinstance(fetch, DownloadFetch) else DownloadFetch()
+        self._sender = self._fetch if isinstance(self._fetch, DownloadFetch) else DownloadFetch()
         self._process: _ProcessState | None = None
 
     def __getstate__(self) -> dict[str, Any]:

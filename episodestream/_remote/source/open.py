@@ -11,7 +11,8 @@ templates, so for a v2.x layout nothing more is listed (a 100k-episode repo woul
 the metadata reader will refuse) lists the whole source too, beside the metadata downloads (which
 need ``meta/`` only): one round trip less before a dataset is built. The layout is told from
 the ``meta/`` listing, not from info.json, so that nothing is downloaded before the metadata
-reader asks for it (and the reader still checks ``codebase_version``).
+reader asks for it (and the reader still checks ``codebase_version``). A Hub revision given as a
+commit sha is listed beside its commit request (``_resolve_and_list_meta``): another round trip less.
 """
 
 from __future__ import annotations
@@ -20,22 +21,28 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from episodestream._format.metadata import EPISODES_DIR
 from episodestream._format.v2x import EPISODES_JSONL
 from episodestream._remote.transport.config import ControllerConfig
-from episodestream._remote.transport.download import default_fetch
+from episodestream._remote.transport.download import DownloadFetch, default_fetch
 from episodestream._remote.cache.node_cache import DEFAULT_WAIT_S, NodeCache
 from episodestream._remote.source.files import RemoteFiles
 from episodestream._remote.source.metadata import fetch_metadata as _fetch_metadata
 from episodestream._remote.source.resolve import (
     CACHE_LIMIT_ENV,
     CACHE_WAIT_ENV,
+    FileEntry,
+    ResolvedSource,
     default_cache_dir,
     list_source,
+    pinned_hub_source,
     resolve_source,
 )
+
+if TYPE_CHECKING:
+    import fsspec
 
 
 def open_remote_source(source: str, *, revision: str | None = None, cache_dir: str | os.PathLike | None = None,
@@ -87,10 +94,8 @@ def open_remote_source(source: str, *, revision: str | None = None, cache_dir: s
         raise TypeError(f"storage_options must be a dict of fsspec options, got {type(storage_options).__name__}.")
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     fetch = default_fetch(download_config)  # validates the knobs (and reads the environment) up front
-    resolved = resolve_source(source, revision=revision, storage_options=storage_options,
-                              hub_endpoint=hub_endpoint, token=token, sender=fetch)
-    fs = resolved.filesystem()  # one client for both listings
-    listing = list_source(resolved, folder=META_FOLDER, fs=fs, sender=fetch)
+    resolved, fs, listing = _resolve_and_list_meta(source, revision=revision, storage_options=storage_options,
+                                                   hub_endpoint=hub_endpoint, token=token, fetch=fetch)
     cache = NodeCache(root, limit_bytes=limit_bytes, timeout_s=timeout_s, wait_s=wait_s)
     cache.prune()  # leftovers of processes killed in earlier runs
     files = RemoteFiles(resolved, listing, listed_folder=META_FOLDER, cache=cache, fetch_threads=fetch_threads,
@@ -107,6 +112,34 @@ def open_remote_source(source: str, *, revision: str | None = None, cache_dir: s
         _check_and_fetch_metadata(files, fetch_metadata)
         files.list_everything(everything.result())  # a listing's error, as when it ran first
     return files
+
+
+def _resolve_and_list_meta(source: str, *, revision: str | None, storage_options: Mapping[str, Any] | None,
+                           hub_endpoint: str | None, token: Any,
+                           fetch: DownloadFetch) -> tuple[ResolvedSource, fsspec.AbstractFileSystem,
+                                                           dict[str, FileEntry]]:
+    """The source resolved (a Hub revision pinned to a commit), a client of it (one for both
+    listings) and its ``meta/`` listing.
+
+    A Hub revision given as a commit sha names the listing's commit already: ``meta/`` is listed
+    beside the commit request (``resolve.pinned_hub_source``), a round trip sooner. The commit
+    request's error (a missing repo or revision, a refused token) is raised first, as when the
+    listing came after it; an answer naming another commit (a branch whose name looks like a sha)
+    is listed again at that commit. A thread of an executor, joined here, so none outlives this call.
+    """
+    options = dict(storage_options=storage_options, hub_endpoint=hub_endpoint, token=token)
+    pinned = pinned_hub_source(source, revision=revision, **options)
+    if pinned is None:
+        resolved = resolve_source(source, revision=revision, sender=fetch, **options)
+        fs = resolved.filesystem()
+        return resolved, fs, list_source(resolved, folder=META_FOLDER, fs=fs, sender=fetch)
+    fs = pinned.filesystem()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="episodestream-listing") as pool:
+        meta = pool.submit(list_source, pinned, folder=META_FOLDER, fs=fs, sender=fetch)
+        resolved = resolve_source(source, revision=revision, sender=fetch, **options)
+        if resolved != pinned:
+            return resolved, fs, list_source(resolved, folder=META_FOLDER, fs=fs, sender=fetch)
+        return resolved, fs, meta.result()
 
 
 def _check_and_fetch_metadata(files: RemoteFiles, fetch_metadata: bool) -> None:

@@ -38,12 +38,15 @@ from episodestream._base.redact import redact_secrets, redact_url
 from episodestream._remote.source import hub_api
 from episodestream._remote.transport.download import DownloadFetch, default_fetch, link_name_of
 from episodestream._remote.transport.failures import error_line, status_of
+from episodestream._remote.transport.hub_http import import_client as import_hub_client
+from episodestream._remote.transport.hub_link import HubLink
 from episodestream._remote.transport.request import DownloadError
 
 DEFAULT_HUB_ENDPOINT = "https://huggingface.co"
 CACHE_LIMIT_ENV = "EPISODESTREAM_CACHE_LIMIT"
 CACHE_WAIT_ENV = "EPISODESTREAM_CACHE_WAIT_S"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+_COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
 _SECRET_KEYS = ("token", "secret", "key", "password", "credential", "session", "authorization")
 _HTTP = ("http", "https")
 _SIZE_REQUESTS_IN_FLIGHT = 16  # concurrent HEADs while sizing an HTTP listing or looking files up
@@ -78,7 +81,7 @@ class ResolvedSource:
     def filesystem(self) -> fsspec.AbstractFileSystem:
         """A new client (not fsspec's per-process instance cache: each process makes its own)."""
         fs_class = client_class(self.protocol)  # a spawned worker's first: imported with the collector paused
-        if self.protocol == "hf":  # its requests are ours (``hub_api``, ``DownloadFetch``), not its own
+        if self.protocol == "hf":  # a ``HubLink``: every Hub request is ours (``hub_api``, ``DownloadFetch``)
             return fs_class(endpoint=self.endpoint, token=self.token, skip_instance_cache=True,
                             **dict(self.storage_options))
         return fs_class(skip_instance_cache=True, **dict(self.storage_options))
@@ -91,8 +94,10 @@ class ResolvedSource:
 
 
 def client_class(protocol: str) -> type[fsspec.AbstractFileSystem]:
-    """fsspec's filesystem class for ``protocol`` (``hf``: huggingface_hub's ``HfFileSystem``, whose
-    module imports ``huggingface_hub.hf_api``), imported, the first time, with the cyclic collector paused.
+    """fsspec's filesystem class for ``protocol``, imported, the first time, with the cyclic collector
+    paused; for ``hf``, ``HubLink`` (``_remote.transport.hub_link``), after importing the part of
+    huggingface_hub our Hub requests use (``hub_http.import_client``: not ``HfFileSystem``, whose
+    module imports ``huggingface_hub.hf_api`` for requests that are ours now).
 
     A client's first import (huggingface_hub with httpx, s3fs with aiobotocore and botocore) makes
     tens of thousands of objects in a burst, and in a trainer that has imported torch each burst
@@ -103,6 +108,9 @@ def client_class(protocol: str) -> type[fsspec.AbstractFileSystem]:
     fsspec's ``ImportError`` / ``ValueError`` for a client that is not installed or not known.
     """
     with gc_paused():
+        if protocol == "hf":
+            import_hub_client()
+            return HubLink
         return fsspec.get_filesystem_class(protocol)
 
 
@@ -260,7 +268,7 @@ def _hub_endpoint(hub_endpoint: str | None) -> str:
 
 def _resolve_hub(repo_id: str, subfolder: str, revision: str | None, options: dict, hub_endpoint: str | None,
                  token: Any, sender: DownloadFetch | None) -> ResolvedSource:
-    client_class("hf")  # imports huggingface_hub's API and filesystem modules, the collector paused
+    client_class("hf")  # imports huggingface_hub's HTTP stack and errors, the collector paused
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
     endpoint = _hub_endpoint(hub_endpoint)
@@ -293,13 +301,45 @@ def _resolve_hub(repo_id: str, subfolder: str, revision: str | None, options: di
     except Exception as error:  # connection refused, DNS, timeouts: httpx's own classes, not OSError
         raise ConnectionError(f"Could not reach {where}: {type(error).__name__}: "
                               f"{redact_secrets(str(error), secrets)}") from None
-    if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{40}", sha):
+    if not isinstance(sha, str) or not _COMMIT_SHA.fullmatch(sha):
         raise ConnectionError(f"{where} answered revision {shown_revision!r} without a commit sha ({sha!r}).")
+    return _hub_source(repo_id, subfolder, sha, endpoint, token, options)
+
+
+def _hub_source(repo_id: str, subfolder: str, sha: str, endpoint: str, token: Any, options: dict) -> ResolvedSource:
     root = f"datasets/{repo_id}@{sha}" + (f"/{subfolder}" if subfolder else "")
     description = f"hf://datasets/{repo_id}@{sha}" + (f"/{subfolder}" if subfolder else "")
     key = _cache_key(endpoint, repo_id, sha, subfolder, readable=f"hub_{repo_id}_{sha[:12]}_{subfolder}")
     return ResolvedSource("hf", root, description, key, revision_sha=sha, endpoint=endpoint, token=token,
                           storage_options=options)
+
+
+def pinned_hub_source(source: str, *, revision: str | None, storage_options: Mapping[str, Any] | None,
+                      hub_endpoint: str | None, token: Any) -> ResolvedSource | None:
+    """What ``resolve_source`` will return, known without a request: a Hub source whose revision is
+    a full commit sha (the commit request then only confirms it); None for anything else (a branch
+    or tag, which only the Hub can pin, or a source ``resolve_source`` will refuse).
+
+    ``open_remote_source`` lists ``meta/`` at that commit beside the commit request: nothing can
+    move a commit, so the listing is the one it would make after the answer, a round trip sooner.
+    A branch is never listed ahead so: had it moved between the two requests, the listing would
+    not be of the commit every process reads."""
+    parsed = urlparse(source)
+    try:
+        if parsed.scheme == "" and looks_like_hub_repo(source):
+            repo_id, subfolder, url_revision = source, "", None
+        elif parsed.scheme == "hf":
+            repo_id, subfolder, url_revision = _parse_hf_url(source)
+        else:
+            return None
+    except ValueError:  # a malformed hf:// URL: resolve_source says what is wrong
+        return None
+    if url_revision is not None and revision is not None:
+        return None  # given twice: resolve_source refuses it (or takes it) with its own message
+    sha = revision if revision is not None else url_revision
+    if sha is None or not _COMMIT_SHA.fullmatch(sha):
+        return None
+    return _hub_source(repo_id, subfolder, sha, _hub_endpoint(hub_endpoint), token, dict(storage_options or {}))
 
 
 def list_source(resolved: ResolvedSource, *, folder: str = "", fs: fsspec.AbstractFileSystem | None = None,

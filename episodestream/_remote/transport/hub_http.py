@@ -20,6 +20,22 @@ from typing import Any
 _HUB_PATH = re.compile(r"^(datasets|spaces|models)/([^/@]+/[^/@]+)(?:@([^/]+))?/(.+)$")
 
 
+def import_client() -> None:
+    """Import the parts of huggingface_hub a Hub request uses (its HTTP session and stack, the
+    token lookup, its error classes), and not ``hf_api`` or ``hf_file_system``, which the requests
+    here do not need. ``resolve.client_class`` calls it with the cyclic collector paused.
+
+    The session is made here too, not at the first request: its transport imports the rest of the
+    HTTP stack (httpcore, anyio, and trio where it is installed) when it is made, and with the
+    collector on, in a process that has imported torch and torchcodec, that import cost a cold
+    build 0.13 s more (``benchmark_first_batch.py``: 0.42 -> 0.55 s; 0.36 with it made here)."""
+    import huggingface_hub.errors  # noqa: F401
+    from huggingface_hub import get_session
+    from huggingface_hub.utils import get_token, hf_raise_for_status  # noqa: F401
+
+    get_session()  # huggingface_hub's one client of the process, made once
+
+
 def hub_headers(token: Any) -> dict[str, str]:
     """Headers of every Hub request: the user agent, and ``Authorization`` for ``token`` (None:
     huggingface_hub's lookup, ``HF_TOKEN`` or the stored login; ``False``: none)."""
