@@ -211,9 +211,7 @@ def parse_state(state: Any, spec: StateSpec) -> SavedState:
     if not consumer_section:
         for key in TRAINER_FIELDS:
             if key not in state:
-                raise ValueError(f"The state lacks {key!r}: add what the trainer knows, e.g. "
-                                 f"stream_state(loader, batches_consumed) or {{**state, 'batches_consumed': n, "
-                                 f"'batch_size': b, 'num_workers': w}}.")
+                raise lacks_trainer_field(key)
     legs = state.get("legs", [])
     if not isinstance(legs, (list, tuple)):
         raise ValueError(f"state['legs'] must be a list of legs, got {legs!r:.200}.")
@@ -234,6 +232,12 @@ def parse_state(state: Any, spec: StateSpec) -> SavedState:
         batch_size=check_int("state['batch_size']", state["batch_size"], minimum=1),
         num_workers=check_int("state['num_workers']", state["num_workers"], minimum=0),
         drop_last=check_bool("state['drop_last']", state.get("drop_last", False))))
+
+
+def lacks_trainer_field(key: str) -> ValueError:
+    """The error for a state that is not a trainer's where one is needed: it lacks ``key``."""
+    return ValueError(f"The state lacks {key!r}: add what the trainer knows, e.g. stream_state(loader, "
+                      f"batches_consumed) or {{**state, 'batches_consumed': n, 'batch_size': b, 'num_workers': w}}.")
 
 
 def _pools(value: Any, spec: StateSpec) -> tuple[int, ...]:

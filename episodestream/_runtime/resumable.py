@@ -32,7 +32,8 @@ from typing import Any, ClassVar
 from episodestream._base.world import World
 from episodestream._plan.resume import BeyondEpochError, Leg
 from episodestream._plan.saved_state import (TRAINER_FIELDS, SavedState, StateSpec, check_consumer_share,
-                                             identity_differences, parse_state, refuse_mismatches)
+                                             identity_differences, lacks_trainer_field, parse_state,
+                                             refuse_mismatches)
 from episodestream._runtime.epoch import SharedEpoch
 from episodestream._runtime.placement import in_dataloader_worker
 from episodestream._runtime.position import StreamPosition
@@ -179,10 +180,8 @@ class Resumable(ABC):
 
     def check_state(self, saved: SavedState, *, strict: bool = True) -> CheckedState:
         """Check a trainer's state against this runtime and work out where it resumes, changing nothing."""
-        if saved.trainer is None:
-            raise ValueError(f"The state lacks {TRAINER_FIELDS[0]!r}: add what the trainer knows, e.g. "
-                             f"stream_state(loader, batches_consumed) or {{**state, 'batches_consumed': n, "
-                             f"'batch_size': b, 'num_workers': w}}.")
+        if saved.trainer is None:  # a per-consumer state: no batches_consumed
+            raise lacks_trainer_field(TRAINER_FIELDS[0])
         self._refuse_other_stream(saved, strict)
         request = self._request(saved, saved.trainer_legs())
         current, batches = request.legs[-1], saved.trainer.batches_consumed
