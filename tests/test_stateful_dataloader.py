@@ -159,6 +159,10 @@ def test_load_loader_state_refuses_another_batch_size_and_a_dataset_state(camera
         load_loader_state(loader, state)
     with pytest.raises(ValueError, match=r"StatefulDataLoader's state .*load_loader_state"):
         _dataset(camera_less_root).load_state_dict(state)
+    from episodestream import EpisodeLoader
+
+    with pytest.raises(ValueError, match=r"StatefulDataLoader's state .*not the dataset's.*load_loader_state"):
+        EpisodeLoader(_dataset(camera_less_root), 4).load_state_dict(state)  # told apart where every state is parsed
     with pytest.raises(ValueError, match=r"needs a StatefulDataLoader's state_dict\(\)"):
         load_loader_state(loader, _dataset(camera_less_root).state_dict())
     with pytest.raises(TypeError, match=r"needs a torchdata StatefulDataLoader, got a DataLoader.*stream_state"):

@@ -13,7 +13,6 @@ import torch.utils.data
 from episodestream._base.options import check_bool, check_int
 from episodestream._base.tracing import set_process_name, tracer_enabled
 from episodestream._runtime.epoch import StaleWorkerCopy, raising
-from episodestream._runtime.loader_state import refuse_loader_state
 from episodestream._runtime.pipeline import stream_samples
 from episodestream._runtime.placement import current_world
 from episodestream._runtime.stream import ConsumerStream
@@ -90,7 +89,6 @@ class StreamingFace(torch.utils.data.IterableDataset):
         revision, episode selection, windows, dataset size; a mixture's weights, stop and components)
         differs is refused unless ``strict=False``."""
         strict = check_bool("strict", strict)
-        refuse_loader_state(state, face=self._face)
         saved = self._runtime.parse(state)
         if saved.consumer is not None:
             self._runtime.load_consumer_state(saved, strict=strict)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from episodestream._base.world import World
-from episodestream._runtime.private_apis import TORCHDATA_KEYS, torchdata_state_keys
+from episodestream._runtime.private_apis import torchdata_state_keys
 from episodestream._plan.saved_state import ConsumerPosition, SavedState, TrainerCount
 from episodestream._runtime.stream_runtime import StreamRuntime
 
@@ -43,22 +43,6 @@ class SavedLoader:
     consumers: tuple[SavedState, ...]
     num_workers: int
     batches_after: int
-
-
-def is_loader_state(state: Any) -> bool:
-    """A StatefulDataLoader's ``state_dict()`` (multi-process or single-process layout)."""
-    # Told by the verified layout's keys: no torchdata import just to see what a state is.
-    return isinstance(state, Mapping) and (TORCHDATA_KEYS["snapshot"] in state or TORCHDATA_KEYS["single_yielded"] in state)
-
-
-def refuse_loader_state(state: Mapping[str, Any], *, face: str) -> None:
-    """Refuse a StatefulDataLoader's whole state given to a streaming face's ``load_state_dict``
-    (``face``: "dataset", "mixture"), saying how to load it."""
-    if is_loader_state(state):
-        raise ValueError(f"This is a StatefulDataLoader's state (loader.state_dict()), not the {face}'s: "
-                         f"load it with loader.load_state_dict(state), or with "
-                         f"episodestream.load_loader_state(loader, state), which also resumes another "
-                         f"num_workers.")
 
 
 def read_loader_state(state: Mapping[str, Any], source: StreamRuntime) -> SavedLoader:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import warnings
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -36,6 +37,7 @@ from episodestream._plan.saved_state import (TRAINER_FIELDS, SavedState, StateSp
                                              refuse_mismatches)
 from episodestream._runtime.epoch import SharedEpoch
 from episodestream._runtime.placement import in_dataloader_worker
+from episodestream._runtime.private_apis import TORCHDATA_KEYS
 from episodestream._runtime.position import StreamPosition
 from episodestream._runtime.stream import CheckedState
 
@@ -155,7 +157,14 @@ class Resumable(ABC):
         return self.saved_state().to_state(self.state_spec)
 
     def parse(self, state: Any) -> SavedState:
-        """``state`` (a trainer's or a per-consumer state, as saved) parsed, every field checked."""
+        """``state`` (a trainer's or a per-consumer state, as saved) parsed, every field checked: the
+        one place the three formats are told apart (a StatefulDataLoader's whole state is refused,
+        saying how to load it: ``_runtime.loader_state`` converts it)."""
+        if is_loader_state(state):
+            raise ValueError(f"This is a StatefulDataLoader's state (loader.state_dict()), not the "
+                             f"{self.state_what}'s: load it with loader.load_state_dict(state), or with "
+                             f"episodestream.load_loader_state(loader, state), which also resumes another "
+                             f"num_workers.")
         return parse_state(state, self.state_spec)
 
     def _refuse_other_stream(self, saved: SavedState, strict: bool) -> None:
@@ -260,3 +269,9 @@ class Resumable(ABC):
         logger.info("resumed epoch %d for consumer %d of %d (rank %d of %d) after %d sample(s) it yielded (exact: its "
                     "own state, as StatefulDataLoader saved it)", loaded.epoch, loaded.worker, loaded.num_workers,
                     loaded.rank, loaded.world_size, loaded.samples_yielded)
+
+
+def is_loader_state(state: Any) -> bool:
+    """A StatefulDataLoader's ``state_dict()`` (multi-process or single-process layout)."""
+    # Told by the verified layout's keys: no torchdata import just to see what a state is.
+    return isinstance(state, Mapping) and (TORCHDATA_KEYS["snapshot"] in state or TORCHDATA_KEYS["single_yielded"] in state)
