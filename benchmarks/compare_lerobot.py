@@ -9,12 +9,21 @@ and an action, made once at ``--data``. Needs LeRobot 0.6 importable (it is the 
   - lerobot streaming + DataLoader: LeRobot's ``StreamingLeRobotDataset`` over the same folder;
   - ours map + DataLoader: ``EpisodeDataset`` in the same DataLoader (a global shuffle too);
   - ours stream + DataLoader: ``EpisodeStreamingDataset`` (pool of ``--pool`` episodes);
-  - ours EpisodeLoader: the same stream, decoded on ``--workers`` threads in the trainer's process.
+  - ours EpisodeLoader: the same stream, decoded on ``--workers`` threads in the trainer's process;
+  - ours EpisodeLoader (pool = episodes + 1): the same with ``episode_pool_size`` above the dataset's
+    episodes, so every episode's frames are drawn over the whole epoch (a global shuffle but for the
+    pool's start ramp);
+  - lance + DataLoader in-process / lance + DataLoader: lerobot-lancedb's ``LanceDBDataset`` (the same
+    mp4 bytes in a Lance table with a keyframe index, converted once to ``<--data>-lance``) in a
+    DataLoader with shuffle=True, ``num_workers=0`` and ``--workers`` workers (its
+    ``lance_mp_context()``); run where ``lerobot_lancedb`` is importable, skipped with a reason elsewhere.
 
 Each row runs in a fresh process (its imports, its memory), rows alternate over ``--rounds`` rounds
 (the machine is noisy: read the ratios), and each reports samples/s over ``--batches`` batches of
-``--batch-size`` after the first, the first batch's time from construction, and the peak resident
-memory of the process and its DataLoader workers together. Our samples equal LeRobot's (tests/with_lerobot).
+``--batch-size`` after the first, the first batch's time from construction, the peak resident
+memory of the process and its workers together, and the distinct episodes per timed batch (read from
+the batches' ``episode_index``) against a global shuffle's expectation for the same data. Before the
+rounds a fresh process checks that a few samples' frames are bit-equal across LeRobot, ours and Lance.
 
     python benchmarks/compare_lerobot.py --data /tmp/lerobot-bench
 """
@@ -32,9 +41,45 @@ import threading
 import time
 from pathlib import Path
 
+LANCE_ROWS = ("lance + DataLoader in-process", "lance + DataLoader")
 ROWS = ("lerobot map + DataLoader", "lerobot streaming + DataLoader", "ours map + DataLoader",
-        "ours stream + DataLoader", "ours EpisodeLoader")
+        "ours stream + DataLoader", "ours EpisodeLoader", "ours EpisodeLoader (pool = episodes + 1)", *LANCE_ROWS)
+GLOBAL_ROWS = ("ours map + DataLoader", "ours EpisodeLoader (pool = episodes + 1)")  # ours at a global shuffle
 CAMERA = "observation.images.front"
+
+
+def _lance_root(root: Path) -> Path:
+    """Where the Lance copy of ``root`` is cached: beside it."""
+    return root.parent / f"{root.name}-lance"
+
+
+def _lance_missing() -> str | None:
+    """Why the Lance rows cannot run here, or None."""
+    try:
+        import lerobot_lancedb  # noqa: F401
+    except ImportError as error:
+        return f"lerobot_lancedb is not importable ({error}); pip install lerobot-lancedb lancedb"
+    return None
+
+
+def _convert_to_lance(root: Path) -> Path:
+    """Convert ``root`` to the Lance layout once; ``done`` marks a finished conversion."""
+    from lerobot_lancedb.convert import convert
+
+    out = _lance_root(root)
+    if not (out / "done").exists():
+        shutil.rmtree(out, ignore_errors=True)
+        print(f"converting {root} to Lance at {out} ...")
+        convert(out, root=root)
+        (out / "done").write_text("converted by benchmarks/compare_lerobot.py\n")
+    return out
+
+
+def _episode_lengths(root: Path) -> list[int]:
+    import pyarrow.parquet as pq
+
+    files = sorted((root / "meta/episodes").rglob("*.parquet"))
+    return [n for f in files for n in pq.read_table(f, columns=["length"]).column("length").to_pylist()]
 
 
 def write(root: Path, *, episodes: int, length: int) -> None:
@@ -71,11 +116,23 @@ def _loader(row: str, root: Path, args) -> tuple[object, float]:
             return torch.utils.data.DataLoader(dataset, shuffle=True, **loader_options), start
         dataset = StreamingLeRobotDataset("bench/lerobot", root=root)
         return torch.utils.data.DataLoader(dataset, **loader_options), start
+    if row.startswith("lance"):
+        from lerobot_lancedb import LanceDBDataset, lance_mp_context
+
+        dataset = LanceDBDataset(root=_lance_root(root))
+        if row == "lance + DataLoader in-process":
+            return torch.utils.data.DataLoader(dataset, shuffle=True, **{**loader_options, "num_workers": 0}), start
+        # Lance's runtime holds threads: its workers start by forkserver, as lerobot-lancedb says to.
+        return torch.utils.data.DataLoader(dataset, shuffle=True, multiprocessing_context=lance_mp_context(),
+                                           **loader_options), start
     from episodestream import EpisodeDataset, EpisodeLoader, EpisodeStreamingDataset
 
     if row == "ours map + DataLoader":
         return torch.utils.data.DataLoader(EpisodeDataset(root), shuffle=True, **loader_options), start
-    stream = EpisodeStreamingDataset(root, episode_pool_size=args.pool, seed=0)
+    # A pool of more episodes than the dataset has puts every episode on the start ramp (a pool of exactly
+    # as many leaves the last episode a one-slot window: its frames all come last).
+    pool = len(_episode_lengths(root)) + 1 if row == "ours EpisodeLoader (pool = episodes + 1)" else args.pool
+    stream = EpisodeStreamingDataset(root, episode_pool_size=pool, seed=0)
     if row == "ours stream + DataLoader":
         return torch.utils.data.DataLoader(stream, **loader_options), start
     return EpisodeLoader(stream, batch_size=args.batch_size, num_threads=args.workers), start
@@ -121,14 +178,47 @@ def run_row(row: str, root: Path, args) -> dict:
     iterator = iter(loader)
     next(iterator)
     first_s = time.perf_counter() - start
-    began, samples = time.perf_counter(), 0
+    began, samples, distinct = time.perf_counter(), 0, []
     for _ in range(args.batches):
         batch = next(iterator)
         samples += len(batch[CAMERA])
+        distinct.append(len(set(batch["episode_index"].tolist())))
     rate = samples / (time.perf_counter() - began)
     peak = rss.stop()
     del iterator, loader
-    return {"row": row, "samples_per_s": rate, "first_batch_s": first_s, "rss_mb": peak}
+    return {"row": row, "samples_per_s": rate, "first_batch_s": first_s, "rss_mb": peak,
+            "distinct": statistics.mean(distinct)}
+
+
+def check_frames(root: Path, lance: bool) -> str:
+    """Whether a few samples' frames (episode starts and ends among them) are bit-equal across LeRobot,
+    ours and, where ``lance``, Lance, at the same indices."""
+    import torch
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from episodestream import EpisodeDataset
+
+    lengths = _episode_lengths(root)
+    total = sum(lengths)
+    indices = sorted({0, lengths[0] - 1, lengths[0], total // 3, total // 2 + 7, total - 1})
+    readers = {"ours": EpisodeDataset(root)}
+    if lance:
+        from lerobot_lancedb import LanceDBDataset
+
+        readers["lance"] = LanceDBDataset(root=_lance_root(root))
+    reference = LeRobotDataset("bench/lerobot", root=root)
+    unequal = []
+    for index in indices:
+        expected = reference[index][CAMERA]
+        for name, reader in readers.items():
+            got = reader[index][CAMERA]
+            if got.shape != expected.shape or not torch.equal(got, expected):
+                diff = (got.float() - expected.float()).abs().max().item() if got.shape == expected.shape else "shape"
+                unequal.append(f"{name} at {index} (max abs difference {diff})")
+    names = " and ".join(readers)
+    if unequal:
+        return f"frames NOT equal to LeRobot's: {'; '.join(unequal)} (indices {indices})"
+    return f"frames bit-equal: {names} against LeRobot at indices {indices}"
 
 
 def main(argv=None) -> int:
@@ -143,17 +233,33 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds (default 2)")
     parser.add_argument("--rows", default=",".join(ROWS), help="the rows to run, comma-separated")
     parser.add_argument("--one-row", help=argparse.SUPPRESS)  # a child process runs one row
+    parser.add_argument("--check-frames", choices=("with-lance", "without-lance"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.one_row:
         print(json.dumps(run_row(args.one_row, args.data, args)))
         return 0
+    if args.check_frames:
+        print(check_frames(args.data, args.check_frames == "with-lance"))
+        return 0
     if not (args.data / "meta/info.json").exists():
         shutil.rmtree(args.data, ignore_errors=True)
+        shutil.rmtree(_lance_root(args.data), ignore_errors=True)
         write(args.data, episodes=args.episodes, length=args.length)
     rows = [r for r in args.rows.split(",") if r]
+    lance_missing = _lance_missing() if any(r in LANCE_ROWS for r in rows) else None
+    if lance_missing:
+        print(f"skipping the Lance rows: {lance_missing}")
+        rows = [r for r in rows if r not in LANCE_ROWS]
+    elif any(r in LANCE_ROWS for r in rows):
+        _convert_to_lance(args.data)
     results: dict[str, list[dict]] = {row: [] for row in rows}
     passed = [a for a in (argv if argv is not None else sys.argv[1:])]
+    lance = "with-lance" if any(r in LANCE_ROWS for r in rows) else "without-lance"
+    checked = subprocess.run([sys.executable, __file__, *passed, "--check-frames", lance], capture_output=True, text=True)
+    print(checked.stdout.strip().splitlines()[-1] if checked.returncode == 0 else
+          f"frame check failed: {checked.stderr.strip().splitlines()[-1] if checked.stderr.strip() else '?'}")
+    load_before = os.getloadavg()
     for _ in range(args.rounds):
         for row in rows:
             done = subprocess.run([sys.executable, __file__, *passed, "--one-row", row], capture_output=True, text=True)
@@ -161,20 +267,30 @@ def main(argv=None) -> int:
                 print(f"{row}: failed ({done.stderr.strip().splitlines()[-1] if done.stderr.strip() else '?'})")
                 continue
             results[row].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    base = [r["samples_per_s"] for r in results.get(ROWS[0], [])]
+    from episodestream._plan.shuffle_quality import global_distinct
+
+    expected = global_distinct(_episode_lengths(args.data), args.batch_size)
+    rates = {row: statistics.median(r["samples_per_s"] for r in runs) for row, runs in results.items() if runs}
+    base = rates.get(ROWS[0])
     print(f"LeRobot-written 240x320 AV1, batch {args.batch_size}, {args.workers} workers/threads, "
-          f"{args.batches} batches timed, {args.rounds} rounds (median; per round):")
-    print("| loader | samples/s | against LeRobot map | first batch s | peak RSS MB (process and workers) |")
-    print("| --- | --- | --- | --- | --- |")
+          f"{args.batches} batches timed, {args.rounds} rounds (median; per round); load average "
+          f"{load_before[0]:.2f} before the rounds, {os.getloadavg()[0]:.2f} after:")
+    print(f"| loader | samples/s | against LeRobot map | distinct episodes per batch (a global shuffle: "
+          f"{expected:.2f}) | first batch s | peak RSS MB (process and workers) |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for row, runs in results.items():
         if not runs:
             continue
-        rate = statistics.median(r["samples_per_s"] for r in runs)
-        ratio = f"{rate / statistics.median(base):.2f}x" if base else "-"
+        ratio = f"{rates[row] / base:.2f}x" if base else "-"
         each = ", ".join(f"{r['samples_per_s']:.0f}" for r in runs)
-        print(f"| {row} | {rate:.0f} ({each}) | {ratio} | "
+        distinct = statistics.mean(r["distinct"] for r in runs)
+        print(f"| {row} | {rates[row]:.0f} ({each}) | {ratio} | {distinct:.2f} ({distinct / expected:.2f}) | "
               f"{statistics.median(r['first_batch_s'] for r in runs):.2f} | "
               f"{statistics.median(r['rss_mb'] for r in runs):.0f} |")
+    lance = rates.get(LANCE_ROWS[0])
+    for row in GLOBAL_ROWS:
+        if lance and row in rates:
+            print(f"{row} (a global shuffle) against lance in-process: {rates[row] / lance:.2f}x (goal 1.5x)")
     return 0
 
 
