@@ -19,15 +19,18 @@ def test_scale_benchmark_smoke(tmp_path, capsys):
     # less each).
     data = tmp_path / "data"
     run_main(SCRIPT, ["--sizes", "40", "--episode-length", "20", "40", "--kinds", "construct", "stats",
-                      "--random-samples", "20", "--data-dir", str(data), "--output-dir", str(out := tmp_path / "out")])
+                      "--random-samples", "20", "--pool-size", "64", "--data-dir", str(data),
+                      "--output-dir", str(out := tmp_path / "out")])
     captured = capsys.readouterr()
     (row,) = json.loads((out / "results.json").read_text())
-    assert row["episodes"] == 40 and row["len"] > 0 and {"construct_s", "first_sample_s"} <= set(row), captured.err[-4000:]
+    assert row["episodes"] == 40 and row["pool_size"] == 64 and row["len"] > 0, captured.err[-4000:]
+    assert {"construct_s", "first_sample_s"} <= set(row), captured.err[-4000:]
     assert row["stats_count"] >= row["len"] and row["stats_cached_s"] < row["stats_first_s"] + 1, captured.err[-4000:]
     assert "| episodes |" in captured.out and (out / "scale.png").stat().st_size > 0
     script = load_script(SCRIPT)
     (root,) = data.iterdir()
-    args = argparse.Namespace(world_size=8, batch_size=32, random_samples=20, worker_batches=20)
-    # Exact resume is the same code as elastic with the world size kept: the smoke measures one.
+    args = argparse.Namespace(world_size=8, batch_size=32, random_samples=20, worker_batches=20, pool_size=64)
+    # Exact resume is the same code as elastic with the world size kept: the smoke measures one, with
+    # a pool wider than the rank's episodes (--pool-size).
     assert script.measure("resume-elastic-90", str(root), args)["resume_elastic_90_s"] > 0
     assert script.measure("random", str(root), args)["random_samples_per_s"] > 0

@@ -3,7 +3,7 @@
 For each size (camera-less datasets of ``--episode-length`` (min, max) frames per episode, written
 once with ``episodestream.tools.synthetic.write_tabular_dataset``) it measures, each in a fresh Python
 process so that RSS and cold caches mean something, for rank 0 of ``--world-size`` with a 16-step
-action window:
+action window and ``--pool-size`` (``episode_pool_size`` of every streaming dataset it builds, default 16):
 
 - construction time (imports excluded) and RSS above an interpreter with torch and episodestream
   imported; ``len``; time from construction to the first streamed sample;
@@ -24,6 +24,7 @@ action window:
 Prints a markdown table, writes ``results.json`` and ``scale.png`` to ``--output-dir``.
 
     python benchmarks/scale/benchmark_scale.py --sizes 1000 10000 100000 --output-dir bench_out/scale
+    python benchmarks/scale/benchmark_scale.py --sizes 10000 --kinds resume-exact-90 resume-elastic-90 --pool-size 512
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def _window(fps: int = 30) -> dict:
 def _streaming(root, args, **kwargs):
     from episodestream import EpisodeStreamingDataset
     return EpisodeStreamingDataset(root, delta_timestamps=_window(), rank=0, world_size=kwargs.pop("world_size", args.world_size),
-                                   seed=0, **kwargs)
+                                   seed=0, episode_pool_size=args.pool_size, **kwargs)
 
 
 def _state(root, args, fraction: float) -> dict:
@@ -173,7 +174,7 @@ def measure(kind: str, root: str, args) -> dict:
 
 KINDS = ["construct", "resume-exact-50", "resume-exact-90", "resume-elastic-50", "resume-elastic-90", "random",
          "workers", "map-workers", "stats"]
-COLUMNS = [("episodes", "episodes", "{:,}"), ("len", "len (rank 0)", "{:,}"),
+COLUMNS = [("episodes", "episodes", "{:,}"), ("pool_size", "pool", "{}"), ("len", "len (rank 0)", "{:,}"),
            ("construct_s", "construct s", "{:.2f}"), ("construct_rss_mb", "construct RSS MB", "{:.0f}"),
            ("first_sample_s", "first sample s", "{:.2f}"),
            ("resume_exact_50_s", "resume exact 50% s", "{:.2f}"), ("resume_exact_90_s", "resume exact 90% s", "{:.2f}"),
@@ -249,6 +250,7 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--random-samples", type=int, default=2000)
     parser.add_argument("--worker-batches", type=int, default=20)
+    parser.add_argument("--pool-size", type=int, default=16, help="episode_pool_size of every streaming dataset")
     parser.add_argument("--kinds", nargs="+", default=KINDS, choices=KINDS)
     parser.add_argument("--output-dir", default="bench_out/scale")
     parser.add_argument("--cache-dir", help="EPISODESTREAM_CACHE_DIR for the runs (default: a fresh folder in "
@@ -267,11 +269,11 @@ def main(argv=None) -> int:
     rows = []
     for episodes in args.sizes:
         root = ensure_dataset(Path(args.data_dir), episodes, tuple(args.episode_length))
-        row = {"episodes": episodes}
+        row = {"episodes": episodes, "pool_size": args.pool_size}
         for kind in args.kinds:
             command = [sys.executable, __file__, "--measure", kind, str(root), "--world-size", str(args.world_size),
                        "--batch-size", str(args.batch_size), "--random-samples", str(args.random_samples),
-                       "--worker-batches", str(args.worker_batches)]
+                       "--worker-batches", str(args.worker_batches), "--pool-size", str(args.pool_size)]
             result = subprocess.run(command, capture_output=True, text=True, env=env)
             if result.returncode:
                 print(f"{kind} at {episodes} episodes failed:\n{result.stderr[-2000:]}", file=sys.stderr)
