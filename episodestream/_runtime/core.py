@@ -20,6 +20,7 @@ from episodestream._sample.builder import SampleBuilder, delta_indices
 from episodestream._format.lerobot_meta import LeRobotMeta
 from episodestream._format.metadata import DatasetMeta
 from episodestream._format.versions import load_metadata
+from episodestream._base.fork_safety import freeze_inherited_objects_in_forked_children
 from episodestream._base.options import check_bool, check_positive_float
 from episodestream._base.turns import Turn
 from episodestream._format.rows import RowReader
@@ -87,6 +88,8 @@ class DatasetCore:
         decode_device, cache_dir, cache_limit = options["decode_device"], options["cache_dir"], options["cache_limit"]
         storage_options, token = options["storage_options"], options["token"]
         hub_endpoint, download_config = options["hub_endpoint"], options["download_config"]
+        # DataLoader workers fork this process: they must not free its garbage (``_base.fork_safety``).
+        freeze_inherited_objects_in_forked_children()
         self.source = source
         self.revision = revision
         self.cache_dir = cache_dir  # also where exact stats are cached (``compute_stats``)
