@@ -193,7 +193,8 @@ class EpisodeLoader:
         saved = self._runtime.parse(state)
         checked = self._runtime.check_state(saved, strict=strict)
         # A state that took no batch of its epoch (saved before any) starts it afresh: any batch size.
-        saved_batch_size = saved.trainer.batch_size if saved.trainer is not None else self.batch_size
+        assert saved.trainer is not None  # check_state refuses a state without a trainer's count
+        saved_batch_size = saved.trainer.batch_size
         if not checked.finished and checked.consumed_batches and saved_batch_size != self.batch_size:
             raise ValueError(f"The state was saved with batch_size={saved_batch_size} partway through epoch "
                              f"{checked.epoch}; this loader has batch_size={self.batch_size}. Resume that epoch "
