@@ -122,7 +122,8 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
         held = process.held
         if episode_index in held:
             return held.touch(episode_index)
-        rows = held.hold(self._core.fetched_episodes[episode_index])
+        held.hold(self._core.fetched_episodes[episode_index])
+        rows = held.rows(episode_index)
         if len(held) > _ROWS_CACHED and (oldest := held.release(held.oldest())) is not None:
             process.videos.evict(oldest)
         return rows

@@ -265,3 +265,34 @@ def test_worker_counts_change_between_iterations(many_episodes_root):
         loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers, collate_fn=pair)
         assert list(loader) == scheduled(many_episodes_root, num_workers=workers, epoch=epoch, seed=4)
     assert dataset.epoch == 5
+
+
+def test_a_wide_pool_reads_the_rows_of_the_episodes_it_emits_from(camera_less_root, monkeypatch):
+    """Rows are read at an episode's first emit, not when the pool admits it: a pool of every
+    episode, fresh or resumed, reads no more episodes before its first sample than that sample
+    needs (each read counted), and the stream is the one reading every row at admission gives."""
+    from episodestream._format import rows as rows_module
+
+    reads: list[int] = []
+    real_read = rows_module.RowReader.read
+
+    def counted(self, episode):
+        reads.append(episode.episode_index)
+        return real_read(self, episode)
+
+    monkeypatch.setattr(rows_module.RowReader, "read", counted)
+    dataset = EpisodeStreamingDataset(camera_less_root, episode_pool_size=25, seed=4, decode_group_size=1)
+    stream = iter(dataset)
+    first = next(stream)
+    assert reads == [int(first["episode_index"])]
+    rest = [(int(s["episode_index"]), int(s["frame_index"])) for s in stream]
+    assert len(set(reads)) == len(reads) == len({e for e, _ in rest} | {reads[0]})  # each episode read once
+
+    reads.clear()
+    resumed = EpisodeStreamingDataset(camera_less_root, episode_pool_size=25, seed=4, decode_group_size=1)
+    resumed.load_state_dict({**dataset.state_dict(), "batches_consumed": 40, "batch_size": 1, "num_workers": 0})
+    again = iter(resumed)
+    sample = next(again)
+    assert reads == [int(sample["episode_index"])]
+    assert [(int(sample["episode_index"]), int(sample["frame_index"]))] + [
+        (int(s["episode_index"]), int(s["frame_index"])) for s in again] == rest[39:]

@@ -269,8 +269,10 @@ class ConsumerSchedule:
 
     # -- where a consumer stands after ``count`` emits -----------------------------------------
 
-    def _position(self, count: int) -> tuple[int, int]:
-        """(slot, emits into that slot) after ``count`` < pool_frames emits."""
+    def _position(self, count: int, keys_seen: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
+                  ) -> tuple[int, int]:
+        """(slot, emits into that slot) after ``count`` < pool_frames emits; the keys it draws
+        (``_keys``, by segment) are left in ``keys_seen`` when given, for the caller's reuse."""
         slots = np.arange(self._slots)
         # Frames before slot k: at least those of segments whose window closed by k, at most
         # those of segments whose window opened before k.
@@ -280,15 +282,28 @@ class ConsumerSchedule:
         k_lo = int(np.searchsorted(upper, count, side="right")) - 1
         partial = range(int(np.searchsorted(self._b, k_lo, side="right")),
                         int(np.searchsorted(self._a, k_hi, side="left")))
-        keys = {i: self._keys(i)[1] for i in partial}
+        # Frames before slot k = lower[k] + the keys < k of the segments still open at k. A
+        # segment's keys lie in [a, b): one opening at or after k adds none, and one closed by k
+        # (b <= k) is all in lower[k] already, so its keys are taken back out. One sorted array of
+        # the partial segments' keys answers every k at once: a loop over k x segments was
+        # quadratic in the pool (seconds at a pool of 512).
+        candidates = np.arange(k_lo, k_hi + 1, dtype=np.int64)
+        before = lower[k_lo:k_hi + 1].astype(np.int64)
+        if len(partial):
+            drawn = keys_seen if keys_seen is not None else {}
+            for i in partial:
+                drawn[i] = self._keys(i)
+            keys = np.sort(np.concatenate([drawn[i][1] for i in partial]))
+            closes = self._b[partial.start:partial.stop]
+            closed_frames = np.concatenate([[0], np.cumsum(self._lengths[partial.start:partial.stop][np.argsort(
+                closes, kind="stable")])])
+            closed = np.searchsorted(np.sort(closes), candidates, side="right")  # partial segments with b <= k
+            before = before + np.searchsorted(keys, candidates, side="left") - closed_frames[closed]
         # count(<k_lo) <= upper(k_lo) <= count, so k_lo qualifies; no k > k_hi does.
-        best, best_before = k_lo, 0
-        for k in range(k_lo, k_hi + 1):
-            before = int(lower[k]) + sum(int(np.searchsorted(keys[i], k)) for i in partial
-                                         if self._a[i] < k < self._b[i])
-            if before <= count:
-                best, best_before = k, before
-        return best, count - best_before
+        fits = np.flatnonzero(before <= count)
+        if not len(fits):
+            return k_lo, count
+        return int(candidates[fits[-1]]), count - int(before[fits[-1]])
 
     # -- the steps ----------------------------------------------------------------------------
 
@@ -308,8 +323,9 @@ class ConsumerSchedule:
     def skip(self, count: int) -> Iterator[Step]:
         """The steps after the first ``count`` EMITs, starting by admitting what the pool holds then."""
         if count < self.pool_frames:
-            slot, offset = self._position(count)
-            yield from self._pool_steps(slot, offset)
+            keys_seen: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+            slot, offset = self._position(count, keys_seen)
+            yield from self._pool_steps(slot, offset, keys_seen)
             count = 0
         else:
             count -= self.pool_frames
@@ -326,12 +342,13 @@ class ConsumerSchedule:
             fills = list(self._fill_picks())[:count - self.pool_frames]
             return ([(s.episode_index, s.frames) for s in self._segments],
                     [(seg.episode_index, np.array([anchor])) for seg, anchor in fills])
-        slot, offset = self._position(count)
+        keys_seen: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        slot, offset = self._position(count, keys_seen)
         done = int(np.searchsorted(self._b, slot, side="right"))
         pieces: list[tuple[int, Frames]] = [(s.episode_index, s.frames) for s in self._segments[:done]]
         emitted = []
         for i in range(done, int(np.searchsorted(self._a, slot, side="right"))):
-            frames, keys = self._keys(i)
+            frames, keys = keys_seen[i] if i in keys_seen else self._keys(i)
             cut = int(np.searchsorted(keys, slot))
             pieces.append((self._segments[i].episode_index, frames[:cut]))
             upto = int(np.searchsorted(keys, slot + 1))
@@ -341,14 +358,16 @@ class ConsumerSchedule:
             pieces.append((episode, np.array([frame])))
         return pieces, []
 
-    def _pool_steps(self, first_slot: int, offset: int) -> Iterator[Step]:
+    def _pool_steps(self, first_slot: int, offset: int,
+                    keys_seen: dict[int, tuple[np.ndarray, np.ndarray]]) -> Iterator[Step]:
         a, b, segments = self._a, self._b, self._segments
         live: dict[int, list] = {}  # segment -> [frames by key, keys, next position]
         for i in range(int(np.searchsorted(b, first_slot, side="right")),
                        int(np.searchsorted(a, first_slot, side="right"))):
-            frames, keys = self._keys(i)
+            frames, keys = keys_seen.pop(i) if i in keys_seen else self._keys(i)
             live[i] = [frames, keys, int(np.searchsorted(keys, first_slot))]
             yield Step(ADMIT, segments[i].episode_index, NO_FRAME)
+        keys_seen.clear()  # the rest were drawn for the position only
         for slot in range(first_slot, self._slots):
             if slot > first_slot:
                 for i in range(int(np.searchsorted(b, slot - 1, side="right")),

@@ -159,7 +159,10 @@ class DatasetRuntime(StreamRuntime):
         # rows then (RowsAhead); the rest admit video on first hold.
         depth = self.settings.prefetch_episodes
         rows = RowsAhead(self.core.row_reader(), keep=2 * (depth + 1)) if videos.prefetches else None
-        pool = HeldEpisodes(rows or self.core.row_reader(), videos, admit_video=not videos.prefetches)
+        # Local rows wait for their first emit (``HeldEpisodes``): a wide pool's admissions before
+        # its first batch would otherwise all read first. Prefetched rows are read ahead anyway.
+        pool = HeldEpisodes(rows or self.core.row_reader(), videos, admit_video=not videos.prefetches,
+                            read_rows="at_hold" if videos.prefetches else "at_first_use")
         pending: list[PendingSample] = []
         evicted: list[EpisodeInfo] = []
         if videos.prefetches:
@@ -167,6 +170,9 @@ class DatasetRuntime(StreamRuntime):
         try:
             for kind, episode_index, frame in steps:
                 if kind == EMIT:
+                    if not pool.has_rows(episode_index):
+                        with trace_span("read_rows", cat="rows", level="detailed", episode=episode_index):
+                            pool.rows(episode_index)
                     with trace_span("plan", cat="samples", level="detailed", episode=episode_index, frame=frame):
                         pending.append(builder.plan(pool.rows(episode_index), frame, videos))
                     if len(pending) >= group_size:
@@ -175,7 +181,7 @@ class DatasetRuntime(StreamRuntime):
                 elif kind == ADMIT:
                     if episode_index not in pool:
                         trace_instant("admit", cat="pool", episode=episode_index)
-                    with trace_span("read_rows", cat="rows", level="detailed", episode=episode_index):
+                    with trace_span("hold", cat="rows", level="detailed", episode=episode_index):
                         pool.hold(episodes[episode_index])
                 elif (episode := pool.release(episode_index)) is not None:
                     trace_instant("evict", cat="pool", episode=episode_index)

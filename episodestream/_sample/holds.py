@@ -1,10 +1,17 @@
 """The lifetime of "an episode's rows in RAM plus its video admitted", for the stream's pool and
 the map-style dataset's few cached episodes alike.
 
-An episode is held by a count of holds: the first reads its rows and (unless the caller prefetches
-video itself) admits its video; the last release drops the rows and hands the episode back, so the
-caller evicts its video once nothing pending still needs the bytes (the pool evicts after the
-group's decode; map-style at once).
+An episode is held by a count of holds: the first reads its rows (or, with ``read_rows="at_first_use"``,
+leaves that to the first ``rows`` call) and (unless the caller prefetches video itself) admits its
+video; the last release drops the rows and hands the episode back, so the caller evicts its video
+once nothing pending still needs the bytes (the pool evicts after the group's decode; map-style at
+once).
+
+Why rows may wait for their first use: a pool admits its episodes before it emits from them, and a
+wide pool admits many at once (a resumed pool all of it; a cold one a ramp of them before its first
+batch), where each read costs a data file's footer when the files hold more row groups than the
+reader keeps open. Read at first use, a first batch waits only for the episodes it draws from, and an
+episode evicted before it emits anything (at a resume point) is never read.
 """
 
 from __future__ import annotations
@@ -24,19 +31,26 @@ class RowSource(Protocol):
 
 
 class _Held:
-    __slots__ = ("rows", "holds")
+    __slots__ = ("episode", "rows", "holds")
 
-    def __init__(self, rows: EpisodeRows) -> None:
-        self.rows, self.holds = rows, 0
+    def __init__(self, episode: EpisodeInfo, rows: EpisodeRows | None) -> None:
+        self.episode, self.rows, self.holds = episode, rows, 0
+
+
+READ_ROWS = ("at_hold", "at_first_use")
 
 
 class HeldEpisodes:
     """Episodes held in RAM, oldest first (the order ``oldest`` and ``hold`` keep as an LRU)."""
 
-    def __init__(self, reader: RowSource, videos: EpisodeVideos, *, admit_video: bool = True) -> None:
+    def __init__(self, reader: RowSource, videos: EpisodeVideos, *, admit_video: bool = True,
+                 read_rows: str = "at_hold") -> None:
+        if read_rows not in READ_ROWS:
+            raise ValueError(f"read_rows must be one of {READ_ROWS}, got {read_rows!r}")
         self._reader = reader
         self._videos = videos
         self._admit_video = admit_video
+        self._read_at_hold = read_rows == "at_hold"
         self._held: OrderedDict[int, _Held] = OrderedDict()
 
     def __len__(self) -> int:
@@ -45,12 +59,12 @@ class HeldEpisodes:
     def __contains__(self, episode_index: int) -> bool:
         return episode_index in self._held
 
-    def hold(self, episode: EpisodeInfo) -> EpisodeRows:
-        """One more hold on ``episode`` (reading its rows and admitting its video on the first);
-        it becomes the most recently used."""
+    def hold(self, episode: EpisodeInfo) -> None:
+        """One more hold on ``episode`` (admitting its video on the first, and reading its rows then
+        unless they wait for their first use); it becomes the most recently used."""
         held = self._held.get(episode.episode_index)
         if held is None:
-            rows = self._reader.read(episode)
+            rows = self._reader.read(episode) if self._read_at_hold else None
             if self._admit_video:
                 self._videos.admit(episode)
             try:
@@ -59,20 +73,26 @@ class HeldEpisodes:
                 if self._admit_video:
                     self._videos.evict(episode)
                 raise
-            held = self._held[episode.episode_index] = _Held(rows)
+            held = self._held[episode.episode_index] = _Held(episode, rows)
         else:
             self._held.move_to_end(episode.episode_index)
         held.holds += 1
-        return held.rows
 
     def rows(self, episode_index: int) -> EpisodeRows:
-        """The rows of a held episode."""
-        return self._held[episode_index].rows
+        """The rows of a held episode (read now if they waited for their first use)."""
+        held = self._held[episode_index]
+        if held.rows is None:
+            held.rows = self._reader.read(held.episode)
+        return held.rows
+
+    def has_rows(self, episode_index: int) -> bool:
+        """Whether a held episode's rows are read."""
+        return self._held[episode_index].rows is not None
 
     def touch(self, episode_index: int) -> EpisodeRows:
         """The rows of a held episode, which becomes the most recently used."""
         self._held.move_to_end(episode_index)
-        return self._held[episode_index].rows
+        return self.rows(episode_index)
 
     def oldest(self) -> int:
         return next(iter(self._held))
@@ -85,4 +105,4 @@ class HeldEpisodes:
         if held.holds:
             return None
         del self._held[episode_index]
-        return held.rows.episode
+        return held.episode
