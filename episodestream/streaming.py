@@ -7,6 +7,7 @@ plans, streams and resumes; ``EpisodeLoader`` and ``EpisodeMixture`` drive that 
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ import torch.utils.data
 
 from episodestream._base.options import check_bool, check_int
 from episodestream._runtime.placement import resolve_rank
+from episodestream._runtime.pool_size import AUTO, NARROW_POOL, choose_pool_size
 from episodestream._runtime.accelerate_guard import accelerate_resharding
 from episodestream._runtime.core import DatasetCore, DatasetFacts
 from episodestream._runtime.dataset_runtime import DatasetRuntime, StreamSettings, default_decode_group_size
@@ -28,6 +30,8 @@ from episodestream._runtime.face import StreamingFace, runtime_of
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11
+
+log = logging.getLogger(__name__)
 
 
 
@@ -48,8 +52,12 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
 
     How to iterate:
         episode_pool_size: whole episodes each consumer holds in RAM (tabular rows only) and
-            mixes frames from (a sliding window of episodes);
-            larger mixes more, costs rows and open decoders.
+            mixes frames from (a sliding window of episodes); a batch draws from at most this many
+            episodes, so larger mixes more, and costs rows and open decoders. ``"auto"`` (the
+            default): as wide as costs nothing on this source, i.e. the selection's episodes + 1 (at
+            most 1,024, and at most 256 MiB of rows) where its video files are no more than a pool
+            of 16 may keep open (16 per camera), else 16 (v2.x, datasets in many video files,
+            remote sources). ``episode_pool_size`` then reads the number chosen; docs/usage.md.
         shuffle: False emits episodes and frames in order.
         decode_group_size: samples built together so that frames from one video file share a
             decoder call (1 builds each sample alone). Samples and their order are the same for any
@@ -88,7 +96,7 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
     _runtime: DatasetRuntime
 
     @takes_source_options
-    def __init__(self, source: str | os.PathLike, *, episode_pool_size: int = 16, shuffle: bool = True,
+    def __init__(self, source: str | os.PathLike, *, episode_pool_size: int | str = AUTO, shuffle: bool = True,
                  seed: int = 0, rank: int | None = None, world_size: int | None = None, decode_group_size: int | None = None,
                  decode_threads: int = 1, prefetch_episodes: int = 4, buffer_size: Any = None,
                  episode_weights: Mapping[int, float] | str | None = None,
@@ -98,7 +106,11 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
             warnings.warn("buffer_size is ignored: episode_pool_size replaces it (a pool of whole episodes' "
                           "rows, not a buffer of decoded frames).", DeprecationWarning, stacklevel=3)
         # Checked before the source is opened; the group size's default depends on its layout.
-        episode_pool_size = check_int("episode_pool_size", episode_pool_size, minimum=1)
+        given_pool: int | None = None  # None: "auto", chosen once the source is open
+        if episode_pool_size != AUTO:
+            if isinstance(episode_pool_size, str):
+                raise ValueError(f"episode_pool_size must be an int >= 1 or {AUTO!r}, got {episode_pool_size!r}.")
+            given_pool = check_int("episode_pool_size", episode_pool_size, minimum=1)
         shuffle, seed = check_bool("shuffle", shuffle), check_int("seed", seed, minimum=0)
         decode_threads = check_int("decode_threads", decode_threads, minimum=1)
         prefetch_episodes = check_int("prefetch_episodes", prefetch_episodes, minimum=0)
@@ -106,10 +118,17 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
             decode_group_size = check_int("decode_group_size", decode_group_size, minimum=1)
         rank, world_size = resolve_rank(rank, world_size)
         # local_cache_dir: a local folder's cache_dir is where compute_stats() keeps its results.
+        # "auto" widens local pools only: a remote source's node cache budgets for the narrow one.
         self._core = DatasetCore(source, **options, local_cache_dir=True, episode_weights=episode_weights,
-                                 episodes_in_flight=episode_pool_size + prefetch_episodes + 1)
+                                 episodes_in_flight=(given_pool or NARROW_POOL) + prefetch_episodes + 1)
+        if given_pool is None:
+            choice = choose_pool_size(self._core.meta, self._core.episodes,
+                                      remote=not self._core.files.videos_stay_in_place)
+            given_pool = choice.size
+            log.info("episode_pool_size 'auto' for %s: %d (%s)", self._core.files.description, choice.size,
+                     choice.reason)
         settings = StreamSettings(
-            episode_pool_size=episode_pool_size, shuffle=shuffle, seed=seed,
+            episode_pool_size=given_pool, shuffle=shuffle, seed=seed,
             decode_group_size=decode_group_size or default_decode_group_size(self._core.meta),
             decode_threads=decode_threads, prefetch_episodes=prefetch_episodes)
         self._runtime = DatasetRuntime(self._core, settings, rank=rank, world_size=world_size)

@@ -42,10 +42,6 @@ if str(Path(__file__).resolve().parent) not in sys.path:
 from benchmark_streaming import _peak_rss_mb  # noqa: E402
 
 
-def _ints(text: str) -> list[int]:
-    return [int(v) for v in text.split(",") if v]
-
-
 def dataset_root(cache_dir: str, version: str, episodes: int, lengths: tuple[int, int],
                  per_file: int | None = None) -> Path:
     packing = f"-{per_file}perfile" if per_file else ""
@@ -58,7 +54,7 @@ def dataset_root(cache_dir: str, version: str, episodes: int, lengths: tuple[int
     return root
 
 
-def epoch(root: Path, *, pool_size: int, uint8: bool, threads: int, batch_size: int,
+def epoch(root: Path, *, pool_size: int | str, uint8: bool, threads: int, batch_size: int,
           max_decoders: int | None = None) -> dict:
     """One epoch in a fresh process (this file with ``--one``)."""
     command = [sys.executable, __file__, "--one",
@@ -67,7 +63,7 @@ def epoch(root: Path, *, pool_size: int, uint8: bool, threads: int, batch_size: 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _one_epoch(root: Path, pool_size: int, uint8: bool, threads: int, batch_size: int,
+def _one_epoch(root: Path, pool_size: int | str, uint8: bool, threads: int, batch_size: int,
                max_decoders: int | None) -> dict:
     torch.set_num_threads(1)
     if max_decoders is not None:  # the lever "a decoder cache sized for the pool", in this process only
@@ -90,7 +86,7 @@ def _one_epoch(root: Path, pool_size: int, uint8: bool, threads: int, batch_size
     loader.close()
     ids = np.concatenate(episodes)
     quality = shuffle_quality(ids, batch_size)
-    return {"samples_per_s": len(ids) / elapsed_s, "samples_per_cpu_s": len(ids) / cpu_s, "peak_rss_mb": _peak_rss_mb(), "decoder_cache": cache,
+    return {"pool_resolved": dataset.episode_pool_size, "samples_per_s": len(ids) / elapsed_s, "samples_per_cpu_s": len(ids) / cpu_s, "peak_rss_mb": _peak_rss_mb(), "decoder_cache": cache,
             "distinct": quality.distinct, "global_distinct": quality.global_distinct}
 
 
@@ -104,7 +100,7 @@ def main(argv=None) -> int:
     parser.add_argument("--episodes-per-video-file", type=int,
                         help="v3.0: episodes packed into each mp4 (default: all, up to 200 MB a file)")
     parser.add_argument("--cache-dir", default=os.path.join(tempfile.gettempdir(), "episodestream-bench"))
-    parser.add_argument("--pool-sizes", default="16,64,128,256")
+    parser.add_argument("--pool-sizes", default="16,64,128,256", help="comma-separated; 'auto' for the default's choice")
     parser.add_argument("--dtypes", default="float32,uint8")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -122,7 +118,8 @@ def main(argv=None) -> int:
              [dataset_root(args.cache_dir, v, args.episodes, (args.min_frames, args.max_frames),
                            args.episodes_per_video_file)
               for v in args.versions.split(",")])
-    pools, dtypes = _ints(args.pool_sizes), args.dtypes.split(",")
+    pools = [p if p == "auto" else int(p) for p in args.pool_sizes.split(",")]  # "auto": the default's choice
+    dtypes = args.dtypes.split(",")
     rows = []
     for round_ in range(args.rounds):
         order = pools if round_ % 2 == 0 else pools[::-1]
@@ -142,7 +139,8 @@ def main(argv=None) -> int:
                     row["rss_vs_first"] = row["peak_rss_mb"] / ref["peak_rss_mb"]
                     row["cpu_vs_first"] = row["samples_per_cpu_s"] / ref["samples_per_cpu_s"]
                     cache = row["decoder_cache"] or {}
-                    print(f"round {round_} {root.name} {dtype} pool {pool}: {row['samples_per_s']:.0f} samples/s "
+                    shown = pool if pool != "auto" else f"auto ({row['pool_resolved']})"
+                    print(f"round {round_} {root.name} {dtype} pool {shown}: {row['samples_per_s']:.0f} samples/s "
                           f"({row['speed_vs_first']:.2f}x pool {pools[0]}), {row['samples_per_cpu_s']:.0f} per CPU-second "
                           f"({row['cpu_vs_first']:.2f}x), peak RSS {row['peak_rss_mb']:.0f} MB "
                           f"({row['rss_vs_first']:.2f}x), decoder cache misses {cache.get('misses')} evictions "

@@ -76,6 +76,11 @@ class EpisodeTable(Mapping):
         self._videos = {key: VideoColumns(v.file_id[order], v.relpaths, v.from_timestamp_s[order],
                                           v.to_timestamp_s[order], v.whole_files) for key, v in videos.items()}
 
+    @property
+    def videos(self) -> Mapping[str, VideoColumns]:
+        """Each camera's spans, by video key."""
+        return self._videos
+
     def position(self, episode_index: int) -> int:
         """The row of ``episode_index``; KeyError when the dataset has no such episode."""
         row = int(np.searchsorted(self.episode_index, episode_index))
@@ -149,6 +154,11 @@ class EpisodeSelection(Sequence):
     def from_indices(self) -> np.ndarray:
         """Each selected episode's first global ``index`` (``dataset_from_index``)."""
         return self._table.from_index[self.rows]
+
+    def video_files(self) -> int:
+        """The video files the selection's frames are in, every camera's counted (a file per
+        episode and camera in v2.x; shared by many episodes in v3.0)."""
+        return sum(len(np.unique(v.file_id[self.rows])) for v in self._table.videos.values())
 
     def __getitem__(self, k):
         if isinstance(k, slice):

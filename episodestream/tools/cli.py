@@ -31,7 +31,7 @@ _DEMO_POSITIVE = (("--episodes", "episodes"), ("--episode-length", "episode_leng
 def _check_demo_args(args: argparse.Namespace) -> None:
     for option, name in _DEMO_POSITIVE:
         value = getattr(args, name)
-        if value is not None and value < 1:
+        if value is not None and value != "auto" and value < 1:
             raise ValueError(f"{option} must be an integer >= 1, got {value}")
     if args.num_workers < 0:
         raise ValueError(f"--num-workers must be an integer >= 0, got {args.num_workers}")
@@ -87,7 +87,7 @@ def _demo(args: argparse.Namespace) -> int:
             how = f"a DataLoader ({args.num_workers} worker processes)"
         cameras = len(dataset.typed_meta.video_keys)
         print(f"streaming {len(dataset)} samples with {how}, batch size {args.batch_size}, "
-              f"episode pool {args.pool_size}", flush=True)
+              f"episode pool {dataset.episode_pool_size}", flush=True)
         start = time.perf_counter()
         first_batch_s = None
         samples = 0
@@ -331,6 +331,16 @@ def _source(text: str) -> str:
     return os.path.expanduser(text) if text.startswith("~") else text
 
 
+def _pool_size(text: str) -> int | str:
+    """``--pool-size``: an int (checked with the other counts), or ``auto``."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1 or 'auto', got {text!r}") from None
+
+
 def _json_object(text: str) -> dict:
     try:
         value = json.loads(text)
@@ -492,8 +502,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="flat-block frames instead of textured ones: a faster write, but frames that decode "
                            "several times faster than camera video (the throughput is then no decode cost)")
     demo.add_argument("--batch-size", type=int, default=32, help="samples per batch (default: 32)")
-    demo.add_argument("--pool-size", type=int, default=8,
-                      help="episode_pool_size: whole episodes each consumer holds (default: 8)")
+    demo.add_argument("--pool-size", type=_pool_size, default="auto",
+                      help="episode_pool_size: whole episodes each consumer holds, or 'auto' (the default: "
+                           "every episode where the video files are few, else 16)")
     demo.set_defaults(run=_demo)
 
     info = commands.add_parser("info", help="episodes, frames, fps, cameras, codecs, GOP, files and sizes")
