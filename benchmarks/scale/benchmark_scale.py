@@ -3,7 +3,8 @@
 For each size (camera-less datasets of ``--episode-length`` (min, max) frames per episode, written
 once with ``episodestream.tools.synthetic.write_tabular_dataset``) it measures, each in a fresh Python
 process so that RSS and cold caches mean something, for rank 0 of ``--world-size`` with a 16-step
-action window and ``--pool-size`` (``episode_pool_size`` of every streaming dataset it builds, default 16):
+action window and ``--pool-size`` (``episode_pool_size`` of every streaming dataset it builds, default
+16; ``auto`` for the library's default, which is 1,024 on these camera-less datasets):
 
 - construction time (imports excluded) and RSS above an interpreter with torch and episodestream
   imported; ``len``; time from construction to the first streamed sample;
@@ -250,7 +251,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--random-samples", type=int, default=2000)
     parser.add_argument("--worker-batches", type=int, default=20)
-    parser.add_argument("--pool-size", type=int, default=16, help="episode_pool_size of every streaming dataset")
+    parser.add_argument("--pool-size", type=lambda v: v if v == "auto" else int(v), default=16,
+                        help="episode_pool_size of every streaming dataset (an int, or 'auto')")
     parser.add_argument("--kinds", nargs="+", default=KINDS, choices=KINDS)
     parser.add_argument("--output-dir", default="bench_out/scale")
     parser.add_argument("--cache-dir", help="EPISODESTREAM_CACHE_DIR for the runs (default: a fresh folder in "

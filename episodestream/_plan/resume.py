@@ -31,6 +31,7 @@ import numpy as np
 from episodestream._base.options import check_bool, check_int
 from episodestream._plan.sampling import (
     ADMIT,
+    as_array,
     EMIT,
     NO_FRAME,
     ConsumerSchedule,
@@ -250,8 +251,8 @@ def remaining_segments(segments: Sequence[Segment], consumed: Sequence[tuple[int
             continue
         if seg.episode_index not in compare and sum(len(t) for t in taken) == anchors[seg.episode_index]:
             continue
-        frames = np.asarray(seg.frames)
-        keep = ~np.isin(frames, np.concatenate([np.asarray(t) for t in taken]))
+        frames = as_array(seg.frames)
+        keep = ~np.isin(frames, np.concatenate([as_array(t) for t in taken]))
         if keep.any():
             out.append(Segment(seg.episode_index, frames[keep], seg.period))
     return out
