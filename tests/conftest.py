@@ -56,15 +56,13 @@ def pytest_collection(session):
     (~0.4 CPU-s of each test process's start here), and ``gc.freeze()`` afterwards keeps every later
     full collection (and the 5 of pytest's unraisable-exception check at exit) from walking them
     again. Objects the tests make are collected as before; only what collection imported is frozen."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    from episodestream._base.gc_pause import gc_paused
+
+    with gc_paused():
         yield
-    finally:
-        if enabled:
-            gc.collect()  # the imports' own garbage, once, so that it is not frozen with them
-            gc.freeze()
-            gc.enable()
+    if gc.isenabled():
+        gc.collect()  # the imports' own garbage, once, so that it is not frozen with them
+        gc.freeze()
 
 
 def built_once(tmp_path_factory, name: str, build) -> Path:
