@@ -217,7 +217,7 @@ def stream_row(dataset: EpisodeStreamingDataset, *, ms: float, loader: str, coun
             "warmup_batches": warmup, "warmup_s": start - started}
 
 
-def run(root, *, ms: float, modes, dtypes, delta_timestamps, batch_size: int, pool_size: int,
+def run(root, *, ms: float, modes, dtypes, delta_timestamps, batch_size: int, pool_size: int | str,
         threads=LOADER_THREADS, workers=DATALOADER_WORKERS, group_size: int | None = None,
         write_frames: bool = True) -> list[dict]:
     """The rows of every (mode, dtype, loader, count); ``group_size`` None keeps the dataset's default;

@@ -156,7 +156,7 @@ def _warm_samples_per_s(arrivals: list[tuple[float, int]], warmup_batches: int) 
     return sum(n for _, n in arrivals[warmup_batches:]) / (t1 - t0) if t1 > t0 else None
 
 
-def stream(source, *, mode: str, num_workers: int, pool_size: int, batch_size: int, episodes: list[int] | None,
+def stream(source, *, mode: str, num_workers: int, pool_size: int | str, batch_size: int, episodes: list[int] | None,
            uint8: bool, video_keys: list[str], decode_device: str = "cpu", warmup_batches: int = 1,
            remote_options: dict | None = None, keep_dataset: bool = False, loader_kind: str = "dataloader",
            train_step: tuple[str, float] | None = None) -> dict:
@@ -205,7 +205,8 @@ def stream(source, *, mode: str, num_workers: int, pool_size: int, batch_size: i
     latencies_ms = np.concatenate([w["latencies_s"] for w in workers]) * 1000 if loader_kind != "episode" else None
     cache = (None if loader_kind == "episode"
              else {k: sum(w["decoder_cache"][k] for w in workers) for k in ("hits", "misses", "evictions")})
-    result = {"samples": samples, "frames": samples * frames_per_sample, "elapsed_s": elapsed_s,
+    result = {"pool_size": dataset.episode_pool_size,  # what "auto" chose
+              "samples": samples, "frames": samples * frames_per_sample, "elapsed_s": elapsed_s,
               "samples_per_s": samples / elapsed_s, "frames_per_s": samples * frames_per_sample / elapsed_s,
               "warm_samples_per_s": _warm_samples_per_s(arrivals, warmup_batches),
               "first_batch_s": arrivals[0][0], "construct_s": construct_s,
@@ -230,7 +231,7 @@ def stream(source, *, mode: str, num_workers: int, pool_size: int, batch_size: i
     return result
 
 
-def planned_shuffle_quality(root: Path, *, pool_size: int, num_workers: int, batch_sizes) -> list:
+def planned_shuffle_quality(root: Path, *, pool_size: int | str, num_workers: int, batch_sizes) -> list:
     """One consumer's shuffle quality, from its schedule alone (no rows, no video): worker 0 of
     ``num_workers``, against a global shuffle of the epoch (``_plan.shuffle_quality``)."""
     runtime = runtime_of(EpisodeStreamingDataset(root, episode_pool_size=pool_size, seed=0))
@@ -542,7 +543,8 @@ def main(argv=None) -> int:
     parser.add_argument("--height", type=int, default=240)
     parser.add_argument("--width", type=int, default=320)
     parser.add_argument("--num-workers", type=int, default=2)
-    parser.add_argument("--pool-size", type=int, default=16)
+    parser.add_argument("--pool-size", type=lambda v: v if v == "auto" else int(v), default="auto",
+                        help="episode_pool_size: an int, or 'auto' (the library's default)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--sarm-episodes", type=int, help="episodes streamed in sarm mode (its samples decode 8x "
                         f"the frames; default {DEFAULT_SIZE['local'][2]}, remote sources {DEFAULT_SIZE['remote'][2]})")
@@ -624,11 +626,15 @@ def main(argv=None) -> int:
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     dtypes = ("float32", "uint8") if args.dtype == "both" else (args.dtype,)
+    # The pool the streamed source gets: "auto" is planned on the local copy, which it may widen,
+    # where a remote source keeps 16 (episodestream._runtime.pool_size).
+    planned_pool = (args.pool_size if args.pool_size != "auto" else
+                    EpisodeStreamingDataset(root).episode_pool_size if args.source == "local" else 16)
     for loader in LOADERS if args.loader == "both" else (args.loader,):
         workers = 1 if loader == "episode" or args.decode == "cuda" else args.num_workers
-        qualities = planned_shuffle_quality(root, pool_size=args.pool_size, num_workers=workers,
+        qualities = planned_shuffle_quality(root, pool_size=planned_pool, num_workers=workers,
                                             batch_sizes=sorted({args.batch_size, 256}))
-        print(f"shuffle quality ({loader}, pool {args.pool_size}, one consumer of {workers}, planned): "
+        print(f"shuffle quality ({loader}, pool {planned_pool}, one consumer of {workers}, planned): "
               + "; ".join(q.summary() for q in qualities) + "; " + qualities[0].recurrence(), flush=True)
     if stand_in_ms is not None:
         from _stand_in import run as run_stand_in
