@@ -64,14 +64,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--num-threads", type=int, default=None, help="EpisodeLoader decode threads")
-    parser.add_argument("--pool-size", type=int, default=16)
+    parser.add_argument("--pool-size", type=lambda v: v if v == "auto" else int(v), default="auto",
+                        help="episodes each consumer holds: an int, or 'auto' (the library's default)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--output-dir", default="outputs/lerobot_train_cross_embodiment")
     parser.add_argument("--log-every", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     for name in ("steps", "batch_size", "pool_size", "log_every"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) != "auto" and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.weights is not None and args.datasets is not None and len(args.weights) != len(args.datasets):
         parser.error(f"--weights needs one weight per dataset ({len(args.datasets)}), got {len(args.weights)}")

@@ -71,7 +71,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=None, help="learning rate (default: the policy's own)")
     parser.add_argument("--num-threads", type=int, default=None,
                         help="EpisodeLoader decode threads (default: the cores this process may use)")
-    parser.add_argument("--pool-size", type=int, default=16, help="episodes each consumer holds")
+    parser.add_argument("--pool-size", type=lambda v: v if v == "auto" else int(v), default="auto",
+                        help="episodes each consumer holds: an int, or 'auto' (the library's default)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or mps")
     parser.add_argument("--output-dir", default="outputs/lerobot_train_policy")
     parser.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints (0: none)")
@@ -79,7 +80,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     for name in ("steps", "batch_size", "pool_size", "log_every"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) != "auto" and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     return args
 

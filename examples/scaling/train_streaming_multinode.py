@@ -58,7 +58,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--num-threads", type=int, default=None, help="EpisodeLoader decode threads "
                         "(default: the cores this process may use)")
     parser.add_argument("--num-workers", type=int, default=2, help="DataLoader worker processes")
-    parser.add_argument("--pool-size", type=int, default=16)
+    parser.add_argument("--pool-size", type=lambda v: v if v == "auto" else int(v), default="auto",
+                        help="episodes each consumer holds: an int, or 'auto' (the library's default)")
     parser.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (all epochs)")
     parser.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints")
     parser.add_argument("--dummy", action="store_true", help="only load data and log throughput")
