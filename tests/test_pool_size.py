@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from episodestream import EpisodeStreamingDataset
-from episodestream._plan.sampling import EpochPlan, consumer_rng, consumer_schedule
+from episodestream._plan.sampling import EpochPlan, Segment, consumer_rng, consumer_schedule
 from episodestream._plan.shuffle_quality import shuffle_quality
 from episodestream._base.world import World
 from episodestream._runtime.pool_size import (NARROW_POOL, ROWS_BUDGET_BYTES, WIDE_POOL_MAX, choose_pool_size,
@@ -63,7 +63,6 @@ def test_the_auto_pool_shuffles_like_a_global_shuffle():
     holds), one consumer, batch 32: pool 16 draws under half a global shuffle's distinct episodes,
     the widest auto pool >= 0.95."""
     lengths = np.random.default_rng(0).integers(20, 41, 1100)
-    from episodestream._plan.sampling import Segment
     plan = EpochPlan([Segment(i, range(int(n))) for i, n in enumerate(lengths)], seed=0, epoch=0,
                      shuffle=True, world_size=1)
     world = World(0, 1, 0, 1)

@@ -302,11 +302,10 @@ class ConsumerSchedule:
             for i in partial:
                 drawn[i] = self._keys(i)
             keys = np.sort(np.concatenate([drawn[i][1] for i in partial]))
-            closes = self._b[partial.start:partial.stop]
-            closed_frames = np.concatenate([[0], np.cumsum(self._lengths[partial.start:partial.stop][np.argsort(
-                closes, kind="stable")])])
-            closed = np.searchsorted(np.sort(closes), candidates, side="right")  # partial segments with b <= k
-            before = before + np.searchsorted(keys, candidates, side="left") - closed_frames[closed]
+            # b is non-decreasing: the partial segments closed by k are a prefix of them.
+            closed = np.searchsorted(self._b[partial.start:partial.stop], candidates, side="right")
+            closed_frames = self._before[partial.start + closed] - self._before[partial.start]
+            before = before + np.searchsorted(keys, candidates, side="left") - closed_frames
         # count(<k_lo) <= upper(k_lo) <= count, so k_lo qualifies; no k > k_hi does.
         fits = np.flatnonzero(before <= count)
         if not len(fits):

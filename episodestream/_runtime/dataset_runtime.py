@@ -162,7 +162,7 @@ class DatasetRuntime(StreamRuntime):
         # Local rows wait for their first emit (``HeldEpisodes``): a wide pool's admissions before
         # its first batch would otherwise all read first. Prefetched rows are read ahead anyway.
         pool = HeldEpisodes(rows or self.core.row_reader(), videos, admit_video=not videos.prefetches,
-                            read_rows="at_hold" if videos.prefetches else "at_first_use")
+                            rows_at_first_use=not videos.prefetches)
         pending: list[PendingSample] = []
         evicted: list[EpisodeInfo] = []
         if videos.prefetches:
@@ -170,9 +170,6 @@ class DatasetRuntime(StreamRuntime):
         try:
             for kind, episode_index, frame in steps:
                 if kind == EMIT:
-                    if not pool.has_rows(episode_index):
-                        with trace_span("read_rows", cat="rows", level="detailed", episode=episode_index):
-                            pool.rows(episode_index)
                     with trace_span("plan", cat="samples", level="detailed", episode=episode_index, frame=frame):
                         pending.append(builder.plan(pool.rows(episode_index), frame, videos))
                     if len(pending) >= group_size:
@@ -181,8 +178,7 @@ class DatasetRuntime(StreamRuntime):
                 elif kind == ADMIT:
                     if episode_index not in pool:
                         trace_instant("admit", cat="pool", episode=episode_index)
-                    with trace_span("hold", cat="rows", level="detailed", episode=episode_index):
-                        pool.hold(episodes[episode_index])
+                    pool.hold(episodes[episode_index])  # its rows' read is traced where it happens
                 elif (episode := pool.release(episode_index)) is not None:
                     trace_instant("evict", cat="pool", episode=episode_index)
                     # Its rows are gone now (plan() copied what it needs); its video bytes go only

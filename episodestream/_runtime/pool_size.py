@@ -51,9 +51,9 @@ def row_bytes_per_frame(meta: DatasetMeta) -> int:
     counted as its pixels, a string as ``_TEXT_BYTES``)."""
     total = 0
     for feature in meta.features.values():
-        values = math.prod(feature.shape) if feature.shape else 1
         if feature.dtype == "video":
             continue
+        values = math.prod(feature.shape) if feature.shape else 1
         if is_numeric(feature.dtype):
             total += values * sample_dtype(feature.dtype).itemsize
         elif feature.dtype == "image":

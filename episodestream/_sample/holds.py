@@ -1,7 +1,7 @@
 """The lifetime of "an episode's rows in RAM plus its video admitted", for the stream's pool and
 the map-style dataset's few cached episodes alike.
 
-An episode is held by a count of holds: the first reads its rows (or, with ``read_rows="at_first_use"``,
+An episode is held by a count of holds: the first reads its rows (or, with ``rows_at_first_use``,
 leaves that to the first ``rows`` call) and (unless the caller prefetches video itself) admits its
 video; the last release drops the rows and hands the episode back, so the caller evicts its video
 once nothing pending still needs the bytes (the pool evicts after the group's decode; map-style at
@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Protocol
 
+from episodestream._base.tracing import trace_span
 from episodestream._format.files import EpisodeVideos
 from episodestream._format.metadata import EpisodeInfo
 from episodestream._format.rows import EpisodeRows
@@ -37,20 +38,16 @@ class _Held:
         self.episode, self.rows, self.holds = episode, rows, 0
 
 
-READ_ROWS = ("at_hold", "at_first_use")
-
 
 class HeldEpisodes:
     """Episodes held in RAM, oldest first (the order ``oldest`` and ``hold`` keep as an LRU)."""
 
     def __init__(self, reader: RowSource, videos: EpisodeVideos, *, admit_video: bool = True,
-                 read_rows: str = "at_hold") -> None:
-        if read_rows not in READ_ROWS:
-            raise ValueError(f"read_rows must be one of {READ_ROWS}, got {read_rows!r}")
+                 rows_at_first_use: bool = False) -> None:
         self._reader = reader
         self._videos = videos
         self._admit_video = admit_video
-        self._read_at_hold = read_rows == "at_hold"
+        self._rows_at_first_use = rows_at_first_use
         self._held: OrderedDict[int, _Held] = OrderedDict()
 
     def __len__(self) -> int:
@@ -64,7 +61,7 @@ class HeldEpisodes:
         unless they wait for their first use); it becomes the most recently used."""
         held = self._held.get(episode.episode_index)
         if held is None:
-            rows = self._reader.read(episode) if self._read_at_hold else None
+            rows = None if self._rows_at_first_use else self._read(episode)
             if self._admit_video:
                 self._videos.admit(episode)
             try:
@@ -82,12 +79,12 @@ class HeldEpisodes:
         """The rows of a held episode (read now if they waited for their first use)."""
         held = self._held[episode_index]
         if held.rows is None:
-            held.rows = self._reader.read(held.episode)
+            held.rows = self._read(held.episode)
         return held.rows
 
-    def has_rows(self, episode_index: int) -> bool:
-        """Whether a held episode's rows are read."""
-        return self._held[episode_index].rows is not None
+    def _read(self, episode: EpisodeInfo) -> EpisodeRows:
+        with trace_span("read_rows", cat="rows", level="detailed", episode=episode.episode_index):
+            return self._reader.read(episode)
 
     def touch(self, episode_index: int) -> EpisodeRows:
         """The rows of a held episode, which becomes the most recently used."""
