@@ -17,7 +17,7 @@ import torch.utils.data
 
 from episodestream._base.options import check_bool, check_int
 from episodestream._runtime.placement import resolve_rank
-from episodestream._runtime.pool_size import AUTO, NARROW_POOL, choose_pool_size
+from episodestream._runtime.pool_size import AUTO, choose_pool_size
 from episodestream._runtime.accelerate_guard import accelerate_resharding
 from episodestream._runtime.core import DatasetCore, DatasetFacts
 from episodestream._runtime.dataset_runtime import DatasetRuntime, StreamSettings, default_decode_group_size
@@ -118,15 +118,19 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
             decode_group_size = check_int("decode_group_size", decode_group_size, minimum=1)
         rank, world_size = resolve_rank(rank, world_size)
         # local_cache_dir: a local folder's cache_dir is where compute_stats() keeps its results.
-        # "auto" widens local pools only: a remote source's node cache budgets for the narrow one.
-        self._core = DatasetCore(source, **options, local_cache_dir=True, episode_weights=episode_weights,
-                                 episodes_in_flight=(given_pool or NARROW_POOL) + prefetch_episodes + 1)
+        # "auto" is chosen within a remote cache_limit, then checked against it like a given pool.
+        self._core = core = DatasetCore(source, **options, local_cache_dir=True, episode_weights=episode_weights,
+                                        episodes_in_flight=None if given_pool is None else
+                                        given_pool + prefetch_episodes + 1)
         if given_pool is None:
-            choice = choose_pool_size(self._core.meta, self._core.episodes,
-                                      remote=not self._core.files.videos_stay_in_place)
+            # The widest pool is asked about first: the longest episodes' files it looks up cover
+            # every narrower pool's, so a source whose files are looked up by name is asked once.
+            choice = choose_pool_size(core.meta, core.episodes, remote=not core.files.videos_stay_in_place,
+                                      cache_holds=lambda pool: core.files.cache_holds(
+                                          core.meta, episodes_in_flight=pool + prefetch_episodes + 1))
             given_pool = choice.size
-            log.info("episode_pool_size 'auto' for %s: %d (%s)", self._core.files.description, choice.size,
-                     choice.reason)
+            log.info("episode_pool_size 'auto' for %s: %d (%s)", core.files.description, choice.size, choice.reason)
+            core.files.check_cache_budget(core.meta, episodes_in_flight=given_pool + prefetch_episodes + 1)
         settings = StreamSettings(
             episode_pool_size=given_pool, shuffle=shuffle, seed=seed,
             decode_group_size=decode_group_size or default_decode_group_size(self._core.meta),

@@ -1,4 +1,5 @@
-"""``episode_pool_size="auto"``: wide where the layout makes it free, 16 elsewhere, and why."""
+"""``episode_pool_size="auto"``: wide where the layout makes it free, the spread pool (64, or what the
+decoder cache holds) elsewhere, and why."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from episodestream import EpisodeStreamingDataset
 from episodestream._plan.sampling import EpochPlan, Segment, consumer_rng, consumer_schedule
 from episodestream._plan.shuffle_quality import shuffle_quality
 from episodestream._base.world import World
-from episodestream._runtime.pool_size import (NARROW_POOL, ROWS_BUDGET_BYTES, WIDE_POOL_MAX, choose_pool_size,
-                                              row_bytes_per_frame)
+from episodestream._runtime.pool_size import (NARROW_POOL, ROWS_BUDGET_BYTES, SPREAD_POOL, WIDE_POOL_MAX,
+                                              choose_pool_size, row_bytes_per_frame, spread_pool)
+from episodestream._sample.video.decoder_cache import MAX_DECODERS
 
 
 def test_auto_holds_every_episode_where_the_video_files_fit(many_episodes_root, caplog):
-    """20 episodes in 3 video files of one camera (a pool of 16 may keep 16 open): the pool holds
+    """20 episodes in 3 video files of one camera (a pool of 64 may keep 64 open): the pool holds
     them all, one more than a consumer can own, and the choice is logged with its reason; never
     narrower than 16, and a number given is kept."""
     with caplog.at_level(logging.INFO, logger="episodestream.streaming"):
@@ -46,30 +48,77 @@ class _Selection:
         return self._files
 
 
-def test_auto_stays_narrow_where_a_wide_pool_costs_decoders_or_the_node_cache(many_episodes_root):
+def test_auto_spreads_where_a_wide_pool_costs_decoders_or_the_node_cache(many_episodes_root):
     meta = EpisodeStreamingDataset(many_episodes_root, episode_pool_size=1).typed_meta  # 1 camera
-    assert choose_pool_size(meta, _Selection(500, 16), remote=False).size == 501
-    more_files = choose_pool_size(meta, _Selection(500, 17), remote=False)  # v2.x: a file per episode and camera
-    assert more_files.size == NARROW_POOL and "17 video files" in more_files.reason
-    assert choose_pool_size(meta, _Selection(500, 4), remote=True).size == NARROW_POOL
+    assert spread_pool(meta) == SPREAD_POOL
+    assert choose_pool_size(meta, _Selection(500, SPREAD_POOL), remote=False).size == 501
+    more_files = choose_pool_size(meta, _Selection(500, 65), remote=False)  # v2.x: a file per episode and camera
+    assert more_files.size == SPREAD_POOL and "65 video files" in more_files.reason
+    assert choose_pool_size(meta, _Selection(500, 4), remote=True).size == SPREAD_POOL
     assert choose_pool_size(meta, _Selection(5000, 4), remote=False).size == WIDE_POOL_MAX
     assert choose_pool_size(meta, _Selection(3, 4), remote=False).size == NARROW_POOL  # never below 16
+    assert choose_pool_size(meta, _Selection(40, 100), remote=False).size == 41  # no wider than its episodes + 1
     long_episodes = _Selection(5000, 4, length=ROWS_BUDGET_BYTES // row_bytes_per_frame(meta) // 100)
     assert choose_pool_size(meta, long_episodes, remote=False).size == 100  # the rows budget
+    longer = _Selection(5000, 500, length=ROWS_BUDGET_BYTES // row_bytes_per_frame(meta) // 20)
+    assert choose_pool_size(meta, longer, remote=False).size == 20  # the spread pool within the rows budget
+    huge = _Selection(5000, 500, length=ROWS_BUDGET_BYTES // row_bytes_per_frame(meta))
+    assert choose_pool_size(meta, huge, remote=False).size == NARROW_POOL  # never below 16
+
+
+def test_a_remote_auto_pool_is_what_the_cache_limit_holds(many_episodes_root):
+    meta = EpisodeStreamingDataset(many_episodes_root, episode_pool_size=1).typed_meta
+    asked: list[int] = []
+
+    def holds(limit: int):
+        def check(pool: int) -> bool:
+            asked.append(pool)
+            return pool <= limit
+        return check
+
+    assert choose_pool_size(meta, _Selection(500, 4), remote=True, cache_holds=holds(64)).size == 64
+    choice = choose_pool_size(meta, _Selection(500, 4), remote=True, cache_holds=holds(40))
+    assert choice.size == 32 and "cache_limit holds a pool of 32" in choice.reason
+    # Nothing wider fits: the floor, which the dataset's own cache check refuses if it does not fit.
+    assert choose_pool_size(meta, _Selection(500, 4), remote=True, cache_holds=holds(3)).size == NARROW_POOL
+    assert asked == [64, 64, 48, 32, 64, 48, 32, 16]  # the widest first, until one fits
+
+
+def test_the_spread_pool_keeps_every_cameras_files_in_the_decoder_cache():
+    class _Meta:
+        def __init__(self, cameras: int) -> None:
+            self.video_keys = [f"observation.images.{i}" for i in range(cameras)]
+
+    assert [spread_pool(_Meta(c)) for c in (0, 1, 2, 3, 4, 16)] == [64, 64, 64, 42, 32, 16]
+    assert all(spread_pool(_Meta(c)) * c <= MAX_DECODERS for c in (1, 2, 3, 4, 8))
 
 
 def test_the_auto_pool_shuffles_like_a_global_shuffle():
     """What the choice buys, planned: 1,100 episodes of 20-40 frames (more than the widest auto pool
-    holds), one consumer, batch 32: pool 16 draws under half a global shuffle's distinct episodes,
-    the widest auto pool >= 0.95."""
+    holds), one consumer, batch 32: the spread pool and the widest auto pool >= 0.95 of a global
+    shuffle's distinct episodes; the old default of 16 under 0.55, and under 0.85 with 64 iid keys
+    (each frame's key drawn on its own, as before /4: stratifying is what the spread pool needs)."""
     lengths = np.random.default_rng(0).integers(20, 41, 1100)
     plan = EpochPlan([Segment(i, range(int(n))) for i, n in enumerate(lengths)], seed=0, epoch=0,
                      shuffle=True, world_size=1)
     world = World(0, 1, 0, 1)
 
-    def ratio(pool: int) -> float:
+    def ratio(pool: int, iid: bool = False) -> float:
         steps = consumer_schedule(plan.share(world), pool_size=pool, shuffle=True, rng=consumer_rng(0, 0, world))
+        if iid:
+            steps._keys = lambda i: _iid_keys(steps, i)  # type: ignore[method-assign]
         return shuffle_quality(steps, 32, frame_counts=lengths).ratio
 
-    assert ratio(NARROW_POOL) < 0.5
+    assert ratio(NARROW_POOL) < 0.55
+    assert ratio(SPREAD_POOL, iid=True) < 0.85
+    assert ratio(SPREAD_POOL) >= 0.95
     assert ratio(WIDE_POOL_MAX) >= 0.95
+
+
+def _iid_keys(schedule, i: int) -> tuple[np.ndarray, np.ndarray]:
+    """Segment ``i``'s keys drawn independently and uniformly in its window (the /3 schedule's)."""
+    frames = np.asarray(schedule._segments[i].frames)
+    a, b = int(schedule._a[i]), int(schedule._b[i])
+    keys = a + (b - a) * np.random.default_rng(i).random(len(frames))
+    order = np.argsort(keys, kind="stable")
+    return frames[order], keys[order]

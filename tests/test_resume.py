@@ -196,11 +196,14 @@ def test_state_without_trainer_fields_is_explained(many_episodes_root):
         dataset.load_state_dict(trainer_state)
     with pytest.raises(ValueError, match="Not an episodestream stream state"):
         dataset.load_state_dict({"epoch": 1})
-    # A state of an earlier version, whose schedule emits another order: refused, saying why.
-    older = {**trainer_state, "batches_consumed": 1, "batch_size": 4, "num_workers": 0,
-             "format": "episodestream.stream_state/2"}
-    with pytest.raises(ValueError, match=r"another episodestream version \(format 'episodestream.stream_state/2'"):
-        dataset.load_state_dict(older)
+    # A state of an earlier version, whose schedule emits another order: refused, saying why
+    # (/3: iid keys, /2: no ramp).
+    assert trainer_state["format"] == "episodestream.stream_state/4"
+    for version in (3, 2):
+        older = {**trainer_state, "batches_consumed": 1, "batch_size": 4, "num_workers": 0,
+                 "format": f"episodestream.stream_state/{version}"}
+        with pytest.raises(ValueError, match=rf"another episodestream version \(format 'episodestream.stream_state/{version}'"):
+            dataset.load_state_dict(older)
     with pytest.raises(ValueError, match=r"another episodestream version"):
         dataset.load_state_dict({**older, "consumer": {"format": "episodestream.stream_state/2"}})
 

@@ -221,3 +221,21 @@ def test_the_pool_ramps_up_one_two_four_episodes_then_holds_a_full_window():
     assert growth[:6] == [1, 2, 4, 8, pool_size - 1, pool_size]
     _check_pool(steps, pool_size)
     assert Counter(_emits(steps)) == Counter((s.episode_index, f) for s in plan.share(world).segments for f in s.frames)
+
+
+def test_keys_are_stratified_over_each_window():
+    """Each of a segment's n frames gets one key in its own n-th of the segment's window (so one
+    episode's frames spread over the slots it is pooled for), every frame once, keys sorted."""
+    rng = np.random.default_rng(7)
+    for config in range(40):
+        segments = _segments(rng)
+        plan = EpochPlan(segments, seed=config, epoch=0, shuffle=True, world_size=1)
+        world = World(0, 1, 0, 1)
+        schedule = consumer_schedule(plan.share(world), pool_size=int(rng.integers(1, 20)), shuffle=True,
+                                     rng=consumer_rng(config, 0, world))
+        for i, segment in enumerate(schedule.share.segments):
+            frames, keys = schedule._keys(i)
+            a, b, n = int(schedule._a[i]), int(schedule._b[i]), len(segment)
+            assert sorted(frames.tolist()) == sorted(np.asarray(segment.frames).tolist())
+            assert np.all((keys >= a) & (keys < b)) and np.all(np.diff(keys) > 0)
+            np.testing.assert_array_equal(np.floor((keys - a) * n / (b - a)), np.arange(n))

@@ -166,6 +166,11 @@ class DatasetFiles(abc.ABC):
         Sources read in place keep no cache: nothing to check. Remote sources override it.
         """
 
+    def cache_holds(self, meta: EpisodesOf, *, episodes_in_flight: int) -> bool:
+        """Whether ``check_cache_budget(meta, episodes_in_flight=...)`` would pass: a question, where
+        that check refuses (and closes the source). Sources read in place keep no cache."""
+        return True
+
 
 def check_relpath(relpath: str, *, what: str) -> str:
     """Normalise a dataset-relative path; refuse absolute paths and ones that escape the root.

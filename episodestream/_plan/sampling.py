@@ -229,11 +229,11 @@ class ConsumerSchedule:
     ``i`` gets a window ``[a_i, b_i)`` of slots, normally ``[i, i + pool_size)`` (the first ones start
     on a ramp, segment ``i`` at slot ``i.bit_length()``, so that the first draws need one episode and
     the pool fills by slot log2(pool_size); the last ones end at slot n), and each of its frames a key
-    drawn uniformly in its window. Frames are emitted in
-    key order, slot by slot; a segment is admitted when its window opens and evicted when it closes,
-    so the pool never holds more than ``pool_size`` segments and every slot's frames are drawn from
-    up to ``pool_size`` episodes. Without ``shuffle``, segments and frames come in order (windows of
-    one slot, keys in frame order).
+    in its window, one per equal stratum of it (``_keys``). Frames are emitted in key order, slot by
+    slot; a segment is admitted when its window opens and evicted when it closes, so the pool never
+    holds more than ``pool_size`` segments and every slot's frames are drawn from up to
+    ``pool_size`` episodes. Without ``shuffle``, segments and frames come in order (windows of one
+    slot, keys in frame order).
 
     Why keys rather than one draw per emit: a segment's keys come from its own counter-based
     generator (Philox, counter = segment number), so where a consumer stands after ``count`` emits
@@ -270,10 +270,17 @@ class ConsumerSchedule:
         a, b = int(self._a[i]), int(self._b[i])
         if not self.shuffle:
             return frames, a + (np.arange(len(frames)) + 0.5) / len(frames)
-        bits = np.random.Philox(key=self._key_seed, counter=[0, i, 0, 0])
-        keys = a + (b - a) * np.random.Generator(bits).random(len(frames))
-        order = np.argsort(keys, kind="stable")
-        return frames[order], keys[order]
+        # Stratified: the window is cut into one equal stratum per frame, each gets a random frame
+        # (a permutation) at a random point inside it. Every stretch of slots then takes its share
+        # of each pooled segment's frames, so a batch spreads over the pool's episodes as a global
+        # shuffle's does, where iid keys clump (docs/shuffle-quality.md). The keys come out sorted.
+        n = len(frames)
+        rng = np.random.Generator(np.random.Philox(key=self._key_seed, counter=[0, i, 0, 0]))
+        order = rng.permutation(n)
+        keys = a + (b - a) * ((np.arange(n) + rng.random(n)) / n)
+        # Rounding may carry the last key onto b, where the segment has left the pool.
+        np.minimum(keys, np.nextafter(float(b), float(a)), out=keys)
+        return frames[order], keys
 
     # -- where a consumer stands after ``count`` emits -----------------------------------------
 

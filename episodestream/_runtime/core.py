@@ -79,7 +79,7 @@ class DatasetCore:
 
     @takes_source_options
     def __init__(self, source: str | os.PathLike, *, episode_weights: Mapping[int, float] | str | None = None,
-                 episodes_in_flight: int = 1, local_cache_dir: bool = False,
+                 episodes_in_flight: int | None = 1, local_cache_dir: bool = False,
                  **options: Unpack[SourceOptions]) -> None:
         revision, episodes, keep_frames = options["revision"], options["episodes"], options["keep_frames"]
         delta_timestamps, tolerance_s = options["delta_timestamps"], options["tolerance_s"]
@@ -102,8 +102,9 @@ class DatasetCore:
                                  hub_endpoint=hub_endpoint, download_config=download_config)
         self.meta = load_metadata(self.files)
         # A remote cache must hold what one consumer keeps in flight; refuse a smaller budget now
-        # rather than stall mid-epoch.
-        self.files.check_cache_budget(self.meta, episodes_in_flight=episodes_in_flight)
+        # rather than stall mid-epoch (None: the caller checks, once it has chosen its pool).
+        if episodes_in_flight is not None:
+            self.files.check_cache_budget(self.meta, episodes_in_flight=episodes_in_flight)
         self.lerobot_meta = LeRobotMeta(typed=self.meta, files=self.files, source=source, revision=revision,
                                         depth_output_unit=depth_output_unit)
         if is_predicate(episodes):

@@ -27,7 +27,8 @@ from episodestream._runtime.resumable import LoadedRequest
 from episodestream._runtime.stream import ConsumerStream
 from episodestream._runtime.stream_runtime import StreamRuntime
 
-MIXTURE_STATE_FORMAT = "episodestream.mixture_state/2"
+# /3: its components' schedules draw stratified keys (``_plan.resume.STATE_FORMAT`` /4).
+MIXTURE_STATE_FORMAT = "episodestream.mixture_state/3"
 
 
 

@@ -1,25 +1,28 @@
-"""``episode_pool_size="auto"``: a pool as wide as the source's layout makes free, else 16.
+"""``episode_pool_size="auto"``: a pool as wide as the source's layout makes free, else 64.
 
-Why a layout decides: a batch draws from at most the pool's episodes, so a pool of 16 gives a batch
-of 32 under half the distinct episodes of a global shuffle (``_plan.shuffle_quality``); about 320
-reach 0.95 of it, and a pool wider than a consumer's episodes shuffles its whole share. What a wider
-pool costs is not rows (tabular, small) but decoders: every pooled episode's video files stay in
-reach of every decode thread. Where the selection's video files (every camera's) are no more than
-a pool of 16 may already keep open (16 x cameras, at most the decoder cache's cap), a wide pool
-opens no decoder that 16 would not, so it streams as fast in as much memory (docs/benchmarks.md,
-"Shuffle quality"); elsewhere, a file per episode and camera (v2.x) or more files than that, it
-would open and close decoders per sample, and it stays 16. A remote source stays 16 too: each
-pooled episode's video is its own node-cache entry, held on disk while pooled.
+Why a layout decides: a batch draws from at most the pool's episodes. With the schedule's
+stratified keys (``_plan.sampling``) a pool of 64 gives a batch of 32 about 0.96 of a global
+shuffle's distinct episodes, 16 about half (``_plan.shuffle_quality``, docs/benchmarks.md). What a
+wider pool costs is not rows (tabular, small) but decoders: every pooled episode's video files stay
+in reach of every decode thread, whose decoder cache holds at most ``MAX_DECODERS``. So:
 
-The wide pool is the selection's episodes + 1 (one more than a consumer can own: a pool of exactly
-its episodes would give the last one a one-slot window), at most 1,024 and at most what
-``ROWS_BUDGET_BYTES`` of rows hold.
+- the *spread* pool is 64, or fewer where 64 x cameras would pass that cap, where the rows budget
+  below holds fewer, or where the selection has fewer episodes (at least 16);
+- where the selection's video files (every camera's) are no more than the spread pool may keep open
+  anyway, a wide pool opens no decoder that the spread one would not, so it streams as fast in as
+  much memory: the pool is the selection's episodes + 1 (one more than a consumer can own: a pool
+  of exactly its episodes would give the last one a one-slot window), at most 1,024 and at most what
+  ``ROWS_BUDGET_BYTES`` of rows hold;
+- elsewhere (a file per episode and camera, v2.x, or more files than that) it is the spread pool;
+- a remote source gets the spread pool as far as ``cache_limit`` holds it (each pooled episode's
+  video is a node-cache entry, on disk while pooled), and never a wide one.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +35,8 @@ from episodestream._sample.video.decoder_cache import MAX_DECODERS
 log = logging.getLogger(__name__)
 
 AUTO = "auto"
-NARROW_POOL = 16  # the pool where a wide one costs decoders; every release before "auto" defaulted to it
+NARROW_POOL = 16  # the floor; every release before "auto" defaulted to it
+SPREAD_POOL = 64  # with stratified keys, 0.96 of a global shuffle's distinct episodes at batch 32
 WIDE_POOL_MAX = 1024  # 0.98 of a global shuffle's distinct episodes at batch 32 on 2,000 episodes
 ROWS_BUDGET_BYTES = 256 * 2**20  # a consumer's pooled rows, estimated from the features' shapes
 _TEXT_BYTES = 64  # a string or language row's guess: their sizes are not in info.json
@@ -63,25 +67,42 @@ def row_bytes_per_frame(meta: DatasetMeta) -> int:
     return max(1, total)
 
 
-def choose_pool_size(meta: DatasetMeta, selection: EpisodeSelection, *, remote: bool) -> PoolChoice:
-    """What ``episode_pool_size="auto"`` is for this selection of this source (module docstring)."""
-    if remote:
-        return PoolChoice(NARROW_POOL, "a remote source: each pooled episode's video is held in the node cache")
+def spread_pool(meta: DatasetMeta) -> int:
+    """The pool whose episodes' files (one per camera each, at worst) a decoder cache keeps open."""
     cameras = len(meta.video_keys)
-    files = selection.video_files() if cameras else 0
-    cap = min(MAX_DECODERS, NARROW_POOL * cameras)
-    if files > cap:
-        return PoolChoice(NARROW_POOL, f"the selection's frames are in {files} video files ({cameras} camera(s)), "
-                                       f"more than the {cap} decoders a pool of {NARROW_POOL} may keep open")
+    return max(NARROW_POOL, min(SPREAD_POOL, MAX_DECODERS // cameras)) if cameras else SPREAD_POOL
+
+
+def choose_pool_size(meta: DatasetMeta, selection: EpisodeSelection, *, remote: bool,
+                     cache_holds: Callable[[int], bool] | None = None) -> PoolChoice:
+    """What ``episode_pool_size="auto"`` is for this selection of this source (module docstring);
+    ``cache_holds(pool)``: whether a remote source's ``cache_limit`` holds what that pool keeps."""
+    cameras = len(meta.video_keys)
+    spread = spread_pool(meta)
     episode_bytes = row_bytes_per_frame(meta) * max(1.0, float(np.mean(selection.lengths)))
     by_rows = int(ROWS_BUDGET_BYTES // episode_bytes)
-    size = max(NARROW_POOL, min(WIDE_POOL_MAX, len(selection) + 1, by_rows))
-    if size == len(selection) + 1:
+    rows_why = f"{ROWS_BUDGET_BYTES // 2**20} MiB of rows (~{episode_bytes / 2**10:.0f} KiB per episode) hold {by_rows}"
+    # Nor need it pass the selection's episodes + 1 (a consumer owns at most those); never below 16.
+    spread = max(NARROW_POOL, min(spread, by_rows, len(selection) + 1))
+    if remote:
+        candidates = (p for p in (spread, spread * 3 // 4, spread // 2, NARROW_POOL) if p >= NARROW_POOL)
+        size = next((p for p in candidates if cache_holds is None or cache_holds(p)), NARROW_POOL)
+        why = ("a remote source: each pooled episode's video is held in the node cache"
+               + ("" if size == spread else f", and cache_limit holds a pool of {size}, not {spread}"))
+        return PoolChoice(size, why)
+    files = selection.video_files() if cameras else 0
+    cap = min(MAX_DECODERS, spread * cameras)
+    if files > cap:
+        return PoolChoice(spread, f"the selection's frames are in {files} video files ({cameras} camera(s)), "
+                                  f"more than the {cap} decoders a pool of {spread} may keep open")
+    wide = min(WIDE_POOL_MAX, len(selection) + 1, by_rows)
+    size = max(spread, wide)
+    if wide == len(selection) + 1:
         why = f"every selected episode ({len(selection)}) fits"
-    elif size == by_rows:
-        why = f"{ROWS_BUDGET_BYTES // 2**20} MiB of rows (~{episode_bytes / 2**10:.0f} KiB per episode) hold {by_rows}"
+    elif wide == by_rows:
+        why = rows_why
     else:
         why = f"at most {WIDE_POOL_MAX}"
-    fit = (f"{files} video file(s) fit the decoders a pool of {NARROW_POOL} keeps" if cameras
+    fit = (f"{files} video file(s) fit the decoders a pool of {spread} keeps" if cameras
            else "no video to decode")
     return PoolChoice(size, f"{fit}; {why}")

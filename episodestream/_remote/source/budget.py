@@ -135,6 +135,16 @@ def check_cache_budget(files: CachedFiles, meta: EpisodesOf | None, episodes_in_
         raise
 
 
+def cache_holds(files: CachedFiles, meta: EpisodesOf, episodes_in_flight: int) -> bool:
+    """Whether ``check_cache_budget`` would pass for ``episodes_in_flight``, without refusing."""
+    limit = files.cache.limit_bytes
+    if limit is None:
+        return True
+    need = minimum_cache_bytes(files, meta, episodes_in_flight)
+    _, own, others = files.pinned_bytes()
+    return need <= limit and others + max(own, need) <= limit
+
+
 def check_pinned_room(files: CachedFiles, need: int, needs: str) -> None:
     """Raise ``CacheFullError`` when pinned entries leave ``files.cache`` less than ``need`` bytes.
 

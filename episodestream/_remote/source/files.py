@@ -332,6 +332,9 @@ class RemoteFiles(DatasetFiles):
         largest episodes' video (``_remote.source.budget``)."""
         return _budget.minimum_cache_bytes(self, meta, episodes_in_flight)
 
+    def cache_holds(self, meta: EpisodesOf, *, episodes_in_flight: int) -> bool:
+        return _budget.cache_holds(self, meta, episodes_in_flight)
+
     def check_cache_budget(self, meta: EpisodesOf | None = None, *, episodes_in_flight: int = 0) -> None:
         """Refuse a ``cache_limit`` below ``minimum_cache_bytes`` (the metadata alone without ``meta``)
         (``ValueError``), or one that pinned entries already in the cache leave too little of
