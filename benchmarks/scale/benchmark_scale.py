@@ -4,7 +4,7 @@ For each size (camera-less datasets of ``--episode-length`` (min, max) frames pe
 once with ``episodestream.tools.synthetic.write_tabular_dataset``) it measures, each in a fresh Python
 process so that RSS and cold caches mean something, for rank 0 of ``--world-size`` with a 16-step
 action window and ``--pool-size`` (``episode_pool_size`` of every streaming dataset it builds, default
-16; ``auto`` for the library's default, which is 1,024 on these camera-less datasets):
+16; ``auto`` for the library's default, which is 512 on these camera-less datasets):
 
 - construction time (imports excluded) and RSS above an interpreter with torch and episodestream
   imported; ``len``; time from construction to the first streamed sample;

@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     parser.add_argument("--episodes", type=int, default=2000)
     parser.add_argument("--min-frames", type=int, default=150)
     parser.add_argument("--max-frames", type=int, default=400)
-    parser.add_argument("--pool-sizes", default="16,32,64,128,256,1024")
+    parser.add_argument("--pool-sizes", default="16,32,64,128,256,512,1024")
     parser.add_argument("--batch-sizes", default="32,256")
     parser.add_argument("--world-size", type=int, default=1)
     parser.add_argument("--num-workers", type=int, default=1)

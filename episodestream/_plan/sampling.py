@@ -16,6 +16,7 @@ uneven split.
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -250,6 +251,9 @@ class ConsumerSchedule:
         self.pool_frames = int(self._before[-1])
         # Both drawn first, so that neither depends on how far the consumer walks.
         self._key_seed, self._fill_seed = (int(v) for v in rng.integers(2**63, size=2))
+        self._bits = np.random.Philox(key=self._key_seed)
+        self._key_words = self._bits.state["state"]["key"].copy()
+        self._key_rng, self._key_lock = np.random.Generator(self._bits), threading.Lock()
         index = np.arange(n, dtype=np.int64)
         width = pool_size if shuffle else 1
         # Window [a_i, b_i) of slots; a, b non-decreasing. The first segments open on a ramp: segment
@@ -275,12 +279,24 @@ class ConsumerSchedule:
         # of each pooled segment's frames, so a batch spreads over the pool's episodes as a global
         # shuffle's does, where iid keys clump (docs/shuffle-quality.md). The keys come out sorted.
         n = len(frames)
-        rng = np.random.Generator(np.random.Philox(key=self._key_seed, counter=[0, i, 0, 0]))
-        order = rng.permutation(n)
-        keys = a + (b - a) * ((np.arange(n) + rng.random(n)) / n)
+        with self._key_lock:
+            rng = self._segment_rng(i)
+            order = rng.permutation(n)
+            keys = a + (b - a) * ((np.arange(n) + rng.random(n)) / n)
         # Rounding may carry the last key onto b, where the segment has left the pool.
         np.minimum(keys, np.nextafter(float(b), float(a)), out=keys)
         return frames[order], keys
+
+    def _segment_rng(self, i: int) -> np.random.Generator:
+        """The generator of segment ``i``'s keys: Philox keyed by the schedule, its counter the
+        segment's number, as ``Philox(key=..., counter=[0, i, 0, 0])`` makes it. One generator is
+        re-pointed per segment (under ``_key_lock``): constructing one cost ~4x as much, paid for
+        thousands of segments on each elastic resume."""
+        bits = self._bits
+        bits.state = {"bit_generator": "Philox", "buffer_pos": 4, "has_uint32": 0, "uinteger": 0,
+                      "buffer": np.zeros(4, np.uint64),
+                      "state": {"counter": np.array([0, i, 0, 0], np.uint64), "key": self._key_words}}
+        return self._key_rng
 
     # -- where a consumer stands after ``count`` emits -----------------------------------------
 

@@ -11,7 +11,7 @@ in reach of every decode thread, whose decoder cache holds at most ``MAX_DECODER
 - where the selection's video files (every camera's) are no more than the spread pool may keep open
   anyway, a wide pool opens no decoder that the spread one would not, so it streams as fast in as
   much memory: the pool is the selection's episodes + 1 (one more than a consumer can own: a pool
-  of exactly its episodes would give the last one a one-slot window), at most 1,024 and at most what
+  of exactly its episodes would give the last one a one-slot window), at most 512 and at most what
   ``ROWS_BUDGET_BYTES`` of rows hold;
 - elsewhere (a file per episode and camera, v2.x, or more files than that) it is the spread pool;
 - a remote source gets the spread pool as far as ``cache_limit`` holds it (each pooled episode's
@@ -37,7 +37,9 @@ log = logging.getLogger(__name__)
 AUTO = "auto"
 NARROW_POOL = 16  # the floor; every release before "auto" defaulted to it
 SPREAD_POOL = 64  # with stratified keys, 0.96 of a global shuffle's distinct episodes at batch 32
-WIDE_POOL_MAX = 1024  # 0.98 of a global shuffle's distinct episodes at batch 32 on 2,000 episodes
+# 0.99 of a global shuffle's distinct episodes at batch 256 on 2,000 episodes (1,024: 1.03), at half
+# 1,024's elastic-resume planning (keys of ~2 x pool segments per earlier consumer).
+WIDE_POOL_MAX = 512
 ROWS_BUDGET_BYTES = 256 * 2**20  # a consumer's pooled rows, estimated from the features' shapes
 _TEXT_BYTES = 64  # a string or language row's guess: their sizes are not in info.json
 
