@@ -62,6 +62,7 @@ from episodestream._sample import chw as _chw
 from episodestream._base.world import World
 from episodestream._plan.shuffle_quality import shuffle_quality
 from episodestream._runtime.face import runtime_of
+from episodestream._runtime.pool_size import choose_pool_size
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # `episodestream bench` runs this file by path
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -627,9 +628,12 @@ def main(argv=None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     dtypes = ("float32", "uint8") if args.dtype == "both" else (args.dtype,)
     # The pool the streamed source gets: "auto" is planned on the local copy, which it may widen,
-    # where a remote source keeps 16 (episodestream._runtime.pool_size).
-    planned_pool = (args.pool_size if args.pool_size != "auto" else
-                    EpisodeStreamingDataset(root).episode_pool_size if args.source == "local" else 16)
+    # where a remote source gets the spread pool (episodestream._runtime.pool_size; the servers here
+    # set no cache_limit).
+    planned_pool = args.pool_size
+    if planned_pool == "auto":
+        local = runtime_of(EpisodeStreamingDataset(root)).core
+        planned_pool = choose_pool_size(local.meta, local.episodes, remote=args.source != "local").size
     for loader in LOADERS if args.loader == "both" else (args.loader,):
         workers = 1 if loader == "episode" or args.decode == "cuda" else args.num_workers
         qualities = planned_shuffle_quality(root, pool_size=planned_pool, num_workers=workers,

@@ -46,6 +46,7 @@ class Step(NamedTuple):
     kind: StepKind
     episode_index: int
     frame: int  # the frame offset an EMIT emits; NO_FRAME otherwise
+RAMP_FIRST_WIDTH = 16  # slots of the first window (a pool of 16's; see ``ConsumerSchedule``)
 _PERMUTE, _CONSUMER, _FILL = 0, 1, 2  # rng purposes: fixed-length spawn keys never collide
 
 
@@ -229,7 +230,8 @@ class ConsumerSchedule:
     Shuffled, the schedule is a sliding window over the share's segments, in share order: segment
     ``i`` gets a window ``[a_i, b_i)`` of slots, normally ``[i, i + pool_size)`` (the first ones start
     on a ramp, segment ``i`` at slot ``i.bit_length()``, so that the first draws need one episode and
-    the pool fills by slot log2(pool_size); the last ones end at slot n), and each of its frames a key
+    the pool fills by slot log2(pool_size), and their windows widen on it, ``RAMP_FIRST_WIDTH``
+    slots at slot 0, doubling per slot; the last ones end at slot n), and each of its frames a key
     in its window, one per equal stratum of it (``_keys``). Frames are emitted in key order, slot by
     slot; a segment is admitted when its window opens and evicted when it closes, so the pool never
     holds more than ``pool_size`` segments and every slot's frames are drawn from up to
@@ -262,7 +264,12 @@ class ConsumerSchedule:
         # waits for one download); from slot log2(width) on the pool is as full as without it.
         ramp = np.array([int(i).bit_length() for i in range(max(0, min(n, width - 1)))], dtype=np.int64)
         self._a = np.concatenate([ramp, index[len(ramp):]])
-        self._b = np.minimum(index + width, n)
+        # The ramp's windows widen with it too, from RAMP_FIRST_WIDTH slots at slot 0 (doubling per
+        # slot), so its first segments emit as densely as a pool of RAMP_FIRST_WIDTH's: a wide pool's
+        # first batch then waits for as few episodes as a narrow one's (a window of the whole pool
+        # would spread a short episode's frames thinly, and the first batch over many episodes).
+        ramp_b = ramp + (RAMP_FIRST_WIDTH << ramp)
+        self._b = np.minimum(np.concatenate([np.minimum(ramp_b, index[:len(ramp)] + width), index[len(ramp):] + width]), n)
         self._slots = n
         self._steps: Iterator[Step] | None = None
 

@@ -504,7 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--batch-size", type=int, default=32, help="samples per batch (default: 32)")
     demo.add_argument("--pool-size", type=_pool_size, default="auto",
                       help="episode_pool_size: whole episodes each consumer holds, or 'auto' (the default: "
-                           "every episode where the video files are few, else 16)")
+                           "every episode where the video files are few, else 64 or what the decoder cache holds)")
     demo.set_defaults(run=_demo)
 
     info = commands.add_parser("info", help="episodes, frames, fps, cameras, codecs, GOP, files and sizes")
