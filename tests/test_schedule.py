@@ -239,3 +239,21 @@ def test_keys_are_stratified_over_each_window():
             assert sorted(frames.tolist()) == sorted(np.asarray(segment.frames).tolist())
             assert np.all((keys >= a) & (keys < b)) and np.all(np.diff(keys) > 0)
             np.testing.assert_array_equal(np.floor((keys - a) * n / (b - a)), np.arange(n))
+
+
+@pytest.mark.parametrize("lengths", [(30, 60), (150, 400)])
+def test_a_wide_pools_first_batches_wait_for_as_few_episodes_as_pool_16s(lengths):
+    """The ramp's first windows are pool 16's, so the first batch of 32 of a pool of 64 or 512 needs
+    the videos of no more episodes than pool 16's did (a remote first batch waits for them)."""
+    frame_counts = np.random.default_rng(0).integers(lengths[0], lengths[1] + 1, 1000)
+    plan = EpochPlan([Segment(i, range(int(n))) for i, n in enumerate(frame_counts)], seed=0, epoch=0,
+                     shuffle=True, world_size=1)
+    world = World(0, 1, 0, 1)
+
+    def first_batch_episodes(pool: int) -> int:
+        steps = consumer_schedule(plan.share(world), pool_size=pool, shuffle=True, rng=consumer_rng(0, 0, world))
+        return len({episode for episode, _ in _emits(steps)[:32]})
+
+    narrow = first_batch_episodes(16)
+    assert narrow <= 8
+    assert first_batch_episodes(64) <= narrow and first_batch_episodes(512) <= narrow

@@ -46,7 +46,11 @@ class Step(NamedTuple):
     kind: StepKind
     episode_index: int
     frame: int  # the frame offset an EMIT emits; NO_FRAME otherwise
-RAMP_FIRST_WIDTH = 16  # slots of the first window (a pool of 16's; see ``ConsumerSchedule``)
+# The ramp's first windows (``ConsumerSchedule``): as wide as a pool of 16's for the segments opening
+# in its first 3 slots (7 segments), so that any pool's first batches draw from as few episodes as
+# pool 16's did (planned, docs/resume.md).
+RAMP_FIRST_WIDTH = 16
+RAMP_NARROW_SLOTS = 3
 _PERMUTE, _CONSUMER, _FILL = 0, 1, 2  # rng purposes: fixed-length spawn keys never collide
 
 
@@ -231,7 +235,7 @@ class ConsumerSchedule:
     ``i`` gets a window ``[a_i, b_i)`` of slots, normally ``[i, i + pool_size)`` (the first ones start
     on a ramp, segment ``i`` at slot ``i.bit_length()``, so that the first draws need one episode and
     the pool fills by slot log2(pool_size), and their windows widen on it, ``RAMP_FIRST_WIDTH``
-    slots at slot 0, doubling per slot; the last ones end at slot n), and each of its frames a key
+    slots in its first ``RAMP_NARROW_SLOTS`` slots, then doubling per slot; the last ones end by slot n + pool_size // 4), and each of its frames a key
     in its window, one per equal stratum of it (``_keys``). Frames are emitted in key order, slot by
     slot; a segment is admitted when its window opens and evicted when it closes, so the pool never
     holds more than ``pool_size`` segments and every slot's frames are drawn from up to
@@ -264,13 +268,20 @@ class ConsumerSchedule:
         # waits for one download); from slot log2(width) on the pool is as full as without it.
         ramp = np.array([int(i).bit_length() for i in range(max(0, min(n, width - 1)))], dtype=np.int64)
         self._a = np.concatenate([ramp, index[len(ramp):]])
-        # The ramp's windows widen with it too, from RAMP_FIRST_WIDTH slots at slot 0 (doubling per
-        # slot), so its first segments emit as densely as a pool of RAMP_FIRST_WIDTH's: a wide pool's
-        # first batch then waits for as few episodes as a narrow one's (a window of the whole pool
-        # would spread a short episode's frames thinly, and the first batch over many episodes).
-        ramp_b = ramp + (RAMP_FIRST_WIDTH << ramp)
-        self._b = np.minimum(np.concatenate([np.minimum(ramp_b, index[:len(ramp)] + width), index[len(ramp):] + width]), n)
-        self._slots = n
+        # The ramp's windows widen with it too: RAMP_FIRST_WIDTH slots for the segments opening in
+        # its first RAMP_NARROW_SLOTS slots, then doubling per slot, so its first segments emit as
+        # densely as a pool of RAMP_FIRST_WIDTH's: a wide pool's first batch then waits for as few
+        # episodes as a narrow one's (a window of the whole pool would spread a short episode's
+        # frames thinly, and the first batch over many episodes).
+        ramp_b = ramp + (RAMP_FIRST_WIDTH << np.maximum(0, ramp - RAMP_NARROW_SLOTS + 1))
+        self._b = np.concatenate([np.minimum(ramp_b, index[:len(ramp)] + width), index[len(ramp):] + width])
+        # The last windows end up to a quarter of a pool past slot n: closing them all at n would
+        # squeeze the last episodes' frames into the last few slots (the final slot would hold
+        # all of the last episode's), and a batch there would draw from few episodes; never
+        # closing early drains the pool one episode per slot instead. A quarter planned best of
+        # the three on small shares (docs/benchmarks-log.md).
+        self._b = np.minimum(self._b, n + width // 4)
+        self._slots = int(self._b.max(initial=0))
         self._steps: Iterator[Step] | None = None
 
     # -- keys ---------------------------------------------------------------------------------
