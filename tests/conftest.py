@@ -56,11 +56,18 @@ def pytest_collection(session):
     (~0.4 CPU-s of each test process's start here), and ``gc.freeze()`` afterwards keeps every later
     full collection (and the 5 of pytest's unraisable-exception check at exit) from walking them
     again. Objects the tests make are collected as before (full collections rarer, below); only what
-    collection imported is frozen."""
-    from episodestream._base.gc_pause import gc_paused
+    collection imported is frozen.
 
-    with gc_paused():
+    Paused here, not with the package's ``gc_paused()``: importing the package imports torch, which
+    xdist's controller (it runs this hook but collects nothing) and a collection of modules that
+    import neither (test_without_xdist's) would otherwise pay for."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
         yield
+    finally:
+        if enabled:
+            gc.enable()
     if gc.isenabled():
         gc.collect()  # the imports' own garbage, once, so that it is not frozen with them
         gc.freeze()
