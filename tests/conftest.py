@@ -55,14 +55,30 @@ def pytest_collection(session):
     as the process): with the cyclic collector off meanwhile, those imports run no full collections
     (~0.4 CPU-s of each test process's start here), and ``gc.freeze()`` afterwards keeps every later
     full collection (and the 5 of pytest's unraisable-exception check at exit) from walking them
-    again. Objects the tests make are collected as before; only what collection imported is frozen."""
-    from episodestream._base.gc_pause import gc_paused
+    again. Objects the tests make are collected as before (full collections rarer, below); only what
+    collection imported is frozen.
 
-    with gc_paused():
+    Paused here, not with the package's ``gc_paused()``: importing the package imports torch, which
+    xdist's controller (it runs this hook but collects nothing) and a collection of modules that
+    import neither (test_without_xdist's) would otherwise pay for."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
         yield
+    finally:
+        if enabled:
+            gc.enable()
     if gc.isenabled():
         gc.collect()  # the imports' own garbage, once, so that it is not frozen with them
         gc.freeze()
+    # Each full collection walks every object not frozen here: the modules tests import later
+    # (torchcodec brings torch._dynamo, the S3 tests botocore) and what they cache. At CPython's
+    # default, a full collection every tenth middle-generation one, those walks were most of each
+    # test process's collector time. Ten times rarer: the young generations are collected as before,
+    # and cyclic garbage old enough to reach the oldest one waits longer (a test that needs it gone
+    # calls gc.collect()).
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, 100)
 
 
 def built_once(tmp_path_factory, name: str, build) -> Path:
