@@ -329,6 +329,7 @@ class ConsumerSchedule:
         upper = self._before[np.searchsorted(self._a, slots, side="left")]
         k_hi = int(np.searchsorted(lower, count, side="right")) - 1
         k_lo = int(np.searchsorted(upper, count, side="right")) - 1
+        k_lo, k_hi = self._narrow(count, k_lo, k_hi, lower)
         partial = range(int(np.searchsorted(self._b, k_lo, side="right")),
                         int(np.searchsorted(self._a, k_hi, side="left")))
         # Frames before slot k = lower[k] + the keys < k of the segments still open at k. A
@@ -352,6 +353,37 @@ class ConsumerSchedule:
         if not len(fits):
             return k_lo, count
         return int(candidates[fits[-1]]), count - int(before[fits[-1]])
+
+    def _narrow(self, count: int, k_lo: int, k_hi: int, lower: np.ndarray) -> tuple[int, int]:
+        """A narrower ``[k_lo, k_hi]`` holding the slot where emit ``count`` falls, from no keys.
+
+        Stratified keys put segment i's j-th key in the j-th of n_i equal strata of [a_i, b_i), so
+        its keys below slot k number floor(x) or floor(x) + 1, x = (k - a_i) n_i / (b_i - a_i).
+        Bounds one apart per open segment (two, for rounding) leave a bracket of a few slots, so
+        ``_position`` draws the keys of about one pool of segments rather than two.
+        """
+        open_ = range(int(np.searchsorted(self._b, k_lo, side="right")), int(np.searchsorted(self._a, k_hi, side="left")))
+        if len(open_) < 2:
+            return k_lo, k_hi
+        a = self._a[open_.start:open_.stop].astype(np.float64)
+        b = self._b[open_.start:open_.stop]
+        n = self._lengths[open_.start:open_.stop]
+
+        def bounds(k: int) -> tuple[int, int]:
+            live = (a < k) & (b > k)
+            whole = np.floor(np.clip((k - a) * n / (b - a), 0, n))
+            return (int(lower[k] + np.maximum(whole - 1, 0)[live].sum()),
+                    int(lower[k] + np.minimum(whole + 2, n)[live].sum()))
+
+        def last(lo: int, hi: int, fits) -> int:  # the last k in [lo, hi] that fits (lo fits); both bounds grow with k
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+            return lo
+
+        new_hi = last(k_lo, k_hi, lambda k: bounds(k)[0] <= count)  # no later slot's least count fits
+        new_lo = last(k_lo, new_hi, lambda k: bounds(k)[1] <= count)  # this slot's greatest count fits
+        return new_lo, new_hi
 
     # -- the steps ----------------------------------------------------------------------------
 
