@@ -51,6 +51,7 @@ class Step(NamedTuple):
 # pool 16's did (planned, docs/resume.md).
 RAMP_FIRST_WIDTH = 16
 RAMP_NARROW_SLOTS = 3
+_NARROW_FROM_SEGMENTS = 64  # ``ConsumerSchedule._narrow`` brackets a position only past this many open segments
 _PERMUTE, _CONSUMER, _FILL = 0, 1, 2  # rng purposes: fixed-length spawn keys never collide
 
 
@@ -363,7 +364,7 @@ class ConsumerSchedule:
         ``_position`` draws the keys of about one pool of segments rather than two.
         """
         open_ = range(int(np.searchsorted(self._b, k_lo, side="right")), int(np.searchsorted(self._a, k_hi, side="left")))
-        if len(open_) < 2:
+        if len(open_) < _NARROW_FROM_SEGMENTS:  # drawing a few segments' keys costs less than the bisection
             return k_lo, k_hi
         a = self._a[open_.start:open_.stop].astype(np.float64)
         b = self._b[open_.start:open_.stop]
