@@ -12,6 +12,7 @@ import pytest
 
 from episodestream import EpisodeDataset, EpisodeLoader, EpisodeStreamingDataset
 from episodestream.testing import FakeHub, HttpServer, S3Server
+from episodestream._runtime.face import runtime_of
 from episodestream.tools.synthetic import write_synthetic_dataset
 
 from ..conftest import built_once
@@ -233,3 +234,29 @@ def test_threads_asking_about_one_episode_share_one_look_up(v21_hub, tmp_path):
     assert sizes == [[(local_root / p).stat().st_size for p in relpaths]] * 8
     assert asked == 1, asked
 
+
+
+def test_the_auto_pool_narrows_to_what_the_cache_limit_holds(tmp_path_factory, tmp_path):
+    """24 v2.1 episodes on the Hub: "auto" holds them all (25) without a cache_limit; under a limit
+    that holds 16 pooled episodes but not 25, it takes a narrower pool that fits, and builds."""
+    root = built_once(tmp_path_factory, "v2x-remote-many-24", lambda root: write_synthetic_dataset(
+        root, version="v2.1", num_episodes=24, episode_length=2, chunks_size=10, height=64, width=64,
+        cameras=("observation.images.front",), seed=1))
+    hub_root = _hub_of(tmp_path_factory, "auto-limit", root)
+    with FakeHub(hub_root) as hub:
+        unlimited = EpisodeStreamingDataset(V21_REPO, cache_dir=tmp_path / "a", hub_endpoint=hub.url, token=False)
+        assert unlimited.episode_pool_size == 25
+        core = runtime_of(unlimited).core
+        in_flight = unlimited.prefetch_episodes + 1
+        narrow, wide = (core.files.minimum_cache_bytes(core.meta, pool + in_flight) for pool in (16, 25))
+        unlimited.close()
+        assert narrow < wide
+        limited = EpisodeStreamingDataset(V21_REPO, cache_dir=tmp_path / "b", hub_endpoint=hub.url, token=False,
+                                          cache_limit=(narrow + wide) // 2)
+        try:
+            assert 16 <= limited.episode_pool_size < 25
+            held = runtime_of(limited).core
+            fits = held.files.minimum_cache_bytes(held.meta, limited.episode_pool_size + in_flight)
+            assert fits <= (narrow + wide) // 2
+        finally:
+            limited.close()
