@@ -236,8 +236,9 @@ class ConsumerSchedule:
     ``i`` gets a window ``[a_i, b_i)`` of slots, normally ``[i, i + pool_size)`` (the first ones start
     on a ramp, segment ``i`` at slot ``i.bit_length()``, so that the first draws need one episode and
     the pool fills by slot log2(pool_size), and their windows widen on it, ``RAMP_FIRST_WIDTH``
-    slots in its first ``RAMP_NARROW_SLOTS`` slots, then doubling per slot; the last ones end by slot n + pool_size // 4), and each of its frames a key
-    in its window, one per equal stratum of it (``_keys``). Frames are emitted in key order, slot by
+    slots in its first ``RAMP_NARROW_SLOTS`` slots, then doubling per slot; the last ones end by slot
+    n + pool_size // 4), and each of its frames a key in its window, one per equal stratum of it
+    (``_keys``). Frames are emitted in key order, slot by
     slot; a segment is admitted when its window opens and evicted when it closes, so the pool never
     holds more than ``pool_size`` segments and every slot's frames are drawn from up to
     ``pool_size`` episodes. Without ``shuffle``, segments and frames come in order (windows of one
@@ -296,7 +297,8 @@ class ConsumerSchedule:
         # Stratified: the window is cut into one equal stratum per frame, each gets a random frame
         # (a permutation) at a random point inside it. Every stretch of slots then takes its share
         # of each pooled segment's frames, so a batch spreads over the pool's episodes as a global
-        # shuffle's does, where iid keys clump (docs/shuffle-quality.md). The keys come out sorted.
+        # shuffle's does, where iid keys clump (docs/resume.md, "Stratified keys"). The keys come
+        # out sorted.
         n = len(frames)
         with self._key_lock:
             rng = self._segment_rng(i)
@@ -358,8 +360,9 @@ class ConsumerSchedule:
     def _narrow(self, count: int, k_lo: int, k_hi: int, lower: np.ndarray) -> tuple[int, int]:
         """A narrower ``[k_lo, k_hi]`` holding the slot where emit ``count`` falls, from no keys.
 
-        Stratified keys put segment i's j-th key in the j-th of n_i equal strata of [a_i, b_i), so
-        its keys below slot k number floor(x) or floor(x) + 1, x = (k - a_i) n_i / (b_i - a_i).
+        Stratified keys (and unshuffled ones, each mid-stratum) put segment i's j-th key in the j-th
+        of n_i equal strata of [a_i, b_i), so its keys below slot k number floor(x) or floor(x) + 1,
+        x = (k - a_i) n_i / (b_i - a_i).
         Bounds one apart per open segment (two, for rounding) leave a bracket of a few slots, so
         ``_position`` draws the keys of about one pool of segments rather than two.
         """
