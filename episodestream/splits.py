@@ -10,7 +10,6 @@ import numpy as np
 
 from episodestream._base.options import check_int
 from episodestream._format.episode_filters import episodes_table
-from episodestream._format.files import DatasetFiles
 from episodestream._format.metadata import DatasetMeta
 from episodestream._format.versions import load_metadata
 from episodestream._plan.splits import held_out_split
@@ -44,17 +43,17 @@ def split_episodes(source: str | os.PathLike | DatasetFacts, eval_fraction: floa
     if seed is not None:
         seed = check_int("seed", seed, minimum=0)
     if isinstance(source, DatasetFacts):
-        files, meta = source._core.files, source.typed_meta
+        meta = source.typed_meta
         # As LeRobot's factory: the episodes in the order the dataset was given them.
         episodes = source.episodes if source.episodes is not None else source.episode_indices
-        groups = _groups(files, meta, episodes, by)
+        groups = _groups(meta, episodes, by)
     else:
         files = open_source(source, revision=revision, storage_options=storage_options, token=token,
                             hub_endpoint=hub_endpoint)
         try:
             meta = load_metadata(files)
             episodes = meta.episodes.episode_index.tolist()
-            groups = _groups(files, meta, episodes, by)
+            groups = _groups(meta, episodes, by)
         finally:
             files.close()
     train, held_out = held_out_split(episodes, groups, float(eval_fraction), seed=seed)
@@ -63,7 +62,7 @@ def split_episodes(source: str | os.PathLike | DatasetFacts, eval_fraction: floa
     return train, held_out
 
 
-def _groups(files: DatasetFiles, meta: DatasetMeta, episodes: list[int], by: str | None) -> list[Hashable]:
+def _groups(meta: DatasetMeta, episodes: list[int], by: str | None) -> list[Hashable]:
     if by is None:
         return [0] * len(episodes)
     if not isinstance(by, str):
@@ -72,7 +71,7 @@ def _groups(files: DatasetFiles, meta: DatasetMeta, episodes: list[int], by: str
     rows = [table.position(e) for e in episodes]
     if by == "task":
         return [tasks[0] if tasks else "" for tasks in (table.tasks_at(row) for row in rows)]
-    columns = episodes_table(files, meta)
+    columns = episodes_table(meta)
     if by not in columns.column_names:
         raise ValueError(f"by={by!r} is neither 'task' nor a column of {meta.description}/{meta.episodes_where} "
                          f"(columns: {columns.column_names}).")

@@ -16,7 +16,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from episodestream._base.gc_pause import gc_paused
-from episodestream._format.files import DatasetFiles
 from episodestream._format.metadata import DatasetMeta
 from episodestream._format.versions import load_lerobot_episodes
 
@@ -42,12 +41,12 @@ def load_keep_frames(value: Mapping[Any, Any] | str | os.PathLike) -> tuple[Mapp
     return loaded, f"keep_frames ({path})"
 
 
-def episodes_table(files: DatasetFiles, meta: DatasetMeta) -> pa.Table:
+def episodes_table(meta: DatasetMeta) -> pa.Table:
     """The episodes table predicates, weight columns and ``split_episodes(by=)`` read: v3.0's
     ``meta/episodes`` (every column but the per-episode ``stats/`` ones; files whose column types
     differ, int32 in one and int64 in another, promoted to one type), or for v2.x the columns
     LeRobot's converter writes from ``meta/episodes.jsonl`` (what ``dataset.meta.episodes`` shows)."""
-    return load_lerobot_episodes(files, meta)
+    return load_lerobot_episodes(meta)
 
 
 def is_predicate(value: Any) -> bool:

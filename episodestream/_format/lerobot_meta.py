@@ -116,7 +116,7 @@ class LeRobotMeta:
         if self.stats is not None:  # depth stats in the unit samples come out in (LeRobot's constructor)
             self.stats = rescaled_stats(self.stats, {k: typed.features[k].info for k in typed.depth_keys},
                                         depth_output_unit)
-        self._episode_table = load_lerobot_episodes(files, typed)
+        self._episode_table = load_lerobot_episodes(typed)
         self._episodes = None  # the datasets.Dataset over _episode_table, made on first read
 
     def __getstate__(self) -> dict[str, Any]:

@@ -67,6 +67,9 @@ class DatasetMeta:
     # read it: frames of one file share a decoder call, so one-file-per-episode layouts need
     # larger groups for the same calls per frame (``default_decode_group_size``).
     episodes_share_video_files: bool = True
+    # v3.0: the episodes files' rows as read here (no ``stats/`` columns), by episode_index, for
+    # ``meta.episodes`` (``versions.load_lerobot_episodes``), so that a dataset reads them once.
+    episode_rows: pa.Table | None = field(default=None, repr=False, compare=False)
 
     @property
     def video_keys(self) -> list[str]:
@@ -359,5 +362,8 @@ def load_metadata(files: DatasetFiles, info: Mapping[str, Any] | None = None) ->
     episodes = _episode_table(tables, info, video_keys, files.description, ranges)
     rows = np.bincount(episodes.data_file_id, weights=episodes.length, minlength=len(episodes.data_relpaths))
     data_file_rows = {relpath: int(n) for relpath, n in zip(episodes.data_relpaths, rows)}
+    # Files written by different LeRobot versions may differ in column types (int32 vs int64).
+    episode_rows = pa.concat_tables([table for _, table in tables], promote_options="permissive")
     return DatasetMeta(description=files.description, fps=int(info["fps"]), features=features,
-                       episodes=episodes, tasks=_read_tasks(files), info=info, data_file_rows=data_file_rows)
+                       episodes=episodes, tasks=_read_tasks(files), info=info, data_file_rows=data_file_rows,
+                       episode_rows=episode_rows.sort_by("episode_index"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from episodestream._format.files import DatasetFiles
-from episodestream._format.metadata import (EPISODES_DIR, SUPPORTED_CODEBASE_VERSION, DatasetMeta, read_episodes_file,
+from episodestream._format.metadata import (SUPPORTED_CODEBASE_VERSION, DatasetMeta,
                                             read_info, load_metadata as load_v3_metadata)
 from episodestream._format.stats import load_stats
 from episodestream._format.v2_stats import Stats, load_v2_stats
@@ -40,13 +40,10 @@ def load_dataset_stats(files: DatasetFiles, meta: DatasetMeta) -> Stats | None:
     return load_stats(files)
 
 
-def load_lerobot_episodes(files: DatasetFiles, meta: DatasetMeta) -> pa.Table:
+def load_lerobot_episodes(meta: DatasetMeta) -> pa.Table:
     """The episodes table behind ``meta.episodes``, sorted by ``episode_index``, without stats columns."""
     if is_v2(meta):
         return lerobot_episodes_table(meta)
-    tables = []
-    for relpath in files.list_files(EPISODES_DIR, suffix=".parquet"):
-        tables.append(read_episodes_file(files.local_path(relpath)))
-    # Files written by different LeRobot versions may differ in column types (int32 vs int64).
-    table = pa.concat_tables(tables, promote_options="permissive")
-    return table.sort_by("episode_index")
+    if meta.episode_rows is None:  # v3.0 metadata is made by load_metadata, which reads them
+        raise RuntimeError(f"{meta.description}: the episodes' rows were not read with the metadata.")
+    return meta.episode_rows

@@ -131,7 +131,7 @@ class DatasetCore:
 
     def _episodes_table(self):
         if self.__dict__.get("_table") is None:
-            self._table = episodes_table(self.files, self.meta)
+            self._table = episodes_table(self.meta)
         return self._table
 
     def _curate(self, selection: EpisodeSelection, keep_frames: Any,
