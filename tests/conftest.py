@@ -81,45 +81,6 @@ def pytest_collection(session):
     gc.set_threshold(young, middle, 100)
 
 
-
-class _HeapTrimmer:
-    """Hands the heap's free pages back to the kernel before a test once the process has grown by
-    ``grown_mib`` since the last time. glibc keeps freed memory (decode threads' arenas, holes
-    between live blocks) mapped, so a test process that ran a few big-batch tests holds ~1 GB
-    resident where ~0.5 GB is live; each DataLoader worker it forks copies the page tables of all of
-    it and unmaps them again at exit, and that fork and exit cost grows with the resident size
-    (docs/benchmarks-log.md, "The test suite"). Only glibc has ``malloc_trim``; elsewhere nothing
-    is done."""
-
-    def __init__(self, *, grown_mib: int) -> None:
-        import ctypes
-
-        # The process's own symbols: libc's where it is glibc (ctypes.util.find_library would start a
-        # subprocess to look for it).
-        self._trim = getattr(ctypes.CDLL(None), "malloc_trim", None) if sys.platform.startswith("linux") else None
-        self._grown_pages = grown_mib * 2**20 // os.sysconf("SC_PAGE_SIZE")
-        self._trimmed_at = 0
-
-    @staticmethod
-    def _resident_pages() -> int:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1])
-
-    def __call__(self) -> None:
-        if self._trim is None:
-            return
-        if self._resident_pages() - self._trimmed_at >= self._grown_pages:
-            self._trim(0)
-            self._trimmed_at = self._resident_pages()
-
-
-_TRIMMER = pytest.StashKey[_HeapTrimmer]()
-
-
-def pytest_configure(config):
-    config.stash[_TRIMMER] = _HeapTrimmer(grown_mib=64)
-
-
 def pytest_unconfigure(config):
     """pytest's unraisable-exception check ends each test process with 5 full collections (it runs
     after this hook). One here, then a freeze: those 5 walk only what is made after it, not the
@@ -128,10 +89,6 @@ def pytest_unconfigure(config):
     gc.collect()
     gc.freeze()
 
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
-    item.config.stash[_TRIMMER]()
 
 def built_once(tmp_path_factory, name: str, build) -> Path:
     """The folder ``build(folder)`` writes, made once per test run. Under pytest-xdist each worker

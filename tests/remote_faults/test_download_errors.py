@@ -128,6 +128,11 @@ def test_retry_after_is_honoured(faults_hub_root, tmp_path, download_knobs):
             files.read_bytes(INFO)  # clients and controller made before the race starts
             proxy.update(per_connection_rate_bytes_per_s=size / 0.5, burst_bytes=0, max_in_flight=1, retry_after_s=1)
             proxy.reset_stats()
+            # The info.json read leaves flight a moment after it returns (ProxyStats): seen in flight
+            # below, it let the small read race the slow one (and the slow one get the 429) under load.
+            deadline = time.monotonic() + 5
+            while proxy.stats().in_flight and time.monotonic() < deadline:
+                time.sleep(0.005)
             slow = threading.Thread(target=files.read_range, args=("big.bin", 0, size), kwargs={"exact": True})
             slow.start()
             deadline = time.monotonic() + 5
