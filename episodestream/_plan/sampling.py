@@ -16,6 +16,7 @@ uneven split.
 from __future__ import annotations
 
 import bisect
+import heapq
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -445,22 +446,19 @@ class ConsumerSchedule:
     def _pool_steps(self, first_slot: int, offset: int,
                     keys_seen: dict[int, tuple[np.ndarray, np.ndarray]]) -> Iterator[Step]:
         a, b, segments = self._a, self._b, self._segments
-        live: dict[int, None] = {}  # the open segments, in the order they were admitted
-        # Each segment's keys from ``first_slot`` on, filed at admission under the slot each falls
-        # in (key k in slot floor(k)), in admission order: a slot then sorts the few keys due in it
-        # rather than looking through every open segment, which cost a look-up per open segment
-        # and slot (most of a wide pool's planning time, ~pool / 20 microseconds a sample).
-        due: dict[int, list[tuple[np.ndarray, np.ndarray, int]]] = {}
+        live: dict[int, None] = {}  # the open segments, in the order they were admitted (index order)
+        unemitted: dict[int, list] = {}  # segment -> [frames it emits, in key order, keys, next position]
+        # (slot of a segment's next key, segment): a slot takes keys only from the segments due in
+        # it, popped in index order, which is the order they were admitted in. Looking in every
+        # open segment at every slot cost a look-up per open segment and slot: most of a wide
+        # pool's planning (~pool / 20 microseconds a sample). Keys are >= 0: int() is their floor.
+        due: list[tuple[int, int]] = []
 
         def admit(i: int, frames: np.ndarray, keys: np.ndarray, start: int) -> Step:
             live[i] = None
-            keys, frames = keys[start:], segments[i].emitted(frames[start:])
-            if not len(keys):  # a resumed segment whose keys all fell before first_slot
-                return Step(ADMIT, segments[i].episode_index, NO_FRAME)
-            slot_of = np.floor(keys).astype(np.int64)
-            cuts = [0, *(np.flatnonzero(slot_of[1:] != slot_of[:-1]) + 1).tolist(), len(keys)]
-            for lo, hi, slot in zip(cuts, cuts[1:], slot_of[cuts[:-1]].tolist()):
-                due.setdefault(slot, []).append((keys[lo:hi], frames[lo:hi], segments[i].episode_index))
+            if start < len(keys):  # a resumed segment may have emitted all of its keys already
+                unemitted[i] = [segments[i].emitted(frames), keys, start]
+                heapq.heappush(due, (int(keys[start]), i))
             return Step(ADMIT, segments[i].episode_index, NO_FRAME)
 
         for i in range(int(np.searchsorted(b, first_slot, side="right")),
@@ -476,8 +474,19 @@ class ConsumerSchedule:
                     yield Step(EVICT, segments[i].episode_index, NO_FRAME)
                 for i in range(int(np.searchsorted(a, slot, side="left")), int(np.searchsorted(a, slot, side="right"))):
                     yield admit(i, *self._keys(i), 0)
-            parts = due.pop(slot, None)
-            if parts is None:
+            parts = []
+            while due and due[0][0] == slot:
+                i = heapq.heappop(due)[1]
+                entry = unemitted[i]
+                frames, keys, position = entry
+                end = int(np.searchsorted(keys, slot + 1, side="left"))
+                parts.append((keys[position:end], frames[position:end], segments[i].episode_index))
+                if end < len(keys):
+                    entry[2] = end
+                    heapq.heappush(due, (int(keys[end]), i))
+                else:
+                    del unemitted[i]
+            if not parts:
                 continue
             if len(parts) == 1:  # one segment's keys, sorted already
                 keys, frames, episode = parts[0]
