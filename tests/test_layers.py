@@ -2,6 +2,8 @@
 itself back through others (grimp, the graph import-linter builds on)."""
 
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import grimp
@@ -75,3 +77,13 @@ def test_the_public_modules_export_sorted_lists_of_what_they_define():
         assert module.__all__ == sorted(module.__all__), module.__name__
         assert all(hasattr(module, name) for name in module.__all__), module.__name__
     assert not [name for name in episodestream.__all__ if name.startswith("_")]
+
+
+def test_the_command_line_and_the_tracer_start_without_torch():
+    """``import episodestream`` loads its public names on first use, so the command line's help and
+    a spawned process that only traces do not import torch (~1.5 CPU-s, torchcodec ~1.2 more)."""
+    code = ("import sys, episodestream, episodestream.tools.cli, episodestream._base.tracing; "
+            "print(sorted(m for m in ('torch', 'torchcodec', 'pyarrow') if m in sys.modules))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]", run.stdout

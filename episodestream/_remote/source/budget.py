@@ -141,23 +141,30 @@ def cache_holds(files: CachedFiles, meta: EpisodesOf, episodes_in_flight: int) -
     if limit is None:
         return True
     need = minimum_cache_bytes(files, meta, episodes_in_flight)
+    return need <= limit and _pinned_room_holds(files, need)
+
+
+def _pinned_room_holds(files: CachedFiles, need: int) -> bool:
+    """Whether pinned entries leave ``files.cache`` ``need`` bytes: other sources' pins take their
+    bytes; this source's pins are entries the run reads (its metadata, prewarmed episodes), so they
+    count only beyond what it needs."""
+    limit = files.cache.limit_bytes
+    if limit is None:
+        return True
     _, own, others = files.pinned_bytes()
-    return need <= limit and others + max(own, need) <= limit
+    return others + max(own, need) <= limit
 
 
 def check_pinned_room(files: CachedFiles, need: int, needs: str) -> None:
     """Raise ``CacheFullError`` when pinned entries leave ``files.cache`` less than ``need`` bytes.
 
-    Pins never go by themselves, so this is certain to stall and better said now. Other sources'
-    pins take their bytes; this source's pins are entries the run reads (its metadata, prewarmed
-    episodes), so they count only beyond what it needs.
+    Pins never go by themselves, so this is certain to stall and better said now
+    (``_pinned_room_holds`` says what counts).
     """
+    if _pinned_room_holds(files, need):
+        return
     cache = files.cache
-    if cache.limit_bytes is None:
-        return
     pins, own, others = files.pinned_bytes()
-    if others + max(own, need) <= cache.limit_bytes:
-        return
     free = max(0, cache.limit_bytes - others - own)
     raise CacheFullError(
         f"cache_limit={cache.limit_bytes} bytes ({cache.limit_bytes / 1e6:.1f} MB) of the cache {cache.root} is "
