@@ -47,9 +47,11 @@ class Step(NamedTuple):
     kind: StepKind
     episode_index: int
     frame: int  # the frame offset an EMIT emits; NO_FRAME otherwise
+
+
 # The ramp's first windows (``ConsumerSchedule``): as wide as a pool of 16's for the segments opening
-# in its first 3 slots (7 segments), so that any pool's first batches draw from as few episodes as
-# pool 16's did (planned, docs/resume.md).
+# in its first 3 slots (4 segments: slot k opens segments 2**(k-1)..2**k - 1), so that any pool's
+# first batches draw from as few episodes as pool 16's did (planned, docs/resume.md).
 RAMP_FIRST_WIDTH = 16
 RAMP_NARROW_SLOTS = 3
 _NARROW_FROM_SEGMENTS = 64  # ``ConsumerSchedule._narrow`` brackets a position only past this many open segments
