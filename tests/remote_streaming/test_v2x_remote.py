@@ -235,7 +235,6 @@ def test_threads_asking_about_one_episode_share_one_look_up(v21_hub, tmp_path):
     assert asked == 1, asked
 
 
-
 def test_the_auto_pool_narrows_to_what_the_cache_limit_holds(tmp_path_factory, tmp_path):
     """24 v2.1 episodes on the Hub: "auto" holds them all (25) without a cache_limit; under a limit
     that holds 16 pooled episodes but not 25, it takes a narrower pool that fits, and builds."""
