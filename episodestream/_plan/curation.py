@@ -398,8 +398,9 @@ class Anchors:
         kept_count = self.kept_count()
         copies, partial = np.divmod(self.counts, np.maximum(kept_count, 1))
         if self._kept is None and not partial.any() and (copies <= 1).all():
-            out = [Segment(e, range(n)) for e, n, c in zip(self.episode_index.tolist(), self.lengths.tolist(),
-                                                          copies.tolist()) if c]
+            with gc_paused():  # one Segment per episode: see _base.gc_pause
+                out = [Segment(e, range(n)) for e, n, c in zip(self.episode_index.tolist(), self.lengths.tolist(),
+                                                              copies.tolist()) if c]
             self._fixed = out
             return out
         rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_CURATION_TAG, epoch, 0)))

@@ -24,10 +24,12 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
 
+from episodestream._base.gc_pause import gc_paused
 from episodestream._base.options import check_bool, check_int
 from episodestream._plan.sampling import (
     ADMIT,
@@ -234,11 +236,12 @@ def remaining_segments(segments: Sequence[Segment], consumed: Sequence[tuple[int
     """
     if not consumed and not repeated:
         return list(segments)
-    seg_episodes = np.fromiter((s.episode_index for s in segments), np.int64, len(segments))
-    seg_lengths = np.fromiter((s.length for s in segments), np.int64, len(segments))
+    # map() with an attrgetter/itemgetter walks these ~10^5 items at about twice a generator's speed.
+    seg_episodes = np.fromiter(map(attrgetter("episode_index"), segments), np.int64, len(segments))
+    seg_lengths = np.fromiter(map(attrgetter("length"), segments), np.int64, len(segments))
     taken_pieces = [*consumed, *repeated]
-    piece_episodes = np.fromiter((e for e, _ in taken_pieces), np.int64, len(taken_pieces))
-    piece_lengths = np.fromiter((len(f) for _, f in taken_pieces), np.int64, len(taken_pieces))
+    piece_episodes = np.fromiter(map(itemgetter(0), taken_pieces), np.int64, len(taken_pieces))
+    piece_lengths = np.fromiter(map(len, map(itemgetter(1), taken_pieces)), np.int64, len(taken_pieces))
     size = int(max(seg_episodes.max(initial=-1), piece_episodes.max(initial=-1))) + 1
     taken = np.bincount(piece_episodes, weights=piece_lengths, minlength=size)
     # An episode weighted up has several segments (distinct anchors, ``Segment.period``): the
@@ -248,26 +251,50 @@ def remaining_segments(segments: Sequence[Segment], consumed: Sequence[tuple[int
     compare[[e for e, _ in repeated]] = True
     whole = (taken[seg_episodes] == anchors[seg_episodes]) & ~compare[seg_episodes]
     touched = taken[seg_episodes] > 0
-    partial_episodes = np.unique(seg_episodes[touched & ~whole])
-    pieces: dict[int, list] = {int(e): [] for e in partial_episodes}
-    for k in np.flatnonzero(np.isin(piece_episodes, partial_episodes) & (piece_lengths > 0)).tolist():
-        episode, frames = taken_pieces[k]
-        pieces[episode].append(frames)
+    partial = np.flatnonzero(touched & ~whole)
+    kept = _unconsumed_frames(segments, partial, seg_episodes, taken_pieces, piece_episodes, piece_lengths)
     out = []
     for i in np.flatnonzero(~whole).tolist():
         seg = segments[i]
         if not touched[i]:
             out.append(seg)
-            continue
-        frames = as_array(seg.frames)
-        # Frames and anchors are small non-negative ints: a lookup table is ~5x np.isin's speed here.
-        taken_frames = np.concatenate([as_array(t) for t in pieces[seg.episode_index]])
-        table = np.zeros(max(int(frames.max(initial=0)), int(taken_frames.max(initial=0))) + 1, bool)
-        table[taken_frames] = True
-        keep = ~table[frames]
-        if keep.any():
-            out.append(Segment(seg.episode_index, frames[keep], seg.period))
+        elif len(frames := kept[i]):
+            out.append(Segment(seg.episode_index, frames, seg.period))
     return out
+
+
+# A table of (episode, frame) flags up to this size; beyond it (episodes weighted up to many copies
+# have large anchors), a sort. The table is ~5x the sort's speed on pooled episodes' frames.
+_TABLE_FLAGS = 1 << 24
+
+
+def _unconsumed_frames(segments: Sequence[Segment], partial: np.ndarray, seg_episodes: np.ndarray,
+                       taken_pieces: Sequence[tuple[int, Frames]], piece_episodes: np.ndarray,
+                       piece_lengths: np.ndarray) -> dict[int, np.ndarray]:
+    """For each segment index in ``partial``, its frames that no piece of its episode took. All
+    at once on arrays: a pass per segment cost most of an elastic resume at a wide pool (thousands
+    of segments were pooled when the state was saved)."""
+    if not len(partial):
+        return {}
+    episodes = np.unique(seg_episodes[partial])  # each one's row: its place in this sorted list
+    frames = [as_array(segments[i].frames) for i in partial.tolist()]
+    counts = np.fromiter(map(len, frames), np.int64, len(frames))
+    seg_frames = np.concatenate(frames)
+    seg_rows = np.repeat(np.searchsorted(episodes, seg_episodes[partial]), counts)
+    picked = np.flatnonzero(np.isin(piece_episodes, episodes) & (piece_lengths > 0)).tolist()
+    taken_frames = np.concatenate([as_array(taken_pieces[k][1]) for k in picked] or [np.zeros(0, np.int64)])
+    taken_rows = np.repeat(np.searchsorted(episodes, piece_episodes[picked]), piece_lengths[picked])
+    width = int(max(seg_frames.max(initial=0), taken_frames.max(initial=0))) + 1
+    seg_keys, taken_keys = seg_rows * width + seg_frames, taken_rows * width + taken_frames
+    if len(episodes) * width <= _TABLE_FLAGS:
+        table = np.zeros(len(episodes) * width, bool)
+        table[taken_keys] = True
+        keep = ~table[seg_keys]
+    else:
+        keep = ~np.isin(seg_keys, taken_keys)
+    kept_counts = np.add.reduceat(keep, np.concatenate([[0], np.cumsum(counts)[:-1]])) if len(keep) else counts
+    pieces = np.split(seg_frames[keep], np.cumsum(kept_counts)[:-1])
+    return dict(zip(partial.tolist(), pieces))
 
 
 @dataclass(frozen=True)
@@ -310,8 +337,17 @@ def plan_resume(segments: Sequence[Segment], *, seed: int, epoch: int, shuffle: 
     """Where to restart ``epoch`` after ``legs`` (the last one holding the batches consumed so far),
     for a run with ``world_size`` ranks, ``num_workers`` workers and ``pool_size``. None when the
     legs consumed the whole epoch."""
+    # An elastic replay makes a piece per consumed segment (~10^5 at 90% of a DROID-sized epoch),
+    # none of them cyclic: with the collector on, their allocations set off collections that walk a
+    # trainer's whole heap, which cost more than the replay (docs/benchmarks-log.md).
+    with gc_paused():
+        return _plan_resume(tuple(segments), seed=seed, epoch=epoch, shuffle=shuffle, legs=legs,
+                            world_size=world_size, num_workers=num_workers, pool_size=pool_size)
+
+
+def _plan_resume(segments: tuple[Segment, ...], *, seed: int, epoch: int, shuffle: bool, legs: Sequence[Leg],
+                 world_size: int, num_workers: int, pool_size: int) -> ResumePoint | None:
     new = Leg(world_size, num_workers, (pool_size,), 1, 0)
-    segments = tuple(segments)
     for index, leg in enumerate(legs):
         plan = EpochPlan(segments, seed=seed, epoch=epoch, shuffle=shuffle, world_size=leg.world_size, leg=index)
         counts = {r: _worker_counts(plan, r, leg.workers) for r in range(leg.world_size)}
