@@ -48,7 +48,7 @@ RAMP_ADMISSIONS = 4  # the pool's first slots draw from 1, 2 and 4 episodes
 # The head start passed on to the next DataLoader worker (``turn``): a first batch of two decode
 # groups draws from the pool's first two slots, one episode then two.
 TURN_ADMISSIONS = 2
-_SPAN_PAD_FRACTION = 64  # pad each side by 1/64 of the span, at most SPAN_PAD_MAX_BYTES
+_SPAN_PAD_FRACTION = 128  # pad each side by 1/128 of the span, at most SPAN_PAD_MAX_BYTES
 _CLOSE_JOIN_S = 60.0
 
 
