@@ -251,50 +251,26 @@ def remaining_segments(segments: Sequence[Segment], consumed: Sequence[tuple[int
     compare[[e for e, _ in repeated]] = True
     whole = (taken[seg_episodes] == anchors[seg_episodes]) & ~compare[seg_episodes]
     touched = taken[seg_episodes] > 0
-    partial = np.flatnonzero(touched & ~whole)
-    kept = _unconsumed_frames(segments, partial, seg_episodes, taken_pieces, piece_episodes, piece_lengths)
+    partial_episodes = np.unique(seg_episodes[touched & ~whole])
+    pieces: dict[int, list] = {int(e): [] for e in partial_episodes}
+    for k in np.flatnonzero(np.isin(piece_episodes, partial_episodes) & (piece_lengths > 0)).tolist():
+        episode, frames = taken_pieces[k]
+        pieces[episode].append(frames)
     out = []
     for i in np.flatnonzero(~whole).tolist():
         seg = segments[i]
         if not touched[i]:
             out.append(seg)
-        elif len(frames := kept[i]):
-            out.append(Segment(seg.episode_index, frames, seg.period))
+            continue
+        frames = as_array(seg.frames)
+        # Frames and anchors are small non-negative ints: a lookup table is ~5x np.isin's speed here.
+        taken_frames = np.concatenate([as_array(t) for t in pieces[seg.episode_index]])
+        table = np.zeros(max(int(frames.max(initial=0)), int(taken_frames.max(initial=0))) + 1, bool)
+        table[taken_frames] = True
+        keep = ~table[frames]
+        if keep.any():
+            out.append(Segment(seg.episode_index, frames[keep], seg.period))
     return out
-
-
-# A table of (episode, frame) flags up to this size; beyond it (episodes weighted up to many copies
-# have large anchors), a sort. The table is ~5x the sort's speed on pooled episodes' frames.
-_TABLE_FLAGS = 1 << 24
-
-
-def _unconsumed_frames(segments: Sequence[Segment], partial: np.ndarray, seg_episodes: np.ndarray,
-                       taken_pieces: Sequence[tuple[int, Frames]], piece_episodes: np.ndarray,
-                       piece_lengths: np.ndarray) -> dict[int, np.ndarray]:
-    """For each segment index in ``partial``, its frames that no piece of its episode took. All
-    at once on arrays: a pass per segment cost most of an elastic resume at a wide pool (thousands
-    of segments were pooled when the state was saved)."""
-    if not len(partial):
-        return {}
-    episodes = np.unique(seg_episodes[partial])  # each one's row: its place in this sorted list
-    frames = [as_array(segments[i].frames) for i in partial.tolist()]
-    counts = np.fromiter(map(len, frames), np.int64, len(frames))
-    seg_frames = np.concatenate(frames)
-    seg_rows = np.repeat(np.searchsorted(episodes, seg_episodes[partial]), counts)
-    picked = np.flatnonzero(np.isin(piece_episodes, episodes) & (piece_lengths > 0)).tolist()
-    taken_frames = np.concatenate([as_array(taken_pieces[k][1]) for k in picked] or [np.zeros(0, np.int64)])
-    taken_rows = np.repeat(np.searchsorted(episodes, piece_episodes[picked]), piece_lengths[picked])
-    width = int(max(seg_frames.max(initial=0), taken_frames.max(initial=0))) + 1
-    seg_keys, taken_keys = seg_rows * width + seg_frames, taken_rows * width + taken_frames
-    if len(episodes) * width <= _TABLE_FLAGS:
-        table = np.zeros(len(episodes) * width, bool)
-        table[taken_keys] = True
-        keep = ~table[seg_keys]
-    else:
-        keep = ~np.isin(seg_keys, taken_keys)
-    kept_counts = np.add.reduceat(keep, np.concatenate([[0], np.cumsum(counts)[:-1]])) if len(keep) else counts
-    pieces = np.split(seg_frames[keep], np.cumsum(kept_counts)[:-1])
-    return dict(zip(partial.tolist(), pieces))
 
 
 @dataclass(frozen=True)
