@@ -1,21 +1,21 @@
-"""``episode_pool_size="auto"``: a pool as wide as the source's layout makes free, else 64.
+"""``episode_pool_size="auto"``: a pool as wide as the source's layout makes free, else the spread pool.
 
 Why a layout decides: a batch draws from at most the pool's episodes. With the schedule's
-stratified keys (``_plan.sampling``) a pool of 64 gives a batch of 32 about 0.96 of a global
-shuffle's distinct episodes, 16 about half (``_plan.shuffle_quality``, docs/benchmarks.md). What a
-wider pool costs is not rows (tabular, small) but decoders: every pooled episode's video files stay
+stratified keys (``_plan.sampling``) a pool of 96 gives a batch of 32 about 0.96 of a global
+shuffle's distinct episodes (64 as much on one consumer's share, less on small shares), 16 about
+half (``_plan.shuffle_quality``, docs/benchmarks.md). What a wider pool costs is not rows (tabular, small) but decoders: every pooled episode's video files stay
 in reach of every decode thread, whose decoder cache holds at most ``MAX_DECODERS``. So:
 
-- the *spread* pool is 64, or fewer where 64 x cameras would pass that cap, where the rows budget
-  below holds fewer, or where the selection has fewer episodes (at least 16);
+- the *spread* pool is 96, or fewer where 96 x cameras would pass that cap (2 cameras: 64, 3: 42),
+  where the rows budget below holds fewer, or where the selection has fewer episodes (at least 16);
 - where the selection's video files (every camera's) are no more than the spread pool may keep open
   anyway, a wide pool opens no decoder that the spread one would not, so it streams as fast in as
   much memory: the pool is the selection's episodes + 1 (one more than a consumer can own: a pool
   of exactly its episodes would give the last one a one-slot window), at most 512 and at most what
   ``ROWS_BUDGET_BYTES`` of rows hold;
 - elsewhere (a file per episode and camera, v2.x, or more files than that) it is the spread pool;
-- a remote source gets the spread pool as far as ``cache_limit`` holds it (each pooled episode's
-  video is a node-cache entry, on disk while pooled), and never a wide one.
+- a remote source gets the spread pool, at most 64, as far as ``cache_limit`` holds it (each pooled
+  episode's video is a node-cache entry, on disk while pooled), and never a wide one.
 """
 
 from __future__ import annotations
@@ -36,7 +36,14 @@ log = logging.getLogger(__name__)
 
 AUTO = "auto"
 NARROW_POOL = 16  # the floor; every release before "auto" defaulted to it
-SPREAD_POOL = 64  # with stratified keys, 0.96 of a global shuffle's distinct episodes at batch 32
+# With stratified keys, a batch of 32 holds 0.96 of a global shuffle's distinct episodes at 64 for one
+# consumer, but 0.93 for the least diverse of 8 (2 ranks x 4 workers of 2,000 episodes: a small share's
+# ramp and end weigh more); 96 gives those 0.96. The decoder cap still bounds it per camera (2: 64).
+SPREAD_POOL = 96
+# A remote source's widest: through the Hub benchmark's shaped link (2 DataLoader workers, one camera,
+# 200 short episodes, one run each) pool 64 streamed 0.96x pool 16's samples/s and 96 0.90x, with
+# remote/local 0.81 at 16 and 64 and 0.75 at 96 (docs/benchmarks-log.md): kept at 64 until measured better.
+REMOTE_SPREAD_POOL = 64
 # 0.99 of a global shuffle's distinct episodes at batch 256 on 2,000 episodes (1,024: 1.03), at half
 # 1,024's elastic-resume planning (keys of ~2 x pool segments per earlier consumer).
 WIDE_POOL_MAX = 512
@@ -87,6 +94,7 @@ def choose_pool_size(meta: DatasetMeta, selection: EpisodeSelection, *, remote: 
     # Nor need it pass the selection's episodes + 1 (a consumer owns at most those); never below 16.
     spread = max(NARROW_POOL, min(spread, by_rows, len(selection) + 1))
     if remote:
+        spread = min(spread, REMOTE_SPREAD_POOL)
         candidates = (p for p in (spread, spread * 3 // 4, spread // 2, NARROW_POOL) if p >= NARROW_POOL)
         size = next((p for p in candidates if cache_holds is None or cache_holds(p)), NARROW_POOL)
         why = ("a remote source: each pooled episode's video is held in the node cache"
