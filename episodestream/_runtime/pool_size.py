@@ -3,8 +3,9 @@
 Why a layout decides: a batch draws from at most the pool's episodes. With the schedule's
 stratified keys (``_plan.sampling``) a pool of 96 gives a batch of 32 about 0.96 of a global
 shuffle's distinct episodes (64 as much on one consumer's share, less on small shares), 16 about
-half (``_plan.shuffle_quality``, docs/benchmarks.md). What a wider pool costs is not rows (tabular, small) but decoders: every pooled episode's video files stay
-in reach of every decode thread, whose decoder cache holds at most ``MAX_DECODERS``. So:
+half (``_plan.shuffle_quality``, docs/benchmarks.md). What a wider pool costs is not rows (tabular,
+small) but decoders: every pooled episode's video files stay in reach of every decode thread, whose
+decoder cache holds at most ``MAX_DECODERS``. So:
 
 - the *spread* pool is 96, or fewer where 96 x cameras would pass that cap (2 cameras: 64, 3: 42),
   where the rows budget below holds fewer, or where the selection has fewer episodes (at least 16);
@@ -36,13 +37,12 @@ log = logging.getLogger(__name__)
 
 AUTO = "auto"
 NARROW_POOL = 16  # the floor; every release before "auto" defaulted to it
-# With stratified keys, a batch of 32 holds 0.96 of a global shuffle's distinct episodes at 64 for one
-# consumer, but 0.93 for the least diverse of 8 (2 ranks x 4 workers of 2,000 episodes: a small share's
-# ramp and end weigh more); 96 gives those 0.96. The decoder cap still bounds it per camera (2: 64).
+# Wider than a single consumer needs: on the small shares of DataLoader workers and ranks a pool's
+# ramp and end weigh more, and 64 fell short of a global shuffle's diversity there (docs/usage.md).
+# The decoder cap still bounds it per camera.
 SPREAD_POOL = 96
-# A remote source's widest: through the Hub benchmark's shaped link (2 DataLoader workers, one camera,
-# 200 short episodes, one run each) pool 64 streamed 0.96x pool 16's samples/s and 96 0.90x, with
-# remote/local 0.81 at 16 and 64 and 0.75 at 96 (docs/benchmarks-log.md): kept at 64 until measured better.
+# A remote source's widest: through a shaped link 96 was not shown to stream as fast as 64
+# (docs/benchmarks-log.md, "The spread pool 96 for one camera"); kept until measured better.
 REMOTE_SPREAD_POOL = 64
 # 0.99 of a global shuffle's distinct episodes at batch 256 on 2,000 episodes (1,024: 1.03), at half
 # 1,024's elastic-resume planning (keys of ~2 x pool segments per earlier consumer).
