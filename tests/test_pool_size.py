@@ -98,21 +98,10 @@ def test_the_auto_pool_shuffles_like_a_global_shuffle():
     holds), one consumer, batch 32: the spread pool and the widest auto pool >= 0.95 of a global
     shuffle's distinct episodes; the old default of 16 under 0.55, and under 0.85 with 64 iid keys
     (each frame's key drawn on its own, as before /4: stratifying is what the spread pool needs)."""
-    lengths = np.random.default_rng(0).integers(20, 41, 1100)
-    plan = EpochPlan([Segment(i, range(int(n))) for i, n in enumerate(lengths)], seed=0, epoch=0,
-                     shuffle=True, world_size=1)
-    world = World(0, 1, 0, 1)
-
-    def ratio(pool: int, iid: bool = False) -> float:
-        steps = consumer_schedule(plan.share(world), pool_size=pool, shuffle=True, rng=consumer_rng(0, 0, world))
-        if iid:
-            steps._keys = lambda i: _iid_keys(steps, i)  # type: ignore[method-assign]
-        return shuffle_quality(steps, 32, frame_counts=lengths).ratio
-
-    assert ratio(NARROW_POOL) < 0.55
-    assert ratio(64, iid=True) < 0.85
-    assert ratio(SPREAD_POOL) >= 0.95
-    assert ratio(WIDE_POOL_MAX) >= 0.95
+    assert _least_ratio(1100, NARROW_POOL) < 0.55
+    assert _least_ratio(1100, 64, iid=True) < 0.85
+    assert _least_ratio(1100, SPREAD_POOL) >= 0.95
+    assert _least_ratio(1100, WIDE_POOL_MAX) >= 0.95
 
 
 def test_the_spread_pool_shuffles_small_shares_like_a_global_shuffle():
@@ -120,17 +109,23 @@ def test_the_spread_pool_shuffles_small_shares_like_a_global_shuffle():
     episodes of 20-40 frames over 4 workers (250 each), batch 32: the least diverse worker at the
     spread pool >= 0.95 of a global shuffle's distinct episodes, where 64 (the spread pool before)
     was under."""
-    lengths = np.random.default_rng(0).integers(20, 41, 1000)
+    assert _least_ratio(1000, 64, workers=4) < 0.95 <= _least_ratio(1000, SPREAD_POOL, workers=4)
+
+
+def _least_ratio(episodes: int, pool: int, *, workers: int = 1, iid: bool = False) -> float:
+    """Planned distinct episodes per batch of 32 against a global shuffle of the epoch, for the least
+    diverse of ``workers`` consumers of ``episodes`` episodes of 20-40 frames (``iid``: each frame's
+    key drawn on its own)."""
+    lengths = np.random.default_rng(0).integers(20, 41, episodes)
     plan = EpochPlan([Segment(i, range(int(n))) for i, n in enumerate(lengths)], seed=0, epoch=0,
                      shuffle=True, world_size=1)
-
-    def least(pool: int) -> float:
-        worlds = [World(0, 1, worker, 4) for worker in range(4)]
-        return min(shuffle_quality(consumer_schedule(plan.share(w), pool_size=pool, shuffle=True,
-                                                     rng=consumer_rng(0, 0, w)), 32, frame_counts=lengths).ratio
-                   for w in worlds)
-
-    assert least(64) < 0.95 <= least(SPREAD_POOL)
+    ratios = []
+    for world in (World(0, 1, worker, workers) for worker in range(workers)):
+        steps = consumer_schedule(plan.share(world), pool_size=pool, shuffle=True, rng=consumer_rng(0, 0, world))
+        if iid:
+            steps._keys = lambda i, steps=steps: _iid_keys(steps, i)  # type: ignore[method-assign]
+        ratios.append(shuffle_quality(steps, 32, frame_counts=lengths).ratio)
+    return min(ratios)
 
 
 def _iid_keys(schedule, i: int) -> tuple[np.ndarray, np.ndarray]:

@@ -397,31 +397,33 @@ class Anchors:
             return self._last[2]
         kept_count = self.kept_count()
         copies, partial = np.divmod(self.counts, np.maximum(kept_count, 1))
-        if self._kept is None and not partial.any() and (copies <= 1).all():
-            with gc_paused():  # one Segment per episode: see _base.gc_pause
-                out = [Segment(e, range(n)) for e, n, c in zip(self.episode_index.tolist(), self.lengths.tolist(),
-                                                              copies.tolist()) if c]
-            self._fixed = out
-            return out
-        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_CURATION_TAG, epoch, 0)))
-        draws = iter(rng.random(int((partial > 0).sum())).tolist())
-        out = []
-        with gc_paused():
-            all_kept = self._all_kept()
-            for e, length, n, q, r, kept in zip(self.episode_index.tolist(), self.lengths.tolist(),
-                                                kept_count.tolist(), copies.tolist(), partial.tolist(), all_kept):
-                if not q and not r:
-                    continue
-                period = length if q + (r > 0) > 1 else 0
-                for c in range(q):
-                    out.append(Segment(e, _shifted(kept, c * length) if c else kept, period))
-                if r:
-                    picks = ((np.arange(r) + next(draws)) * n / r).astype(np.int64)
-                    out.append(Segment(e, np.asarray(kept)[picks] + q * length, period))
+        with gc_paused():  # a Segment per episode and copy, ~10^5 at DROID's size: see _base.gc_pause
+            out = self._segments(seed, epoch, kept_count, copies, partial)
         if not partial.any():
             self._fixed = out
         else:
             self._last = (seed, epoch, out)
+        return out
+
+    def _segments(self, seed: int, epoch: int, kept_count: np.ndarray, copies: np.ndarray,
+                  partial: np.ndarray) -> list[Segment]:
+        """``segments``' list, built (the caller pauses the collector and keeps the list)."""
+        if self._kept is None and not partial.any() and (copies <= 1).all():
+            return [Segment(e, range(n)) for e, n, c in zip(self.episode_index.tolist(), self.lengths.tolist(),
+                                                           copies.tolist()) if c]
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_CURATION_TAG, epoch, 0)))
+        draws = iter(rng.random(int((partial > 0).sum())).tolist())
+        out = []
+        for e, length, n, q, r, kept in zip(self.episode_index.tolist(), self.lengths.tolist(),
+                                            kept_count.tolist(), copies.tolist(), partial.tolist(), self._all_kept()):
+            if not q and not r:
+                continue
+            period = length if q + (r > 0) > 1 else 0
+            for c in range(q):
+                out.append(Segment(e, _shifted(kept, c * length) if c else kept, period))
+            if r:
+                picks = ((np.arange(r) + next(draws)) * n / r).astype(np.int64)
+                out.append(Segment(e, np.asarray(kept)[picks] + q * length, period))
         return out
 
     def digest(self) -> str:
