@@ -79,6 +79,29 @@ def pytest_collection(session):
     # calls gc.collect()).
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, 100)
+    if "torch" in sys.modules:  # collection imported it (a run of torch-free modules never needs this)
+        share_worker_tensors_through_files()
+
+
+def share_worker_tensors_through_files() -> None:
+    """DataLoader workers in this suite hand their batches' tensors over through shared-memory
+    files. PyTorch's default on Linux passes a descriptor per tensor instead, each over its own
+    authenticated socket connection to a thread of the worker: the suite runs ~200 multi-worker
+    epochs of tiny batches, where that hand-over was a fifth of their CPU (docs/benchmarks-log.md,
+    "The suite's time, this session"). The samples are the same bits either way;
+    test_worker_start_methods streams an epoch through the default strategy, so the path users
+    run stays tested."""
+    import torch.multiprocessing
+
+    torch.multiprocessing.set_sharing_strategy("file_system")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    """The slow and distributed tests first (in their own order): the longest ones (a real
+    `accelerate launch`, benchmark runs) then start while the other processes still have short
+    tests to take over, instead of one of them running alone at the end of the suite."""
+    items.sort(key=lambda item: not (item.get_closest_marker("slow") or item.get_closest_marker("distributed")))
 
 
 def pytest_unconfigure(config):
