@@ -88,7 +88,7 @@ def share_worker_tensors_through_files() -> None:
     files. PyTorch's default on Linux passes a descriptor per tensor instead, each over its own
     authenticated socket connection to a thread of the worker: the suite runs ~200 multi-worker
     epochs of tiny batches, where that hand-over was a fifth of their CPU (docs/benchmarks-log.md,
-    "The suite's time, this session"). The samples are the same bits either way;
+    "The suite's time: the workers' hand-over and the order of the tests"). The samples are the same bits either way;
     test_worker_start_methods streams an epoch through the default strategy, so the path users
     run stays tested."""
     import torch.multiprocessing
@@ -98,10 +98,13 @@ def share_worker_tensors_through_files() -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
-    """The slow and distributed tests first (in their own order): the longest ones (a real
-    `accelerate launch`, benchmark runs) then start while the other processes still have short
-    tests to take over, instead of one of them running alone at the end of the suite."""
-    items.sort(key=lambda item: not (item.get_closest_marker("slow") or item.get_closest_marker("distributed")))
+    """The modules with slow or distributed tests first (each whole and in its own order): the
+    longest tests (a real `accelerate launch`, benchmark runs) then start while the other processes
+    still have short tests to take over, instead of one of them running alone at the end of the
+    suite. Whole modules, so that no module-scoped fixture is set up twice."""
+    first = {item.nodeid.split("::")[0] for item in items
+             if item.get_closest_marker("slow") or item.get_closest_marker("distributed")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in first)
 
 
 def pytest_unconfigure(config):
