@@ -97,41 +97,52 @@ def test_the_auto_pool_shuffles_like_a_global_shuffle():
     """What the choice buys, planned: 1,100 episodes of 20-40 frames (more than the widest auto pool
     holds), one consumer, batch 32: the spread pool and the widest auto pool >= 0.95 of a global
     shuffle's distinct episodes; the old default of 16 under 0.55, and under 0.85 with 64 iid keys
-    (each frame's key drawn on its own, as before /4: stratifying is what the spread pool needs)."""
+    (each frame's key drawn on its own, as before /4: spreading the keys is what the spread pool needs)."""
     assert _least_ratio(1100, NARROW_POOL) < 0.55
-    assert _least_ratio(1100, 64, iid=True) < 0.85
+    assert _least_ratio(1100, 64, keys="iid") < 0.85
     assert _least_ratio(1100, SPREAD_POOL) >= 0.95
     assert _least_ratio(1100, WIDE_POOL_MAX) >= 0.95
 
 
-def test_the_spread_pool_shuffles_small_shares_like_a_global_shuffle():
+@pytest.mark.parametrize("cameras", [1, 2, 3])
+def test_every_cameras_spread_pool_shuffles_small_shares_like_a_global_shuffle(cameras):
     """DataLoader workers split an epoch into small shares, whose ramp and end weigh more: 1,000
     episodes of 20-40 frames over 4 workers (250 each), batch 32: the least diverse worker at the
-    spread pool >= 0.95 of a global shuffle's distinct episodes, where 64 (the spread pool before)
-    was under."""
-    assert _least_ratio(1000, 64, workers=4) < 0.95 <= _least_ratio(1000, SPREAD_POOL, workers=4)
+    spread pool of 1, 2 or 3 cameras (96, 64, 42; the remote one, 64, among them) >= 0.95 of a global
+    shuffle's distinct episodes. With a random point per stratum (the /4 schedule) 64 was under it:
+    the systematic keys (one point for all of a segment's strata) are what narrower pools need."""
+    class _Meta:
+        video_keys = [f"observation.images.{i}" for i in range(cameras)]
+
+    pool = spread_pool(_Meta())  # type: ignore[arg-type]
+    assert _least_ratio(1000, pool, workers=4) >= 0.95
+    assert REMOTE_SPREAD_POOL >= 64 and _least_ratio(1000, 64, workers=4, keys="stratified") < 0.95
 
 
-def _least_ratio(episodes: int, pool: int, *, workers: int = 1, iid: bool = False) -> float:
+def _least_ratio(episodes: int, pool: int, *, workers: int = 1, keys: str = "systematic") -> float:
     """Planned distinct episodes per batch of 32 against a global shuffle of the epoch, for the least
-    diverse of ``workers`` consumers of ``episodes`` episodes of 20-40 frames (``iid``: each frame's
-    key drawn on its own)."""
+    diverse of ``workers`` consumers of ``episodes`` episodes of 20-40 frames (``keys``: the schedule's
+    own, "systematic"; "iid", each frame's key drawn on its own; "stratified", a random point per stratum)."""
     lengths = np.random.default_rng(0).integers(20, 41, episodes)
     plan = EpochPlan([Segment(i, range(int(n))) for i, n in enumerate(lengths)], seed=0, epoch=0,
                      shuffle=True, world_size=1)
     ratios = []
     for world in (World(0, 1, worker, workers) for worker in range(workers)):
         steps = consumer_schedule(plan.share(world), pool_size=pool, shuffle=True, rng=consumer_rng(0, 0, world))
-        if iid:
-            steps._keys = lambda i, steps=steps: _iid_keys(steps, i)  # type: ignore[method-assign]
+        if keys != "systematic":
+            steps._keys = lambda i, steps=steps: _older_keys(steps, i, keys)  # type: ignore[method-assign]
         ratios.append(shuffle_quality(steps, 32, frame_counts=lengths).ratio)
     return min(ratios)
 
 
-def _iid_keys(schedule, i: int) -> tuple[np.ndarray, np.ndarray]:
-    """Segment ``i``'s keys drawn independently and uniformly in its window (the /3 schedule's)."""
+def _older_keys(schedule, i: int, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """Segment ``i``'s keys as older schedules drew them: "iid" (/3), each independently and uniformly
+    in its window; "stratified" (/4), one per equal stratum of it, each at a random point of its own."""
     frames = np.asarray(schedule._segments[i].frames)
     a, b = int(schedule._a[i]), int(schedule._b[i])
-    keys = a + (b - a) * np.random.default_rng(i).random(len(frames))
+    rng = np.random.default_rng(i)
+    n = len(frames)
+    spread = rng.random(n) if kind == "iid" else (np.arange(n) + rng.random(n)) / n
+    keys = a + (b - a) * spread
     order = np.argsort(keys, kind="stable")
     return frames[order], keys[order]

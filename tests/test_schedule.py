@@ -224,9 +224,10 @@ def test_the_pool_ramps_up_one_two_four_episodes_then_holds_a_full_window():
     assert Counter(_emits(steps)) == Counter((s.episode_index, f) for s in plan.share(world).segments for f in s.frames)
 
 
-def test_keys_are_stratified_over_each_window():
-    """Each of a segment's n frames gets one key in its own n-th of the segment's window (so one
-    episode's frames spread over the slots it is pooled for), every frame once, keys sorted."""
+def test_keys_are_systematic_over_each_window():
+    """Each of a segment's n frames gets one key in its own n-th of the segment's window, all at the
+    same point of their n-ths (so one episode's frames come at an even pace over the slots it is
+    pooled for), every frame once, keys sorted."""
     rng = np.random.default_rng(7)
     for config in range(40):
         segments = _segments(rng)
@@ -239,7 +240,9 @@ def test_keys_are_stratified_over_each_window():
             a, b, n = int(schedule._a[i]), int(schedule._b[i]), len(segment)
             assert sorted(frames.tolist()) == sorted(np.asarray(segment.frames).tolist())
             assert np.all((keys >= a) & (keys < b)) and np.all(np.diff(keys) > 0)
-            np.testing.assert_array_equal(np.floor((keys - a) * n / (b - a)), np.arange(n))
+            strata = (keys - a) * n / (b - a)
+            np.testing.assert_array_equal(np.floor(strata), np.arange(n))
+            np.testing.assert_allclose(strata - np.arange(n), strata[0], atol=1e-6)
 
 
 @pytest.mark.parametrize("lengths", [(30, 60), (150, 400)])

@@ -48,9 +48,9 @@ from episodestream._base.world import World
 
 # /2: the pool schedule became a sliding window of keyed frames (``_plan.sampling.ConsumerSchedule``), so
 # a resume point is found arithmetically. /3: the window's first segments open on a ramp. /4: a
-# segment's keys are stratified over its window. Each time the same (seed, epoch, rank, worker)
-# emits another order, so an older state cannot be resumed exactly.
-STATE_FORMAT = "episodestream.stream_state/4"
+# segment's keys are stratified over its window. /5: all at one point of their strata (systematic). Each
+# time the same (seed, epoch, rank, worker) emits another order, so an older state cannot be resumed exactly.
+STATE_FORMAT = "episodestream.stream_state/5"
 
 
 def refuse_other_format(state: object, expected: str, what: str) -> None:

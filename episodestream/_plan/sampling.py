@@ -298,16 +298,18 @@ class ConsumerSchedule:
         a, b = int(self._a[i]), int(self._b[i])
         if not self.shuffle:
             return frames, a + (np.arange(len(frames)) + 0.5) / len(frames)
-        # Stratified: the window is cut into one equal stratum per frame, each gets a random frame
-        # (a permutation) at a random point inside it. Every stretch of slots then takes its share
-        # of each pooled segment's frames, so a batch spreads over the pool's episodes as a global
-        # shuffle's does, where iid keys clump (docs/resume.md, "Stratified keys"). The keys come
-        # out sorted.
+        # Systematic: the window is cut into one equal stratum per frame, each gets a random frame
+        # (a permutation), all at the same random point of their strata, so a segment emits at an
+        # even pace through its window. Every stretch of slots then takes its share of each pooled
+        # segment's frames, and two of a segment's frames land in one batch only where its pace is
+        # faster than a batch's: a batch spreads over the pool's episodes as a global shuffle's
+        # does. iid keys clump, and a random point per stratum (``stream_state/4``) still let two
+        # keys of a stratum pair meet (docs/resume.md, "Systematic keys"). The keys come out sorted.
         n = len(frames)
         with self._key_lock:
             rng = self._segment_rng(i)
             order = rng.permutation(n)
-            keys = a + (b - a) * ((np.arange(n) + rng.random(n)) / n)
+            keys = a + (b - a) * ((np.arange(n) + rng.random()) / n)
         # Rounding may carry the last key onto b, where the segment has left the pool.
         np.minimum(keys, np.nextafter(float(b), float(a)), out=keys)
         return frames[order], keys

@@ -1,9 +1,9 @@
 """``episode_pool_size="auto"``: a pool as wide as the source's layout makes free, else the spread pool.
 
 Why a layout decides: a batch draws from at most the pool's episodes. With the schedule's
-stratified keys (``_plan.sampling``) a pool of 96 gives a batch of 32 about 0.96 of a global
-shuffle's distinct episodes (64 as much on one consumer's share, less on small shares), 16 about
-half (``_plan.shuffle_quality``, docs/benchmarks.md). What a wider pool costs is not rows (tabular,
+systematic keys (``_plan.sampling``) a pool of 42 or more gives a batch of 32 at least 0.95 of a
+global shuffle's distinct episodes, on small shares too, and 16 about half; a batch of 256 needs a
+pool of hundreds (``_plan.shuffle_quality``, docs/benchmarks.md). What a wider pool costs is not rows (tabular,
 small) but decoders: every pooled episode's video files stay in reach of every decode thread, whose
 decoder cache holds at most ``MAX_DECODERS``. So:
 
@@ -37,9 +37,10 @@ log = logging.getLogger(__name__)
 
 AUTO = "auto"
 NARROW_POOL = 16  # the floor; every release before "auto" defaulted to it
-# Wider than a single consumer needs: on the small shares of DataLoader workers and ranks a pool's
-# ramp and end weigh more, and 64 fell short of a global shuffle's diversity there (docs/usage.md).
-# The decoder cap still bounds it per camera.
+# Chosen when 64 fell short of a global shuffle's diversity on the small shares of DataLoader workers
+# and ranks (their ramp and end weigh more). With systematic keys 64, and 42 (3 cameras), reach it there
+# too; 96 stays for batch 256, which draws from at most the pool's episodes, and it streamed as fast
+# (docs/usage.md). The decoder cap still bounds it per camera.
 SPREAD_POOL = 96
 # A remote source's widest: through a shaped link 96 was not shown to stream as fast as 64
 # (docs/benchmarks-log.md, "The spread pool 96 for one camera"); kept until measured better.
