@@ -108,15 +108,18 @@ def test_the_auto_pool_shuffles_like_a_global_shuffle():
 def test_every_cameras_spread_pool_shuffles_small_shares_like_a_global_shuffle(cameras):
     """DataLoader workers split an epoch into small shares, whose ramp and end weigh more: 1,000
     episodes of 20-40 frames over 4 workers (250 each), batch 32: the least diverse worker at the
-    spread pool of 1, 2 or 3 cameras (96, 64, 42; the remote one, 64, among them) >= 0.95 of a global
-    shuffle's distinct episodes. With a random point per stratum (the /4 schedule) 64 was under it:
-    the systematic keys (one point for all of a segment's strata) are what narrower pools need."""
+    spread pool of 1, 2 or 3 cameras (96, 64, 42; a remote source's, at most 64, is one of them unless
+    its cache_limit narrows it) >= 0.95 of a global shuffle's distinct episodes."""
     class _Meta:
         video_keys = [f"observation.images.{i}" for i in range(cameras)]
 
-    pool = spread_pool(_Meta())  # type: ignore[arg-type]
-    assert _least_ratio(1000, pool, workers=4) >= 0.95
-    assert REMOTE_SPREAD_POOL >= 64 and _least_ratio(1000, 64, workers=4, keys="stratified") < 0.95
+    assert _least_ratio(1000, spread_pool(_Meta()), workers=4) >= 0.95  # type: ignore[arg-type]
+
+
+def test_systematic_keys_are_what_a_pool_of_64_needs_on_small_shares():
+    """The same small shares at pool 64: a random point per stratum (the /4 schedule) fell short of
+    0.95; one point for all of a segment's strata reaches it."""
+    assert _least_ratio(1000, 64, workers=4, keys="stratified") < 0.95 <= _least_ratio(1000, 64, workers=4)
 
 
 def _least_ratio(episodes: int, pool: int, *, workers: int = 1, keys: str = "systematic") -> float:
