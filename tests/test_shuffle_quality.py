@@ -151,3 +151,7 @@ def test_the_pool_cost_benchmark_runs(tmp_path, capsys, monkeypatch) -> None:
     rows = json.loads((tmp_path / "rows.json").read_text())
     assert [r["pool"] for r in rows] == [16, 2] and all(r["decoder_cache"]["misses"] > 0 for r in rows)
     assert rows[0]["distinct"] >= rows[1]["distinct"] and rows[0]["samples_per_cpu_s"] > 0
+    # Through a DataLoader worker (--num-workers): the same frames, its CPU and RSS counted, no decoder stats.
+    worker = script._one_epoch(tiny, 2, True, 1, 8, None, num_workers=1)
+    assert worker["decoder_cache"] is None and worker["peak_rss_mb"] > 0 and worker["samples_per_cpu_s"] > 0
+    assert worker["distinct"] == rows[1]["distinct"]  # one consumer of the same schedule either way

@@ -1,5 +1,5 @@
-"""What a wider episode pool costs on real decoding: EpisodeLoader samples/s, peak RSS, decoder-cache
-behaviour and batch diversity, by ``episode_pool_size``, side by side in one run.
+"""What a wider episode pool costs on real decoding: EpisodeLoader (or DataLoader) samples/s, peak RSS,
+decoder-cache behaviour and batch diversity, by ``episode_pool_size``, side by side in one run.
 
 Many short episodes are where a wide pool costs most (more episodes, so more files and decoders,
 per batch). By default two synthetic datasets are written once under ``--cache-dir``: 200 episodes of
@@ -10,11 +10,14 @@ pool sizes alternating in direction from round to round; ratios are to pool 16 o
     python benchmarks/streaming/benchmark_pool_cost.py --rounds 2
     python benchmarks/streaming/benchmark_pool_cost.py --pool-sizes 16,256 --dtypes uint8 --versions v2.1
     python benchmarks/streaming/benchmark_pool_cost.py --pool-sizes 16,256 --dtypes uint8 --versions v2.1 --max-decoders 512
+    python benchmarks/streaming/benchmark_pool_cost.py --pool-sizes 16,auto --versions v2.1 --num-workers 2
 
 Each epoch runs in a fresh Python process (the loader's threads run in it), so its peak RSS is its
 own: what earlier epochs freed but the allocator kept does not count. Samples per CPU-second (this
 process's user + system time, all threads) is printed beside samples/s: on a machine shared with
-other jobs it moves far less than wall-clock rates.
+other jobs it moves far less than wall-clock rates. With ``--num-workers N`` a torch DataLoader with N
+worker processes streams the epoch instead: its CPU counts the workers' too, its peak RSS is the
+largest worker's (the decoders live there), and their decoder caches are not reported.
 """
 
 from __future__ import annotations
@@ -55,38 +58,50 @@ def dataset_root(cache_dir: str, version: str, episodes: int, lengths: tuple[int
 
 
 def epoch(root: Path, *, pool_size: int | str, uint8: bool, threads: int, batch_size: int,
-          max_decoders: int | None = None) -> dict:
+          max_decoders: int | None = None, num_workers: int = 0) -> dict:
     """One epoch in a fresh process (this file with ``--one``)."""
     command = [sys.executable, __file__, "--one",
-               json.dumps([str(root), pool_size, uint8, threads, batch_size, max_decoders])]
+               json.dumps([str(root), pool_size, uint8, threads, batch_size, max_decoders, num_workers])]
     done = subprocess.run(command, check=True, capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _cpu_s(usage: resource.struct_rusage) -> float:
+    return usage.ru_utime + usage.ru_stime
+
+
 def _one_epoch(root: Path, pool_size: int | str, uint8: bool, threads: int, batch_size: int,
-               max_decoders: int | None) -> dict:
+               max_decoders: int | None, num_workers: int = 0) -> dict:
     torch.set_num_threads(1)
     if max_decoders is not None:  # the lever "a decoder cache sized for the pool", in this process only
         import episodestream._runtime.core as core
         import episodestream._sample.video.decoder_cache as decoder_cache
         core.MAX_DECODERS = decoder_cache.MAX_DECODERS = max_decoders
     dataset = EpisodeStreamingDataset(root, episode_pool_size=pool_size, seed=0, return_uint8=uint8)
-    loader = EpisodeLoader(dataset, batch_size, num_threads=threads)
+    loader: EpisodeLoader | torch.utils.data.DataLoader = (
+        torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=num_workers) if num_workers
+        else EpisodeLoader(dataset, batch_size, num_threads=threads))
     episodes = []
-    cpu = resource.getrusage(resource.RUSAGE_SELF)
+    # The workers' CPU is counted once they are joined (the DataLoader joins them when the epoch ends).
+    cpu_s = _cpu_s(resource.getrusage(resource.RUSAGE_SELF)) + _cpu_s(resource.getrusage(resource.RUSAGE_CHILDREN))
     start = time.perf_counter()
     for batch in loader:
         episodes.append(batch["episode_index"].numpy().copy())
         del batch
     elapsed_s = time.perf_counter() - start
-    used = resource.getrusage(resource.RUSAGE_SELF)
-    cpu_s = used.ru_utime - cpu.ru_utime + used.ru_stime - cpu.ru_stime
-    time.sleep(0.2)  # the decode threads hand their decoders back as they end
-    cache = summed_stats(list(loader._spares._spares))  # a local pass leaves its decoders for the next
-    loader.close()
+    cpu_s = (_cpu_s(resource.getrusage(resource.RUSAGE_SELF)) + _cpu_s(resource.getrusage(resource.RUSAGE_CHILDREN))
+             - cpu_s)
+    cache = None
+    if isinstance(loader, EpisodeLoader):
+        time.sleep(0.2)  # the decode threads hand their decoders back as they end
+        cache = summed_stats(list(loader._spares._spares))  # a local pass leaves its decoders for the next
+        loader.close()
+    peak_rss_mb = (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024 if num_workers
+                   else _peak_rss_mb())
     ids = np.concatenate(episodes)
     quality = shuffle_quality(ids, batch_size)
-    return {"pool_resolved": dataset.episode_pool_size, "samples_per_s": len(ids) / elapsed_s, "samples_per_cpu_s": len(ids) / cpu_s, "peak_rss_mb": _peak_rss_mb(), "decoder_cache": cache,
+    return {"pool_resolved": dataset.episode_pool_size, "samples_per_s": len(ids) / elapsed_s,
+            "samples_per_cpu_s": len(ids) / cpu_s, "peak_rss_mb": peak_rss_mb, "decoder_cache": cache,
             "distinct": quality.distinct, "global_distinct": quality.global_distinct}
 
 
@@ -102,7 +117,9 @@ def main(argv=None) -> int:
     parser.add_argument("--cache-dir", default=os.path.join(tempfile.gettempdir(), "episodestream-bench"))
     parser.add_argument("--pool-sizes", default="16,64,128,256", help="comma-separated; 'auto' for the default's choice")
     parser.add_argument("--dtypes", default="float32,uint8")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="EpisodeLoader's decode threads")
+    parser.add_argument("--num-workers", type=int, default=0,
+                        help="0: EpisodeLoader; N > 0: a torch DataLoader with N worker processes")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--max-decoders", type=int, help="raise the decoder cache's cap (128) for every pool "
@@ -129,7 +146,8 @@ def main(argv=None) -> int:
                 for pool in order:
                     row = {"round": round_, "dataset": root.name, "dtype": dtype, "pool": pool,
                            **epoch(root, pool_size=pool, uint8=dtype == "uint8", threads=args.threads,
-                                   batch_size=args.batch_size, max_decoders=args.max_decoders)}
+                                   batch_size=args.batch_size, max_decoders=args.max_decoders,
+                                   num_workers=args.num_workers)}
                     base[pool] = row
                     rows.append(row)
                 ref = base[pools[0]]
@@ -142,7 +160,8 @@ def main(argv=None) -> int:
                     shown = pool if pool != "auto" else f"auto ({row['pool_resolved']})"
                     print(f"round {round_} {root.name} {dtype} pool {shown}: {row['samples_per_s']:.0f} samples/s "
                           f"({row['speed_vs_first']:.2f}x pool {pools[0]}), {row['samples_per_cpu_s']:.0f} per CPU-second "
-                          f"({row['cpu_vs_first']:.2f}x), peak RSS {row['peak_rss_mb']:.0f} MB "
+                          f"({row['cpu_vs_first']:.2f}x), peak RSS{' (largest worker)' if args.num_workers else ''} "
+                          f"{row['peak_rss_mb']:.0f} MB "
                           f"({row['rss_vs_first']:.2f}x), decoder cache misses {cache.get('misses')} evictions "
                           f"{cache.get('evictions')} hits {cache.get('hits')}; distinct {row['distinct']:.1f} / "
                           f"{row['global_distinct']:.1f} ({row['distinct'] / row['global_distinct']:.2f})", flush=True)
