@@ -66,8 +66,10 @@ def epoch(root: Path, *, pool_size: int | str, uint8: bool, threads: int, batch_
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _cpu_s(usage: resource.struct_rusage) -> float:
-    return usage.ru_utime + usage.ru_stime
+def _cpu_s() -> float:
+    """User + system CPU of this process and of its children waited for (DataLoader workers, once joined)."""
+    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF,
+                                                                       resource.RUSAGE_CHILDREN)))
 
 
 def _one_epoch(root: Path, pool_size: int | str, uint8: bool, threads: int, batch_size: int,
@@ -83,19 +85,19 @@ def _one_epoch(root: Path, pool_size: int | str, uint8: bool, threads: int, batc
         else EpisodeLoader(dataset, batch_size, num_threads=threads))
     episodes = []
     # The workers' CPU is counted once they are joined (the DataLoader joins them when the epoch ends).
-    cpu_s = _cpu_s(resource.getrusage(resource.RUSAGE_SELF)) + _cpu_s(resource.getrusage(resource.RUSAGE_CHILDREN))
+    cpu_s = _cpu_s()
     start = time.perf_counter()
     for batch in loader:
         episodes.append(batch["episode_index"].numpy().copy())
         del batch
     elapsed_s = time.perf_counter() - start
-    cpu_s = (_cpu_s(resource.getrusage(resource.RUSAGE_SELF)) + _cpu_s(resource.getrusage(resource.RUSAGE_CHILDREN))
-             - cpu_s)
+    cpu_s = _cpu_s() - cpu_s
     cache = None
     if isinstance(loader, EpisodeLoader):
         time.sleep(0.2)  # the decode threads hand their decoders back as they end
         cache = summed_stats(list(loader._spares._spares))  # a local pass leaves its decoders for the next
         loader.close()
+    # A fresh process per epoch (``epoch``): its only children are this epoch's workers.
     peak_rss_mb = (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024 if num_workers
                    else _peak_rss_mb())
     ids = np.concatenate(episodes)
