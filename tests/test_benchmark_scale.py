@@ -6,27 +6,28 @@ import argparse
 import json
 from pathlib import Path
 
-from .scripts import load_script, run_main
+from .scripts import load_script, run_own_commands_in_process
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "scale" / "benchmark_scale.py"
 
 
-def test_scale_benchmark_smoke(tmp_path, capsys):
-    # The script's main() runs in this process (another interpreter would cost ~2 s of CPU); each
-    # measurement it makes still runs in a fresh interpreter of its own, as the benchmark does: one
-    # kind here, the others through measure() in this process (the same code, without another
-    # interpreter importing torch for each).
+def test_scale_benchmark_smoke(tmp_path, capsys, monkeypatch):
+    # The script's main() runs in this process, and so does each measurement it starts in a fresh
+    # interpreter (its command, --measure entry point and printed row: run_own_commands_in_process):
+    # one kind through main(), the others through measure(), the same code.
     data = tmp_path / "data"
-    run_main(SCRIPT, ["--sizes", "40", "--episode-length", "20", "40", "--kinds", "construct",
-                      "--random-samples", "20", "--pool-size", "64", "--data-dir", str(data),
-                      "--output-dir", str(out := tmp_path / "out")])
+    script = load_script(SCRIPT)
+    commands = run_own_commands_in_process(script, monkeypatch)
+    assert script.main(["--sizes", "40", "--episode-length", "20", "40", "--kinds", "construct",
+                        "--random-samples", "20", "--pool-size", "64", "--data-dir", str(data),
+                        "--output-dir", str(out := tmp_path / "out")]) == 0
+    assert [command[2:4] for command in commands] == [["--measure", "construct"]]
     captured = capsys.readouterr()
     (row,) = json.loads((out / "results.json").read_text())
     assert row["episodes"] == 40 and row["pool_size"] == 64 and row["len"] > 0, captured.err[-4000:]
     assert {"construct_s", "first_sample_s"} <= set(row), captured.err[-4000:]
     assert "| episodes |" in captured.out and (out / "scale.png").stat().st_size > 0
-    script = load_script(SCRIPT)
     (root,) = data.iterdir()
     args = argparse.Namespace(world_size=8, batch_size=32, random_samples=20, worker_batches=20, pool_size=64)
     # Exact resume is the same code as elastic with the world size kept: the smoke measures one, with

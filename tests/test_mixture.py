@@ -18,7 +18,7 @@ from episodestream import EpisodeMixture, EpisodeStreamingDataset, stream_state
 from episodestream.tools.synthetic import write_synthetic_dataset
 from episodestream.tools.synthetic import decode_frame_ids
 
-from .stream_model import shut_down_workers
+from .stream_model import key_collate, shut_down_workers
 
 FRONT, CAM = "observation.images.front", "observation.images.cam"
 
@@ -41,6 +41,9 @@ def camera_b(tmp_path_factory):
 
 def _ids(samples) -> list[tuple[int, int, int]]:
     return [(int(s["dataset_index"]), int(s["episode_index"]), int(s["frame_index"])) for s in samples]
+
+
+IDS = key_collate("dataset_index", "episode_index", "frame_index")  # what _batch_ids reads
 
 
 def _batch_ids(batches) -> list[tuple[int, int, int]]:
@@ -88,8 +91,7 @@ def test_dataloader_workers_and_ranks_yield_len_samples(tabular, weights):
     single = _mixture(roots, weights)
     alone = _ids(single)
     assert len(alone) == len(single) == sum(single.rank_counts())
-    loader = torch.utils.data.DataLoader(_mixture(roots, weights), batch_size=5, num_workers=2)
-    with_workers = _batch_ids(loader)
+    with_workers = _batch_ids(_loader(_mixture(roots, weights), 2, batch_size=5))
     assert Counter(d for d, _, _ in with_workers) == Counter(d for d, _, _ in alone)
     if weights is None:  # a shuffled concatenation: each frame once, whatever the workers
         assert Counter(with_workers) == Counter(alone) == _all_frames(roots)
@@ -280,7 +282,8 @@ def test_meta_lerobot_stats_aggregate_stats_json_as_the_concatenated_data_gives_
 
 
 def _loader(mixture, num_workers, batch_size=4):
-    return torch.utils.data.DataLoader(mixture, batch_size=batch_size, num_workers=num_workers)
+    """Batches of what ``_batch_ids`` reads, not the samples' tensors (``stream_model.key_collate``)."""
+    return torch.utils.data.DataLoader(mixture, batch_size=batch_size, num_workers=num_workers, collate_fn=IDS)
 
 
 @pytest.mark.parametrize("weights, stop", [(None, "all"), ([0.6, 0.3, 0.1], "all"), ([0.2, 0.3, 0.5], 90)])

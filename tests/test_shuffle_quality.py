@@ -115,37 +115,27 @@ def test_the_benchmarks_print_it(dataset_root, capsys) -> None:
     assert (q32.batch_size, q256.batch_size) == (32, 256) and 1 <= q32.distinct <= q32.global_distinct
 
 
-@pytest.mark.slow
 def test_the_pool_cost_benchmark_runs(tmp_path, capsys, monkeypatch) -> None:
     import episodestream._runtime.core as core
     import episodestream._sample.video.decoder_cache as decoder_cache
     from episodestream.tools.synthetic import write_synthetic_dataset
 
-    from .scripts import load_script
+    from .scripts import load_script, run_own_commands_in_process
 
-    # A tiny dataset: an epoch's fresh process costs more in imports than the epoch itself.
+    # A tiny dataset: this checks the benchmark's route and rows, not its numbers.
     tiny = write_synthetic_dataset(tmp_path / "tiny", num_episodes=4, episode_length=6, height=64, width=64,
                                    cameras=("observation.images.front",), seed=0)
-    script = load_script(Path(__file__).resolve().parents[1] / "benchmarks" / "streaming" / "benchmark_pool_cost.py")
-    # The first epoch runs in a fresh process, as the benchmark runs each (its --one entry point and the
-    # row it prints back); the second runs the same function in this process, another interpreter
-    # importing torch and torchcodec saved. That epoch raises the decoder cap (--max-decoders) in the
-    # process it runs in: here, only for this test.
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "streaming" / "benchmark_pool_cost.py"
+    script = load_script(path)
+    # Each epoch goes through the benchmark's fresh-process route, its command run by this process.
+    # The --one epoch raises the decoder cap (--max-decoders) in the process it runs in: here, only
+    # for this test.
     for module in (core, decoder_cache):
         monkeypatch.setattr(module, "MAX_DECODERS", module.MAX_DECODERS)
-    fresh_process = script.epoch
-
-    epochs: list[dict] = []
-
-    def epoch(root, **options):
-        row = fresh_process(root, **options) if not epochs else script._one_epoch(root, **options)
-        epochs.append(row)
-        return row
-
-    monkeypatch.setattr(script, "epoch", epoch)
+    epochs = run_own_commands_in_process(script, monkeypatch)
     assert script.main(["--datasets", str(tiny), "--pool-sizes", "16,2", "--dtypes", "uint8", "--rounds", "1",
                         "--batch-size", "8", "--max-decoders", "200", "--output", str(tmp_path / "rows.json")]) == 0
-    assert len(epochs) == 2
+    assert [command[2] for command in epochs] == ["--one", "--one"]
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and "pool 16: " in lines[0] and "pool 2: " in lines[1] and "per CPU-second" in lines[1]
     rows = json.loads((tmp_path / "rows.json").read_text())

@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from episodestream import EpisodeStreamingDataset, load_loader_state, stream_state
+from episodestream import EpisodeMixture, EpisodeStreamingDataset, load_loader_state, stream_state
+
+from .stream_model import key_collate
 
 stateful = pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata is not installed (test extra)")
 # torchdata 0.11 calls a torch function that torch 2.13 deprecates, on every StatefulDataLoader.
@@ -17,7 +19,14 @@ MIDPOINTS = [0, 3, 7]  # batches taken before the state is saved (of 11-13 per e
 
 
 def _indices(batches) -> list[int]:
-    return [i for batch in batches for i in batch["index"].tolist()]
+    return [int(i) for batch in batches for i in batch["index"]]
+
+
+def _loader(dataset, loader_class=None, **options):
+    """A StatefulDataLoader (or ``loader_class``) whose batches hold only the samples' indices
+    (and a mixture's ``dataset_index``): these tests compare which samples came, not their tensors."""
+    keys = ("dataset_index", "index") if isinstance(dataset, EpisodeMixture) else ("index",)
+    return (loader_class or stateful.StatefulDataLoader)(dataset, collate_fn=key_collate(*keys), **options)
 
 
 def _dataset(root, **options):
@@ -44,14 +53,14 @@ def test_dataset_state_round_trips(camera_less_root):
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_stateful_dataloader_resumes_the_rest_of_the_epoch(camera_less_root, num_workers):
-    whole = _indices(stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=4, num_workers=num_workers))
+    whole = _indices(_loader(_dataset(camera_less_root), batch_size=4, num_workers=num_workers))
     for taken in MIDPOINTS:
-        loader = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=4, num_workers=num_workers)
+        loader = _loader(_dataset(camera_less_root), batch_size=4, num_workers=num_workers)
         iterator = iter(loader)
         head = [next(iterator) for _ in range(taken)]
         state = loader.state_dict()
         assert _indices(head) + _indices(iterator) == whole, "saving changed nothing"
-        resumed_loader = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=4,
+        resumed_loader = _loader(_dataset(camera_less_root), batch_size=4,
                                                      num_workers=num_workers)
         resumed_loader.load_state_dict(state)
         assert _indices(resumed_loader) == whole[4 * taken:], f"resumed after {taken} batches"
@@ -61,7 +70,7 @@ def test_stateful_dataloader_resumes_the_rest_of_the_epoch(camera_less_root, num
 
 def _saved(root, num_workers, taken, *, batch_size=4, **options):
     """A StatefulDataLoader's state after ``taken`` batches, and the indices of those batches."""
-    loader = stateful.StatefulDataLoader(_dataset(root), batch_size=batch_size, num_workers=num_workers, **options)
+    loader = _loader(_dataset(root), batch_size=batch_size, num_workers=num_workers, **options)
     iterator = iter(loader)
     head = [next(iterator) for _ in range(taken)]
     state = loader.state_dict()
@@ -79,7 +88,7 @@ def test_load_loader_state_resumes_another_worker_count_with_every_frame_once(ca
                                                                               resumed_workers, taken):
     every = list(range(len(_dataset(camera_less_root))))
     state, head = _saved(camera_less_root, saved_workers, taken)
-    loader = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=4, num_workers=resumed_workers)
+    loader = _loader(_dataset(camera_less_root), batch_size=4, num_workers=resumed_workers)
     load_loader_state(loader, state)
     rest = _indices(loader)
     assert sorted(head + rest) == every, f"after {taken} batches: a frame lost or repeated"
@@ -91,12 +100,12 @@ def test_load_loader_state_resumes_another_worker_count_with_every_frame_once(ca
                                                                                               "drop_last"])
 def test_load_loader_state_counts_batches_after_the_snapshot_and_dropped_ones(camera_less_root, options):
     drop_last = options.get("drop_last", False)
-    loader = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=5, num_workers=2, **options)
+    loader = _loader(_dataset(camera_less_root), batch_size=5, num_workers=2, **options)
     whole = _indices(loader)
     for taken in (2, 7):  # 2: the sparse snapshot is 2 batches behind; 7: 1 behind
         state, head = _saved(camera_less_root, 2, taken, batch_size=5, **options)
         assert head == whole[:5 * taken]
-        resumed = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=5, num_workers=1,
+        resumed = _loader(_dataset(camera_less_root), batch_size=5, num_workers=1,
                                               drop_last=drop_last)
         load_loader_state(resumed, state)
         rest = _indices(resumed)
@@ -110,7 +119,7 @@ def test_load_loader_state_counts_batches_after_the_snapshot_and_dropped_ones(ca
 def test_load_loader_state_resumes_another_world_size_from_any_ranks_state(camera_less_root):
     saved = {}
     for rank in (0, 1):  # two ranks, 2 workers each, the same 3 batches taken on each
-        loader = stateful.StatefulDataLoader(_dataset(camera_less_root, rank=rank, world_size=2), batch_size=4,
+        loader = _loader(_dataset(camera_less_root, rank=rank, world_size=2), batch_size=4,
                                              num_workers=2)
         iterator = iter(loader)
         head = _indices([next(iterator) for _ in range(3)])
@@ -118,7 +127,7 @@ def test_load_loader_state_resumes_another_world_size_from_any_ranks_state(camer
         del iterator
     heads = saved[0][1] + saved[1][1]
     for rank in (0, 1):
-        alone = stateful.StatefulDataLoader(_dataset(camera_less_root, rank=0, world_size=1), batch_size=4,
+        alone = _loader(_dataset(camera_less_root, rank=0, world_size=1), batch_size=4,
                                             num_workers=2)
         load_loader_state(alone, saved[rank][0])
         rest = _indices(alone)
@@ -128,33 +137,33 @@ def test_load_loader_state_resumes_another_world_size_from_any_ranks_state(camer
 def test_a_state_saved_after_an_elastic_resume_resumes_again_exactly_and_elastically(camera_less_root):
     every = list(range(len(_dataset(camera_less_root))))
     state, head = _saved(camera_less_root, 2, 3)
-    loader = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=4, num_workers=3)
+    loader = _loader(_dataset(camera_less_root), batch_size=4, num_workers=3)
     load_loader_state(loader, state)
     iterator = iter(loader)
     middle = [next(iterator) for _ in range(4)]
     second = loader.state_dict()
     tail = _indices(iterator)  # the uninterrupted rest of the resumed epoch
     del iterator
-    same = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=4, num_workers=3)
+    same = _loader(_dataset(camera_less_root), batch_size=4, num_workers=3)
     load_loader_state(same, second)  # the same workers: torchdata's own exact resume
     assert _indices(same) == tail
-    other = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=4, num_workers=1)
+    other = _loader(_dataset(camera_less_root), batch_size=4, num_workers=1)
     load_loader_state(other, second)  # a third layout: the epoch's two earlier legs both left out
     rest = _indices(other)
     assert sorted(head + _indices(middle) + rest) == every
 
 
 def test_load_loader_state_with_the_same_workers_is_the_loaders_exact_resume(camera_less_root):
-    whole = _indices(stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=4, num_workers=2))
+    whole = _indices(_loader(_dataset(camera_less_root), batch_size=4, num_workers=2))
     state, _ = _saved(camera_less_root, 2, 4)
-    loader = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=4, num_workers=2)
+    loader = _loader(_dataset(camera_less_root), batch_size=4, num_workers=2)
     load_loader_state(loader, state)
     assert _indices(loader) == whole[16:]
 
 
 def test_load_loader_state_refuses_another_batch_size_and_a_dataset_state(camera_less_root):
     state, _ = _saved(camera_less_root, 2, 3)
-    loader = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=8, num_workers=1)
+    loader = _loader(_dataset(camera_less_root), batch_size=8, num_workers=1)
     with pytest.raises(ValueError, match=r"does not fit batch_size=8, drop_last=False: worker \d yielded \d+ samples"):
         load_loader_state(loader, state)
     with pytest.raises(ValueError, match=r"StatefulDataLoader's state .*load_loader_state"):
@@ -170,12 +179,12 @@ def test_load_loader_state_refuses_another_batch_size_and_a_dataset_state(camera
 
 
 def test_another_worker_count_or_dataset_is_refused(camera_less_root):
-    loader = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=4, num_workers=2)
+    loader = _loader(_dataset(camera_less_root), batch_size=4, num_workers=2)
     iterator = iter(loader)
     next(iterator)
     state = loader.state_dict()
     del iterator
-    fewer = stateful.StatefulDataLoader(_dataset(camera_less_root), batch_size=4, num_workers=1)
+    fewer = _loader(_dataset(camera_less_root), batch_size=4, num_workers=1)
     fewer.load_state_dict(state)
     with pytest.raises(ValueError, match=r"consumer 0 of 2 .* this iteration is consumer 0 of 1.*load_loader_state"):
         next(iter(fewer))
@@ -186,12 +195,12 @@ def test_another_worker_count_or_dataset_is_refused(camera_less_root):
 
 
 def test_stream_state_of_a_plain_dataloader_still_resumes_by_batches(camera_less_root):
-    loader = torch.utils.data.DataLoader(_dataset(camera_less_root), batch_size=4, num_workers=2)
+    loader = _loader(_dataset(camera_less_root), torch.utils.data.DataLoader, batch_size=4, num_workers=2)
     whole = _indices(loader)
     state = stream_state(loader, 5)
     resumed = _dataset(camera_less_root)
     resumed.load_state_dict(state)  # batches_consumed present: the trainer's count decides, consumer ignored
-    assert _indices(torch.utils.data.DataLoader(resumed, batch_size=4, num_workers=2)) == whole[20:]
+    assert _indices(_loader(resumed, torch.utils.data.DataLoader, batch_size=4, num_workers=2)) == whole[20:]
 
 
 def _mixture(root):
@@ -204,20 +213,20 @@ def _mixture(root):
 
 
 def _keys(batches) -> list[tuple[int, int]]:
-    return [(d, i) for batch in batches for d, i in zip(batch["dataset_index"].tolist(), batch["index"].tolist())]
+    return [(int(d), int(i)) for batch in batches for d, i in zip(batch["dataset_index"], batch["index"])]
 
 
 @pytest.mark.parametrize(("saved_workers", "resumed_workers"), [(0, 0), (2, 2), (2, 1), (0, 2)])
 def test_a_mixture_resumes_under_stateful_dataloader_exactly_or_elastically(camera_less_root, saved_workers,
                                                                             resumed_workers):
-    whole = _keys(stateful.StatefulDataLoader(_mixture(camera_less_root), batch_size=4, num_workers=saved_workers))
-    loader = stateful.StatefulDataLoader(_mixture(camera_less_root), batch_size=4, num_workers=saved_workers)
+    whole = _keys(_loader(_mixture(camera_less_root), batch_size=4, num_workers=saved_workers))
+    loader = _loader(_mixture(camera_less_root), batch_size=4, num_workers=saved_workers)
     iterator = iter(loader)
     head = _keys([next(iterator) for _ in range(5)])
     state = loader.state_dict()
     del iterator
     assert head == whole[:20]
-    resumed = stateful.StatefulDataLoader(_mixture(camera_less_root), batch_size=4, num_workers=resumed_workers)
+    resumed = _loader(_mixture(camera_less_root), batch_size=4, num_workers=resumed_workers)
     if saved_workers == resumed_workers:
         resumed.load_state_dict(state)  # torchdata's own resume: the rest, batch for batch
         assert _keys(resumed) == whole[20:]

@@ -164,7 +164,10 @@ def check_split(frames: Counter, per_rank: list[list]) -> None:
 
 
 CONFIGS = 300
-RESUME_CONFIGS = 250
+# 150 resume configurations: the first 150 reach every arc of episodestream/ that 250 did (the last
+# new ones at configuration 125; docs/benchmarks-log.md, "The suite's time: index-only batches and
+# sweeps").
+RESUME_CONFIGS = 150
 
 
 def _split_covers_every_frame_once_with_equal_counts(datasets, config):

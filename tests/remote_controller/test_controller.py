@@ -753,8 +753,11 @@ def _simulate(permit_source, clock, *, link_bytes_per_s, stream_bytes_per_s, rtt
 @pytest.mark.parametrize("link", ["slow_rate_limited", "fast"])
 def test_simulated_links_against_a_static_budget(node_dir, link):
     slow = link == "slow_rate_limited"
+    # The fast link's budget reaches its cap (64) by the 4th simulated second: 8 seconds show the rate
+    # it holds (each of its steps moves ~64 requests, so its 25 s cost ~2 CPU-s); the slow link's
+    # settles later (~9 s).
     shape = dict(link_bytes_per_s=15e6 if slow else 400e6, stream_bytes_per_s=40e6 if slow else 12e6,
-                 rtt_s=0.05 if slow else 0.03, server_limit=6 if slow else 10_000)
+                 rtt_s=0.05 if slow else 0.03, server_limit=6 if slow else 10_000, duration_s=25.0 if slow else 8.0)
     static_budget = 32 if slow else 8  # the fixed concurrency that over- / under-schedules here
     clock = FakeClock()
     static = NodePermits(directory=node_dir / "static", default_budget=static_budget)
@@ -765,8 +768,9 @@ def test_simulated_links_against_a_static_budget(node_dir, link):
                                     clock=clock, sleep=clock.sleep)
     adaptive_bytes, adaptive_429, budgets = _simulate(
         lambda: controller.permit(timeout_s=0), clock, controller=controller, **shape)
-    print(f"{link}: static {static_budget}: {static_bytes / 25e6:.1f} MB/s, {static_429} x 429; "
-          f"adaptive: {adaptive_bytes / 25e6:.1f} MB/s, {adaptive_429} x 429; budget/s {budgets}")
+    seconds = shape["duration_s"]
+    print(f"{link}: static {static_budget}: {static_bytes / seconds / 1e6:.1f} MB/s, {static_429} x 429; "
+          f"adaptive: {adaptive_bytes / seconds / 1e6:.1f} MB/s, {adaptive_429} x 429; budget/s {budgets}")
     if slow:
         assert adaptive_429 < static_429 / 10
         assert adaptive_bytes > 0.8 * static_bytes
