@@ -37,7 +37,8 @@ def _run(tmp_path: Path, source: str, *extra: str) -> dict:
 
 @pytest.mark.slow
 def test_local_source_compares_against_the_decoder_ceiling(tmp_path):
-    row = _run(tmp_path, "local", "--loader", "both", "--train-step-ms", "1")
+    # One worker (and one ceiling process): the route and the rows, at half the processes started.
+    row = _run(tmp_path, "local", "--loader", "both", "--train-step-ms", "1", "--num-workers", "1")
     assert row["cache_hit_rate"] is None and row["fraction_of_ceiling"] > 0 and row["loader"] == "dataloader"
     out = tmp_path / "out-local"
     for suffix, step in (("-episodeloader", None), ("-episodeloader-sleep", "sleep:1ms"), ("-busy", "busy:1ms")):

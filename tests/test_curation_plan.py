@@ -71,7 +71,9 @@ def _anchor_pairs(segments) -> list[tuple[int, int]]:
     return [(s.episode_index, int(a)) for s in segments for a in np.asarray(s.frames)]
 
 
-CONFIGS = 200
+# 125 configurations: the first 106 reach every arc of episodestream/ that 200 did (coverage.py, a
+# context per configuration; docs/benchmarks-log.md, "The suite's time: index-only batches and sweeps").
+CONFIGS = 125
 
 
 def _anchors_once_and_resume_arithmetic(config):

@@ -55,9 +55,9 @@ def _check_pool(steps, pool_size: int) -> None:
     assert not held, f"left admitted: {dict(held)}"
 
 
-# 150 configurations: the first 150 reach every branch (arc) of episodestream/ that 300 did
-# (coverage.py, one context per configuration; the last new arcs came at configurations 141-142),
-# at half the CPU (docs/benchmarks-log.md, "The suite's time: index-only batches and sweeps").
+# 150 configurations: the first 143 reach every branch (arc) of episodestream/ that 300 did
+# (coverage.py, a context per configuration; docs/benchmarks-log.md, "The suite's time: index-only
+# batches and sweeps").
 CONFIGS = 150
 
 
