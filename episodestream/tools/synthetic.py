@@ -53,15 +53,13 @@ def _checksum(frame_index: int, episode_index: int, camera_index: int) -> int:
     return (sum(nibbles) + 5) % 16
 
 
-def _cells(height: int, width: int):
-    """Yield (bit number from the most significant, whole block, its central half) as index tuples."""
-    block_h, block_w = height // _GRID_ROWS, width // _GRID_COLS
-    for bit in range(_GRID_ROWS * _GRID_COLS):
-        top, left = (bit // _GRID_COLS) * block_h, (bit % _GRID_COLS) * block_w
-        inset_h, inset_w = block_h // 4, block_w // 4
-        block = np.s_[top:top + block_h, left:left + block_w]
-        centre = np.s_[top + inset_h:top + block_h - inset_h, left + inset_w:left + block_w - inset_w]
-        yield bit, block, centre
+def _blocks(image: np.ndarray) -> np.ndarray:
+    """``image`` (H x W or H x W x C) cut into the id grid's blocks: a (rows, block H, cols, block W, ...)
+    view, bit ``r * cols + c`` at ``[r, :, c]`` (the most significant bit top left, row by row). Rows
+    and columns left over by the integer block size are not part of any block."""
+    block_h, block_w = image.shape[0] // _GRID_ROWS, image.shape[1] // _GRID_COLS
+    grid = image[:block_h * _GRID_ROWS, :block_w * _GRID_COLS]
+    return grid.reshape(_GRID_ROWS, block_h, _GRID_COLS, block_w, *image.shape[2:])
 
 
 def encode_frame_ids(*, episode_index: int, frame_index: int, camera_index: int, height: int, width: int) -> np.ndarray:
@@ -75,8 +73,9 @@ def encode_frame_ids(*, episode_index: int, frame_index: int, camera_index: int,
     checksum = _checksum(frame_index, episode_index, camera_index)
     word = (frame_index << 20) | (episode_index << 8) | (camera_index << 4) | checksum
     image = np.full((height, width, 3), 128, dtype=np.uint8)
-    for bit, block, _ in _cells(height, width):
-        image[block] = _LIGHT if (word >> (31 - bit)) & 1 else _DARK
+    bits = (word >> (31 - np.arange(_GRID_ROWS * _GRID_COLS))) & 1
+    levels = np.where(bits == 1, _LIGHT, _DARK).astype(np.uint8).reshape(_GRID_ROWS, 1, _GRID_COLS, 1, 1)
+    _blocks(image)[...] = levels  # a view: fills each whole block (numpy rather than a loop per block)
     return image
 
 
@@ -92,11 +91,16 @@ def decode_frame_ids(frame) -> tuple[int, int, int]:
         raise ValueError(f"Invalid frame shape ({tuple(array.shape)}): expected CHW or HWC with 3 channels.")
     if array.shape[-1] != 3:
         array = array.transpose(1, 2, 0)
-    gray = array.astype(np.float64).mean(axis=2) * (255.0 if np.issubdtype(array.dtype, np.floating) else 1.0)
+    scale = 255.0 if np.issubdtype(array.dtype, np.floating) else 1.0
     threshold, word = (_DARK + _LIGHT) / 2, 0
-    for bit, _, centre in _cells(*gray.shape):
-        # Only the central half: block edges ring and bleed into neighbours after lossy coding.
-        level = gray[centre].mean()
+    blocks = _blocks(array)
+    block_h, block_w = blocks.shape[1], blocks.shape[3]
+    inset_h, inset_w = block_h // 4, block_w // 4
+    # Each block's mean gray level (over its pixels and channels), of its central half only: block
+    # edges ring and bleed into neighbours after lossy coding.
+    centres = blocks[:, inset_h:block_h - inset_h, :, inset_w:block_w - inset_w]
+    levels = centres.mean(axis=(1, 3, 4), dtype=np.float64).ravel() * scale
+    for bit, level in enumerate(levels.tolist()):
         if abs(level - threshold) < (_LIGHT - _DARK) / 4:
             raise ValueError(f"Frame does not carry readable ids: block {bit} has mean gray level {level:.1f}.")
         word |= int(level > threshold) << (31 - bit)
