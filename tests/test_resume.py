@@ -62,11 +62,19 @@ def test_exact_resume(many_episodes_root):
     property on the schedule for hundreds of layouts and save points."""
     rank, world_size, num_workers = 1, 2, 2
     loader = loader_for(make(many_episodes_root, rank=rank, world_size=world_size), num_workers)
-    epoch0, epoch1 = list(loader), list(loader)
+    # States saved along the uninterrupted run after each batch, as a trainer saves and goes on
+    # (JSON, as a checkpoint file holds them); a run stopped after saving gives the same state
+    # (save_after, in the tests below): stream_state reads the count, not the workers.
+    epochs, states = [], {}
+    for epoch in (0, 1):
+        epochs.append([])
+        for batch in loader:
+            epochs[epoch].append(batch)
+            states[epoch, len(epochs[epoch])] = json.loads(json.dumps(stream_state(loader, len(epochs[epoch]))))
+    epoch0, epoch1 = epochs
     n = len(epoch0)
     for batches, into_next in [(n // 2, False), (n, False), (2, True)]:
-        state, consumed = save_after(many_episodes_root, rank=rank, world_size=world_size, num_workers=num_workers,
-                                     epoch_batches=batches, into_next=into_next)
+        state, consumed = states[int(into_next), batches], epochs[int(into_next)][:batches]
         assert state["epoch"] == int(into_next)
         resumed_dataset = make(many_episodes_root, rank=rank, world_size=world_size)
         resumed_dataset.load_state_dict(state)
