@@ -753,9 +753,9 @@ def _simulate(permit_source, clock, *, link_bytes_per_s, stream_bytes_per_s, rtt
 @pytest.mark.parametrize("link", ["slow_rate_limited", "fast"])
 def test_simulated_links_against_a_static_budget(node_dir, link):
     slow = link == "slow_rate_limited"
-    # The fast link's budget reaches its cap (64) by the 4th simulated second: 8 seconds show the rate
-    # it holds (each of its steps moves ~64 requests, so its 25 s cost ~2 CPU-s); the slow link's
-    # settles later (~9 s).
+    # The fast link's budget is at its cap from the 4th simulated second on: 8 seconds show the rate it
+    # holds, where 25 spent most of this test's CPU moving ~64 requests a step; the slow link's budget
+    # settles later, so it keeps 25.
     shape = dict(link_bytes_per_s=15e6 if slow else 400e6, stream_bytes_per_s=40e6 if slow else 12e6,
                  rtt_s=0.05 if slow else 0.03, server_limit=6 if slow else 10_000, duration_s=25.0 if slow else 8.0)
     static_budget = 32 if slow else 8  # the fixed concurrency that over- / under-schedules here
