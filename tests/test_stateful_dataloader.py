@@ -54,14 +54,15 @@ def test_dataset_state_round_trips(camera_less_root):
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_stateful_dataloader_resumes_the_rest_of_the_epoch(camera_less_root, num_workers):
     whole = _indices(_loader(_dataset(camera_less_root), batch_size=4, num_workers=num_workers))
+    # One pass, saved at each midpoint and run on to its end, as a trainer saves and goes on.
+    loader = _loader(_dataset(camera_less_root), batch_size=4, num_workers=num_workers)
+    iterator, states, head = iter(loader), {}, []
     for taken in MIDPOINTS:
-        loader = _loader(_dataset(camera_less_root), batch_size=4, num_workers=num_workers)
-        iterator = iter(loader)
-        head = [next(iterator) for _ in range(taken)]
-        state = loader.state_dict()
-        assert _indices(head) + _indices(iterator) == whole, "saving changed nothing"
-        resumed_loader = _loader(_dataset(camera_less_root), batch_size=4,
-                                                     num_workers=num_workers)
+        head += [next(iterator) for _ in range(taken - len(head))]
+        states[taken] = loader.state_dict()
+    assert _indices(head) + _indices(iterator) == whole, "saving changed nothing"
+    for taken, state in states.items():
+        resumed_loader = _loader(_dataset(camera_less_root), batch_size=4, num_workers=num_workers)
         resumed_loader.load_state_dict(state)
         assert _indices(resumed_loader) == whole[4 * taken:], f"resumed after {taken} batches"
         following = _indices(resumed_loader)  # then epoch 1: all of it, reshuffled
@@ -105,8 +106,7 @@ def test_load_loader_state_counts_batches_after_the_snapshot_and_dropped_ones(ca
     for taken in (2, 7):  # 2: the sparse snapshot is 2 batches behind; 7: 1 behind
         state, head = _saved(camera_less_root, 2, taken, batch_size=5, **options)
         assert head == whole[:5 * taken]
-        resumed = _loader(_dataset(camera_less_root), batch_size=5, num_workers=1,
-                                              drop_last=drop_last)
+        resumed = _loader(_dataset(camera_less_root), batch_size=5, num_workers=1, drop_last=drop_last)
         load_loader_state(resumed, state)
         rest = _indices(resumed)
         assert not set(rest) & set(head), f"after {taken} batches: a frame again"
@@ -119,16 +119,14 @@ def test_load_loader_state_counts_batches_after_the_snapshot_and_dropped_ones(ca
 def test_load_loader_state_resumes_another_world_size_from_any_ranks_state(camera_less_root):
     saved = {}
     for rank in (0, 1):  # two ranks, 2 workers each, the same 3 batches taken on each
-        loader = _loader(_dataset(camera_less_root, rank=rank, world_size=2), batch_size=4,
-                                             num_workers=2)
+        loader = _loader(_dataset(camera_less_root, rank=rank, world_size=2), batch_size=4, num_workers=2)
         iterator = iter(loader)
         head = _indices([next(iterator) for _ in range(3)])
         saved[rank] = (loader.state_dict(), head)
         del iterator
     heads = saved[0][1] + saved[1][1]
     for rank in (0, 1):
-        alone = _loader(_dataset(camera_less_root, rank=0, world_size=1), batch_size=4,
-                                            num_workers=2)
+        alone = _loader(_dataset(camera_less_root, rank=0, world_size=1), batch_size=4, num_workers=2)
         load_loader_state(alone, saved[rank][0])
         rest = _indices(alone)
         assert sorted(heads + rest) == list(range(len(_dataset(camera_less_root)))), f"rank {rank}'s state"
