@@ -6,6 +6,7 @@ a schedule's measure against its emits walked by hand.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from pathlib import Path
@@ -115,7 +116,9 @@ def test_the_benchmarks_print_it(dataset_root, capsys) -> None:
     assert (q32.batch_size, q256.batch_size) == (32, 256) and 1 <= q32.distinct <= q32.global_distinct
 
 
-def test_the_pool_cost_benchmark_runs(tmp_path, capsys, monkeypatch) -> None:
+def test_the_pool_cost_benchmark_runs(tmp_path, capsys, monkeypatch, request) -> None:
+    import torch
+
     import episodestream._runtime.core as core
     import episodestream._sample.video.decoder_cache as decoder_cache
     from episodestream.tools.synthetic import write_synthetic_dataset
@@ -132,6 +135,8 @@ def test_the_pool_cost_benchmark_runs(tmp_path, capsys, monkeypatch) -> None:
     # for this test.
     for module in (core, decoder_cache):
         monkeypatch.setattr(module, "MAX_DECODERS", module.MAX_DECODERS)
+    # Each epoch also sets torch to one thread, meant for its own fresh process: this one gets its count back.
+    request.addfinalizer(functools.partial(torch.set_num_threads, torch.get_num_threads()))
     epochs = run_own_commands_in_process(script, monkeypatch)
     assert script.main(["--datasets", str(tiny), "--pool-sizes", "16,2", "--dtypes", "uint8", "--rounds", "1",
                         "--batch-size", "8", "--max-decoders", "200", "--output", str(tmp_path / "rows.json")]) == 0
