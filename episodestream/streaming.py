@@ -52,13 +52,14 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
 
     How to iterate:
         episode_pool_size: whole episodes each consumer holds in RAM (tabular rows only) and
-            mixes frames from (a sliding window of episodes); a batch draws from at most this many
-            episodes, so larger mixes more, and costs rows and open decoders. ``"auto"`` (the
-            default): as wide as costs nothing on this source, i.e. the selection's episodes + 1 (at
-            most 512, and at most 256 MiB of rows) where its video files are no more than the spread
-            pool may keep open, else the spread pool (v2.x, datasets in many video files, remote
-            sources): 96 for one camera, 64 for two, 42 for three, at most 64 on a remote source.
-            ``episode_pool_size`` then reads the number chosen; docs/usage.md.
+            mixes frames from (a sliding window of episodes); a batch, and a run of steps, draws from
+            little more than this many episodes, so larger mixes more, and costs rows and open
+            decoders. A pool at least as wide as a consumer's share shuffles the whole share, like a
+            global shuffle. ``"auto"`` (the default): as wide as costs nothing on this source, i.e.
+            the selection's episodes + 1 (at most 256 MiB of rows) where its video files are no more
+            than the spread pool may keep open, else the spread pool (v2.x, datasets in many video
+            files, remote sources): 96 for one camera, 64 for two, 42 for three, at most 64 on a
+            remote source. ``episode_pool_size`` then reads the number chosen; docs/usage.md.
         shuffle: False emits episodes and frames in order.
         decode_group_size: samples built together so that frames from one video file share a
             decoder call (1 builds each sample alone). Samples and their order are the same for any

@@ -13,7 +13,7 @@ from episodestream._plan.sampling import EpochPlan, Segment, consumer_rng, consu
 from episodestream._plan.shuffle_quality import shuffle_quality
 from episodestream._base.world import World
 from episodestream._runtime.pool_size import (NARROW_POOL, REMOTE_SPREAD_POOL, ROWS_BUDGET_BYTES, SPREAD_POOL,
-                                              WIDE_POOL_MAX, choose_pool_size, row_bytes_per_frame, spread_pool)
+                                              choose_pool_size, row_bytes_per_frame, spread_pool)
 from episodestream._sample.video.decoder_cache import MAX_DECODERS
 
 
@@ -55,7 +55,7 @@ def test_auto_spreads_where_a_wide_pool_costs_decoders_or_the_node_cache(many_ep
     more_files = choose_pool_size(meta, _Selection(500, SPREAD_POOL + 1), remote=False)  # v2.x: a file per episode
     assert more_files.size == SPREAD_POOL and f"{SPREAD_POOL + 1} video files" in more_files.reason
     assert choose_pool_size(meta, _Selection(500, 4), remote=True).size == REMOTE_SPREAD_POOL == 64
-    assert choose_pool_size(meta, _Selection(5000, 4), remote=False).size == WIDE_POOL_MAX
+    assert choose_pool_size(meta, _Selection(5000, 4), remote=False).size == 5001  # every episode, however many
     assert choose_pool_size(meta, _Selection(3, 4), remote=False).size == NARROW_POOL  # never below 16
     assert choose_pool_size(meta, _Selection(40, 100), remote=False).size == 41  # no wider than its episodes + 1
     long_episodes = _Selection(5000, 4, length=ROWS_BUDGET_BYTES // row_bytes_per_frame(meta) // 100)
@@ -94,14 +94,14 @@ def test_the_spread_pool_keeps_every_cameras_files_in_the_decoder_cache():
 
 
 def test_the_auto_pool_shuffles_like_a_global_shuffle():
-    """What the choice buys, planned: 1,100 episodes of 20-40 frames (more than the widest auto pool
-    holds), one consumer, batch 32: the spread pool and the widest auto pool >= 0.95 of a global
-    shuffle's distinct episodes; the old default of 16 under 0.55, and under 0.85 with 64 iid keys
-    (each frame's key drawn on its own, as before /4: spreading the keys is what the spread pool needs)."""
+    """What the choice buys, planned: 1,100 episodes of 20-40 frames, one consumer, batch 32: the
+    spread pool and a pool of every episode >= 0.95 of a global shuffle's distinct episodes; the old
+    default of 16 under 0.55, and under 0.85 with 64 iid keys (each frame's key drawn on its own, as
+    before /4: spreading the keys is what the spread pool needs)."""
     assert _least_ratio(1100, NARROW_POOL) < 0.55
     assert _least_ratio(1100, 64, keys="iid") < 0.85
     assert _least_ratio(1100, SPREAD_POOL) >= 0.95
-    assert _least_ratio(1100, WIDE_POOL_MAX) >= 0.95
+    assert _least_ratio(1100, 1101) >= 0.95
 
 
 @pytest.mark.parametrize("cameras", [1, 2, 3])
@@ -133,19 +133,45 @@ def _least_ratio(episodes: int, pool: int, *, workers: int = 1, keys: str = "sys
     for world in (World(0, 1, worker, workers) for worker in range(workers)):
         steps = consumer_schedule(plan.share(world), pool_size=pool, shuffle=True, rng=consumer_rng(0, 0, world))
         if keys != "systematic":
-            steps._keys = lambda i, steps=steps: _older_keys(steps, i, keys)  # type: ignore[method-assign]
+            steps._window_keys = lambda lo, hi, steps=steps: np.concatenate(  # type: ignore[method-assign]
+                [np.zeros(0)] + [_older_keys(steps, i, keys) for i in range(lo, hi)])
         ratios.append(shuffle_quality(steps, 32, frame_counts=lengths).ratio)
     return min(ratios)
 
 
-def _older_keys(schedule, i: int, kind: str) -> tuple[np.ndarray, np.ndarray]:
-    """Segment ``i``'s keys as older schedules drew them: "iid" (/3), each independently and uniformly
-    in its window; "stratified" (/4), one per equal stratum of it, each at a random point of its own."""
-    frames = np.asarray(schedule._segments[i].frames)
+def _older_keys(schedule, i: int, kind: str) -> np.ndarray:
+    """Segment ``i``'s keys, sorted, as older schedules drew them: "iid" (/3), each independently and
+    uniformly in its window; "stratified" (/4), one per equal stratum of it, each at a random point of
+    its own. Which frame each key emits is the schedule's own random permutation, as it was then."""
     a, b = int(schedule._a[i]), int(schedule._b[i])
     rng = np.random.default_rng(i)
-    n = len(frames)
+    n = len(schedule._segments[i])
     spread = rng.random(n) if kind == "iid" else (np.arange(n) + rng.random(n)) / n
-    keys = a + (b - a) * spread
-    order = np.argsort(keys, kind="stable")
-    return frames[order], keys[order]
+    return np.sort(a + (b - a) * spread)
+
+
+@pytest.mark.parametrize("world_size, workers", [(1, 1), (2, 4)])
+def test_the_auto_pool_shuffles_training_windows_like_a_global_shuffle(many_episodes_root, world_size, workers):
+    """Over runs of steps, not only batches: where the files fit the decoders, "auto" pools a whole
+    share, and every consumer's 3,200- and 32,000-sample windows (100 and 1,000 steps of 32) hold
+    >= 0.9 of the distinct episodes a uniform permutation of its own frames holds (700 episodes of
+    40-150 frames); the spread pool, which v2.x gets, holds under a third of them at 3,200."""
+    meta = EpisodeStreamingDataset(many_episodes_root, episode_pool_size=1).typed_meta
+    lengths = np.random.default_rng(5).integers(40, 151, 700)
+    selection = _Selection(700, 4)
+    selection.lengths = lengths
+    auto = choose_pool_size(meta, selection, remote=False).size
+    assert auto == 701
+    plan = EpochPlan([Segment(i, range(int(n))) for i, n in enumerate(lengths)], seed=0, epoch=0,
+                     shuffle=True, world_size=world_size)
+    windows = (3_200, 32_000)
+    for pool, least in ((auto, 0.9), (spread_pool(meta), None)):
+        for world in (World(r, world_size, w, workers) for r in range(world_size) for w in range(workers)):
+            steps = consumer_schedule(plan.share(world), pool_size=pool, shuffle=True, rng=consumer_rng(0, 0, world))
+            quality = shuffle_quality(steps, 32, windows=windows)
+            measured = [w for w in quality.windows if w.windows]
+            assert measured and measured[0].window == 3_200
+            if least is not None:
+                assert quality.ratio >= 0.95 and all(w.ratio >= least for w in measured), (world, quality)
+            elif world_size == 1:
+                assert measured[0].ratio < 0.33, quality

@@ -265,3 +265,46 @@ def test_a_wide_pools_first_batches_wait_for_as_few_episodes_as_pool_16s(lengths
     narrow = first_batch_episodes(16)
     assert narrow <= 8
     assert first_batch_episodes(64) <= narrow and first_batch_episodes(512) <= narrow
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_pool_of_the_whole_share_spreads_every_episode_over_the_whole_stream(workers):
+    """A pool at least as wide as a consumer's share (what ``"auto"`` gives where a local layout
+    allows): every segment is admitted at the first slot and its keys span the whole schedule, so
+    each episode emits at an even pace from start to end (its first frame within about its first
+    1/n-th of the stream, its last within about its last), skipping and what was consumed equal walking
+    at many points (with enough open segments that the position is bracketed first), and windows of
+    runs of samples draw from at least as many episodes as a uniform permutation's."""
+    from episodestream._plan.shuffle_quality import shuffle_quality
+
+    lengths = np.random.default_rng(3).integers(5, 40, 240)
+    plan = EpochPlan([Segment(i, range(int(n))) if i % 5 else Segment(i, np.arange(0, int(n), 2))
+                      for i, n in enumerate(lengths)], seed=3, epoch=1, shuffle=True, world_size=1)
+    for worker in range(workers):
+        world = World(0, 1, worker, workers)
+        share = plan.share(world)
+
+        def schedule(share=share, world=world):
+            return consumer_schedule(share, pool_size=len(share.segments), shuffle=True,
+                                     rng=consumer_rng(3, 1, world))
+
+        assert schedule().share_wide and not consumer_schedule(
+            share, pool_size=len(share.segments) - 1, shuffle=True, rng=consumer_rng(3, 1, world)).share_wide
+        walked = list(schedule())
+        first_emit = next(i for i, (kind, _, _) in enumerate(walked) if kind == EMIT)
+        assert [kind for kind, _, _ in walked[:first_emit]] == [ADMIT] * len(share.segments)
+        emits = _emits(walked)
+        total = len(emits)
+        for segment in share.segments:
+            at = [k for k, (episode, _) in enumerate(emits) if episode == segment.episode_index]
+            # Within about one stratum of each end (slots hold the frames unevenly by a few samples).
+            assert at[0] < 1.2 * total / len(segment) + 16 and at[-1] > total - 1.2 * total / len(segment) - 16
+        for count in sorted({0, 1, 2, total // 3, total // 2, total - 7, total - 1, total}
+                            | set(np.random.default_rng(worker).integers(total, size=6).tolist())):
+            assert _emits(schedule().skip(count)) == emits[count:], count
+            pieces, fills = schedule().consumed(count)
+            got = Counter((e, int(f)) for e, frames in pieces + fills for f in np.asarray(frames))
+            assert got == Counter(emits[:count]), count
+        ids = np.array([episode for episode, _ in emits])
+        quality = shuffle_quality(ids, 16, windows=(100, 400))
+        assert all(w.ratio >= 1.0 for w in quality.windows), quality.windows

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -72,6 +71,28 @@ def make_rng(seed: int, epoch: int, purpose: int, rank: int = 0, worker: int = 0
 def consumer_rng(seed: int, epoch: int, world: World, *, leg: int = 0) -> np.random.Generator:
     """Each consumer's RNG derives from (seed, epoch, rank, worker)."""
     return make_rng(seed, epoch, _CONSUMER, world.rank, world.worker, leg=leg)
+
+
+_GOLDEN_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_ORDER_BITS = 40  # random bits per frame that order a segment's frames (``ConsumerSchedule._order_bits``)
+
+
+def counter_bits(seed: int, counters: np.ndarray) -> np.ndarray:
+    """Random uint64s, one per counter: SplitMix64 (Steele, Lea and Flood 2014; Java's
+    ``SplittableRandom``) of ``seed`` at each counter. Counter-based, so any element is computed on its
+    own and a whole share's in one numpy pass: a resume draws the keys of every pooled segment at
+    once, where a generator per segment (numpy's Philox re-pointed, ``stream_state/5``) cost a Python
+    call each, too slow for a pool of the whole share (docs/resume.md)."""
+    with np.errstate(over="ignore"):  # uint64 arithmetic wraps, as SplitMix64 means it to
+        x = np.uint64(seed) + (np.asarray(counters).astype(np.uint64) + np.uint64(1)) * _GOLDEN_GAMMA
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def counter_uniform(seed: int, counters: np.ndarray) -> np.ndarray:
+    """Floats in [0, 1), one per counter (``counter_bits``' top 53 bits)."""
+    return (counter_bits(seed, counters) >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
 class FrameSequence(Protocol):
@@ -242,16 +263,20 @@ class ConsumerSchedule:
     the pool fills by slot log2(pool_size), and their windows widen on it, ``RAMP_FIRST_WIDTH``
     slots in its first ``RAMP_NARROW_SLOTS`` slots, then doubling per slot; the last ones end by slot
     n + pool_size // 4), and each of its frames a key in its window, one per equal stratum of it
-    (``_keys``). Frames are emitted in key order, slot by
+    (``_window_keys``). Frames are emitted in key order, slot by
     slot; a segment is admitted when its window opens and evicted when it closes, so the pool never
     holds more than ``pool_size`` segments and every slot's frames are drawn from up to
-    ``pool_size`` episodes. Without ``shuffle``, segments and frames come in order (windows of one
-    slot, keys in frame order).
+    ``pool_size`` episodes. A pool of at least the share's segments (``share_wide``) holds them all
+    from the first slot to the last, every window the whole schedule: a global shuffle of the share,
+    over runs of thousands of samples as well as batches. Without ``shuffle``, segments and frames
+    come in order (windows of one slot, keys in frame order).
 
-    Why keys rather than one draw per emit: a segment's keys come from its own counter-based
-    generator (Philox, counter = segment number), so where a consumer stands after ``count`` emits
-    is found arithmetically from the segments' lengths plus the keys of the ~2 x pool_size
-    segments around that point: resuming costs O(segments), never O(frames) (``docs/resume.md``).
+    Why keys rather than one draw per emit: a segment's keys are its window's strata at one random
+    phase, and which frame each emits a permutation drawn from counter-based bits (``counter_bits``,
+    counters = the segment's number and its frames' places in the share), so where a consumer stands
+    after ``count`` emits is found arithmetically from the segments' lengths plus the keys of the
+    segments open around that point, drawn for all of them in a few numpy passes: no frame is walked
+    (``docs/resume.md``).
     """
 
     def __init__(self, share: ConsumerShare, *, pool_size: int, shuffle: bool, rng: np.random.Generator) -> None:
@@ -261,76 +286,103 @@ class ConsumerSchedule:
         self._lengths = share.lengths if share.lengths is not None else _frames_of(self._segments)
         self._before = np.concatenate([[0], np.cumsum(self._lengths)])  # frames of segments < i
         self.pool_frames = int(self._before[-1])
-        # Both drawn first, so that neither depends on how far the consumer walks.
-        self._key_seed, self._fill_seed = (int(v) for v in rng.integers(2**63, size=2))
-        self._bits = np.random.Philox(key=self._key_seed)
-        self._key_words = self._bits.state["state"]["key"].copy()
-        self._key_rng, self._key_lock = np.random.Generator(self._bits), threading.Lock()
+        # All drawn first, so that none depends on how far the consumer walks.
+        self._order_seed, self._phase_seed, self._fill_seed = (int(v) for v in rng.integers(2**63, size=3))
+        # Each segment's one point in its strata (``_window_keys``), for every segment at once.
+        self._phase = (counter_uniform(self._phase_seed, np.arange(n)) if shuffle
+                       else np.full(n, 0.5))
+        self._steps: Iterator[Step] | None = None
+        # A pool that holds the whole share: every window is the whole schedule (``_windows``).
+        self.share_wide = shuffle and pool_size >= n
+        self._a, self._b = self._windows(n, pool_size if shuffle else 1)
+        self._slots = int(self._b.max(initial=0))
+
+    def _windows(self, n: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each segment's window ``[a_i, b_i)`` of slots (``a``, ``b`` non-decreasing)."""
+        if self.share_wide:
+            # Each episode emits at an even pace from the first slot to the last, so any run of
+            # samples draws from as many episodes as a global shuffle of the share's frames (more,
+            # for runs of thousands). One slot per segment keeps a slot's frames, and what a
+            # position brackets, as few as a sliding pool's.
+            return np.zeros(n, dtype=np.int64), np.full(n, n, dtype=np.int64)
         index = np.arange(n, dtype=np.int64)
-        width = pool_size if shuffle else 1
-        # Window [a_i, b_i) of slots; a, b non-decreasing. The first segments open on a ramp: segment
-        # i < width - 1 at slot bit_length(i) (1 segment at slot 0, 2 at slot 1, 4 at slot 2, ...),
-        # so the first draws need one episode's video, not a whole pool's (a remote first batch
-        # waits for one download); from slot log2(width) on the pool is as full as without it.
+        # The first segments open on a ramp: segment i < width - 1 at slot bit_length(i) (1 segment
+        # at slot 0, 2 at slot 1, 4 at slot 2, ...), so the first draws need one episode's video,
+        # not a whole pool's (a remote first batch waits for one download); from slot log2(width) on
+        # the pool is as full as without it.
         ramp = np.array([int(i).bit_length() for i in range(max(0, min(n, width - 1)))], dtype=np.int64)
-        self._a = np.concatenate([ramp, index[len(ramp):]])
+        a = np.concatenate([ramp, index[len(ramp):]])
         # The ramp's windows widen with it too: RAMP_FIRST_WIDTH slots for the segments opening in
         # its first RAMP_NARROW_SLOTS slots, then doubling per slot, so its first segments emit as
         # densely as a pool of RAMP_FIRST_WIDTH's: a wide pool's first batch then waits for as few
         # episodes as a narrow one's (a window of the whole pool would spread a short episode's
         # frames thinly, and the first batch over many episodes).
         ramp_b = ramp + (RAMP_FIRST_WIDTH << np.maximum(0, ramp - RAMP_NARROW_SLOTS + 1))
-        self._b = np.concatenate([np.minimum(ramp_b, index[:len(ramp)] + width), index[len(ramp):] + width])
+        b = np.concatenate([np.minimum(ramp_b, index[:len(ramp)] + width), index[len(ramp):] + width])
         # The last windows end up to a quarter of a pool past slot n: closing them all at n would
         # squeeze the last episodes' frames into the last few slots (the final slot would hold
         # all of the last episode's), and a batch there would draw from few episodes; never
         # closing early drains the pool one episode per slot instead. A quarter planned best of
         # the three on small shares (docs/benchmarks-log.md).
-        self._b = np.minimum(self._b, n + width // 4)
-        self._slots = int(self._b.max(initial=0))
-        self._steps: Iterator[Step] | None = None
+        return a, np.minimum(b, n + width // 4)
 
     # -- keys ---------------------------------------------------------------------------------
 
     def _keys(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Segment ``i``'s frames sorted by key, and their keys."""
-        frames = as_array(self._segments[i].frames)
-        a, b = int(self._a[i]), int(self._b[i])
-        if not self.shuffle:
-            return frames, a + (np.arange(len(frames)) + 0.5) / len(frames)
-        # Systematic: the window is cut into one equal stratum per frame, each gets a random frame
-        # (a permutation), all at the same random point of their strata, so a segment emits at an
-        # even pace through its window. Every stretch of slots then takes its share of each pooled
-        # segment's frames, and two of a segment's frames land in one batch only where its pace is
-        # faster than a batch's: a batch spreads over the pool's episodes as a global shuffle's
-        # does. iid keys clump, and a random point per stratum (``stream_state/4``) still let two
-        # keys of a stratum pair meet (docs/resume.md, "Systematic keys"). The keys come out sorted.
-        n = len(frames)
-        with self._key_lock:
-            rng = self._segment_rng(i)
-            order = rng.permutation(n)
-            keys = a + (b - a) * ((np.arange(n) + rng.random()) / n)
-        # Rounding may carry the last key onto b, where the segment has left the pool.
-        np.minimum(keys, np.nextafter(float(b), float(a)), out=keys)
-        return frames[order], keys
+        return as_array(self._segments[i].frames)[self._frame_order(i)], self._window_keys(i, i + 1)
 
-    def _segment_rng(self, i: int) -> np.random.Generator:
-        """The generator of segment ``i``'s keys: Philox keyed by the schedule, its counter the
-        segment's number, as ``Philox(key=..., counter=[0, i, 0, 0])`` makes it. One generator is
-        re-pointed per segment (under ``_key_lock``): constructing one cost ~4x as much, paid for
-        thousands of segments on each elastic resume."""
-        bits = self._bits
-        bits.state = {"bit_generator": "Philox", "buffer_pos": 4, "has_uint32": 0, "uinteger": 0,
-                      "buffer": np.zeros(4, np.uint64),
-                      "state": {"counter": np.array([0, i, 0, 0], np.uint64), "key": self._key_words}}
-        return self._key_rng
+    def _frame_order(self, i: int) -> np.ndarray:
+        """Which of segment ``i``'s frames each of its keys emits: a random permutation (the identity
+        unshuffled), from its frames' counters (their places in the share) alone."""
+        n = int(self._lengths[i])
+        if not self.shuffle:
+            return np.arange(n)
+        return np.argsort(self._order_bits(self._before[i], self._before[i] + n), kind="stable")
+
+    def _order_bits(self, start: int, stop: int) -> np.ndarray:
+        """The sort keys of the share's frames ``start..stop-1`` (counted across segments): 40 random
+        bits each, so that a whole block's permutations are one sort with the segment's number in the
+        bits above (``consumed``), ~10x faster than ``np.lexsort`` of both."""
+        return counter_bits(self._order_seed, np.arange(start, stop)) >> np.uint64(64 - _ORDER_BITS)
+
+    def _first_keys(self, lo: int, hi: int) -> np.ndarray:
+        """The first key of each of segments ``lo..hi-1``: ``_window_keys``' expression at each one's
+        first stratum, so the same bits."""
+        a, b, lengths = self._a[lo:hi], self._b[lo:hi], self._lengths[lo:hi]
+        keys = a + (b - a) * ((0 + self._phase[lo:hi]) / lengths)
+        return np.minimum(keys, np.nextafter(b.astype(np.float64), a.astype(np.float64)), out=keys)
+
+    def _window_keys(self, lo: int, hi: int) -> np.ndarray:
+        """The keys of segments ``lo..hi-1``, each segment's sorted, concatenated (no permutation:
+        what a position needs). One expression for one segment and for a share, so both give the same
+        bits.
+
+        Systematic: a segment's window is cut into one equal stratum per frame, and every key sits at
+        the same random point of its stratum (the segment's phase), so a segment emits at an even
+        pace through its window. Every stretch of slots then takes its share of each pooled segment's
+        frames, and two of a segment's frames land in one batch only where its pace is faster than a
+        batch's: a batch spreads over the pool's episodes as a global shuffle's does. iid keys clump,
+        and a random point per stratum (``stream_state/4``) still let two keys of a stratum pair meet
+        (docs/resume.md, "Systematic keys"). Unshuffled, each key is mid-stratum of a one-slot window.
+        """
+        lengths = self._lengths[lo:hi]
+        a, b = self._a[lo:hi], self._b[lo:hi]
+        # In place and per segment repeated, as ``a + (b - a) * ((j + phase) / n)`` computes it (+ and *
+        # commute exactly): the arrays are a share's frames long on a resume.
+        keys = np.arange(int(lengths.sum()), dtype=np.float64)
+        keys -= np.repeat(self._before[lo:hi] - self._before[lo], lengths)
+        keys += np.repeat(self._phase[lo:hi], lengths)
+        keys /= np.repeat(lengths, lengths)
+        keys *= np.repeat(b - a, lengths)
+        keys += np.repeat(a, lengths)
+        # Rounding may carry the last key onto b, where the segment has left the pool.
+        return np.minimum(keys, np.repeat(np.nextafter(b.astype(np.float64), a.astype(np.float64)), lengths), out=keys)
 
     # -- where a consumer stands after ``count`` emits -----------------------------------------
 
-    def _position(self, count: int, keys_seen: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
-                  ) -> tuple[int, int]:
-        """(slot, emits into that slot) after ``count`` < pool_frames emits; the keys it draws
-        (``_keys``, by segment) are left in ``keys_seen`` when given, for the caller's reuse."""
+    def _position(self, count: int) -> tuple[int, int]:
+        """(slot, emits into that slot) after ``count`` < pool_frames emits."""
         slots = np.arange(self._slots)
         # Frames before slot k: at least those of segments whose window closed by k, at most
         # those of segments whose window opened before k.
@@ -350,12 +402,9 @@ class ConsumerSchedule:
         candidates = np.arange(k_lo, k_hi + 1, dtype=np.int64)
         before = lower[k_lo:k_hi + 1].astype(np.int64)
         if len(partial):
-            drawn = keys_seen if keys_seen is not None else {}
-            for i in partial:
-                drawn[i] = self._keys(i)
             # Keys are >= 0, so key < k (an int) iff int(key) <= k - 1: bucket t counts the keys
             # below candidate k_lo + t, and its prefix sums every candidate's count.
-            buckets = np.concatenate([drawn[i][1] for i in partial]).astype(np.int64) - (k_lo - 1)
+            buckets = self._window_keys(partial.start, partial.stop).astype(np.int64) - (k_lo - 1)
             np.clip(buckets, 0, len(candidates), out=buckets)
             below = np.cumsum(np.bincount(buckets, minlength=len(candidates) + 1))[:len(candidates)]
             # b is non-decreasing: the partial segments closed by k are a prefix of them.
@@ -418,9 +467,9 @@ class ConsumerSchedule:
     def skip(self, count: int) -> Iterator[Step]:
         """The steps after the first ``count`` EMITs, starting by admitting what the pool holds then."""
         if count < self.pool_frames:
-            keys_seen: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-            slot, offset = self._position(count, keys_seen)
-            yield from self._pool_steps(slot, offset, keys_seen)
+            # From the first slot nothing was emitted yet: no position to find (a pool of the whole
+            # share would draw every key for it).
+            yield from self._pool_steps(*(self._position(count) if count else (0, 0)))
             count = 0
         else:
             count -= self.pool_frames
@@ -437,59 +486,93 @@ class ConsumerSchedule:
             fills = list(self._fill_picks())[:count - self.pool_frames]
             return ([(s.episode_index, s.frames) for s in self._segments],
                     [(seg.episode_index, np.array([anchor])) for seg, anchor in fills])
-        keys_seen: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        slot, offset = self._position(count, keys_seen)
+        slot, offset = self._position(count)
         done = int(np.searchsorted(self._b, slot, side="right"))
         whole = self._segments[:done]  # ~10^5 at 90% of a DROID-sized epoch: map() is ~2x a generator's speed
         pieces: list[tuple[int, Frames]] = list(zip(map(attrgetter("episode_index"), whole),
                                                     map(attrgetter("frames"), whole)))
-        emitted = []
-        for i in range(done, int(np.searchsorted(self._a, slot, side="right"))):
-            frames, keys = keys_seen[i] if i in keys_seen else self._keys(i)
-            cut = int(np.searchsorted(keys, slot))
-            pieces.append((self._segments[i].episode_index, frames[:cut]))
-            upto = int(np.searchsorted(keys, slot + 1))
-            emitted += [(keys[j], self._segments[i].episode_index, int(frames[j])) for j in range(cut, upto)]
-        # The slot's first ``offset`` frames in emission order (a stable sort by key, as emitted).
-        for _, episode, frame in sorted(emitted, key=lambda e: e[0])[:offset]:
-            pieces.append((episode, np.array([frame])))
+        opened = int(np.searchsorted(self._a, slot, side="right"))
+        if opened <= done:
+            return pieces, []
+        # Every open segment's keys and frames in key order at once (a pool of the whole share opens
+        # every segment): its frames with keys below the slot are consumed, and the slot's first
+        # ``offset`` emits in emission order (by key; ties in segment order, as emitted).
+        keys = self._window_keys(done, opened)
+        lengths = self._lengths[done:opened]
+        frames = np.concatenate([as_array(s.frames) for s in self._segments[done:opened]])
+        segment = np.repeat(np.arange(len(lengths)), lengths)
+        if self.shuffle:
+            bits = self._order_bits(int(self._before[done]), int(self._before[opened]))
+            if len(lengths) < 2**(64 - _ORDER_BITS):
+                order = np.argsort(segment.astype(np.uint64) << np.uint64(_ORDER_BITS) | bits, kind="stable")
+            else:  # too many segments for the bits above: the same order, slower
+                order = np.lexsort((bits, segment))
+            frames = frames[order]
+        cuts = np.bincount(segment, weights=keys < slot, minlength=len(lengths)).astype(np.int64)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        episodes = [s.episode_index for s in self._segments[done:opened]]
+        pieces += [(episode, frames[start:start + cut]) for episode, start, cut in zip(episodes, starts.tolist(),
+                                                                                      cuts.tolist())]
+        in_slot = np.flatnonzero((keys >= slot) & (keys < slot + 1))
+        first = in_slot[np.argsort(keys[in_slot], kind="stable")[:offset]]
+        pieces += [(episodes[k], np.array([frame])) for k, frame in zip(segment[first].tolist(), frames[first].tolist())]
         return pieces, []
 
-    def _pool_steps(self, first_slot: int, offset: int,
-                    keys_seen: dict[int, tuple[np.ndarray, np.ndarray]]) -> Iterator[Step]:
+    def _pool_steps(self, first_slot: int, offset: int) -> Iterator[Step]:
         a, b, segments = self._a, self._b, self._segments
         live: dict[int, None] = {}  # the open segments, in the order they were admitted (index order)
-        unemitted: dict[int, list] = {}  # segment -> [frames it emits, in key order, keys, next position]
+        # segment -> [frames it emits in key order, keys, next position], the first two None until
+        # the segment is first due: its keys and permutation are drawn when it first emits, so a
+        # pool of the whole share admits every segment at once without drawing them all before its
+        # first sample.
+        unemitted: dict[int, list] = {}
         # (slot of a segment's next key, segment): a slot takes keys only from the segments due in
         # it, popped in index order, which is the order they were admitted in. Looking in every
         # open segment at every slot cost a look-up per open segment and slot: most of a wide
         # pool's planning (~pool / 20 microseconds a sample). Keys are >= 0: int() is their floor.
         due: list[tuple[int, int]] = []
 
-        def admit(i: int, frames: np.ndarray, keys: np.ndarray, start: int) -> Step:
-            live[i] = None
-            if start < len(keys):  # a resumed segment may have emitted all of its keys already
-                unemitted[i] = [segments[i].emitted(frames), keys, start]
-                heapq.heappush(due, (int(keys[start]), i))
-            return Step(ADMIT, segments[i].episode_index, NO_FRAME)
+        def admit(lo: int, hi: int, from_slot: int) -> Iterator[Step]:
+            """Admit segments ``lo..hi-1`` (their keys drawn together), each from its first key at or
+            after ``from_slot`` (a resumed segment may have emitted all of its keys already)."""
+            if lo >= hi:
+                return
+            if not from_slot:  # each segment's first key alone
+                firsts = self._first_keys(lo, hi).astype(np.int64).tolist()
+                for i, first_slot_of_i in zip(range(lo, hi), firsts):
+                    live[i] = None
+                    unemitted[i] = [None, None, 0]
+                    heapq.heappush(due, (first_slot_of_i, i))
+                    yield Step(ADMIT, segments[i].episode_index, NO_FRAME)
+                return
+            keys = self._window_keys(lo, hi)
+            ends = np.cumsum(self._lengths[lo:hi]).tolist()
+            for i, start, end in zip(range(lo, hi), [0] + ends[:-1], ends):
+                live[i] = None
+                own = keys[start:end]
+                first = int(np.searchsorted(own, from_slot))
+                if first < len(own):
+                    unemitted[i] = [None, own, first]
+                    heapq.heappush(due, (int(own[first]), i))
+                yield Step(ADMIT, segments[i].episode_index, NO_FRAME)
 
-        for i in range(int(np.searchsorted(b, first_slot, side="right")),
-                       int(np.searchsorted(a, first_slot, side="right"))):
-            frames, keys = keys_seen.pop(i) if i in keys_seen else self._keys(i)
-            yield admit(i, frames, keys, int(np.searchsorted(keys, first_slot)))
-        keys_seen.clear()  # the rest were drawn for the position only
+        yield from admit(int(np.searchsorted(b, first_slot, side="right")),
+                         int(np.searchsorted(a, first_slot, side="right")), first_slot)
         for slot in range(first_slot, self._slots):
             if slot > first_slot:
                 for i in range(int(np.searchsorted(b, slot - 1, side="right")),
                                int(np.searchsorted(b, slot, side="right"))):
                     del live[i]
                     yield Step(EVICT, segments[i].episode_index, NO_FRAME)
-                for i in range(int(np.searchsorted(a, slot, side="left")), int(np.searchsorted(a, slot, side="right"))):
-                    yield admit(i, *self._keys(i), 0)
+                yield from admit(int(np.searchsorted(a, slot, side="left")), int(np.searchsorted(a, slot, side="right")), 0)
             parts = []
             while due and due[0][0] == slot:
                 i = heapq.heappop(due)[1]
                 entry = unemitted[i]
+                if entry[0] is None:
+                    entry[0] = segments[i].emitted(as_array(segments[i].frames)[self._frame_order(i)])
+                    if entry[1] is None:
+                        entry[1] = self._window_keys(i, i + 1)
                 frames, keys, position = entry
                 end = int(np.searchsorted(keys, slot + 1, side="left"))
                 parts.append((keys[position:end], frames[position:end], segments[i].episode_index))

@@ -11,7 +11,11 @@ indices a consumer emits, in order, which the schedule gives without rows or vid
   missing from it with probability ``C(N - n_e, b) / C(N, b)``; the expectation sums ``1 -`` that;
 - how soon an episode recurs: the mean number of samples between two consecutive frames of one
   episode, against a global shuffle's ``(N + 1) / (n_e + 1)`` (the expected spacing of ``n_e``
-  uniformly placed points among ``N``), averaged over the same pairs.
+  uniformly placed points among ``N``), averaged over the same pairs;
+- window diversity: distinct episodes in ``window`` consecutive samples (a trainer's run of steps,
+  ``TRAINING_WINDOWS``), averaged over the stream's consecutive full windows, against the same
+  expectation for a ``window``-subset of a uniform permutation. A batch can be as diverse as a global
+  shuffle's while a hundred steps in a row still draw from the same few episodes: this says so.
 """
 
 from __future__ import annotations
@@ -24,6 +28,31 @@ import numpy as np
 
 from episodestream._plan.sampling import EMIT, Step
 
+# Training windows measured beside batches: 100 and 1,000 steps of batch 32.
+TRAINING_WINDOWS = (3_200, 32_000)
+
+
+@dataclass(frozen=True)
+class WindowDiversity:
+    """Distinct episodes over ``window`` consecutive samples against a uniform permutation's."""
+
+    window: int  # samples
+    windows: int  # full windows measured (0: the stream is shorter than one)
+    distinct: float  # mean distinct episodes per full window (0.0 where there is none)
+    uniform_distinct: float  # a uniform permutation's expectation over the same frames
+
+    @property
+    def ratio(self) -> float:
+        """Distinct episodes per window as a fraction of a uniform permutation's (1.0: as diverse)."""
+        return self.distinct / self.uniform_distinct if self.windows and self.uniform_distinct else float("nan")
+
+    def summary(self) -> str:
+        """In a few words."""
+        if not self.windows:
+            return f"{self.window:,} samples: the stream is shorter"
+        return (f"{self.window:,} samples: {self.distinct:,.0f} distinct episodes, a global shuffle "
+                f"{self.uniform_distinct:,.0f} ({self.ratio:.2f})")
+
 
 @dataclass(frozen=True)
 class ShuffleQuality:
@@ -35,6 +64,7 @@ class ShuffleQuality:
     global_distinct: float  # a global shuffle's expectation
     recur_gap: float  # mean samples between consecutive frames of one episode (nan: no episode recurs)
     global_recur_gap: float  # a global shuffle's expectation, over the same pairs
+    windows: tuple[WindowDiversity, ...] = ()  # over training windows (``TRAINING_WINDOWS`` by default)
 
     @property
     def ratio(self) -> float:
@@ -83,19 +113,48 @@ def global_recur_gap(frame_counts: Sequence[int] | np.ndarray) -> float:
     return float((pairs * (total + 1) / (counts + 1)).sum() / pairs.sum())
 
 
+def _distinct_per_run(ids: np.ndarray, size: int) -> tuple[int, float]:
+    """(full runs of ``size`` consecutive ids, their mean distinct ids); nan when there is none."""
+    runs = len(ids) // size
+    if not runs:
+        return 0, float("nan")
+    rows = np.sort(ids[:runs * size].reshape(runs, size), axis=1)
+    return runs, float((1 + (np.diff(rows, axis=1) != 0).sum(axis=1)).mean())
+
+
+def window_diversity(ids: np.ndarray, window: int, *,
+                     frame_counts: Sequence[int] | np.ndarray | None = None) -> WindowDiversity:
+    """Distinct episodes over ``window`` consecutive samples of ``ids`` (the episode of each sample, in
+    order) against a uniform permutation of ``frame_counts`` (default: the frames ``ids`` holds)."""
+    if window < 1:
+        raise ValueError(f"window must be at least 1 sample, got {window!r}.")
+    ids = np.asarray(ids, dtype=np.int64)
+    if frame_counts is None:
+        frame_counts = np.unique(ids, return_counts=True)[1]
+    windows, distinct = _distinct_per_run(ids, window)
+    # 0.0 rather than nan where no window is full: equal measures then compare equal.
+    return WindowDiversity(window, windows, distinct if windows else 0.0, global_distinct(frame_counts, window))
+
+
 def emitted_episodes(steps: Iterable[Step]) -> np.ndarray:
     """The episode index of each EMIT of a schedule, in order (walks every step)."""
     return np.fromiter((episode for kind, episode, _ in steps if kind == EMIT), dtype=np.int64)
 
 
 def shuffle_quality(emitted: Iterable[Step] | Sequence[int] | np.ndarray, batch_size: int, *,
-                    frame_counts: Sequence[int] | np.ndarray | None = None) -> ShuffleQuality:
+                    frame_counts: Sequence[int] | np.ndarray | None = None,
+                    windows: Sequence[int] = TRAINING_WINDOWS,
+                    window_frame_counts: Sequence[int] | np.ndarray | None = None) -> ShuffleQuality:
     """The shuffle quality of a stream, from its schedule's steps (a ``ConsumerSchedule``) or the
     episode index of each sample in order.
 
     ``frame_counts``: the frames per episode a global shuffle would draw from (default: what the
     stream itself emits, i.e. the same data). Pass the whole epoch's to compare one consumer of
     several against a global shuffle of the epoch.
+
+    ``windows``: training-window sizes (samples) measured as ``ShuffleQuality.windows``, against a
+    uniform permutation of ``window_frame_counts`` (default: the frames the stream emits, i.e. a
+    consumer against a global shuffle of its own share).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size!r}.")
@@ -105,18 +164,16 @@ def shuffle_quality(emitted: Iterable[Step] | Sequence[int] | np.ndarray, batch_
         items = list(emitted)
         ids = (emitted_episodes(items) if items and isinstance(items[0], tuple)
                else np.asarray(items, dtype=np.int64))
+    own_counts = np.unique(ids, return_counts=True)[1]
     if frame_counts is None:
-        frame_counts = np.unique(ids, return_counts=True)[1]
-    batches = len(ids) // batch_size
-    if batches:
-        rows = np.sort(ids[:batches * batch_size].reshape(batches, batch_size), axis=1)
-        distinct = float((1 + (np.diff(rows, axis=1) != 0).sum(axis=1)).mean())
-    else:
-        distinct = float("nan")
+        frame_counts = own_counts
+    batches, distinct = _distinct_per_run(ids, batch_size)
+    diversity = tuple(window_diversity(ids, w, frame_counts=own_counts if window_frame_counts is None
+                                       else window_frame_counts) for w in windows)
     # Gaps between consecutive emits of one episode: positions grouped by episode, in order.
     order = np.argsort(ids, kind="stable")
     same = ids[order][1:] == ids[order][:-1]
     gaps = np.diff(order)[same]
     recur_gap = float(gaps.mean()) if len(gaps) else float("nan")
     return ShuffleQuality(batch_size, batches, distinct, global_distinct(frame_counts, batch_size),
-                          recur_gap, global_recur_gap(frame_counts))
+                          recur_gap, global_recur_gap(frame_counts), diversity)

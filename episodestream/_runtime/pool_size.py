@@ -1,20 +1,22 @@
-"""``episode_pool_size="auto"``: a pool as wide as the source's layout makes free, else the spread pool.
+"""``episode_pool_size="auto"``: the whole share where the source's layout makes it free, else the spread pool.
 
-Why a layout decides: a batch draws from at most the pool's episodes. With the schedule's
-systematic keys (``_plan.sampling``) a pool of 42 or more gives a batch of 32 at least 0.95 of a
-global shuffle's distinct episodes, on small shares too, and 16 about half; a batch of 256 needs a
-pool of hundreds (``_plan.shuffle_quality``, docs/benchmarks.md). What a wider pool costs is not rows (tabular,
-small) but decoders: every pooled episode's video files stay in reach of every decode thread, whose
-decoder cache holds at most ``MAX_DECODERS``. So:
+Why a layout decides: a batch draws from at most the pool's episodes, and a run of training steps
+from little more: a sliding pool of P episodes gives W consecutive samples about P + W / (frames per
+episode) distinct episodes, where a global shuffle gives nearly min(W, episodes). A pool at least as
+wide as a consumer's share is a global shuffle of that share (``_plan.sampling``: every episode
+emits at an even pace over the whole stream), over batches and over hundreds of steps alike
+(``_plan.shuffle_quality``, docs/benchmarks.md). What a wide pool costs is not rows (tabular, small)
+but decoders: every pooled episode's video files stay in reach of every decode thread, whose
+decoder cache holds at most ``MAX_DECODERS``, and an open per sample and camera costs about half a
+decode (docs/benchmarks.md, "Shuffle over training windows"). So:
 
-- the *spread* pool is 96, or fewer where 96 x cameras would pass that cap (2 cameras: 64, 3: 42),
-  where the rows budget below holds fewer, or where the selection has fewer episodes (at least 16);
 - where the selection's video files (every camera's) are no more than the spread pool may keep open
-  anyway, a wide pool opens no decoder that the spread one would not, so it streams as fast in as
-  much memory: the pool is the selection's episodes + 1 (one more than a consumer can own: a pool
-  of exactly its episodes would give the last one a one-slot window), at most 512 and at most what
-  ``ROWS_BUDGET_BYTES`` of rows hold;
-- elsewhere (a file per episode and camera, v2.x, or more files than that) it is the spread pool;
+  anyway (v3.0's shared files), a wide pool opens no decoder that the spread one would not, so it
+  streams as fast: the pool is the selection's episodes + 1 (at least any consumer's share, so each
+  consumer shuffles its whole share), at most what ``ROWS_BUDGET_BYTES`` of rows hold;
+- elsewhere (a file per episode and camera, v2.x, or more files than that) it is the *spread* pool:
+  96, or fewer where 96 x cameras would pass that cap (2 cameras: 64, 3: 42), where the rows budget
+  holds fewer, or where the selection has fewer episodes (at least 16);
 - a remote source gets the spread pool, at most 64, as far as ``cache_limit`` holds it (each pooled
   episode's video is a node-cache entry, on disk while pooled), and never a wide one.
 """
@@ -45,9 +47,6 @@ SPREAD_POOL = 96
 # A remote source's widest: through a shaped link 96 was not shown to stream as fast as 64
 # (docs/benchmarks-log.md, "The spread pool 96 for one camera"); kept until measured better.
 REMOTE_SPREAD_POOL = 64
-# 0.99 of a global shuffle's distinct episodes at batch 256 on 2,000 episodes (1,024: 1.03), at half
-# 1,024's elastic-resume planning (keys of ~2 x pool segments per earlier consumer).
-WIDE_POOL_MAX = 512
 ROWS_BUDGET_BYTES = 256 * 2**20  # a consumer's pooled rows, estimated from the features' shapes
 _TEXT_BYTES = 64  # a string or language row's guess: their sizes are not in info.json
 
@@ -106,14 +105,10 @@ def choose_pool_size(meta: DatasetMeta, selection: EpisodeSelection, *, remote: 
     if files > cap:
         return PoolChoice(spread, f"the selection's frames are in {files} video files ({cameras} camera(s)), "
                                   f"more than the {cap} decoders a pool of {spread} may keep open")
-    wide = min(WIDE_POOL_MAX, len(selection) + 1, by_rows)
+    wide = min(len(selection) + 1, by_rows)
     size = max(spread, wide)
-    if wide == len(selection) + 1:
-        why = f"every selected episode ({len(selection)}) fits"
-    elif wide == by_rows:
-        why = rows_why
-    else:
-        why = f"at most {WIDE_POOL_MAX}"
+    why = (f"every selected episode ({len(selection)}) fits: each consumer shuffles its whole share"
+           if wide == len(selection) + 1 else rows_why)
     fit = (f"{files} video file(s) fit the decoders a pool of {spread} keeps" if cameras
            else "no video to decode")
     return PoolChoice(size, f"{fit}; {why}")
