@@ -18,7 +18,7 @@ import pytest
 from episodestream._base.world import World
 from episodestream._plan.sampling import EMIT, EpochPlan, Segment, consumer_rng, consumer_schedule
 from episodestream._plan.shuffle_quality import (emitted_episodes, global_distinct, global_recur_gap,
-                                                  shuffle_quality)
+                                                  shuffle_quality, window_diversity)
 
 
 def _frames(counts: list[int]) -> list[int]:
@@ -48,6 +48,26 @@ def test_global_recur_gap_is_the_mean_over_every_permutation(counts: list[int]) 
             last[episode] = position
     assert global_recur_gap(counts) == pytest.approx(float(Fraction(sum(gaps), len(gaps))), abs=1e-12)
     assert np.isnan(global_recur_gap([1, 1, 1]))
+
+
+def test_training_windows_measured_window_by_window() -> None:
+    """Distinct episodes over consecutive runs of ``window`` samples (the last, partial one left out),
+    against a uniform permutation of the stream's own frames, or of the frames given."""
+    ids = [0, 0, 1, 1, 2, 0, 2, 1, 2, 9, 9]  # windows of 5: {0, 1, 2} and {0, 1, 2, 9}
+    w = window_diversity(np.array(ids), 5)
+    assert (w.window, w.windows, w.distinct) == (5, 2, 3.5)
+    assert w.uniform_distinct == pytest.approx(global_distinct([3, 3, 3, 2], 5))
+    assert w.ratio == pytest.approx(3.5 / global_distinct([3, 3, 3, 2], 5))
+    other = window_diversity(np.array(ids), 5, frame_counts=[10] * 4)
+    assert other.uniform_distinct == pytest.approx(global_distinct([10] * 4, 5)) and other.distinct == 3.5
+    short = window_diversity(np.array(ids), 12)
+    assert (short.windows, short.distinct) == (0, 0.0) and np.isnan(short.ratio) and "shorter" in short.summary()
+    with pytest.raises(ValueError, match="window"):
+        window_diversity(np.array(ids), 0)
+    # shuffle_quality carries them, by default over 3,200 and 32,000 samples.
+    q = shuffle_quality(ids, 4, windows=(5, 12))
+    assert q.windows == (w, short)
+    assert [d.window for d in shuffle_quality(ids, 4).windows] == [3_200, 32_000]
 
 
 def test_a_stream_measured_batch_by_batch() -> None:
@@ -105,11 +125,16 @@ def test_the_benchmarks_print_it(dataset_root, capsys) -> None:
 
     benchmarks = Path(__file__).resolve().parents[1] / "benchmarks" / "streaming"
     run_main(benchmarks / "benchmark_shuffle_quality.py",
-             ["--episodes", "40", "--min-frames", "5", "--max-frames", "9", "--pool-sizes", "4,64",
+             ["--episodes", "400", "--min-frames", "40", "--max-frames", "60", "--pool-sizes", "4,auto",
               "--num-workers", "1"])
     table = capsys.readouterr().out.splitlines()
-    assert table[1] == "| pool | batch 32 | batch 256 | recurs every | plan s |" and len(table) == 5
-    assert table[-1].startswith("| 64 | ") and "(1.0" in table[-1]  # a pool holding every episode: global
+    assert table[1] == "| pool | batch 32 | batch 256 | 3,200 samples | 32,000 samples | recurs every | plan s |"
+    assert len(table) == 5
+    narrow, auto = (row.split(" | ") for row in table[-2:])
+    # A pool of 4 draws a 3,200-sample window from under a third of a uniform permutation's episodes; a
+    # pool holding every episode from at least as many; no 32,000-sample window in 20,000 frames.
+    assert narrow[0] == "| 4" and float(narrow[3].split("(")[1].rstrip(")")) < 0.3
+    assert auto[0] == "| auto (401)" and float(auto[3].split("(")[1].rstrip(")")) >= 1.0 and auto[4] == "-"
     # `episodestream bench`'s line: one consumer's planned batches against a global shuffle.
     streaming = load_script(benchmarks / "benchmark_streaming.py")
     q32, q256 = streaming.planned_shuffle_quality(dataset_root, pool_size=2, num_workers=1, batch_sizes=[32, 256])
