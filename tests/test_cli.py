@@ -234,3 +234,35 @@ def test_cache_ls_and_clear_cover_the_column_and_stats_caches(dataset_root, tmp_
     assert "removed the stats cache of 1 source(s): 1 file(s)" in text, text
     assert not [p for p in cache.rglob("*") if p.is_file()]
     assert EpisodeDataset(dataset_root, cache_dir=cache)[0]["index"] == 0  # rebuilt when next needed
+
+
+def test_cache_clear_deletes_only_what_episodestream_wrote(dataset_root, tmp_path, capsys):
+    """A mistyped --cache-dir pointing into a project deleted every file under its columns/ and every
+    stats/*.json (issue 62 item 1): only the files this package writes, recognised by name (and a
+    stats file by its contents), are listed and cleared; a column folder goes only once empty."""
+    from episodestream import EpisodeDataset
+
+    project = tmp_path / "project"
+    EpisodeDataset(dataset_root, cache_dir=project)[0]
+    assert main(["stats", str(dataset_root), "--cache-dir", str(project), "--no-progress", "--json"]) == 0
+    capsys.readouterr()
+    column_copy, stats_file = sorted((p for p in project.rglob("*") if p.is_file()), key=lambda p: p.suffix)
+    assert (column_copy.suffix, stats_file.suffix) == (".arrow", ".json")
+    users = {"columns/notes.txt": "mine", "columns/results/run1.arrow": "mine",
+             "columns/plots-0123abcd/figure.arrow": "mine",  # a folder named as ours, a file not
+             f"columns/{column_copy.parent.name}/keep.txt": "mine",  # beside a column copy of ours
+             "stats/results.json": "{\"loss\": 1}",
+             "stats/0123456789abcdef0123.json": "{\"format\": 1, \"loss\": 1}",  # our name, not our contents
+             "stats/0123456789abcdef0124.json": "not json"}
+    for relpath, text in users.items():
+        (project / relpath).parent.mkdir(parents=True, exist_ok=True)
+        (project / relpath).write_text(text)
+    assert main(["cache", "ls", "--cache-dir", str(project), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(e["files"], e["size_bytes"]) for kind in ("columns", "stats") for e in listed[kind]] == [
+        (1, column_copy.stat().st_size), (1, stats_file.stat().st_size)]
+    assert main(["cache", "clear", "--cache-dir", str(project)]) == 0
+    capsys.readouterr()
+    left = {str(p.relative_to(project)) for p in project.rglob("*") if p.is_file()}
+    assert left == set(users), left
+    assert all((project / relpath).read_text() == text for relpath, text in users.items())

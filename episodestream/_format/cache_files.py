@@ -8,6 +8,10 @@ clears them beside the node cache of remote sources:
 
 Neither has users to wait for: a process holding a column copy open keeps reading the removed file
 (POSIX), and a stats file is read once.
+
+Only files this package writes are listed and cleared, recognised by their names (and a stats file
+by its contents): ``cache clear --cache-dir`` pointed by mistake at a folder of the user's deletes none
+of its files, and a column folder is removed only once nothing else is left in it.
 """
 
 from __future__ import annotations
@@ -15,13 +19,19 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from episodestream._format.columns import _slug
 
 _KINDS = ("columns", "stats")
+# The names ``columns`` and ``stats_pass`` give their files (``_slug``: a readable part without dots
+# and 8 hex digits; a column copy adds its 16-digit signature, a stats file is a 20-digit digest),
+# and the temporary files they write and rename (``.<name>.tmp-<random>``).
+_SLUG = r"[^./]+-[0-9a-f]{8}"
+_OWN_NAMES = {"columns": re.compile(rf"\.?{_SLUG}\.[0-9a-f]{{16}}\.arrow(\.tmp-[^/]+)?"),
+              "stats": re.compile(r"\.?[0-9a-f]{20}\.json(\.tmp-[^/]+)?")}
+_COLUMN_FOLDER = re.compile(_SLUG)
 
 
 @dataclass(frozen=True)
@@ -43,42 +53,62 @@ class CacheFiles:
         return fnmatch.fnmatchcase(self.source, pattern) or (bool(text) and text in self.source)
 
     def remove(self) -> None:
+        """Delete these files; a column folder left empty goes too (one holding anything else stays)."""
         for path in self.paths:
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
+        if self.kind == "columns":
+            for folder in {path.parent for path in self.paths}:
+                try:
+                    folder.rmdir()
+                except OSError:  # not empty: something not ours is in it
+                    pass
 
 
-def _sizes(path: Path) -> list[int]:
-    """The sizes of the files at ``path`` (a file, or a folder's files)."""
+def _own_files(folder: Path, kind: str) -> list[Path]:
+    """The files in ``folder`` named as this package names ``kind``'s files (not its subfolders)."""
     try:
-        if path.is_dir():
-            return [p.stat().st_size for p in path.rglob("*") if p.is_file()]
-        return [path.stat().st_size]
-    except OSError:  # removed meanwhile
+        return [p for p in folder.iterdir() if _OWN_NAMES[kind].fullmatch(p.name) and p.is_file()]
+    except OSError:  # removed meanwhile, or unreadable: nothing of ours to list
         return []
 
 
-def _stats_source(path: Path) -> str:
+def _size(path: Path) -> int | None:
     try:
-        return _slug(str(json.loads(path.read_text())["source"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return "unknown"  # damaged: computed again on next use, and listed so it can be cleared
+        return path.stat().st_size
+    except OSError:  # removed meanwhile
+        return None
+
+
+def _stats_source(path: Path) -> str | None:
+    """The source a stats file records, or None when it is not one this package wrote (or is damaged:
+    written again on next use)."""
+    if path.name.startswith("."):  # a temporary file of a write that did not finish
+        return "unknown"
+    try:
+        raw = json.loads(path.read_text())
+        if not isinstance(raw, dict) or not {"format", "source", "stats"} <= raw.keys():
+            return None
+        return _slug(str(raw["source"]))
+    except (OSError, ValueError):
+        return None
 
 
 def cache_files(root: Path) -> list[CacheFiles]:
-    """The column and stats caches under ``root``, one entry per (kind, source), sorted."""
+    """The column and stats caches under ``root``, one entry per (kind, source), sorted: only the files
+    this package writes (the module docstring)."""
     found: dict[tuple[str, str], list[Path]] = {}
     columns, stats = root / _KINDS[0], root / _KINDS[1]
     if columns.is_dir():
         for folder in columns.iterdir():
-            found.setdefault(("columns", folder.name), []).append(folder)
+            if _COLUMN_FOLDER.fullmatch(folder.name) and folder.is_dir():
+                for path in _own_files(folder, "columns"):
+                    found.setdefault(("columns", folder.name), []).append(path)
     if stats.is_dir():
-        for path in stats.glob("*.json"):
-            found.setdefault(("stats", _stats_source(path)), []).append(path)
+        for path in _own_files(stats, "stats"):
+            if (source := _stats_source(path)) is not None:
+                found.setdefault(("stats", source), []).append(path)
     listed = []
     for (kind, source), paths in sorted(found.items()):
-        sizes = [size for path in paths for size in _sizes(path)]
+        sizes = [size for size in map(_size, paths) if size is not None]
         listed.append(CacheFiles(kind, source, tuple(sorted(paths)), len(sizes), sum(sizes)))
     return listed
