@@ -54,6 +54,9 @@ def test_auto_spreads_where_a_wide_pool_costs_decoders_or_the_node_cache(many_ep
     assert choose_pool_size(meta, _Selection(500, SPREAD_POOL), remote=False).size == 501
     more_files = choose_pool_size(meta, _Selection(500, SPREAD_POOL + 1), remote=False)  # v2.x: a file per episode
     assert more_files.size == SPREAD_POOL and f"{SPREAD_POOL + 1} video files" in more_files.reason
+    # The log line says what a run of 100 steps draws from: the pool and the 32 episodes it moves on by.
+    assert "over 3,200 consecutive samples a consumer draws from ~128 episodes" in more_files.reason
+    assert "shuffles its whole share" in choose_pool_size(meta, _Selection(500, 4), remote=False).reason
     assert choose_pool_size(meta, _Selection(500, 4), remote=True).size == REMOTE_SPREAD_POOL == 64
     assert choose_pool_size(meta, _Selection(5000, 4), remote=False).size == 5001  # every episode, however many
     assert choose_pool_size(meta, _Selection(3, 4), remote=False).size == NARROW_POOL  # never below 16

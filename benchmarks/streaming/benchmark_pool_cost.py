@@ -104,7 +104,8 @@ def _one_epoch(root: Path, pool_size: int | str, uint8: bool, threads: int, batc
     quality = shuffle_quality(ids, batch_size)
     return {"pool_resolved": dataset.episode_pool_size, "samples_per_s": len(ids) / elapsed_s,
             "samples_per_cpu_s": len(ids) / cpu_s, "peak_rss_mb": peak_rss_mb, "decoder_cache": cache,
-            "distinct": quality.distinct, "global_distinct": quality.global_distinct}
+            "distinct": quality.distinct, "global_distinct": quality.global_distinct,
+            "windows": {w.window: [w.distinct, w.uniform_distinct] for w in quality.windows if w.windows}}
 
 
 def main(argv=None) -> int:
@@ -166,7 +167,9 @@ def main(argv=None) -> int:
                           f"{row['peak_rss_mb']:.0f} MB "
                           f"({row['rss_vs_first']:.2f}x), decoder cache misses {cache.get('misses')} evictions "
                           f"{cache.get('evictions')} hits {cache.get('hits')}; distinct {row['distinct']:.1f} / "
-                          f"{row['global_distinct']:.1f} ({row['distinct'] / row['global_distinct']:.2f})", flush=True)
+                          f"{row['global_distinct']:.1f} ({row['distinct'] / row['global_distinct']:.2f})"
+                          + "".join(f"; {int(w):,} samples {d:.0f} / {u:.0f} ({d / u:.2f})"
+                                    for w, (d, u) in row["windows"].items()), flush=True)
     if args.output:
         Path(args.output).write_text(json.dumps(rows, indent=2))
     return 0

@@ -638,8 +638,10 @@ def main(argv=None) -> int:
         workers = 1 if loader == "episode" or args.decode == "cuda" else args.num_workers
         qualities = planned_shuffle_quality(root, pool_size=planned_pool, num_workers=workers,
                                             batch_sizes=sorted({args.batch_size, 256}))
+        windows = "; ".join(w.summary() for w in qualities[0].windows)
         print(f"shuffle quality ({loader}, pool {planned_pool}, one consumer of {workers}, planned): "
-              + "; ".join(q.summary() for q in qualities) + "; " + qualities[0].recurrence(), flush=True)
+              + "; ".join(q.summary() for q in qualities) + "; " + qualities[0].recurrence()
+              + f"; over training windows of its own frames: {windows}", flush=True)
     if stand_in_ms is not None:
         from _stand_in import run as run_stand_in
 

@@ -33,6 +33,7 @@ import numpy as np
 from episodestream._format.dtypes import is_numeric, sample_dtype
 from episodestream._format.episodes import EpisodeSelection
 from episodestream._format.metadata import DatasetMeta
+from episodestream._plan.shuffle_quality import global_distinct
 from episodestream._sample.video.decoder_cache import MAX_DECODERS
 
 log = logging.getLogger(__name__)
@@ -99,16 +100,33 @@ def choose_pool_size(meta: DatasetMeta, selection: EpisodeSelection, *, remote: 
         size = next((p for p in candidates if cache_holds is None or cache_holds(p)), NARROW_POOL)
         why = ("a remote source: each pooled episode's video is held in the node cache"
                + ("" if size == spread else f", and cache_limit holds a pool of {size}, not {spread}"))
-        return PoolChoice(size, why)
+        return PoolChoice(size, why + _run_of_steps(size, selection.lengths))
     files = selection.video_files() if cameras else 0
     cap = min(MAX_DECODERS, spread * cameras)
     if files > cap:
         return PoolChoice(spread, f"the selection's frames are in {files} video files ({cameras} camera(s)), "
-                                  f"more than the {cap} decoders a pool of {spread} may keep open")
+                                  f"more than the {cap} decoders a pool of {spread} may keep open"
+                                  + _run_of_steps(spread, selection.lengths))
     wide = min(len(selection) + 1, by_rows)
     size = max(spread, wide)
-    why = (f"every selected episode ({len(selection)}) fits: each consumer shuffles its whole share"
-           if wide == len(selection) + 1 else rows_why)
     fit = (f"{files} video file(s) fit the decoders a pool of {spread} keeps" if cameras
            else "no video to decode")
-    return PoolChoice(size, f"{fit}; {why}")
+    if wide == len(selection) + 1:
+        return PoolChoice(size, f"{fit}; every selected episode ({len(selection)}) fits: each consumer "
+                                f"shuffles its whole share, over batches and runs of steps like a global shuffle")
+    return PoolChoice(size, f"{fit}; {rows_why}" + _run_of_steps(size, selection.lengths))
+
+
+# What a user gets over a run of training steps, in the log line: 100 steps of 32.
+_RUN_SAMPLES = 3_200
+
+
+def _run_of_steps(pool: int, lengths: np.ndarray) -> str:
+    """A sliding pool's episodes over ``_RUN_SAMPLES`` consecutive samples, against a global shuffle's
+    (``_plan.shuffle_quality``: about the pool plus the episodes the run moves on by), in a few words."""
+    if not len(lengths):
+        return ""
+    ours = min(len(lengths), pool + _RUN_SAMPLES / max(1.0, float(np.mean(lengths))))
+    return (f"; over {_RUN_SAMPLES:,} consecutive samples a consumer draws from ~{ours:,.0f} episodes, a "
+            f"global shuffle of one consumer's whole selection from ~{global_distinct(lengths, _RUN_SAMPLES):,.0f} "
+            f"(a pool wider than a consumer's share shuffles it whole: pass episode_pool_size)")
