@@ -508,6 +508,21 @@ def test_out_of_range_consumer_counts_are_refused_at_parse(camera_less_root, fie
         make(camera_less_root).load_state_dict(state)
 
 
+@pytest.mark.parametrize("change,message", [
+    ({"rank": 1}, r"state\['consumer'\]\['rank'\]=1 must be < state\['consumer'\]\['world_size'\]=1"),
+    ({"rank": 5, "world_size": 2}, r"state\['consumer'\]\['rank'\]=5 must be < state\['consumer'\]\['world_size'\]=2"),
+    ({"worker": 1}, r"state\['consumer'\]\['worker'\]=1 must be < state\['consumer'\]\['num_workers'\]=1"),
+])
+def test_a_consumer_outside_its_counts_is_refused_at_parse(camera_less_root, change, message):
+    """Regression (issue 62 item 6): it loaded, and the first iteration died with a bare IndexError."""
+    state = make(camera_less_root).state_dict()
+    state["consumer"].update(change)
+    dataset = make(camera_less_root)
+    with pytest.raises(ValueError, match=message):
+        dataset.load_state_dict(state, strict=False)
+    assert len(list(dataset)) == len(make(camera_less_root))  # the refused state changed nothing
+
+
 def test_a_state_round_trips_through_its_one_type(camera_less_root):
     from episodestream._runtime.face import runtime_of
 

@@ -65,6 +65,11 @@ class ConsumerPosition:
         maximum = {"world_size": MAX_WORLD_SIZE, "num_workers": MAX_NUM_WORKERS}
         position = cls(**{k: check_int(f"{where}[{k!r}]", value[k], minimum=minimum.get(k, 0), maximum=maximum.get(k))
                           for k in CONSUMER_FIELDS})
+        # Out of its count, the consumer has no share: planning it failed with a bare IndexError.
+        for index, count in (("rank", "world_size"), ("worker", "num_workers")):
+            if getattr(position, index) >= getattr(position, count):
+                raise ValueError(f"{where}[{index!r}]={getattr(position, index)} must be < {where}[{count!r}]="
+                                 f"{getattr(position, count)}: the state is not one a consumer saved; load the state_dict() it returned, unchanged.")
         check_consumers(where, position.world_size, position.num_workers)
         return position
 
