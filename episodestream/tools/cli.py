@@ -545,7 +545,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="window offsets in frames for every camera, state and action, e.g. --frames=-2,0,2 "
                            "(default: single frames)")
     show.add_argument("--revision", help="Hub branch, tag or commit (default: main)")
-    show.add_argument("--out", default="sample.png", help="the PNG to write (default sample.png)")
+    show.add_argument("--out", default="sample.png",
+                      help="the PNG to write (default sample.png; a name without a suffix gets .png, a folder "
+                           "gets sample.png inside it)")
     show.set_defaults(run=_show)
 
     stats = commands.add_parser("stats", help="exact mean, std, min, max, count and q01..q99 of a selection of "
