@@ -127,6 +127,27 @@ def test_demo_never_deletes_what_it_did_not_write(tmp_path, capsys):
     assert (demo / "checkpoint.pt").read_bytes() == b"weights"
 
 
+def test_demo_writes_into_the_current_folder(tmp_path, monkeypatch, capsys):
+    """``demo --out .`` in an empty folder staged inside ``.`` and then removed ``.`` (issue 62 item 8):
+    a shutil traceback and no dataset. An existing empty folder (the current one too) is written into
+    and stays; run again, the demo replaces only what it wrote there."""
+    from episodestream import EpisodeDataset
+
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    for _ in range(2):
+        assert main([*DEMO, "--out", "."]) == 0
+        capsys.readouterr()
+        assert here.is_dir() and Path.cwd() == here
+        assert {entry.name for entry in here.iterdir()} <= {".episodestream-demo", "meta", "data", "videos"}
+        assert len(EpisodeDataset(here)) == 3 * 20
+    (here / "notes.txt").write_text("a user's notes")
+    assert main([*DEMO, "--out", "."]) == 1
+    assert "--out . is not empty" in capsys.readouterr().err
+    assert (here / "notes.txt").read_text() == "a user's notes" and (here / "meta").is_dir()
+
+
 def test_episode_lists_refuse_reversed_open_and_oversized_ranges(dataset_root, capsys):
     """``0,5-3`` dropped the reversed range, ``3-`` meant episode 3 alone, and ``0-100000000000``
     built the whole list before any check (issue 48 item 6)."""

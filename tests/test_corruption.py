@@ -277,6 +277,15 @@ INCONSISTENT = {
     "string_index_column": (DATA[0], _as_strings("index"), DATA[0], r"column 'index' is stored as string.*dtype 'int64'"),
     "data_path_not_a_string": (
         INFO, _edit_info(data_path=5), INFO, r"field 'data_path' must be a path template string, got 5"),
+    # Attribute and index access in a template from a dataset: a bare AttributeError (issue 62 item 9).
+    "data_path_with_attribute_access": (
+        INFO, _edit_info(data_path="data/chunk-{chunk_index.foo}/file-{file_index:03d}.parquet"), INFO,
+        r"field 'data_path' \('data/chunk-\{chunk_index\.foo\}/file-\{file_index:03d\}\.parquet'\) uses attribute or "
+        r"index access \('chunk_index\.foo'\)"),
+    "video_path_with_index_access": (
+        INFO, _edit_info(video_path="videos/{video_key}/chunk-{chunk_index[0]}/file-{file_index:03d}.mp4"), INFO,
+        r"field 'video_path' \('videos/\{video_key\}/chunk-\{chunk_index\[0\]\}/file-\{file_index:03d\}\.mp4'\) "
+        r"uses attribute or index access \('chunk_index\[0\]'\)"),
     # Video spans (file-000.mp4 holds episodes 0 and 1, file-001.mp4 episodes 2 and 3): each used
     # to give the neighbouring frames, silently.
     "video_from_timestamp_one_frame_late": (

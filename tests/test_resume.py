@@ -473,6 +473,56 @@ def test_every_field_is_checked_at_every_entry(camera_less_root, change, message
             load(state, strict=False)
 
 
+# Regression (issue 62 item 5): a count no trainer has was accepted, and the first batch replayed every
+# consumer of the layout (world_size = 2**40: minutes, memory past 13 GB). Refused where it is parsed.
+HUGE = 2**40
+LEG = {"world_size": 1, "num_workers": 0, "pool_size": 3, "batch_size": 4, "batches": 1, "drop_last": False}
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"world_size": HUGE}, rf"state\['world_size'\] must be <= {2**20}, got {HUGE}"),
+    ({"num_workers": HUGE}, rf"state\['num_workers'\] must be <= {2**10}, got {HUGE}"),
+    ({"world_size": 2**20, "num_workers": 2**10},
+     rf"state\['world_size'\]={2**20} x state\['num_workers'\]={2**10} is {2**30} consumers, more than {2**22}"),
+    ({"batch_size": HUGE}, rf"state\['batch_size'\] must be <= {2**24}, got {HUGE}"),
+    ({"batches_consumed": 2**41}, rf"state\['batches_consumed'\] must be <= {2**40}, got {2**41}"),
+    ({"legs": [{**LEG, "world_size": HUGE}]}, rf"state\['legs'\]\[0\]\['world_size'\] must be <= {2**20}"),
+    ({"legs": [{**LEG, "batch_size": HUGE}]}, rf"state\['legs'\]\[0\]\['batch_size'\] must be <= {2**24}"),
+])
+def test_out_of_range_counts_are_refused_at_parse(camera_less_root, change, message):
+    state = {**_loader(camera_less_root).state_dict(), **change}
+    dataset = make(camera_less_root)
+    with pytest.raises(ValueError, match=message):
+        dataset.load_state_dict(state, strict=False)
+    assert len(list(dataset)) == len(make(camera_less_root))  # the refused state changed nothing
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("world_size", HUGE, rf"state\['consumer'\]\['world_size'\] must be <= {2**20}, got {HUGE}"),
+    ("num_workers", HUGE, rf"state\['consumer'\]\['num_workers'\] must be <= {2**10}, got {HUGE}"),
+])
+def test_out_of_range_consumer_counts_are_refused_at_parse(camera_less_root, field, value, message):
+    state = make(camera_less_root).state_dict()
+    state["consumer"][field] = value
+    with pytest.raises(ValueError, match=message):
+        make(camera_less_root).load_state_dict(state)
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"rank": 1}, r"state\['consumer'\]\['rank'\]=1 must be < state\['consumer'\]\['world_size'\]=1"),
+    ({"rank": 5, "world_size": 2}, r"state\['consumer'\]\['rank'\]=5 must be < state\['consumer'\]\['world_size'\]=2"),
+    ({"worker": 1}, r"state\['consumer'\]\['worker'\]=1 must be < state\['consumer'\]\['num_workers'\]=1"),
+])
+def test_a_consumer_outside_its_counts_is_refused_at_parse(camera_less_root, change, message):
+    """Regression (issue 62 item 6): it loaded, and the first iteration died with a bare IndexError."""
+    state = make(camera_less_root).state_dict()
+    state["consumer"].update(change)
+    dataset = make(camera_less_root)
+    with pytest.raises(ValueError, match=message):
+        dataset.load_state_dict(state, strict=False)
+    assert len(list(dataset)) == len(make(camera_less_root))  # the refused state changed nothing
+
+
 def test_a_state_round_trips_through_its_one_type(camera_less_root):
     from episodestream._runtime.face import runtime_of
 

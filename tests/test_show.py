@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -31,6 +33,21 @@ def test_show_draws_cameras_windows_and_padding(depth_root_for_show, tmp_path, c
     # 3 window steps side by side, one row per camera (2) plus the plots' row.
     assert image.shape[1] >= 3 * 300 and image.shape[0] >= 3 * 250
     assert image.std() > 10  # something is drawn, not a blank page
+
+
+def test_show_prints_the_path_it_wrote(depth_root_for_show, tmp_path, monkeypatch, capsys):
+    """``--out figures`` printed "wrote figures" while matplotlib wrote figures.png, and an existing
+    folder got a sibling figures.png (issue 62 item 10): a name without a suffix gets ".png", a
+    folder gets sample.png inside it, and the line printed names the file written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "figures").mkdir()
+    for out, written in (("plot", tmp_path / "plot.png"), ("figures", tmp_path / "figures" / "sample.png"),
+                         (".", tmp_path / "sample.png")):
+        assert main(["show", str(depth_root_for_show), "--out", out]) == 0
+        printed = capsys.readouterr().out.strip()
+        assert printed.startswith("wrote ") and Path(printed.removeprefix("wrote ")).resolve() == written
+        assert Image.open(written).format == "PNG"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["figures", "plot.png", "sample.png"]
 
 
 def test_show_refuses_what_it_cannot_draw_in_one_line(depth_root_for_show, tmp_path, capsys):

@@ -9,6 +9,7 @@ field and the value.
 from __future__ import annotations
 
 import json
+import string
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -143,7 +144,34 @@ def read_info(files: DatasetFiles) -> dict[str, Any]:
             raise _fail(where, f"required field {key!r} is missing")
     if not isinstance(info["data_path"], str):
         raise _fail(where, f"field 'data_path' must be a path template string, got {info['data_path']!r}")
+    for key in ("data_path", "video_path"):
+        if isinstance(info.get(key), str):
+            _check_template(where, key, info[key])
     return info
+
+
+def _template_fields(template: str) -> list[str]:
+    """The field names of ``template``, those nested in a format spec (``{file_index:{width}}``) too."""
+    fields = []
+    for _, name, spec, _ in string.Formatter().parse(template):
+        if name is not None:
+            fields += [name, *_template_fields(spec or "")]
+    return fields
+
+
+def _check_template(where: str, key: str, template: str) -> None:
+    """A path template names its fields only: ``{chunk_index.foo}`` or ``{chunk_index[0]}`` reach into
+    the values (a bare AttributeError, far from info.json), and a dataset's file has no business
+    doing that to our objects."""
+    try:
+        fields = _template_fields(template)
+    except ValueError as error:
+        raise _fail(where, f"field {key!r} ({template!r}) is not a valid path template: {error}") from None
+    reaching = [name for name in fields if "." in name or "[" in name]
+    if reaching:
+        raise _fail(where, f"field {key!r} ({template!r}) uses attribute or index access ({reaching[0]!r}); a path "
+                           f"template names its fields only, as LeRobot writes them "
+                           f"(e.g. 'data/chunk-{{chunk_index:03d}}/file-{{file_index:03d}}.parquet')")
 
 
 def parse_features(info: Mapping[str, Any], where: str) -> dict[str, Feature]:

@@ -36,6 +36,15 @@ CONSUMER_FIELDS = ("epoch", "rank", "world_size", "worker", "num_workers", "samp
 # How a refusal ends for a Python caller; a command line replaces it with what its user can do.
 STRICT_HINT = " Pass strict=False to load it anyway."
 
+# Upper bounds of a saved layout. Resuming replays every consumer (rank x worker) of every leg before
+# the first batch, so a corrupt count (world_size = 2**40) ran for minutes and took gigabytes instead
+# of being refused. Each bound is far above what a real trainer has:
+MAX_WORLD_SIZE = 2**20  # ~10x the largest training runs (~10^5 GPUs, one rank each)
+MAX_NUM_WORKERS = 2**10  # DataLoader workers are processes on one rank's node: a few dozen in practice
+MAX_CONSUMERS = 2**22  # ranks x workers: a replay costs ~50 us per consumer, minutes at this many
+MAX_BATCH_SIZE = 2**24  # samples per batch per rank: 16M, beyond any accelerator's memory
+MAX_BATCHES = 2**40  # batches of one epoch per rank: 10^12 samples at one each, months of streaming
+
 
 @dataclass(frozen=True)
 class ConsumerPosition:
@@ -53,7 +62,16 @@ class ConsumerPosition:
         if not isinstance(value, Mapping) or set(value) != set(CONSUMER_FIELDS):
             raise ValueError(f"{where} must be a dict with keys {sorted(CONSUMER_FIELDS)}, got {value!r:.200}.")
         minimum = {"world_size": 1, "num_workers": 1}
-        return cls(**{k: check_int(f"{where}[{k!r}]", value[k], minimum=minimum.get(k, 0)) for k in CONSUMER_FIELDS})
+        maximum = {"world_size": MAX_WORLD_SIZE, "num_workers": MAX_NUM_WORKERS}
+        position = cls(**{k: check_int(f"{where}[{k!r}]", value[k], minimum=minimum.get(k, 0), maximum=maximum.get(k))
+                          for k in CONSUMER_FIELDS})
+        # Out of its count, the consumer has no share: planning it failed with a bare IndexError.
+        for index, count in (("rank", "world_size"), ("worker", "num_workers")):
+            if getattr(position, index) >= getattr(position, count):
+                raise ValueError(f"{where}[{index!r}]={getattr(position, index)} must be < {where}[{count!r}]="
+                                 f"{getattr(position, count)}: the state is not one a consumer saved; load the state_dict() it returned, unchanged.")
+        check_consumers(where, position.world_size, position.num_workers)
+        return position
 
     def to_state(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in CONSUMER_FIELDS}
@@ -72,6 +90,24 @@ class TrainerCount:
     batch_size: int
     num_workers: int
     drop_last: bool = False
+
+
+def check_consumers(where: str, world_size: int, num_workers: int) -> None:
+    """Refuse a layout of more than ``MAX_CONSUMERS`` consumers (``where`` names the dict holding
+    its ``world_size`` and ``num_workers``): each field within its own bound, the product may not be."""
+    consumers = world_size * max(1, num_workers)
+    if consumers > MAX_CONSUMERS:
+        raise ValueError(f"{where}['world_size']={world_size} x {where}['num_workers']={num_workers} is {consumers} "
+                         f"consumers, more than {MAX_CONSUMERS}: the state is not one a trainer saved.")
+
+
+def _check_leg(leg: Leg, where: str) -> Leg:
+    """``Leg.from_state`` checks types and minimums; the bounds that keep a replay short are here."""
+    for key, maximum in (("world_size", MAX_WORLD_SIZE), ("num_workers", MAX_NUM_WORKERS),
+                         ("batch_size", MAX_BATCH_SIZE), ("batches", MAX_BATCHES)):
+        check_int(f"{where}[{key!r}]", getattr(leg, key), maximum=maximum)
+    check_consumers(where, leg.world_size, leg.num_workers)
+    return leg
 
 
 def _check_seed(where: str, value: Any) -> int:
@@ -219,19 +255,23 @@ def parse_state(state: Any, spec: StateSpec) -> SavedState:
         format=spec.format,
         epoch=check_int("state['epoch']", state.get("epoch"), minimum=0),
         identity=_identity(state, spec.identity, "state"),
-        world_size=check_int("state['world_size']", state.get("world_size"), minimum=1),
+        world_size=check_int("state['world_size']", state.get("world_size"), minimum=1, maximum=MAX_WORLD_SIZE),
         pools=_pools(state.get(spec.pools_field), spec),
-        legs=tuple(Leg.from_state(leg, f"state['legs'][{i}]", spec.leg_pools_key) for i, leg in enumerate(legs)))
+        legs=tuple(_check_leg(Leg.from_state(leg, f"state['legs'][{i}]", spec.leg_pools_key), f"state['legs'][{i}]")
+                   for i, leg in enumerate(legs)))
     if consumer_section:
         consumer = ConsumerPosition.from_state(state["consumer"])
         if consumer.epoch != saved.epoch:
             raise ValueError(f"state['consumer']['epoch']={consumer.epoch} differs from state['epoch']={saved.epoch}.")
         return replace(saved, consumer=consumer)
-    return saved.with_trainer(TrainerCount(
-        batches_consumed=check_int("state['batches_consumed']", state["batches_consumed"], minimum=0),
-        batch_size=check_int("state['batch_size']", state["batch_size"], minimum=1),
-        num_workers=check_int("state['num_workers']", state["num_workers"], minimum=0),
-        drop_last=check_bool("state['drop_last']", state.get("drop_last", False))))
+    trainer = TrainerCount(
+        batches_consumed=check_int("state['batches_consumed']", state["batches_consumed"], minimum=0,
+                                   maximum=MAX_BATCHES),
+        batch_size=check_int("state['batch_size']", state["batch_size"], minimum=1, maximum=MAX_BATCH_SIZE),
+        num_workers=check_int("state['num_workers']", state["num_workers"], minimum=0, maximum=MAX_NUM_WORKERS),
+        drop_last=check_bool("state['drop_last']", state.get("drop_last", False)))
+    check_consumers("state", saved.world_size, trainer.num_workers)
+    return saved.with_trainer(trainer)
 
 
 def lacks_trainer_field(key: str) -> ValueError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -53,6 +54,31 @@ def _check_demo_out(root: Path) -> None:
                               f"(or one it wrote before): pass another --out")
 
 
+def _write_demo(root: Path, write: Callable[[Path], object]) -> None:
+    """``write(folder)`` the demo's dataset to ``root``, checked to be new, empty or one the demo wrote.
+
+    The synthetic writer replaces its folder whole (staged beside it, renamed into place): for ``.``
+    that staged inside the folder it then removed. An existing folder, perhaps the current one or
+    the user's, is kept: the dataset is staged inside it and moved in entry by entry, replacing only
+    what the demo wrote there before."""
+    if not root.is_dir():
+        write(root)
+    else:
+        with tempfile.TemporaryDirectory(prefix=".episodestream-demo-", dir=root) as staging:
+            staged = Path(staging) / "dataset"
+            write(staged)
+            for name in _DEMO_WRITES:
+                old = root / name
+                if old.is_dir():
+                    shutil.rmtree(old)
+                elif old.exists():
+                    old.unlink()
+            for entry in staged.iterdir():
+                entry.rename(root / entry.name)
+    (root / DEMO_MARKER).write_text("written by `episodestream demo`; a later `demo --out` here replaces "
+                                    "what it wrote\n")
+
+
 def _demo(args: argparse.Namespace) -> int:
     try:
         _check_demo_args(args)
@@ -70,14 +96,11 @@ def _demo(args: argparse.Namespace) -> int:
         frames = "flat-block frames" if args.flat else "textured frames"
         print(f"writing a synthetic dataset ({args.episodes} episodes x {args.episode_length} frames, "
               f"2 cameras {args.height}x{args.width} (HxW) AV1, {frames}) to {root}", flush=True)
-        # overwrite: checked above that the folder is empty or a dataset the demo wrote. Textured, as
-        # `bench` writes: flat blocks decode several times faster than camera video, so their frames/s
-        # says little about what a real dataset costs.
-        write_synthetic_dataset(root, num_episodes=args.episodes, episode_length=args.episode_length,
-                                height=args.height, width=args.width, texture=not args.flat, overwrite=True,
-                                progress=True)
-        (root / DEMO_MARKER).write_text("written by `episodestream demo`; a later `demo --out` here replaces "
-                                        "this folder\n")
+        # Textured, as `bench` writes: flat blocks decode several times faster than camera video, so
+        # their frames/s says little about what a real dataset costs.
+        _write_demo(root, lambda into: write_synthetic_dataset(
+            into, num_episodes=args.episodes, episode_length=args.episode_length, height=args.height,
+            width=args.width, texture=not args.flat, progress=True))
         dataset = EpisodeStreamingDataset(root, episode_pool_size=args.pool_size, seed=0)
         if args.loader == "episode":
             loader = EpisodeLoader(dataset, args.batch_size, num_threads=args.num_threads)
@@ -522,7 +545,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="window offsets in frames for every camera, state and action, e.g. --frames=-2,0,2 "
                            "(default: single frames)")
     show.add_argument("--revision", help="Hub branch, tag or commit (default: main)")
-    show.add_argument("--out", default="sample.png", help="the PNG to write (default sample.png)")
+    show.add_argument("--out", default="sample.png",
+                      help="the PNG to write (default sample.png; a name without a suffix gets .png, a folder "
+                           "gets sample.png inside it)")
     show.set_defaults(run=_show)
 
     stats = commands.add_parser("stats", help="exact mean, std, min, max, count and q01..q99 of a selection of "

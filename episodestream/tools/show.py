@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 _TABULAR_KEYS = ("observation.state", "action")
+DEFAULT_NAME = "sample.png"  # what --out writes by default, and inside a folder given as --out
 
 
 def sample_figure_data(sample: Mapping[str, Any], camera_keys: Sequence[str],
@@ -47,8 +48,18 @@ def sample_figure_data(sample: Mapping[str, Any], camera_keys: Sequence[str],
                      f"index {int(sample['index'])}"}
 
 
+def png_path(out: str | os.PathLike) -> Path:
+    """The file ``out`` names: matplotlib adds ".png" to a name without a suffix (so "figures" wrote
+    figures.png, and an existing folder "figures" a sibling file); the path reported must be that
+    file. An existing folder gets ``DEFAULT_NAME`` inside it."""
+    path = Path(out).expanduser()
+    if path.is_dir():
+        return path / DEFAULT_NAME
+    return path if path.suffix else path.with_name(path.name + ".png")
+
+
 def draw_sample(data: Mapping[str, Any], out: str | os.PathLike, *, depth_keys: Sequence[str] = ()) -> Path:
-    """Draw ``sample_figure_data``'s result into the PNG ``out``; returns its path."""
+    """Draw ``sample_figure_data``'s result into the PNG ``out`` (``png_path``); returns its path."""
     try:
         import matplotlib
     except ImportError as error:
@@ -91,7 +102,7 @@ def draw_sample(data: Mapping[str, Any], out: str | os.PathLike, *, depth_keys: 
             axis.tick_params(labelsize=6)
     figure.suptitle(f"{data['title']}\ntask: {data['task']}", fontsize=9)
     figure.tight_layout()
-    path = Path(out).expanduser()
+    path = png_path(out)
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path
