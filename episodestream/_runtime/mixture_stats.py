@@ -21,7 +21,9 @@ lacks get the identity statistics (``exact_stats.identity_stats``), so normalizi
 zeros at zero.
 
 The mixture's statistics are cached beside the first component's (``<cache_dir>/stats``), named by
-the components' own cache keys and curation, the renames, the schema and the weights.
+everything they are computed from (``MixtureStats._cache_path``): the components' own cache keys and
+curation, the renames, the schema, the weights and the component statistics they combine (the cameras'
+come from stats.json, depth in each component's ``depth_output_unit``).
 """
 
 from __future__ import annotations
@@ -132,19 +134,25 @@ class MixtureStats:
             out.append(mine)
         return out
 
-    def _cache_path(self):
+    def _cache_path(self, component_stats: Sequence[StatsDict]):
+        """The one place the mixture's cache key is built: from every input of ``_compute``, so that
+        nothing that changes its numbers can be answered by a file another mixture wrote."""
         first = self._cores[0]
         keys = [stats_cache_key(c.files, c.meta, c.episodes, revision=c.revision) for c in self._cores]
         schema = {k: [m.kind, list(m.shape), list(m.widths)] for k, m in self._schema.keys.items()}
         # Curation changes which rows count and how much, not the selected episodes the keys cover.
         curation = [c.curation for c in self._cores]
-        what = ["mixture", keys, curation, self._renames, schema, [str(w) for w in self._weights]]
+        # The cameras' values are not in the rows: they are stats.json's as each component gives them,
+        # depth rescaled to its depth_output_unit (or entries use_imagenet_stats overwrote).
+        given = [{k: {n: np.asarray(v).tolist() for n, v in sorted(entry.items())} for k, entry in sorted(s.items())}
+                 for s in component_stats]
+        what = ["mixture", keys, curation, self._renames, schema, [str(w) for w in self._weights], given]
         digest = hashlib.sha1(json.dumps(what).encode()).hexdigest()[:20]
         return default_stats_dir(first.cache_dir) / f"mixture-{digest}.json"
 
     def stats(self, component_stats: Sequence[StatsDict]) -> StatsDict:
-        return cached_stats(self._cache_path(), lambda: self._compute(component_stats), source="mixture",
-                            components=len(self._cores))
+        return cached_stats(self._cache_path(component_stats), lambda: self._compute(component_stats),
+                            source="mixture", components=len(self._cores))
 
     def _compute(self, component_stats: Sequence[StatsDict]) -> StatsDict:
         schema, weights = self._schema, self._weights
