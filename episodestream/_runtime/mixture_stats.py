@@ -47,6 +47,9 @@ from episodestream._runtime.dataset_stats import StatsDict, curated_row_weights,
 from episodestream._runtime.mixture_schema import MixtureKey, MixtureSchema
 
 EXACT = "exact (tabular rows, weighted by each component's share of the epoch)"
+# Keys of these kinds have no statistics, as in a dataset's own (``stats_pass.stat_keys``): a mixture's
+# stats feed LeRobot's normalization, which would fail on a language column's entry.
+NO_STATS = ("string", "language")
 FROM_STATS_JSON = ("components' stats.json combined by the weights (cameras: quantiles are the weighted mean "
                    "of the components', an approximation)")
 
@@ -104,7 +107,7 @@ class MixtureStats:
     def provenance(self) -> dict[str, str]:
         """Which statistics each mixture key has (see the module docstring)."""
         return {k: FROM_STATS_JSON if m.kind == "camera" else EXACT
-                for k, m in self._schema.keys.items() if m.kind != "string"}
+                for k, m in self._schema.keys.items() if m.kind not in NO_STATS}
 
     def component_stats(self) -> list[StatsDict]:
         out = []
@@ -113,7 +116,7 @@ class MixtureStats:
             renamed = {self._renames[i].get(k, k): v for k, v in own.items()}
             mine: StatsDict = {}
             for key, m in self._schema.keys.items():
-                if m.kind == "string":
+                if m.kind in NO_STATS:
                     continue
                 if key not in renamed:
                     mine[key] = identity_stats((3, 1, 1) if m.kind == "camera" else m.shape)
@@ -177,7 +180,7 @@ class MixtureStats:
             columns.append({self._renames[i].get(k, k): v for k, v in read.items() if k in own})
         for key, m in schema.keys.items():
             having = [i for i, w in enumerate(m.widths) if w is not None]
-            if m.kind == "string":
+            if m.kind in NO_STATS:
                 continue
             if m.kind == "camera":
                 # Components without stats.json values for it (identity: count 0) do not count.
