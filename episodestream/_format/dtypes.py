@@ -107,9 +107,10 @@ def sample_values(column: pa.ChunkedArray | pa.Array, dtype: str, shape: tuple[i
     """A numeric column's rows as a sample holds them: (rows, *shape) in ``sample_dtype(dtype)``, cast
     through the declared ``dtype`` first as LeRobot's load casts it (a float64 column declared float16
     rounds to float16). A cast that would lose values (an integer out of the declared range, a
-    fraction declared an integer) is refused, naming both types, and so is a row whose list lengths
-    are not the declared ``shape``'s, named by ``row_label(row)``. ``as_sample=False`` stops at the
-    declared dtype (statistics are over the values as recorded, as LeRobot's writer computes them)."""
+    fraction declared an integer) is refused, naming both types, and so are a scalar column declared
+    a shape of more than one value and a row whose list lengths are not the declared ``shape``'s
+    (named by ``row_label(row)``). ``as_sample=False`` stops at the declared dtype (statistics are
+    over the values as recorded, as LeRobot's writer computes them)."""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if isinstance(array, pa.ExtensionArray):
         array = array.storage
@@ -117,6 +118,11 @@ def sample_values(column: pa.ChunkedArray | pa.Array, dtype: str, shape: tuple[i
         raise DatasetFormatError(f"{where}: {array.null_count} null value(s)")
     rows = len(array)
     stored = array.type
+    if not _is_list(stored) and int(np.prod(shape)) != 1:  # a scalar is legitimately declared [1] (or [])
+        raise DatasetFormatError(
+            f"{where}: stored as a scalar column ({stored}), but info.json declares shape {list(shape)}: samples "
+            f"would hold one number where meta.features says {tuple(shape)}. Fix the shape in info.json ([1] for "
+            f"a scalar) or store {int(np.prod(shape))} values per row as a list column.")
     level = 0
     while _is_list(array.type):
         _check_lengths(array, level, shape, where, row_label)
