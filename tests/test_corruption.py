@@ -318,6 +318,44 @@ def test_inconsistent_rows_and_ranges(damaged, case):
     assert_clear_error_or_exact_samples(damaged, named, match=match, must_fail=True)
 
 
+def _rows_of_lengths_5_then_7(path: Path) -> None:
+    """Episode 1's frame 0 (row 5) gives its last value to frame 1: 5 values, then 7, 6 on average."""
+    def edit(values: list) -> list:
+        values[5], values[6] = values[5][:5], values[5][5:] + values[6]
+        return values
+    _edit_parquet(path, "observation.state", edit, type_=pa.list_(pa.float32()))
+
+
+def _first_value_as_a_scalar(path: Path) -> None:
+    _edit_parquet(path, "observation.state", lambda values: [v[0] for v in values], type_=pa.float32())
+
+
+# name: (file damaged, how, what the error says, in any order: the file, episode, column, declared
+# shape and what was stored). Flattened and re-cut, the first shifted values into the next frame; the
+# second gave 0-dim values where meta.features says (6,). LeRobot's cast refuses both.
+SHAPES_THAT_DISAGREE = {
+    "list_rows_of_5_then_7_values_declared_6": (
+        DATA[0], _rows_of_lengths_5_then_7,
+        [r"episode_index 1\b", r"'observation\.state'", r"frame 0 holds 5 values", r"declares shape \[6\]"]),
+    "scalar_column_declared_shape_6": (
+        DATA[1], _first_value_as_a_scalar,
+        [r"'observation\.state'", r"stored as a scalar column \(float\)", r"declares shape \[6\]"]),
+}
+
+
+@pytest.mark.parametrize("case", list(SHAPES_THAT_DISAGREE))
+def test_values_that_disagree_with_the_declared_shape_are_refused(damaged, case):
+    """Every path that makes arrays of a column (streaming, map-style, the stats pass) checks each row
+    against info.json's shape (issue 62 items 3 and 4)."""
+    relpath, damage, says = SHAPES_THAT_DISAGREE[case]
+    damage(damaged / relpath)
+    match = "".join(f"(?=.*{part})" for part in says)
+    assert_clear_error_or_exact_samples(damaged, relpath, match=match, must_fail=True)
+    with pytest.raises(DatasetFormatError, match=match) as raised:
+        EpisodeDataset(damaged, cache_dir=damaged.parent / "cache").compute_stats()
+    assert f"{damaged}/{relpath}" in str(raised.value)
+
+
 def test_info_fps_that_is_not_the_datas_is_named(tmp_path):
     # Camera-less, so that only the rows' timestamps can tell (with video, the spans do first).
     from episodestream.tools.synthetic import write_tabular_dataset

@@ -208,6 +208,21 @@ def test_meta_tools_and_has_language_columns(annotated_root, plain_root, tmp_pat
     assert annotated.tools == [SAY]
 
 
+def test_a_mixtures_stats_leave_language_columns_out_as_a_datasets_do(annotated_root, plain_root, tmp_path):
+    """``mixture.meta.stats`` of annotated components (what LeRobot's ``make_policy`` normalizes with):
+    no statistics for the language columns, as ``compute_stats()`` of one dataset (issue 62 item 7)."""
+    own = EpisodeDataset(annotated_root, cache_dir=tmp_path).compute_stats()
+    assert PERSISTENT not in own and EVENTS not in own
+    for second, keys in ((annotated_root, "same"), (plain_root, "union")):
+        mixture = EpisodeMixture([EpisodeStreamingDataset(annotated_root, seed=0, cache_dir=tmp_path),
+                                  EpisodeStreamingDataset(second, seed=1, cache_dir=tmp_path)], keys=keys)
+        meta = mixture.meta
+        assert set(meta.stats) == set(own), keys
+        assert all(set(s) == set(own) for s in meta.component_stats) and set(meta.provenance) == set(own)
+        if keys == "same":
+            np.testing.assert_allclose(meta.stats["action"]["mean"], own["action"]["mean"])
+
+
 def test_language_values_decode_every_stored_tool_call_type():
     """``tool_calls`` items as LeRobot's ``datasets.Json()`` decodes them: JSON strings (the
     canonical ``pa.json_()`` type, or a plain string column) parsed, a plain string kept."""

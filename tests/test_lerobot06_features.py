@@ -213,6 +213,23 @@ def test_a_mixture_takes_float64_beside_float32(depth_root, tmp_path):
     assert values == {torch.float32}
 
 
+def test_a_mixtures_depth_stats_are_in_its_depth_output_unit_whatever_was_cached(depth_root, tmp_path):
+    """The mixture's stats cache is keyed by what its numbers come from: a "mm" mixture built first
+    (its stats cached) must not hand its millimetres to the same mixture in "m" (issue 62 item 2)."""
+    def mixture(unit):
+        return EpisodeMixture([EpisodeStreamingDataset(depth_root, seed=0, depth_output_unit=unit, cache_dir=tmp_path)
+                               for _ in range(2)], weights=[1, 1])
+
+    in_mm = mixture("mm").meta
+    mm = in_mm.stats[DEPTH]
+    in_m = mixture("m").meta
+    assert in_m.stats is not in_mm.stats
+    for name in ("mean", "std", "min", "max", "q50"):
+        np.testing.assert_allclose(in_m.stats[DEPTH][name], mm[name] / 1000, err_msg=name)
+        np.testing.assert_allclose(in_m.stats[DEPTH][name], in_m.component_stats[0][DEPTH][name], err_msg=name)
+    np.testing.assert_allclose(mixture("mm").meta.stats[DEPTH]["mean"], mm["mean"])
+
+
 def test_remote_depth_equals_local(depth_root, tmp_path):
     """Depth from a remote source (sparse per-span downloads into the node cache), as LeRobot's own
     streaming dataset does not read it."""

@@ -46,7 +46,7 @@ from episodestream._format.files import DatasetFiles, LocalFiles
 from episodestream._format.language import language_values
 from episodestream._format.metadata import DatasetFormatError, DatasetMeta, EpisodeInfo, parquet_errors
 from episodestream._format.dtypes import sample_values
-from episodestream._format.rows import DEFAULT_TOLERANCE_S, EpisodeRows, RowReader, check_rows
+from episodestream._format.rows import DEFAULT_TOLERANCE_S, EpisodeRows, RowReader, check_rows, frame_label
 
 COLUMNS_FORMAT = 2  # bump when the layout of the cached files changes
 _STARTS_KEY = b"episodestream.batch_first_index"  # schema metadata: each record batch's first index
@@ -102,7 +102,8 @@ class ColumnStore:
             elif feature.dtype == "language":
                 strings[name] = language_values(values, name)
             else:
-                columns[name] = sample_values(values, feature.dtype, feature.shape, f"{where}, column {name!r}")
+                columns[name] = sample_values(values, feature.dtype, feature.shape, f"{where}, column {name!r}",
+                                               row_label=frame_label)
         check_rows(columns, episode, where, self._files, self._meta, self._tolerance_s)
         return EpisodeRows(episode, columns, strings)
 

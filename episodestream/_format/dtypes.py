@@ -10,8 +10,11 @@ through their storage (nested lists). This module is that rule, in one place, fo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from episodestream._base.errors import DatasetFormatError
 
@@ -64,13 +67,50 @@ def stores_numbers(arrow_type: pa.DataType) -> bool:
     return pa.types.is_integer(found) or pa.types.is_floating(found) or pa.types.is_boolean(found)
 
 
+def _row_label(row: int) -> str:
+    return f"row {row}"
+
+
+def _check_lengths(array: pa.Array, level: int, shape: tuple[int, ...], where: str,
+                   row_label: Callable[[int], str]) -> None:
+    """Every list of nesting ``level`` (0: the rows' own) holds what ``shape`` gives it: flattened and
+    re-cut, a short row would take the next row's values, silently (LeRobot's cast refuses it). A list
+    nested less deeply than ``shape`` holds the rest of its dimensions flat."""
+    dims = [int(d) for d in shape] or [1]
+    deeper = 0  # list levels inside this one
+    inner = storage_type(array.type.value_type)
+    while _is_list(inner):
+        deeper, inner = deeper + 1, storage_type(inner.value_type)
+    expected = dims[level] if deeper and level < len(dims) else int(np.prod(dims[level:]))
+    if pa.types.is_fixed_size_list(array.type):
+        if array.type.list_size == expected or not len(array):
+            return
+        first, found = 0, int(array.type.list_size)
+    else:
+        lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
+        wrong = np.flatnonzero(lengths != expected)
+        if not len(wrong):
+            return
+        first, found = int(wrong[0]), int(lengths[wrong[0]])
+    # The levels above were checked: each row holds the same number of lists at this level.
+    row = first // int(np.prod(dims[:level])) if level else first
+    noun = ("list" if deeper else "value") + ("" if found == 1 else "s")
+    nested = f" in a list at nesting level {level + 1}" if level else ""
+    needs = f", which needs {expected} there" if level or len(dims) > 1 else ""
+    raise DatasetFormatError(
+        f"{where}: {row_label(row)} holds {found} {noun}{nested}, but info.json declares shape {list(shape)}{needs}. "
+        f"LeRobot refuses this column too; fix the shape in info.json (or the column).")
+
+
 def sample_values(column: pa.ChunkedArray | pa.Array, dtype: str, shape: tuple[int, ...], where: str, *,
-                  as_sample: bool = True) -> np.ndarray:
+                  as_sample: bool = True, row_label: Callable[[int], str] = _row_label) -> np.ndarray:
     """A numeric column's rows as a sample holds them: (rows, *shape) in ``sample_dtype(dtype)``, cast
     through the declared ``dtype`` first as LeRobot's load casts it (a float64 column declared float16
     rounds to float16). A cast that would lose values (an integer out of the declared range, a
-    fraction declared an integer) is refused, naming both types. ``as_sample=False`` stops at the
-    declared dtype (statistics are over the values as recorded, as LeRobot's writer computes them)."""
+    fraction declared an integer) is refused, naming both types, and so are a scalar column declared
+    a shape of more than one value and a row whose list lengths are not the declared ``shape``'s
+    (named by ``row_label(row)``). ``as_sample=False`` stops at the declared dtype (statistics are
+    over the values as recorded, as LeRobot's writer computes them)."""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if isinstance(array, pa.ExtensionArray):
         array = array.storage
@@ -78,7 +118,15 @@ def sample_values(column: pa.ChunkedArray | pa.Array, dtype: str, shape: tuple[i
         raise DatasetFormatError(f"{where}: {array.null_count} null value(s)")
     rows = len(array)
     stored = array.type
+    if not _is_list(stored) and int(np.prod(shape)) != 1:  # a scalar is legitimately declared [1] (or [])
+        raise DatasetFormatError(
+            f"{where}: stored as a scalar column ({stored}), but info.json declares shape {list(shape)}: samples "
+            f"would hold one number where meta.features says {tuple(shape)}. Fix the shape in info.json ([1] for "
+            f"a scalar) or store {int(np.prod(shape))} values per row as a list column.")
+    level = 0
     while _is_list(array.type):
+        _check_lengths(array, level, shape, where, row_label)
+        level += 1
         array = array.flatten()
         if isinstance(array, pa.ExtensionArray):
             array = array.storage

@@ -146,7 +146,8 @@ class RowReader:
                 # pool's hundreds of held episodes kept ~80 MB of freed pages (mimalloc, Arrow's
                 # default pool) resident per consumer.
                 columns[name] = np.require(sample_values(table.column(name), feature.dtype, feature.shape,
-                                                         f"{where}, column {name!r}"), requirements="O")
+                                                         f"{where}, column {name!r}",
+                                                         row_label=frame_label), requirements="O")
         check_rows(columns, episode, where, self._files, self._meta, self._tolerance_s)
         return EpisodeRows(episode, columns, strings)
 
@@ -293,3 +294,8 @@ def _check_ids(columns: dict[str, np.ndarray], episode: EpisodeInfo, where: str)
 def _preview(values: list, limit: int = 8) -> str:
     shown = ", ".join(map(str, values[:limit]))
     return shown + (f", ... ({len(values)} in all)" if len(values) > limit else "")
+
+
+def frame_label(row: int) -> str:
+    """An episode's row, as errors name it (its rows are read in ``index`` order)."""
+    return f"frame {row}"

@@ -98,8 +98,14 @@ def read_columns(files: DatasetFiles, meta: DatasetMeta, selection: EpisodeSelec
                 raise DatasetFormatError(f"{where}: {int(keep.sum())} rows have the index of a selected episode, "
                                          f"but meta/episodes gives those episodes {expected} frames")
             data = data.filter(pa.array(keep))
+
+        def row_label(row: int) -> str:  # only for an error: the row's episode, looked up then
+            at_index, rows = int(data.column("index")[row].as_py()), selection.rows
+            at = rows[(table.from_index[rows] <= at_index) & (table.to_index[rows] > at_index)][0]
+            return f"episode_index {table.episode_index[at]}, frame {at_index - table.from_index[at]}"
+
         return expected, {key: sample_values(data.column(key), meta.features[key].dtype, meta.features[key].shape,
-                                                 f"{where}, column {key!r}", as_sample=False)
+                                             f"{where}, column {key!r}", as_sample=False, row_label=row_label)
                           for key in keys}
 
     parts: dict[str, list[np.ndarray]] = {key: [] for key in keys}

@@ -21,7 +21,9 @@ lacks get the identity statistics (``exact_stats.identity_stats``), so normalizi
 zeros at zero.
 
 The mixture's statistics are cached beside the first component's (``<cache_dir>/stats``), named by
-the components' own cache keys and curation, the renames, the schema and the weights.
+everything they are computed from (``MixtureStats._cache_path``): the components' own cache keys and
+curation, the renames, the schema, the weights and the component statistics they combine (the cameras'
+come from stats.json, depth in each component's ``depth_output_unit``).
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ from episodestream._runtime.dataset_stats import StatsDict, curated_row_weights,
 from episodestream._runtime.mixture_schema import MixtureKey, MixtureSchema
 
 EXACT = "exact (tabular rows, weighted by each component's share of the epoch)"
+# Keys of these kinds have no statistics, as in a dataset's own (``stats_pass.stat_keys``): a mixture's
+# stats feed LeRobot's normalization, which would fail on a language column's entry.
+NO_STATS = ("string", "language")
 FROM_STATS_JSON = ("components' stats.json combined by the weights (cameras: quantiles are the weighted mean "
                    "of the components', an approximation)")
 
@@ -102,7 +107,7 @@ class MixtureStats:
     def provenance(self) -> dict[str, str]:
         """Which statistics each mixture key has (see the module docstring)."""
         return {k: FROM_STATS_JSON if m.kind == "camera" else EXACT
-                for k, m in self._schema.keys.items() if m.kind != "string"}
+                for k, m in self._schema.keys.items() if m.kind not in NO_STATS}
 
     def component_stats(self) -> list[StatsDict]:
         out = []
@@ -111,7 +116,7 @@ class MixtureStats:
             renamed = {self._renames[i].get(k, k): v for k, v in own.items()}
             mine: StatsDict = {}
             for key, m in self._schema.keys.items():
-                if m.kind == "string":
+                if m.kind in NO_STATS:
                     continue
                 if key not in renamed:
                     mine[key] = identity_stats((3, 1, 1) if m.kind == "camera" else m.shape)
@@ -132,19 +137,25 @@ class MixtureStats:
             out.append(mine)
         return out
 
-    def _cache_path(self):
+    def _cache_path(self, component_stats: Sequence[StatsDict]):
+        """The one place the mixture's cache key is built: from every input of ``_compute``, so that
+        nothing that changes its numbers can be answered by a file another mixture wrote."""
         first = self._cores[0]
         keys = [stats_cache_key(c.files, c.meta, c.episodes, revision=c.revision) for c in self._cores]
         schema = {k: [m.kind, list(m.shape), list(m.widths)] for k, m in self._schema.keys.items()}
         # Curation changes which rows count and how much, not the selected episodes the keys cover.
         curation = [c.curation for c in self._cores]
-        what = ["mixture", keys, curation, self._renames, schema, [str(w) for w in self._weights]]
+        # The cameras' values are not in the rows: they are stats.json's as each component gives them,
+        # depth rescaled to its depth_output_unit (or entries use_imagenet_stats overwrote).
+        given = [{k: {n: np.asarray(v).tolist() for n, v in sorted(entry.items())} for k, entry in sorted(s.items())}
+                 for s in component_stats]
+        what = ["mixture", keys, curation, self._renames, schema, [str(w) for w in self._weights], given]
         digest = hashlib.sha1(json.dumps(what).encode()).hexdigest()[:20]
         return default_stats_dir(first.cache_dir) / f"mixture-{digest}.json"
 
     def stats(self, component_stats: Sequence[StatsDict]) -> StatsDict:
-        return cached_stats(self._cache_path(), lambda: self._compute(component_stats), source="mixture",
-                            components=len(self._cores))
+        return cached_stats(self._cache_path(component_stats), lambda: self._compute(component_stats),
+                            source="mixture", components=len(self._cores))
 
     def _compute(self, component_stats: Sequence[StatsDict]) -> StatsDict:
         schema, weights = self._schema, self._weights
@@ -169,7 +180,7 @@ class MixtureStats:
             columns.append({self._renames[i].get(k, k): v for k, v in read.items() if k in own})
         for key, m in schema.keys.items():
             having = [i for i, w in enumerate(m.widths) if w is not None]
-            if m.kind == "string":
+            if m.kind in NO_STATS:
                 continue
             if m.kind == "camera":
                 # Components without stats.json values for it (identity: count 0) do not count.
