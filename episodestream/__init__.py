@@ -11,7 +11,6 @@ underscore are private.
 from __future__ import annotations
 
 import importlib
-import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the public names, for type checkers and editors; at run time they load on first use
@@ -81,8 +80,10 @@ def __getattr__(name: str) -> Any:
     module = _MOVED.get(name)
     if module is None:
         raise AttributeError(f"module 'episodestream' has no attribute {name!r}")
-    warnings.warn(f"episodestream.{name} moved to {module}.{name}; the top-level name goes in the next release.",
-                  DeprecationWarning, stacklevel=2)
+    from episodestream._base.warn import warn_user  # only a moved name needs it
+
+    warn_user(f"episodestream.{name} moved to {module}.{name}; the top-level name goes in the next release.",
+              DeprecationWarning)
     return getattr(importlib.import_module(module), name)
 
 

@@ -17,7 +17,6 @@ import functools
 import math
 import os
 import threading
-import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from episodestream._base.warn import warn_user
 from episodestream._plan.saved_state import TrainerCount
 from episodestream._runtime.batch_memory import BatchMemory
 from episodestream._runtime.decoder_spares import DecoderSpares
@@ -90,8 +90,8 @@ class EpisodeLoader:
         self.prefetch_batches = check_int("prefetch_batches", prefetch_batches, minimum=1)
         self.pin_memory = pin_memory and torch.cuda.is_available()
         if pin_memory and not self.pin_memory:
-            warnings.warn("EpisodeLoader(pin_memory=True): CUDA is not available, so batches are not pinned.",
-                          RuntimeWarning, stacklevel=2)
+            warn_user("EpisodeLoader(pin_memory=True): CUDA is not available, so batches are not pinned.",
+                      RuntimeWarning)
         # (epoch, batches handed out of it counted from its start, the runtime's loads when counted):
         # the position this loader knows; before it hands a batch (or after a load into the dataset
         # itself) the position is the runtime's resume point (``_resume_base``).

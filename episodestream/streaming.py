@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch.utils.data
 
 from episodestream._base.options import check_bool, check_int
+from episodestream._base.warn import warn_user
 from episodestream._runtime.placement import resolve_rank
 from episodestream._runtime.pool_size import AUTO, choose_pool_size
 from episodestream._runtime.accelerate_guard import accelerate_resharding
@@ -105,8 +105,8 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
                  **options: Unpack[SourceOptions]) -> None:
         super().__init__()
         if buffer_size is not None:
-            warnings.warn("buffer_size is ignored: episode_pool_size replaces it (a pool of whole episodes' "
-                          "rows, not a buffer of decoded frames).", DeprecationWarning, stacklevel=3)
+            warn_user("buffer_size is ignored: episode_pool_size replaces it (a pool of whole episodes' "
+                      "rows, not a buffer of decoded frames).", DeprecationWarning)
         # Checked before the source is opened; the group size's default depends on its layout.
         given_pool: int | None = None  # None: "auto", chosen once the source is open
         if episode_pool_size != AUTO:

@@ -34,7 +34,6 @@ import json
 import os
 import re
 import tempfile
-import warnings
 from collections import OrderedDict
 from pathlib import Path
 
@@ -42,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 from episodestream._base.paths import default_cache_dir
+from episodestream._base.warn import warn_user
 from episodestream._format.files import DatasetFiles, LocalFiles
 from episodestream._format.language import language_values
 from episodestream._format.metadata import DatasetFormatError, DatasetMeta, EpisodeInfo, parquet_errors
@@ -162,11 +162,11 @@ class ColumnStore:
             # A full disk or a read-only cache folder: the copy is only a speed-up, so read the
             # parquet rows instead (as column_cache=False does) and say once how to get it back.
             self._unwritable = True
-            warnings.warn(
+            warn_user(
                 f"episodestream: cannot write the column cache under {self._dir} ({type(error).__name__}: "
                 f"{error}); reading rows from the parquet files of {self._files.description} instead (slower "
                 f"random access). Free space there, pass cache_dir= a writable folder, or column_cache=False "
-                f"to not use the cache.", RuntimeWarning, stacklevel=2)
+                f"to not use the cache.", RuntimeWarning)
             return False
         stem = path.name.split(".")[0]
         with contextlib.suppress(OSError):  # a stale copy left behind costs only disk space

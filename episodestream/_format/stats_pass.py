@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import tempfile
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from episodestream._base.paths import default_cache_dir
+from episodestream._base.warn import warn_user
 from episodestream._format.episodes import EpisodeSelection
 from episodestream._format.exact_stats import feature_stats
 from episodestream._format.files import DatasetFiles, LocalFiles
@@ -205,9 +205,9 @@ def write_stats_file(path: Path, stats: dict[str, dict[str, np.ndarray]], **abou
         finally:
             Path(temporary).unlink(missing_ok=True)  # gone already once renamed
     except OSError as error:
-        warnings.warn(f"episodestream: cannot write the stats cache under {path.parent} ({type(error).__name__}: "
+        warn_user(f"episodestream: cannot write the stats cache under {path.parent} ({type(error).__name__}: "
                       f"{error}); the statistics will be computed again next time. Pass cache_dir= a writable "
-                      f"folder to keep them.", RuntimeWarning, stacklevel=4)
+                      f"folder to keep them.", RuntimeWarning)
 
 
 def cached_stats(path: Path | None, compute: Callable[[], dict[str, dict[str, np.ndarray]]],

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import json
 import numbers
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from episodestream._base.options import check_bool, check_int
+from episodestream._base.warn import warn_user
 from episodestream._base.world import World
 from episodestream._plan.resume import Leg, read_pools, refuse_other_format
 
@@ -312,17 +312,16 @@ def _differ(saved: Any, now: Any) -> bool:
     return bool(json.loads(json.dumps(saved)) != json.loads(json.dumps(now)))
 
 
-def refuse_mismatches(differences: Sequence[tuple[str, Any, Any]], *, state: str, what: str, strict: bool,
-                      stacklevel: int = 4) -> None:
+def refuse_mismatches(differences: Sequence[tuple[str, Any, Any]], *, state: str, what: str, strict: bool) -> None:
     """Name every field of ``differences`` (``identity_differences``): a ValueError, or with
-    ``strict=False`` a warning ``stacklevel`` frames up (the caller of ``load_state_dict``)."""
+    ``strict=False`` a warning blamed on the user's line (the caller of ``load_state_dict``)."""
     if not differences:
         return
     message = (f"The {state} state does not match this {what}: "
                + "; ".join(f"{name}: saved {saved!r}, this {what} {now!r}" for name, saved, now in differences) + ".")
     if strict:
         raise ValueError(message + STRICT_HINT)
-    warnings.warn(message + " Loading anyway (strict=False).", RuntimeWarning, stacklevel=stacklevel)
+    warn_user(message + " Loading anyway (strict=False).", RuntimeWarning)
 
 
 def check_consumer_share(samples_yielded: int, share_left: int, *, epoch: int, who: str) -> None:

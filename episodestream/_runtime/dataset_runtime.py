@@ -8,7 +8,6 @@ resume states. A mixture drives its components through the same object.
 
 from __future__ import annotations
 
-import warnings
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from typing import Any
 
 from episodestream._base.tracing import trace_instant, trace_span
 from episodestream._base.turns import Turn
+from episodestream._base.warn import warn_user
 from episodestream._base.world import World
 from episodestream._format.files import EpisodeVideos
 from episodestream._format.metadata import DatasetMeta, EpisodeInfo
@@ -132,7 +132,7 @@ class DatasetRuntime(StreamRuntime):
                 EpochPlan(self.segments(epoch), seed=self.settings.seed, epoch=epoch,
                           shuffle=self.settings.shuffle, world_size=self.world_size))
         if world.consumer == 0 and (message := plan.uneven_warning(world.num_workers)):
-            warnings.warn(message, RuntimeWarning, stacklevel=4)
+            warn_user(message, RuntimeWarning)
         return consumer_steps(plan, world, pool_size=self.settings.episode_pool_size, point=point,
                               then_skip=self.position.begin(world, epoch))
 

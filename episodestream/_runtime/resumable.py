@@ -24,12 +24,12 @@ where a consumer stands from there (``_world_position``).
 from __future__ import annotations
 
 import logging
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from episodestream._base.warn import warn_user
 from episodestream._base.world import World
 from episodestream._plan.resume import BeyondEpochError, Leg
 from episodestream._plan.saved_state import (TRAINER_FIELDS, SavedState, StateSpec, check_consumer_share,
@@ -168,9 +168,8 @@ class Resumable(ABC):
         return parse_state(state, self.state_spec)
 
     def _refuse_other_stream(self, saved: SavedState, strict: bool) -> None:
-        # _refuse_other_stream <- check_state <- load_state_dict <- the user's line.
         refuse_mismatches(identity_differences(saved.identity, self._identity()), state=self.state_spec.kind,
-                          what=self.state_what, strict=strict, stacklevel=5)
+                          what=self.state_what, strict=strict)
 
     def position_under(self, saved: SavedState, world: World) -> tuple[int, int, int] | None:
         """Where ``world`` (a rank, a worker and their counts) starts its iteration under ``saved``
@@ -205,8 +204,7 @@ class Resumable(ABC):
                        + ". It counts the batches taken in the saved epoch, not a global step.")
             if strict or beyond.leg_index != len(request.legs) - 1:
                 raise ValueError(message) from None
-            # check_state <- load_state_dict <- the user's line.
-            warnings.warn(message + " Treating the epoch as finished (strict=False).", RuntimeWarning, stacklevel=3)
+            warn_user(message + " Treating the epoch as finished (strict=False).", RuntimeWarning)
             point = None
         return CheckedState(saved.epoch, point is None, request, batches)
 

@@ -9,17 +9,14 @@ dataset repo id. Remote sources go through ``remote``.
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
+from episodestream._base.warn import warn_user
 from episodestream._format.files import DatasetFiles, LocalFiles
 
 _FILE_SCHEME = "file://"
-# Frames between the user's call and the warning: open_source <- DatasetCore.__init__ <- its
-# takes_source_options wrapper <- the dataset's constructor <- its wrapper <- the user's line.
-_WARN_STACKLEVEL = 6
 
 
 def open_source(source: str | os.PathLike, *, revision: str | None, cache_dir: str | os.PathLike | None = None,
@@ -42,9 +39,8 @@ def open_source(source: str | os.PathLike, *, revision: str | None, cache_dir: s
                  if value is not None and not (name == "cache_dir" and local_cache_dir)]
         if given:
             # Silently dropping e.g. a cache_limit would let a user believe a budget applies.
-            warnings.warn(f"{', '.join(given)} only apply to remote sources; {os.fspath(source)!r} is a local "
-                          f"folder, read in place without the cache or a download, so they are ignored.",
-                          UserWarning, stacklevel=_WARN_STACKLEVEL)
+            warn_user(f"{', '.join(given)} only apply to remote sources; {os.fspath(source)!r} is a local "
+                          f"folder, read in place without the cache or a download, so they are ignored.", UserWarning)
         return LocalFiles(folder)
     if not isinstance(source, str) or not source:
         raise TypeError(f"source must be a dataset folder, a URL or a Hub repo id, got {source!r}.")

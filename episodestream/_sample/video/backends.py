@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
@@ -12,6 +11,7 @@ import torch
 
 from episodestream._base.gc_pause import gc_paused
 from episodestream._base.options import check_choice, env_override
+from episodestream._base.warn import warn_user
 from episodestream._format.mp4 import Mp4LayoutError, read_local_track
 
 VideoBackend = Literal["torchcodec", "pyav"]
@@ -252,7 +252,7 @@ def resolve_backend(video_backend: str | None, decode_device: str = "cpu", *,
                                f"Install torchcodec and FFmpeg's shared libraries, or pass video_backend='pyav'.")
         return TorchCodecReader if name == "torchcodec" else PyAVReader
     if error := _torchcodec_error():
-        warnings.warn(f"torchcodec cannot load ({error}); decoding video with PyAV instead, which is slower.",
-                      RuntimeWarning, stacklevel=3)
+        warn_user(f"torchcodec cannot load ({error}); decoding video with PyAV instead, which is slower.",
+                  RuntimeWarning)
         return PyAVReader
     return TorchCodecReader
