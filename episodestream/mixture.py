@@ -186,6 +186,8 @@ class EpisodeMixture(StreamingFace):
     # -- streaming --------------------------------------------------------------------------------
 
     _face = "mixture"
+    _by_index = ("For samples by index, index each component's map-style twin, EpisodeDataset(source, ...)[i] "
+                 "(the same source options, the same samples).")
 
     def _decode_settings(self) -> dict[str, Any]:
         # Decoded on the components' most threads, in their largest groups.

@@ -159,6 +159,8 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
         return None if self._decoders is None else summed_stats(self._decoders)
 
     _face = "dataset"
+    _by_index = ("For samples by index, EpisodeDataset(source, ...)[i] is its map-style twin: the same source "
+                 "options, the same samples.")
 
     def _refusal(self) -> BaseException | None:
         return accelerate_resharding(self._runtime.rank, self._runtime.world_size)

@@ -101,7 +101,7 @@ for source in $sources; do
 
             # ${a[@]+...}: an empty array under set -u is an error in bash before 4.4.
             benchmark=(${launcher[@]+"${launcher[@]}"} python benchmarks/streaming/benchmark_streaming.py
-                --source "$source" --mode "$mode" --decode "$decode"
+                --source "$source" --mode "$mode" --decode "$decode" --full --loader dataloader
                 --num-workers "$workers" --pool-size "$pool" --output-dir "$job_dir")
             [[ -n ${DATASET:-} ]] && benchmark+=(--dataset "$DATASET")
 

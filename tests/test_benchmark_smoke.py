@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -47,6 +48,22 @@ def test_local_source_compares_against_the_decoder_ceiling(tmp_path):
         assert set(other["batch_wait_ms"]) == {"p50", "p95", "p99"} and other["first_batch_s"] > 0
     rows, malformed, _ = load_script(SUMMARIZE).load_results(out)
     assert not malformed and len(rows) == 6
+
+
+@pytest.mark.slow
+def test_the_default_run_is_the_quick_look_at_both_loaders(tmp_path, capsys):
+    # No --mode, --loader or --rss-pool-sizes: single frames, both loaders side by side, no RSS passes.
+    out = tmp_path / "out"
+    run_main(SCRIPT, ["--episodes", "2", "--episode-length", "30", "--height", "64", "--width", "96",
+                      "--batch-size", "8", "--num-workers", "1", "--cache-dir", str(tmp_path / "datasets"),
+                      "--output-dir", str(out)])
+    assert sorted(p.name for p in out.glob("*.json")) == ["local-single-cpu-float32-episodeloader.json",
+                                                          "local-single-cpu-float32.json"]
+    captured = capsys.readouterr()
+    assert "2 run(s) (single float32 dataloader, single float32 episode): about " in captured.err
+    assert "--full runs the long matrix" in captured.err
+    assert re.search(r"single float32: DataLoader \(1 workers\) \d+, [\d.]+ s; EpisodeLoader \(1 threads\) \d+",
+                     captured.out), captured.out
 
 
 def test_hub_source_through_a_shaped_link(tmp_path):

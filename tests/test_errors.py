@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -157,6 +158,44 @@ def test_window_of_the_wrong_type(dataset_root, deltas, error, message):
 def test_window_on_unknown_key(dataset_root):
     with pytest.raises(ValueError, match=r"delta_timestamps key 'actions' is not a feature.*'action'"):
         EpisodeDataset(dataset_root, delta_timestamps={"actions": [0.0]})
+
+
+def _window_warnings(make, *args, **kwargs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make(*args, **kwargs)
+    return [w for w in caught if issubclass(w.category, RuntimeWarning) and "delta_timestamps" in str(w.message)]
+
+
+@pytest.mark.parametrize("dataset", [EpisodeStreamingDataset, EpisodeDataset])
+def test_a_window_written_in_frames_warns_that_offsets_are_seconds(dataset_root, dataset):
+    caught = _window_warnings(dataset, dataset_root, delta_timestamps={"action": [0, 1, 2], "observation.state": [0.0]})
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert re.search(r"delta_timestamps\['action'\] = \[0, 1, 2\] reads as \[0, 30, 60\] frames at 30 fps\. .*offsets are seconds, not frames.*"
+                     r"\[k / 30 for k in \[0, 1, 2\]\]", message), message
+    assert caught[0].filename == __file__  # the user's line, not the package's
+    # Whole seconds written as floats are taken for frames only where the window overruns every episode.
+    caught = _window_warnings(dataset, dataset_root, episodes=[2, 4], delta_timestamps={"action": [0.0, 1.0, 2.0]})
+    assert [bool(re.search(r"reads as \[0, 30, 60\] frames", str(w.message))) for w in caught] == [True, False]
+    assert "every sample of every episode pads" in str(caught[1].message)
+
+
+@pytest.mark.parametrize("window", [[-1.0, 0.0], [0, 1], [-0.1, 0.0, 0.1], [k / 30 for k in range(-2, 5)], [0.0],
+                                    [-30 / 30, 0.0, 30 / 30 + 1 / 30], [-2.0, -1.0, 0.0]])  # the last, SARM's kind
+def test_windows_in_seconds_do_not_warn(dataset_root, window):
+    assert _window_warnings(EpisodeStreamingDataset, dataset_root, delta_timestamps={"action": window}) == []
+
+
+def test_a_window_longer_than_every_selected_episode_warns(dataset_root):
+    # Episodes 2 and 4 have 17 and 9 frames: a window of 18 frames or more pads every sample of both.
+    for window in ([0.0, 17 / 30], [-16 / 30, 1 / 30], [5 / 30, 17 / 30]):
+        caught = _window_warnings(EpisodeDataset, dataset_root, episodes=[2, 4], delta_timestamps={"action": window})
+        assert len(caught) == 1, window
+        assert re.search(r"delta_timestamps\['action'\] reads frame offsets -?\d+ to \d+ at 30 fps, 18 frames.*longest selected episode has 17 frames.*"
+                         r"every sample", str(caught[0].message)), str(caught[0].message)
+    for window in ([0.0, 16 / 30], [-16 / 30, 0.0], [-8 / 30, 8 / 30]):  # one sample of episode 2 fits
+        assert _window_warnings(EpisodeDataset, dataset_root, episodes=[2, 4], delta_timestamps={"action": window}) == []
 
 
 def test_unknown_episodes(dataset_root):

@@ -111,6 +111,13 @@ def test_mixture_is_deterministic_and_epochs_differ(tabular):
     assert _ids(first) == epoch0
 
 
+def test_indexing_a_mixture_says_it_streams(tabular):
+    mixture = _mixture([tabular["a"], tabular["b"]], [0.5, 0.5])
+    with pytest.raises(TypeError, match=r"EpisodeMixture streams and cannot be indexed \(mixture\[0\]\).*"
+                                        r"iterate it.*EpisodeDataset"):
+        mixture[0]
+
+
 def test_windows_in_seconds_mix_two_fps(tabular):
     window = {"observation.state": [-0.5, 0.0]}  # 5 frames back at 10 fps, 2 at 4 fps
     mixture = EpisodeMixture([EpisodeStreamingDataset(tabular["a"], delta_timestamps=window),

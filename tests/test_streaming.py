@@ -155,6 +155,13 @@ def test_buffer_size_is_deprecated(dataset_root):
         EpisodeStreamingDataset(dataset_root, buffer_size=1000)
 
 
+def test_indexing_a_streaming_dataset_points_to_the_map_style_twin(dataset_root):
+    dataset = EpisodeStreamingDataset(dataset_root)
+    with pytest.raises(TypeError, match=r"EpisodeStreamingDataset streams and cannot be indexed \(dataset\[0\]\).*"
+                                        r"EpisodeDataset\(source, \.\.\.\)\[i\]"):
+        dataset[0]
+
+
 def test_rank_defaults_and_validation(dataset_root):
     dataset = EpisodeStreamingDataset(dataset_root)
     assert (dataset.rank, dataset.world_size) == (0, 1)

@@ -28,8 +28,17 @@ bytes fetched per episode against the episode's own compressed video bytes and t
 rate (video entries a consumer found local / all it acquired).
 
     python benchmarks/streaming/benchmark_streaming.py --output-dir bench_out
+    python benchmarks/streaming/benchmark_streaming.py --full --output-dir bench_out
     python benchmarks/streaming/benchmark_streaming.py --loader both --dtype both --train-step-ms 20 --output-dir bench_out
     python benchmarks/streaming/benchmark_streaming.py --source hub --mode single --output-dir bench_out
+
+With no options (what ``episodestream bench`` runs) it is the quick look, about a minute on 2 cores
+the first time (writing its dataset: 6 episodes x 100 frames, kept under --cache-dir) and less after:
+single frames, float32, EpisodeLoader and a DataLoader with --num-workers workers, each against the
+decoder's ceiling. ``--full`` is the long matrix: 24 episodes x 300 frames, both modes, both loaders,
+worker RSS at pools 2 and 32 (over 10 minutes on 2 cores, a few of them writing the dataset the first
+time). Each prints an estimate before long work; any option given explicitly keeps its value under
+either.
 
 Results go to OUTPUT_DIR/<source>-<mode>-<decode>-<dtype>[-episodeloader][-<step>].json and
 OUTPUT_DIR/results.csv.
@@ -55,6 +64,7 @@ from pathlib import Path
 
 import numpy as np
 import torch.utils.data
+from tqdm import tqdm
 
 from episodestream import EpisodeLoader, EpisodeStreamingDataset, SourceStats
 from episodestream.tools.synthetic import write_synthetic_dataset
@@ -71,9 +81,17 @@ from _servers import REMOTE_KINDS, serve  # noqa: E402
 SOURCES = ("local",) + REMOTE_KINDS
 MODES = ("single", "sarm")
 SARM_STEPS = 8
-# Synthetic dataset size when --episodes / --episode-length are not given: remote runs are smaller
-# so that one (both modes, each against a local pass) takes well under two minutes on 2 CPU cores.
-DEFAULT_SIZE = {"local": (24, 300, 6), "remote": (8, 150, 2)}  # episodes, frames each, episodes in sarm mode
+# Synthetic dataset size when --episodes / --episode-length are not given: "local" under --full (and
+# the other benchmarks' shared dataset); "quick", the default run, written in ~20 s on 2 CPU cores;
+# remote runs are smaller so that one (both modes, each against a local pass) takes well under two
+# minutes on 2 CPU cores.
+DEFAULT_SIZE = {"local": (24, 300, 6), "quick": (6, 100, 2), "remote": (8, 150, 2)}  # episodes, frames each, episodes in sarm mode
+# What the run does where an option is not given: the quick look, and the long matrix (--full).
+QUICK_DEFAULTS = {"mode": "single", "rss_pool_sizes": ""}
+FULL_DEFAULTS = {"mode": "both", "rss_pool_sizes": "2,32"}
+# For the estimates printed before long work (2 CPU cores, 240x320): synthetic frames written per
+# second (AV1 encoding dominates), frames decoded per second, seconds a pass costs besides decoding.
+WRITE_FRAMES_PER_S, DECODE_FRAMES_PER_S, PASS_OVERHEAD_S = 70, 600, 1.0
 LOADERS = ("dataloader", "episode")
 FIELDS = ("source", "mode", "decode", "dtype", "loader", "train_step", "num_workers", "pool_size", "samples", "frames", "samples_per_s",
           "frames_per_s", "warm_samples_per_s", "first_batch_s", "latency_ms", "batch_wait_ms", "decoder_cache", "cache_hit_rate",
@@ -387,10 +405,58 @@ def ensure_dataset(args) -> Path:
         return Path(args.dataset)
     root = Path(args.cache_dir) / f"textured-{args.episodes}x{args.episode_length}-{args.height}x{args.width}"
     if not (root / "meta" / "info.json").exists():
-        print(f"writing the benchmark dataset to {root}", file=sys.stderr, flush=True)
+        frames = 2 * args.episodes * args.episode_length  # two cameras
+        estimate_s = frames / WRITE_FRAMES_PER_S * (args.height * args.width) / (240 * 320)
+        print(f"writing the benchmark dataset ({args.episodes} episodes x {args.episode_length} frames, 2 cameras "
+              f"{args.height}x{args.width}) to {root}, once: about {_duration(estimate_s)} on 2 cores",
+              file=sys.stderr, flush=True)
         write_synthetic_dataset(root, num_episodes=args.episodes, episode_length=args.episode_length,
                                 height=args.height, width=args.width, texture=True, overwrite=True, progress=True)
     return root
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+def _say(text: str) -> None:
+    """``print`` that leaves the progress bar whole: tqdm clears it, writes the line and redraws it."""
+    tqdm.write(text, file=sys.stdout)
+    sys.stdout.flush()
+
+
+def _run_name(mode: str, dtype: str, loader: str, train_step) -> str:
+    return f"{mode} {dtype} {loader}" + (f" {train_step[0]} step" if train_step else "")
+
+
+def _compare_loaders(rows: list[dict], num_workers: int) -> None:
+    """The loaders side by side, per mode, dtype and training step: what a user chooses between."""
+    names = {"episode": f"EpisodeLoader ({max(1, num_workers)} threads)",
+             "dataloader": f"DataLoader ({num_workers} workers)"}
+    print("loaders compared (samples/s over the epoch; first batch):")
+    for key in dict.fromkeys((r["mode"], r["dtype"], r["train_step"]) for r in rows):
+        same = [r for r in rows if (r["mode"], r["dtype"], r["train_step"]) == key]
+        print(f"  {' '.join(k for k in key if k)}: " + "; ".join(
+            f"{names[r['loader']]} {r['samples_per_s']:.0f}, {r['first_batch_s']:.2f} s" for r in same))
+
+
+def _estimate_s(args, root: Path, runs, video_keys, rss_passes: int) -> float:
+    """About how long the runs take on 2 cores: every pass's decoded frames, scaled to the frame
+    size, plus a fixed cost per pass (building the dataset, starting workers)."""
+    meta = EpisodeStreamingDataset(root).typed_meta
+    lengths = meta.episodes.length
+    shape = meta.features[video_keys[0]].shape if video_keys else (240, 320, 3)
+    scale = shape[0] * shape[1] / (240 * 320)
+    frames = {"single": int(lengths.sum()) * len(video_keys),
+              "sarm": int(lengths[:args.sarm_episodes].sum()) * len(video_keys) * SARM_STEPS}
+    if args.source == "local":
+        # the stream and its same-grouping ceiling; the regrouped ceilings once per (mode, loader)
+        passes = [(mode, 2) for mode, _, _, _ in runs]
+        passes += [(mode, 2) for mode, _ in {(mode, loader) for mode, _, loader, _ in runs}]
+    else:
+        passes = [(mode, 2 * args.repeats) for mode, _, _, _ in runs]  # local and remote, per repeat
+    passes += [("single", 1)] * rss_passes
+    return sum(n * (frames[mode] / DECODE_FRAMES_PER_S * scale + PASS_OVERHEAD_S) for mode, n in passes)
 
 
 def _latency_text(row: dict) -> str:
@@ -435,13 +501,13 @@ def run_local(args, root: Path, mode: str, episodes, video_keys, common: dict, *
     tag = f"[{mode} {common['uint8'] and 'uint8' or 'float32'} {loader_kind}" + (
         f" step {row['train_step']}]" if train_step else "]")
     waits = "/".join(f"{row['batch_wait_ms'][p]:.1f}" for p in ("p50", "p95", "p99"))
-    print(f"{tag} {row['samples']} samples in {row['elapsed_s']:.2f} s: {row['samples_per_s']:.0f} samples/s, "
+    _say(f"{tag} {row['samples']} samples in {row['elapsed_s']:.2f} s: {row['samples_per_s']:.0f} samples/s, "
           f"{row['frames_per_s']:.0f} frames/s; first batch {row['first_batch_s']:.2f} s; batch wait ms "
           f"p50/p95/p99 {waits}; decoder cache {row['decoder_cache']}; peak RSS main "
           f"{row['peak_rss_mb']:.0f} MB, worker {row['worker_peak_rss_mb']:.0f} MB")
-    print(f"{tag} decoded {decoded} unique frames: ours {ours_decoded_fps:.0f} frames/s vs torchcodec "
+    _say(f"{tag} decoded {decoded} unique frames: ours {ours_decoded_fps:.0f} frames/s vs torchcodec "
           f"alone, same grouping {same_fps:.0f} frames/s -> {row['fraction_of_ceiling']:.2f} of ceiling; "
-          f"1 per call {one_fps:.0f} frames/s; 32 sorted per call {sorted32_fps:.0f} frames/s", flush=True)
+          f"1 per call {one_fps:.0f} frames/s; 32 sorted per call {sorted32_fps:.0f} frames/s")
     return row
 
 
@@ -501,26 +567,26 @@ def run_remote(args, root: Path, remote, mode: str, episodes, video_keys, common
     tag = f"[{remote.kind} {mode}]"
     if len(pairs) > 1:
         ratios = ", ".join(f"{r['remote_over_local_warm'] or float('nan'):.2f}" for _, r in pairs)
-        print(f"{tag} {len(pairs)} local/remote pairs, remote/local warm: {ratios}; the median follows")
+        _say(f"{tag} {len(pairs)} local/remote pairs, remote/local warm: {ratios}; the median follows")
     warm_text = "n/a (too few batches)" if warm is None else (
         f"{ours['warm_samples_per_s']:.0f} vs {local['warm_samples_per_s']:.0f} samples/s -> {warm:.2f} of local")
-    print(f"{tag} {row['samples']} samples in {row['elapsed_s']:.2f} s: {row['samples_per_s']:.0f} samples/s, "
+    _say(f"{tag} {row['samples']} samples in {row['elapsed_s']:.2f} s: {row['samples_per_s']:.0f} samples/s, "
           f"{row['frames_per_s']:.0f} frames/s; local {local['samples_per_s']:.0f} samples/s -> {ratio:.2f} of local")
-    print(f"{tag} warm (after the first {common['warmup_batches']} batches): {warm_text}")
-    print(f"{tag} first batch {row['first_batch_s']:.2f} s (local {local['first_batch_s']:.2f} s), after "
+    _say(f"{tag} warm (after the first {common['warmup_batches']} batches): {warm_text}")
+    _say(f"{tag} first batch {row['first_batch_s']:.2f} s (local {local['first_batch_s']:.2f} s), after "
           f"{row['construct_s']:.2f} s building the dataset (resolve, list, metadata): "
           f"{row['construct_s'] + row['first_batch_s']:.2f} s from construction; latency ms p50/p95/p99 "
           f"{_latency_text(row)}; decoder cache {row['decoder_cache']}")
     hits, misses = ours["node_cache"]["hits"], ours["node_cache"]["misses"]
     hit_rate = "n/a" if row["cache_hit_rate"] is None else f"{row['cache_hit_rate']:.2f}"
     kb = {k: v / 1e3 for k, v in per_episode.items() if k != "video_fetched_over_own"}
-    print(f"{tag} link {args.latency_ms:g} ms/request, {args.bandwidth_mb_per_s:g} MB/s: {link['requests']} "
+    _say(f"{tag} link {args.latency_ms:g} ms/request, {args.bandwidth_mb_per_s:g} MB/s: {link['requests']} "
           f"requests, {link['bytes'] / 1e6:.2f} MB; per episode: video fetched {kb['video_fetched']:.1f} KB vs its "
           f"own {kb['own_video']:.1f} KB ({per_episode['video_fetched_over_own'] or 0:.3f}x), all reads "
           f"{kb['reader']:.1f} KB, link {kb['link']:.1f} KB; node cache hit rate {hit_rate} ({hits} of "
           f"{hits + misses} video entries local)")
     if prewarmed:
-        print(f"{tag} prewarm (untimed above): {prewarmed['bytes_fetched'] / 1e6:.2f} MB in "
+        _say(f"{tag} prewarm (untimed above): {prewarmed['bytes_fetched'] / 1e6:.2f} MB in "
               f"{prewarmed['seconds']:.2f} s, {prewarmed['entries_pinned']} entries pinned")
     return row
 
@@ -530,17 +596,23 @@ def main(argv=None) -> int:
     parser.add_argument("--source", choices=SOURCES, default="local",
                         help="local: the folder in place; hub, bucket: served cold through a shaped link; "
                              "warmed_bucket: the bucket with a prewarmed node cache")
-    parser.add_argument("--mode", choices=MODES + ("both",), default="both")
+    parser.add_argument("--full", action="store_true",
+                        help="the long matrix: the 24 x 300 dataset (remote sources: 8 x 150), both modes, worker "
+                             "RSS at pools 2 and 32 (over 10 minutes on 2 cores); options given keep their values")
+    parser.add_argument("--mode", choices=MODES + ("both",),
+                        help="single: one frame per camera; sarm: 8-step windows (default: single; --full: both)")
     parser.add_argument("--decode", choices=("cpu", "cuda"), default="cpu",
                         help="cuda: decode_device='cuda' (NVDEC), frames on the GPU, --num-workers forced to 0")
     parser.add_argument("--dataset", help="an existing LeRobot v3.0 folder (default: a synthetic one)")
     parser.add_argument("--cache-dir", default=os.path.join(tempfile.gettempdir(), "episodestream-bench"),
                         help="where synthetic datasets are written and kept between runs (remote runs use a "
                              "fresh temporary node cache)")
-    parser.add_argument("--episodes", type=int, help=f"synthetic episodes (default {DEFAULT_SIZE['local'][0]}; "
-                                                     f"remote sources {DEFAULT_SIZE['remote'][0]})")
-    parser.add_argument("--episode-length", type=int, help=f"frames per episode (default {DEFAULT_SIZE['local'][1]}; "
-                                                           f"remote sources {DEFAULT_SIZE['remote'][1]})")
+    parser.add_argument("--episodes", type=int, help=f"synthetic episodes (default {DEFAULT_SIZE['quick'][0]}, "
+                                                     f"--full {DEFAULT_SIZE['local'][0]}; remote sources "
+                                                     f"{DEFAULT_SIZE['remote'][0]})")
+    parser.add_argument("--episode-length", type=int, help=f"frames per episode (default {DEFAULT_SIZE['quick'][1]}, "
+                                                           f"--full {DEFAULT_SIZE['local'][1]}; remote sources "
+                                                           f"{DEFAULT_SIZE['remote'][1]})")
     parser.add_argument("--height", type=int, default=240)
     parser.add_argument("--width", type=int, default=320)
     parser.add_argument("--num-workers", type=int, default=2)
@@ -548,15 +620,17 @@ def main(argv=None) -> int:
                         help="episode_pool_size: an int, or 'auto' (the library's default)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--sarm-episodes", type=int, help="episodes streamed in sarm mode (its samples decode 8x "
-                        f"the frames; default {DEFAULT_SIZE['local'][2]}, remote sources {DEFAULT_SIZE['remote'][2]})")
-    parser.add_argument("--rss-pool-sizes", default="2,32", help="pool sizes compared for worker peak RSS "
-                        "(local source only; empty: skip)")
+                        f"the frames; default {DEFAULT_SIZE['quick'][2]}, --full {DEFAULT_SIZE['local'][2]}, remote "
+                        f"sources {DEFAULT_SIZE['remote'][2]})")
+    parser.add_argument("--rss-pool-sizes", help="pool sizes compared for worker peak RSS, e.g. 2,32 (local source "
+                        "only; empty: skip; default: skip, --full: 2,32)")
     parser.add_argument("--dtype", choices=("float32", "uint8", "both"), default="float32",
                         help="camera frames as LeRobot's float32 in [0, 1], or uint8 (4x less to move "
                              "between processes; convert on the GPU)")
-    parser.add_argument("--loader", choices=LOADERS + ("both",), default="dataloader",
+    parser.add_argument("--loader", choices=LOADERS + ("both",),
                         help="dataloader: torch DataLoader with --num-workers worker processes; episode: "
-                             "EpisodeLoader with --num-workers decode threads in this process (local source)")
+                             "EpisodeLoader with --num-workers decode threads in this process (local source); "
+                             "default: both (local source), dataloader (remote sources)")
     parser.add_argument("--train-step-ms", type=float, default=0.0,
                         help="also stream single float32 with a simulated training step of this many ms after "
                              "each batch: a sleep (releases the GIL) and a pure-Python busy loop (holds it); "
@@ -585,7 +659,12 @@ def main(argv=None) -> int:
     parser.add_argument("--output-dir", default="bench_out")
     args = parser.parse_args(argv)
 
-    size = DEFAULT_SIZE["local" if args.source == "local" else "remote"]
+    for name, value in (FULL_DEFAULTS if args.full else QUICK_DEFAULTS).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if args.loader is None:
+        args.loader = "both" if args.source == "local" else "dataloader"
+    size = DEFAULT_SIZE[("local" if args.full else "quick") if args.source == "local" else "remote"]
     args.episodes = size[0] if args.episodes is None else args.episodes
     args.episode_length = size[1] if args.episode_length is None else args.episode_length
     args.sarm_episodes = min(args.episodes, size[2] if args.sarm_episodes is None else args.sarm_episodes)
@@ -667,7 +746,14 @@ def main(argv=None) -> int:
         runs += [("single", "float32", loader, (kind, args.train_step_ms / 1000))
                  for kind in ("sleep", "busy") for loader in loaders]
     ceilings: dict = {}
-    with servers as remote:
+    rss_pools = [int(p) for p in args.rss_pool_sizes.split(",") if p] if args.source == "local" else []
+    print(f"{len(runs)} run(s) ({', '.join(_run_name(*run) for run in runs)})"
+          + (f" and {len(rss_pools)} RSS pass(es)" if rss_pools else "")
+          + f": about {_duration(_estimate_s(args, root, runs, video_keys, len(rss_pools)))} on 2 cores"
+          + ("" if args.full else "; --full runs the long matrix"), file=sys.stderr, flush=True)
+    progress = tqdm(total=len(runs) + len(rss_pools), desc="bench", unit="pass", file=sys.stderr,
+                    disable=len(runs) + len(rss_pools) < 2)
+    with servers as remote, progress:
         for mode, dtype, loader, train_step in runs:
             episodes = list(range(args.sarm_episodes)) if mode == "sarm" else None
             options = {**common, "uint8": dtype == "uint8"}
@@ -682,14 +768,18 @@ def main(argv=None) -> int:
             name += f"-{train_step[0]}" if train_step else ""
             (out_dir / f"{name}.json").write_text(json.dumps(row, indent=2))
             rows.append(row)
-    rss = {}
-    for pool_size in [int(p) for p in args.rss_pool_sizes.split(",") if p] if args.source == "local" else []:
-        rss[pool_size] = stream(root, mode="single", video_keys=video_keys, episodes=None,
-                                **{**common, "uint8": dtypes[0] == "uint8", "pool_size": pool_size})["worker_peak_rss_mb"]
+            progress.update()
+        rss = {}
+        for pool_size in rss_pools:
+            rss[pool_size] = stream(root, mode="single", video_keys=video_keys, episodes=None,
+                                    **{**common, "uint8": dtypes[0] == "uint8", "pool_size": pool_size})["worker_peak_rss_mb"]
+            progress.update()
     if rss:
         print("worker peak RSS by episode_pool_size (single mode): "
               + ", ".join(f"{p}: {mb:.0f} MB" for p, mb in rss.items()))
         (out_dir / "rss_by_pool_size.json").write_text(json.dumps(rss))
+    if len(loaders) > 1:
+        _compare_loaders(rows, args.num_workers)
     with open(out_dir / "results.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=FIELDS, extrasaction="ignore")
         writer.writeheader()

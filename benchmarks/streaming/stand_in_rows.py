@@ -4,7 +4,7 @@
 
 Imports episodestream from CHECKOUT (it must have its compiled frame writer; the script refuses
 otherwise) and runs ``_stand_in.run`` for EpisodeLoader with the given thread counts on the
-benchmark's local dataset (``benchmark_streaming.py`` writes it on its first run); prints one JSON
+benchmark's full local dataset (``benchmark_streaming.py --full`` writes it on its first run); prints one JSON
 line per row. Run it once per checkout, alternating, on a quiet machine. ``--skip-frame-writes`` runs
 the rows without copying decoded frames into batch memory (``_stand_in``'s module doc).
 """

@@ -7,6 +7,7 @@ The options that choose these (``SourceOptions``) are declared in ``_runtime.sou
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from episodestream._format.episodes import EpisodeSelection, EpisodeTable
 from episodestream._format.files import EpisodeVideos, SourceStats
 from episodestream._format.depth import check_depth_unit
 from episodestream._sample.builder import SampleBuilder, delta_indices
+from episodestream._sample.window_checks import window_warnings
 from episodestream._format.lerobot_meta import LeRobotMeta
 from episodestream._format.metadata import DatasetMeta
 from episodestream._format.versions import load_metadata
@@ -123,6 +125,10 @@ class DatasetCore:
         # Validated before it is copied: copying a list or None-per-key would fail with a bare error.
         self.offsets = delta_indices(self.meta, delta_timestamps, self.tolerance_s)
         self.delta_timestamps = {k: list(v) for k, v in (delta_timestamps or {}).items()}
+        for message in window_warnings(self.delta_timestamps, self.offsets, fps=self.meta.fps,
+                                       longest_episode=int(self.episodes.lengths.max())):
+            # stacklevel: here, takes_source_options, the face's __init__, its takes_source_options, the caller.
+            warnings.warn(message, RuntimeWarning, stacklevel=5)
         self.open_video = resolve_backend(video_backend, decode_device, has_video=bool(self.meta.video_keys))
         self.builder = SampleBuilder(self.meta, offsets=self.offsets,
                                      tolerance_s=self.tolerance_s, return_uint8=check_bool("return_uint8", return_uint8),

@@ -6,7 +6,7 @@ runtime (``StreamRuntime``). A face adds only its own construction and what it t
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 import torch.utils.data
 
@@ -24,6 +24,7 @@ class StreamingFace(torch.utils.data.IterableDataset):
 
     _runtime: StreamRuntime
     _face: ClassVar[str]  # "dataset", "mixture": what messages and trace process names call it
+    _by_index: ClassVar[str]  # where samples by index come from instead (``__getitem__``'s error)
 
     @property
     def epoch(self) -> int:
@@ -38,6 +39,11 @@ class StreamingFace(torch.utils.data.IterableDataset):
         """Samples this rank yields in the next iteration: its share of the epoch, or what is left of
         a resumed epoch (assuming the saving run's num_workers)."""
         return self._runtime.num_samples()
+
+    def __getitem__(self, index: Any) -> NoReturn:
+        # torch's Dataset.__getitem__ says only "Subclasses of Dataset should implement __getitem__".
+        raise TypeError(f"{type(self).__name__} streams and cannot be indexed ({self._face}[{index!r}]): iterate it "
+                        f"(for sample in {self._face}: ..., a DataLoader or an EpisodeLoader). {self._by_index}")
 
     def _refusal(self) -> BaseException | None:
         """An error the first ``next()`` raises instead of streaming (None: stream)."""
