@@ -83,6 +83,10 @@ CASES: list[tuple[str, type[Warning], str, Callable[..., Callable[[], object]]]]
      lambda root, tmp: _unwritable_column_cache(root, tmp)),
     ("unwritable_stats_cache", RuntimeWarning, "cannot write the stats cache",
      lambda root, tmp: _unwritable_stats_cache(root, tmp)),
+    ("window_in_frames", RuntimeWarning, "offsets are seconds, not frames",
+     lambda root, tmp: lambda: EpisodeStreamingDataset(root, delta_timestamps={"action": [0, 1, 2]})),
+    ("window_in_frames_map_style", RuntimeWarning, "offsets are seconds, not frames",
+     lambda root, tmp: lambda: EpisodeDataset(root, delta_timestamps={"action": [0, 1, 2]})),
     ("moved_top_level_name", DeprecationWarning, "moved to episodestream.tools.tracing",
      lambda root, tmp: lambda: episodestream.load_trace),
 ]

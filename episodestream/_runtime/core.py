@@ -7,7 +7,6 @@ The options that choose these (``SourceOptions``) are declared in ``_runtime.sou
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ from episodestream._format.versions import load_metadata
 from episodestream._base.fork_safety import freeze_inherited_objects_in_forked_children
 from episodestream._base.options import check_bool, check_positive_float
 from episodestream._base.turns import Turn
+from episodestream._base.warn import warn_user
 from episodestream._format.rows import RowReader
 from episodestream._format.episode_filters import (
     episodes_table,
@@ -127,8 +127,7 @@ class DatasetCore:
         self.delta_timestamps = {k: list(v) for k, v in (delta_timestamps or {}).items()}
         for message in window_warnings(self.delta_timestamps, self.offsets, fps=self.meta.fps,
                                        longest_episode=int(self.episodes.lengths.max())):
-            # stacklevel: here, takes_source_options, the face's __init__, its takes_source_options, the caller.
-            warnings.warn(message, RuntimeWarning, stacklevel=5)
+            warn_user(message, RuntimeWarning)
         self.open_video = resolve_backend(video_backend, decode_device, has_video=bool(self.meta.video_keys))
         self.builder = SampleBuilder(self.meta, offsets=self.offsets,
                                      tolerance_s=self.tolerance_s, return_uint8=check_bool("return_uint8", return_uint8),
