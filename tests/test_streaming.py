@@ -275,31 +275,45 @@ def test_worker_counts_change_between_iterations(many_episodes_root):
 
 
 def test_a_wide_pool_reads_the_rows_of_the_episodes_it_emits_from(camera_less_root, monkeypatch):
-    """Rows are read at an episode's first emit, not when the pool admits it: a pool of every
-    episode, fresh or resumed, reads no more episodes before its first sample than that sample
-    needs (each read counted), and the stream is the one reading every row at admission gives."""
+    """Rows are read at an episode's first emit, not when the pool admits it, together with (at most
+    ``READ_TOGETHER`` of) the pooled episodes of its data file that wait too, in one read: a pool of
+    every episode, fresh or resumed, reads before its first sample only the file that sample needs
+    (each read counted, and each episode read once), and the stream is the one reading every row
+    at admission gives."""
     from episodestream._format import rows as rows_module
+    from episodestream._sample.holds import READ_TOGETHER
 
-    reads: list[int] = []
-    real_read = rows_module.RowReader.read
+    reads: list[list[int]] = []
+    real_read, real_many = rows_module.RowReader.read, rows_module.RowReader.read_many
 
     def counted(self, episode):
-        reads.append(episode.episode_index)
+        reads.append([episode.episode_index])
         return real_read(self, episode)
 
+    def counted_many(self, episodes):
+        reads.append([e.episode_index for e in episodes])
+        return real_many(self, episodes)
+
     monkeypatch.setattr(rows_module.RowReader, "read", counted)
+    monkeypatch.setattr(rows_module.RowReader, "read_many", counted_many)
+    monkeypatch.setattr("episodestream._sample.holds.READ_TOGETHER", 3)  # fewer than a file's episodes here
     dataset = EpisodeStreamingDataset(camera_less_root, episode_pool_size=25, seed=4, decode_group_size=1)
+    files = {info.episode_index: info.data_relpath for info in dataset.typed_meta.episodes.values()}
+    assert max(list(files.values()).count(f) for f in set(files.values())) > 3 and READ_TOGETHER == 32
     stream = iter(dataset)
     first = next(stream)
-    assert reads == [int(first["episode_index"])]
+    assert len(reads) == 1 and reads[0][0] == int(first["episode_index"]) and len(reads[0]) == 3
+    assert {files[e] for e in reads[0]} == {files[int(first["episode_index"])]}  # one file
     rest = [(int(s["episode_index"]), int(s["frame_index"])) for s in stream]
-    assert len(set(reads)) == len(reads) == len({e for e, _ in rest} | {reads[0]})  # each episode read once
+    read = [e for r in reads for e in r]
+    assert len(set(read)) == len(read) == len({e for e, _ in rest} | {read[0]})  # each episode read once
+    assert len(reads) < len(read)  # in fewer reads than episodes
 
     reads.clear()
     resumed = EpisodeStreamingDataset(camera_less_root, episode_pool_size=25, seed=4, decode_group_size=1)
     resumed.load_state_dict({**dataset.state_dict(), "batches_consumed": 40, "batch_size": 1, "num_workers": 0})
     again = iter(resumed)
     sample = next(again)
-    assert reads == [int(sample["episode_index"])]
+    assert len(reads) == 1 and reads[0][0] == int(sample["episode_index"])
     assert [(int(sample["episode_index"]), int(sample["frame_index"]))] + [
         (int(s["episode_index"]), int(s["frame_index"])) for s in again] == rest[39:]

@@ -123,7 +123,34 @@ class RowReader:
             table = handle.read_row_groups(self._row_groups(relpath, handle, episode), columns=self._columns)
         index = table.column("index")
         mask = pc.and_(pc.greater_equal(index, episode.from_index), pc.less(index, episode.to_index))
-        table = table.filter(mask).sort_by("index")
+        return self._episode_rows(table.filter(mask).sort_by("index"), episode, where)
+
+    def read_many(self, episodes: list[EpisodeInfo]) -> list[EpisodeRows]:
+        """The rows of several episodes of one data file, in one read of their row groups.
+
+        Why: a pool of a whole share first emits from thousands of episodes within its first
+        batches, in random order across the data files; read one by one, each read reopened a file
+        whose footer the reader could not keep open (a footer costs ~7 KB per row group), ~13 ms an
+        episode at 92,000 episodes. Read with their file's other pooled episodes, a file is opened
+        once. The caller reads them alone when this raises, so an error names its own episode."""
+        relpath = episodes[0].data_relpath
+        where = f"{self._files.description}/{relpath}"
+        if not self._files.knows_every_file:
+            self._files.look_up([relpath, *(v.relpath for e in episodes for v in e.videos.values())])
+        handle = self._parquet(relpath, where, episodes[0].episode_index)
+        groups = sorted({g for e in episodes for g in self._row_groups(relpath, handle, e)})
+        with parquet_errors(where):
+            table = handle.read_row_groups(groups, columns=self._columns).sort_by("index")
+        index = table.column("index").to_numpy()
+        out = []
+        for episode in episodes:
+            lo, hi = (int(v) for v in np.searchsorted(index, [episode.from_index, episode.to_index]))
+            out.append(self._episode_rows(table.slice(lo, hi - lo), episode,
+                                          f"{where} (episode_index {episode.episode_index})"))
+        return out
+
+    def _episode_rows(self, table: pa.Table, episode: EpisodeInfo, where: str) -> EpisodeRows:
+        """``table`` (the episode's rows, sorted by ``index``) checked and made an ``EpisodeRows``."""
         found = table.column("index").to_numpy()
         if len(found) != episode.length or (len(found) and (found[0] != episode.from_index or
                                                             found[-1] != episode.to_index - 1)):

@@ -31,6 +31,18 @@ class RowSource(Protocol):
     def read(self, episode: EpisodeInfo) -> EpisodeRows: ...
 
 
+class ManyRowSource(RowSource, Protocol):
+    """A ``RowSource`` that reads several episodes of one data file at once (``RowReader``)."""
+
+    def read_many(self, episodes: list[EpisodeInfo]) -> list[EpisodeRows]: ...
+
+
+# Held episodes of one data file read together at most (``HeldEpisodes.rows``): a file's footer is
+# then parsed once per this many of its episodes rather than per episode, and a pool's first sample
+# waits for at most this many episodes per file it draws from.
+READ_TOGETHER = 32
+
+
 class _Held:
     __slots__ = ("episode", "rows", "holds")
 
@@ -76,10 +88,26 @@ class HeldEpisodes:
         held.holds += 1
 
     def rows(self, episode_index: int) -> EpisodeRows:
-        """The rows of a held episode (read now if they waited for their first use)."""
+        """The rows of a held episode (read now if they waited for their first use, with up to
+        ``READ_TOGETHER`` held episodes of its data file that wait too, where the reader reads several
+        at once: a pool of a whole share holds every episode of its share and soon emits from all of
+        them, and reading them one by one reopened a file per episode)."""
         held = self._held[episode_index]
         if held.rows is None:
-            held.rows = self._read(held.episode)
+            many = getattr(self._reader, "read_many", None)
+            relpath = held.episode.data_relpath
+            mates = [held] + [h for h in self._held.values() if h.rows is None and h is not held
+                              and h.episode.data_relpath == relpath][:READ_TOGETHER - 1] if many is not None else []
+            if len(mates) > 1:
+                try:
+                    with trace_span("read_rows", cat="rows", level="detailed", episode=episode_index,
+                                    episodes=len(mates)):
+                        for mate, rows in zip(mates, many([h.episode for h in mates])):
+                            mate.rows = rows
+                except Exception:  # a damaged file-mate: each is read alone, so an error names its own
+                    pass
+            if held.rows is None:
+                held.rows = self._read(held.episode)
         return held.rows
 
     def _read(self, episode: EpisodeInfo) -> EpisodeRows:
