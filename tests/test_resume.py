@@ -163,8 +163,10 @@ def test_replay_reads_no_video_and_no_consumed_rows(many_episodes_root, monkeypa
     read = []
     faults.wrap_video_readers(dataset, lambda reader, path: _CountingReader(reader))
     from episodestream._format import rows as _rows
-    original_read = _rows.RowReader.read
+    original_read, original_many = _rows.RowReader.read, _rows.RowReader.read_many
     monkeypatch.setattr(_rows.RowReader, "read", lambda self, ep: read.append(ep.episode_index) or original_read(self, ep))
+    monkeypatch.setattr(_rows.RowReader, "read_many",
+                        lambda self, eps: read.extend(e.episode_index for e in eps) or original_many(self, eps))
     _CountingReader.calls = []
     resumed = [s for batch in loader_for(dataset, 0) for s in unbatch(batch)]
     # One decode call of one frame per resumed sample (decode_group_size=1, one camera): nothing

@@ -534,7 +534,7 @@ class ConsumerSchedule:
 
         def admit(lo: int, hi: int, from_slot: int) -> Iterator[Step]:
             """Admit segments ``lo..hi-1`` (their keys drawn together), each from its first key at or
-            after ``from_slot`` (a resumed segment may have emitted all of its keys already)."""
+            after ``from_slot`` (a resumed segment that emitted all of its keys already is left out)."""
             if lo >= hi:
                 return
             if not from_slot:  # each segment's first key alone
@@ -548,12 +548,15 @@ class ConsumerSchedule:
             keys = self._window_keys(lo, hi)
             ends = np.cumsum(self._lengths[lo:hi]).tolist()
             for i, start, end in zip(range(lo, hi), [0] + ends[:-1], ends):
-                live[i] = None
                 own = keys[start:end]
                 first = int(np.searchsorted(own, from_slot))
-                if first < len(own):
-                    unemitted[i] = [None, own, first]
-                    heapq.heappush(due, (int(own[first]), i))
+                if first == len(own):
+                    # Consumed already: not admitted, so its rows are never read (a pool of the whole
+                    # share resumes with every segment open, many of them done).
+                    continue
+                live[i] = None
+                unemitted[i] = [None, own, first]
+                heapq.heappush(due, (int(own[first]), i))
                 yield Step(ADMIT, segments[i].episode_index, NO_FRAME)
 
         yield from admit(int(np.searchsorted(b, first_slot, side="right")),
@@ -562,8 +565,9 @@ class ConsumerSchedule:
             if slot > first_slot:
                 for i in range(int(np.searchsorted(b, slot - 1, side="right")),
                                int(np.searchsorted(b, slot, side="right"))):
-                    del live[i]
-                    yield Step(EVICT, segments[i].episode_index, NO_FRAME)
+                    if i in live:  # not a resumed segment left out as consumed
+                        del live[i]
+                        yield Step(EVICT, segments[i].episode_index, NO_FRAME)
                 yield from admit(int(np.searchsorted(a, slot, side="left")), int(np.searchsorted(a, slot, side="right")), 0)
             parts = []
             while due and due[0][0] == slot:
