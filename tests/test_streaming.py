@@ -275,13 +275,13 @@ def test_worker_counts_change_between_iterations(many_episodes_root):
 
 
 def test_a_wide_pool_reads_the_rows_of_the_episodes_it_emits_from(camera_less_root, monkeypatch):
-    """Rows are read at an episode's first emit, not when the pool admits it, together with (at most
-    ``READ_TOGETHER`` of) the pooled episodes of its data file that wait too, in one read: a pool of
-    every episode, fresh or resumed, reads before its first sample only the file that sample needs
-    (each read counted, and each episode read once), and the stream is the one reading every row
-    at admission gives."""
+    """Rows are read at an episode's first emit, not when the pool admits it, together with a few
+    pooled episodes of its data file that wait too (``READ_TOGETHER`` at a file's first read, twice
+    as many at each next), in one read: a pool of every episode, fresh or resumed, reads before its
+    first sample only a few episodes of the file that sample needs (each read counted, and each
+    episode read once), and the stream is the one reading every row at admission gives."""
     from episodestream._format import rows as rows_module
-    from episodestream._sample.holds import READ_TOGETHER
+    from episodestream._sample.holds import READ_TOGETHER, READ_TOGETHER_MAX
 
     reads: list[list[int]] = []
     real_read, real_many = rows_module.RowReader.read, rows_module.RowReader.read_many
@@ -296,18 +296,26 @@ def test_a_wide_pool_reads_the_rows_of_the_episodes_it_emits_from(camera_less_ro
 
     monkeypatch.setattr(rows_module.RowReader, "read", counted)
     monkeypatch.setattr(rows_module.RowReader, "read_many", counted_many)
-    monkeypatch.setattr("episodestream._sample.holds.READ_TOGETHER", 3)  # fewer than a file's episodes here
+    monkeypatch.setattr("episodestream._sample.holds.READ_TOGETHER", 2)  # fewer than a file's episodes here
     dataset = EpisodeStreamingDataset(camera_less_root, episode_pool_size=25, seed=4, decode_group_size=1)
     files = {info.episode_index: info.data_relpath for info in dataset.typed_meta.episodes.values()}
-    assert max(list(files.values()).count(f) for f in set(files.values())) > 3 and READ_TOGETHER == 32
+    assert max(list(files.values()).count(f) for f in set(files.values())) > 4
+    assert (READ_TOGETHER, READ_TOGETHER_MAX) == (4, 256)
     stream = iter(dataset)
     first = next(stream)
-    assert len(reads) == 1 and reads[0][0] == int(first["episode_index"]) and len(reads[0]) == 3
+    assert len(reads) == 1 and reads[0][0] == int(first["episode_index"]) and len(reads[0]) == 2
     assert {files[e] for e in reads[0]} == {files[int(first["episode_index"])]}  # one file
     rest = [(int(s["episode_index"]), int(s["frame_index"])) for s in stream]
     read = [e for r in reads for e in r]
     assert len(set(read)) == len(read) == len({e for e, _ in rest} | {read[0]})  # each episode read once
     assert len(reads) < len(read)  # in fewer reads than episodes
+    for file in set(files.values()):  # a file's next read takes twice as many, as far as it has them
+        sizes, left = [len(r) for r in reads if files[r[0]] == file], list(files.values()).count(file)
+        expected = []
+        while left:
+            expected.append(min(2 * 2 ** len(expected), left))
+            left -= expected[-1]
+        assert sizes == expected, (file, sizes)
 
     reads.clear()
     resumed = EpisodeStreamingDataset(camera_less_root, episode_pool_size=25, seed=4, decode_group_size=1)

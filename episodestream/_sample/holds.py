@@ -37,10 +37,12 @@ class ManyRowSource(RowSource, Protocol):
     def read_many(self, episodes: list[EpisodeInfo]) -> list[EpisodeRows]: ...
 
 
-# Held episodes of one data file read together at most (``HeldEpisodes.rows``): a file's footer is
-# then parsed once per this many of its episodes rather than per episode, and a pool's first sample
-# waits for at most this many episodes per file it draws from.
-READ_TOGETHER = 32
+# Held episodes of one data file read together (``HeldEpisodes.rows``): this many at a file's first
+# read, twice as many at each next one, up to ``READ_TOGETHER_MAX``. A file's footer is then parsed
+# a few times (log2 of its pooled episodes) rather than once per episode, and a pool's first sample
+# still waits for only a few episodes per file it draws from.
+READ_TOGETHER = 4
+READ_TOGETHER_MAX = 256
 
 
 class _Held:
@@ -61,6 +63,7 @@ class HeldEpisodes:
         self._admit_video = admit_video
         self._rows_at_first_use = rows_at_first_use
         self._held: OrderedDict[int, _Held] = OrderedDict()
+        self._together: dict[str, int] = {}  # per data file: how many waiting episodes its next read takes
 
     def __len__(self) -> int:
         return len(self._held)
@@ -88,16 +91,19 @@ class HeldEpisodes:
         held.holds += 1
 
     def rows(self, episode_index: int) -> EpisodeRows:
-        """The rows of a held episode (read now if they waited for their first use, with up to
-        ``READ_TOGETHER`` held episodes of its data file that wait too, where the reader reads several
-        at once: a pool of a whole share holds every episode of its share and soon emits from all of
-        them, and reading them one by one reopened a file per episode)."""
+        """The rows of a held episode (read now if they waited for their first use, with some held
+        episodes of its data file that wait too, ``READ_TOGETHER`` at first and twice as many each
+        time, where the reader reads several at once: a pool of a whole share holds every episode of
+        its share and soon emits from all of them, and reading them one by one reopened a file per
+        episode)."""
         held = self._held[episode_index]
         if held.rows is None:
             many = getattr(self._reader, "read_many", None)
             relpath = held.episode.data_relpath
+            together = self._together.get(relpath, READ_TOGETHER)
             mates = [held] + [h for h in self._held.values() if h.rows is None and h is not held
-                              and h.episode.data_relpath == relpath][:READ_TOGETHER - 1] if many is not None else []
+                              and h.episode.data_relpath == relpath][:together - 1] if many is not None else []
+            self._together[relpath] = min(2 * together, READ_TOGETHER_MAX)
             if len(mates) > 1:
                 try:
                     with trace_span("read_rows", cat="rows", level="detailed", episode=episode_index,
