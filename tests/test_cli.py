@@ -23,6 +23,8 @@ def _check_demo_output(stdout: str, how: str) -> None:
     assert "2 cameras 64x96 (HxW) AV1" in stdout  # --height 64 --width 96, as `info` prints sizes
     assert f"streaming 60 samples with {how}" in stdout
     assert "samples: 60 " in stdout
+    # The pool's number says what it means (issue 64 item 10): 3 episodes pool at least 16, all of them.
+    assert "episode pool 16 (more than the 3 episodes: each consumer shuffles its whole share" in stdout, stdout
     assert re.search(r"throughput: [0-9.]+ samples/s, [0-9.]+ frames/s", stdout)
 
 

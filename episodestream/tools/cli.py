@@ -109,8 +109,13 @@ def _demo(args: argparse.Namespace) -> int:
             loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=args.num_workers)
             how = f"a DataLoader ({args.num_workers} worker processes)"
         cameras = len(dataset.typed_meta.video_keys)
+        episodes = len(dataset.typed_meta.episodes)
+        pool = dataset.episode_pool_size
+        # What the pool number means, where it shows: "25" for 24 episodes puzzled a first-day user.
+        pooled = (f"more than the {episodes} episodes: each consumer shuffles its whole share, like a global shuffle"
+                  if pool > episodes else f"a sliding window of {pool} of the {episodes} episodes")
         print(f"streaming {len(dataset)} samples with {how}, batch size {args.batch_size}, "
-              f"episode pool {dataset.episode_pool_size}", flush=True)
+              f"episode pool {pool} ({pooled})", flush=True)
         start = time.perf_counter()
         first_batch_s = None
         samples = 0
