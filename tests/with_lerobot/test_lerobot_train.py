@@ -281,3 +281,11 @@ def test_the_readmes_lerobot_train_command_runs_as_pasted_with_the_network_refus
     assert main(train[3:]) == 0
     steps = "--steps=2" in train and "--output_dir=outputs/act-demo" in train
     assert steps and (tmp_path / "outputs/act-demo/checkpoints/000002/pretrained_model/config.json").is_file()
+    # The resume command after it, as pasted (issue 64 item 2: a bare --resume=true failed as written,
+    # "A config_path is expected when resuming a run").
+    after = readme.split("**1. Train with `lerobot-train`.**")[1].split("**2.")[0].split("```bash")[2].split("```")[0]
+    resume = shlex.split(after.replace("\\\n", " "))
+    assert resume[:4] == train[:4] and "--resume=true" in resume and any(a.startswith("--config_path=") for a in resume)
+    monkeypatch.setattr(sys, "argv", ["lerobot-train", *resume[4:]])
+    assert main(resume[3:]) == 0
+    assert (tmp_path / "outputs/act-demo/checkpoints/000004/pretrained_model/config.json").is_file()
