@@ -347,11 +347,9 @@ class ConsumerSchedule:
         return counter_bits(self._order_seed, np.arange(start, stop)) >> np.uint64(64 - _ORDER_BITS)
 
     def _first_keys(self, lo: int, hi: int) -> np.ndarray:
-        """The first key of each of segments ``lo..hi-1``: ``_window_keys``' expression at each one's
-        first stratum, so the same bits."""
-        a, b, lengths = self._a[lo:hi], self._b[lo:hi], self._lengths[lo:hi]
-        keys = a + (b - a) * ((0 + self._phase[lo:hi]) / lengths)
-        return np.minimum(keys, np.nextafter(b.astype(np.float64), a.astype(np.float64)), out=keys)
+        """The first key of each of segments ``lo..hi-1`` (what admitting them needs): ``_place`` at
+        each one's first stratum, so the same bits as ``_window_keys``."""
+        return self._place(np.zeros(hi - lo), lo, hi, np.ones(hi - lo, dtype=np.int64))
 
     def _window_keys(self, lo: int, hi: int) -> np.ndarray:
         """The keys of segments ``lo..hi-1``, each segment's sorted, concatenated (no permutation:
@@ -367,17 +365,22 @@ class ConsumerSchedule:
         (docs/resume.md, "Systematic keys"). Unshuffled, each key is mid-stratum of a one-slot window.
         """
         lengths = self._lengths[lo:hi]
+        within = np.arange(int(lengths.sum()), dtype=np.float64)
+        within -= np.repeat(self._before[lo:hi] - self._before[lo], lengths)
+        return self._place(within, lo, hi, lengths)
+
+    def _place(self, keys: np.ndarray, lo: int, hi: int, repeats: np.ndarray) -> np.ndarray:
+        """``a + (b - a) * ((j + phase) / n)`` in place over ``keys`` (each j), segments ``lo..hi-1``'s
+        values each repeated ``repeats`` times: the one expression of every key (+ and * commute
+        exactly, so in place gives the expression's bits); the arrays are a share's frames long on a
+        resume."""
         a, b = self._a[lo:hi], self._b[lo:hi]
-        # In place and per segment repeated, as ``a + (b - a) * ((j + phase) / n)`` computes it (+ and *
-        # commute exactly): the arrays are a share's frames long on a resume.
-        keys = np.arange(int(lengths.sum()), dtype=np.float64)
-        keys -= np.repeat(self._before[lo:hi] - self._before[lo], lengths)
-        keys += np.repeat(self._phase[lo:hi], lengths)
-        keys /= np.repeat(lengths, lengths)
-        keys *= np.repeat(b - a, lengths)
-        keys += np.repeat(a, lengths)
+        keys += np.repeat(self._phase[lo:hi], repeats)
+        keys /= np.repeat(self._lengths[lo:hi], repeats)
+        keys *= np.repeat(b - a, repeats)
+        keys += np.repeat(a, repeats)
         # Rounding may carry the last key onto b, where the segment has left the pool.
-        return np.minimum(keys, np.repeat(np.nextafter(b.astype(np.float64), a.astype(np.float64)), lengths), out=keys)
+        return np.minimum(keys, np.repeat(np.nextafter(b.astype(np.float64), a.astype(np.float64)), repeats), out=keys)
 
     # -- where a consumer stands after ``count`` emits -----------------------------------------
 
