@@ -16,6 +16,7 @@ episode evicted before it emits anything (at a resume point) is never read.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from typing import Protocol
 
@@ -63,7 +64,11 @@ class HeldEpisodes:
         self._admit_video = admit_video
         self._rows_at_first_use = rows_at_first_use
         self._held: OrderedDict[int, _Held] = OrderedDict()
-        self._together: dict[str, int] = {}  # per data file: how many waiting episodes its next read takes
+        # Per data file: its held episodes whose rows wait for their first use (what ``rows`` reads
+        # together; a scan of every held episode per read cost ~10^4 checks a read in a pool of a whole
+        # share), and how many of them its next read takes.
+        self._waiting: dict[str, dict[int, _Held]] = {}
+        self._together: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._held)
@@ -86,6 +91,8 @@ class HeldEpisodes:
                     self._videos.evict(episode)
                 raise
             held = self._held[episode.episode_index] = _Held(episode, rows)
+            if rows is None:
+                self._waiting.setdefault(episode.data_relpath, {})[episode.episode_index] = held
         else:
             self._held.move_to_end(episode.episode_index)
         held.holds += 1
@@ -98,22 +105,26 @@ class HeldEpisodes:
         episode)."""
         held = self._held[episode_index]
         if held.rows is None:
-            many = getattr(self._reader, "read_many", None)
             relpath = held.episode.data_relpath
-            together = self._together.get(relpath, READ_TOGETHER)
-            mates = [held] + [h for h in self._held.values() if h.rows is None and h is not held
-                              and h.episode.data_relpath == relpath][:together - 1] if many is not None else []
-            self._together[relpath] = min(2 * together, READ_TOGETHER_MAX)
-            if len(mates) > 1:
+            waiting = self._waiting[relpath]
+            many = getattr(self._reader, "read_many", None)
+            if many is not None and len(waiting) > 1:
+                together = self._together.get(relpath, READ_TOGETHER)
+                self._together[relpath] = min(2 * together, READ_TOGETHER_MAX)
+                mates = [held] + [h for h in itertools.islice(waiting.values(), together) if h is not held][:together - 1]
                 try:
                     with trace_span("read_rows", cat="rows", level="detailed", episode=episode_index,
                                     episodes=len(mates)):
                         for mate, rows in zip(mates, many([h.episode for h in mates])):
                             mate.rows = rows
+                            del waiting[mate.episode.episode_index]
                 except Exception:  # a damaged file-mate: each is read alone, so an error names its own
                     pass
             if held.rows is None:
                 held.rows = self._read(held.episode)
+                del waiting[episode_index]
+            if not waiting:
+                del self._waiting[relpath]
         return held.rows
 
     def _read(self, episode: EpisodeInfo) -> EpisodeRows:
@@ -136,4 +147,9 @@ class HeldEpisodes:
         if held.holds:
             return None
         del self._held[episode_index]
+        if held.rows is None:  # never read: no longer waiting
+            waiting = self._waiting[held.episode.data_relpath]
+            del waiting[episode_index]
+            if not waiting:
+                del self._waiting[held.episode.data_relpath]
         return held.episode
