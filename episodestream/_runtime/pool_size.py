@@ -128,5 +128,5 @@ def _run_of_steps(pool: int, lengths: np.ndarray) -> str:
         return ""
     ours = min(len(lengths), pool + _RUN_SAMPLES / max(1.0, float(np.mean(lengths))))
     return (f"; over {_RUN_SAMPLES:,} consecutive samples a consumer draws from ~{ours:,.0f} episodes, a "
-            f"global shuffle of one consumer's whole selection from ~{global_distinct(lengths, _RUN_SAMPLES):,.0f} "
-            f"(a pool wider than a consumer's share shuffles it whole: pass episode_pool_size)")
+            f"global shuffle of the selection from ~{global_distinct(lengths, _RUN_SAMPLES):,.0f} (a pool wider "
+            f"than a consumer's share shuffles it whole: pass episode_pool_size)")
