@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 from .scripts import load_script, run_own_commands_in_process
@@ -34,5 +35,10 @@ def test_scale_benchmark_smoke(tmp_path, capsys, monkeypatch):
     # a pool wider than the rank's episodes (--pool-size).
     assert script.measure("resume-elastic-90", str(root), args)["resume_elastic_90_s"] > 0
     assert script.measure("random", str(root), args)["random_samples_per_s"] > 0
+    # How a rank's stream starts (the scale table's first-20,000-samples column), on the same data.
+    start = load_script(SCRIPT.parent / "benchmark_stream_start.py")
+    assert start.main([str(root), "--samples", "30", "--world-size", "2"]) == 0
+    assert re.fullmatch(r"pool \d+: construct [0-9.]+ s, first sample [0-9.]+ s, first 30 samples [0-9,]+/s, "
+                        r"RSS above the interpreter -?\d+ MB\n", capsys.readouterr().out)
     stats = script.measure("stats", str(root), args)
     assert stats["stats_count"] >= row["len"] and stats["stats_cached_s"] < stats["stats_first_s"] + 1, stats
