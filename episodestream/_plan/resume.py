@@ -66,6 +66,16 @@ def refuse_other_format(state: object, expected: str, what: str) -> None:
     raise ValueError(f"Not an episodestream {what} state (expected format {expected!r}): {state!r:.200}")
 
 
+# Upper bounds of a saved layout. Resuming replays every consumer (rank x worker) of every leg before
+# the first batch, so a corrupt count (world_size = 2**40) ran for minutes and took gigabytes instead
+# of being refused. Each bound is far above what a real trainer has:
+MAX_WORLD_SIZE = 2**20  # ~10x the largest training runs (~10^5 GPUs, one rank each)
+MAX_NUM_WORKERS = 2**10  # DataLoader workers are processes on one rank's node: a few dozen in practice
+MAX_CONSUMERS = 2**22  # ranks x workers: a replay costs ~50 us per consumer, minutes at this many
+MAX_BATCH_SIZE = 2**24  # samples per batch per rank: 16M, beyond any accelerator's memory
+MAX_BATCHES = 2**40  # batches of one epoch per rank: 10^12 samples at one each, months of streaming
+
+
 @dataclass(frozen=True)
 class Leg:
     """One stretch of an epoch streamed under one layout, and the batches consumed in it: the one
@@ -109,8 +119,11 @@ class Leg:
         if not isinstance(value, Mapping) or not fields - {"drop_last"} <= set(value) <= fields:
             raise ValueError(f"{where} must be a dict with keys {sorted(fields)}, got {value!r:.200}.")
         minimum = {"world_size": 1, "batch_size": 1}
-        ints = {k: check_int(f"{where}[{k!r}]", value[k], minimum=minimum.get(k, 0))
+        maximum = {"world_size": MAX_WORLD_SIZE, "num_workers": MAX_NUM_WORKERS, "batch_size": MAX_BATCH_SIZE,
+                   "batches": MAX_BATCHES}
+        ints = {k: check_int(f"{where}[{k!r}]", value[k], minimum=minimum.get(k, 0), maximum=maximum[k])
                 for k in ("world_size", "num_workers", "batch_size", "batches")}
+        check_consumers(where, ints["world_size"], ints["num_workers"])
         return cls(**ints, pools=read_pools(value[pools_key], f"{where}[{pools_key!r}]", pools_key),
                    drop_last=check_bool(f"{where}['drop_last']", value.get("drop_last", False)))
 
@@ -122,6 +135,15 @@ def read_pools(value: Any, where: str, pools_key: str) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)) or not value:
         raise ValueError(f"{where} must be a list of ints, got {value!r:.200}.")
     return tuple(check_int(f"{where}[{i}]", p, minimum=1) for i, p in enumerate(value))
+
+
+def check_consumers(where: str, world_size: int, num_workers: int) -> None:
+    """Refuse a layout of more than ``MAX_CONSUMERS`` consumers (``where`` names the dict holding
+    its ``world_size`` and ``num_workers``): each field within its own bound, the product may not be."""
+    consumers = world_size * max(1, num_workers)
+    if consumers > MAX_CONSUMERS:
+        raise ValueError(f"{where}['world_size']={world_size} x {where}['num_workers']={num_workers} is {consumers} "
+                         f"consumers, more than {MAX_CONSUMERS}: the state is not one a trainer saved.")
 
 
 class BeyondEpochError(ValueError):

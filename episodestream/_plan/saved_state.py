@@ -28,7 +28,8 @@ from typing import Any
 from episodestream._base.options import check_bool, check_int
 from episodestream._base.warn import warn_user
 from episodestream._base.world import World
-from episodestream._plan.resume import Leg, read_pools, refuse_other_format
+from episodestream._plan.resume import (MAX_BATCH_SIZE, MAX_BATCHES, MAX_NUM_WORKERS, MAX_WORLD_SIZE, Leg,
+                                        check_consumers, read_pools, refuse_other_format)
 
 TRAINER_FIELDS = ("batches_consumed", "batch_size", "num_workers")
 CONSUMER_FIELDS = ("epoch", "rank", "world_size", "worker", "num_workers", "samples_yielded")
@@ -36,14 +37,6 @@ CONSUMER_FIELDS = ("epoch", "rank", "world_size", "worker", "num_workers", "samp
 # How a refusal ends for a Python caller; a command line replaces it with what its user can do.
 STRICT_HINT = " Pass strict=False to load it anyway."
 
-# Upper bounds of a saved layout. Resuming replays every consumer (rank x worker) of every leg before
-# the first batch, so a corrupt count (world_size = 2**40) ran for minutes and took gigabytes instead
-# of being refused. Each bound is far above what a real trainer has:
-MAX_WORLD_SIZE = 2**20  # ~10x the largest training runs (~10^5 GPUs, one rank each)
-MAX_NUM_WORKERS = 2**10  # DataLoader workers are processes on one rank's node: a few dozen in practice
-MAX_CONSUMERS = 2**22  # ranks x workers: a replay costs ~50 us per consumer, minutes at this many
-MAX_BATCH_SIZE = 2**24  # samples per batch per rank: 16M, beyond any accelerator's memory
-MAX_BATCHES = 2**40  # batches of one epoch per rank: 10^12 samples at one each, months of streaming
 
 
 @dataclass(frozen=True)
@@ -92,22 +85,6 @@ class TrainerCount:
     drop_last: bool = False
 
 
-def check_consumers(where: str, world_size: int, num_workers: int) -> None:
-    """Refuse a layout of more than ``MAX_CONSUMERS`` consumers (``where`` names the dict holding
-    its ``world_size`` and ``num_workers``): each field within its own bound, the product may not be."""
-    consumers = world_size * max(1, num_workers)
-    if consumers > MAX_CONSUMERS:
-        raise ValueError(f"{where}['world_size']={world_size} x {where}['num_workers']={num_workers} is {consumers} "
-                         f"consumers, more than {MAX_CONSUMERS}: the state is not one a trainer saved.")
-
-
-def _check_leg(leg: Leg, where: str) -> Leg:
-    """``Leg.from_state`` checks types and minimums; the bounds that keep a replay short are here."""
-    for key, maximum in (("world_size", MAX_WORLD_SIZE), ("num_workers", MAX_NUM_WORKERS),
-                         ("batch_size", MAX_BATCH_SIZE), ("batches", MAX_BATCHES)):
-        check_int(f"{where}[{key!r}]", getattr(leg, key), maximum=maximum)
-    check_consumers(where, leg.world_size, leg.num_workers)
-    return leg
 
 
 def _check_seed(where: str, value: Any) -> int:
@@ -257,8 +234,7 @@ def parse_state(state: Any, spec: StateSpec) -> SavedState:
         identity=_identity(state, spec.identity, "state"),
         world_size=check_int("state['world_size']", state.get("world_size"), minimum=1, maximum=MAX_WORLD_SIZE),
         pools=_pools(state.get(spec.pools_field), spec),
-        legs=tuple(_check_leg(Leg.from_state(leg, f"state['legs'][{i}]", spec.leg_pools_key), f"state['legs'][{i}]")
-                   for i, leg in enumerate(legs)))
+        legs=tuple(Leg.from_state(leg, f"state['legs'][{i}]", spec.leg_pools_key) for i, leg in enumerate(legs)))
     if consumer_section:
         consumer = ConsumerPosition.from_state(state["consumer"])
         if consumer.epoch != saved.epoch:
