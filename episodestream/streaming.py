@@ -127,9 +127,10 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
         if given_pool is None:
             # The widest pool is asked about first: the longest episodes' files it looks up cover
             # every narrower pool's, so a source whose files are looked up by name is asked once.
-            choice = choose_pool_size(core.meta, core.episodes, remote=not core.files.videos_stay_in_place,
-                                      cache_holds=lambda pool: core.files.cache_holds(
-                                          core.meta, episodes_in_flight=pool + prefetch_episodes + 1))
+            choice = choose_pool_size(
+                core.meta, core.episodes, remote=not core.files.videos_stay_in_place,
+                cache_holds=lambda pool: core.files.cache_holds(core.meta, episodes_in_flight=pool + prefetch_episodes + 1),
+                pool_bytes=lambda: core.files.pool_cache_bytes(core.meta, extra_episodes=prefetch_episodes + 1))
             given_pool = choice.size
             log.info("episode_pool_size 'auto' for %s: %d (%s)", core.files.description, choice.size, choice.reason)
             core.files.check_cache_budget(core.meta, episodes_in_flight=given_pool + prefetch_episodes + 1)

@@ -12,8 +12,9 @@ from episodestream import EpisodeStreamingDataset
 from episodestream._plan.sampling import EpochPlan, Segment, consumer_rng, consumer_schedule
 from episodestream._plan.shuffle_quality import shuffle_quality
 from episodestream._base.world import World
-from episodestream._runtime.pool_size import (NARROW_POOL, REMOTE_SPREAD_POOL, ROWS_BUDGET_BYTES, SPREAD_POOL,
-                                              choose_pool_size, row_bytes_per_frame, spread_pool)
+from episodestream._runtime.pool_size import (NARROW_POOL, REMOTE_POOL_BYTES, REMOTE_SPREAD_POOL, ROWS_BUDGET_BYTES,
+                                              SPREAD_POOL, choose_pool_size, row_bytes_per_frame, spread_pool,
+                                              video_decoder_limit)
 from episodestream._sample.video.decoder_cache import MAX_DECODERS
 
 
@@ -51,9 +52,11 @@ class _Selection:
 def test_auto_spreads_where_a_wide_pool_costs_decoders_or_the_node_cache(many_episodes_root):
     meta = EpisodeStreamingDataset(many_episodes_root, episode_pool_size=1).typed_meta  # 1 camera
     assert spread_pool(meta) == SPREAD_POOL
-    assert choose_pool_size(meta, _Selection(500, SPREAD_POOL), remote=False).size == 501
-    more_files = choose_pool_size(meta, _Selection(500, SPREAD_POOL + 1), remote=False)  # v2.x: a file per episode
-    assert more_files.size == SPREAD_POOL and f"{SPREAD_POOL + 1} video files" in more_files.reason
+    limit = video_decoder_limit(meta)  # what the decoders of its frames' size may take in memory
+    assert MAX_DECODERS < limit
+    assert choose_pool_size(meta, _Selection(500, limit), remote=False).size == 501
+    more_files = choose_pool_size(meta, _Selection(500, limit + 1), remote=False)  # v2.x: a file per episode
+    assert more_files.size == SPREAD_POOL and f"{limit + 1} video files" in more_files.reason
     # The log line says what a run of 100 steps draws from: the pool and the 32 episodes it moves on by.
     assert "over 3,200 consecutive samples a consumer draws from ~128 episodes" in more_files.reason
     assert "shuffles its whole share" in choose_pool_size(meta, _Selection(500, 4), remote=False).reason
@@ -63,9 +66,9 @@ def test_auto_spreads_where_a_wide_pool_costs_decoders_or_the_node_cache(many_ep
     assert choose_pool_size(meta, _Selection(40, 100), remote=False).size == 41  # no wider than its episodes + 1
     long_episodes = _Selection(5000, 4, length=ROWS_BUDGET_BYTES // row_bytes_per_frame(meta) // 100)
     assert choose_pool_size(meta, long_episodes, remote=False).size == 100  # the rows budget
-    longer = _Selection(5000, 500, length=ROWS_BUDGET_BYTES // row_bytes_per_frame(meta) // 20)
+    longer = _Selection(5000, 5000, length=ROWS_BUDGET_BYTES // row_bytes_per_frame(meta) // 20)
     assert choose_pool_size(meta, longer, remote=False).size == 20  # the spread pool within the rows budget
-    huge = _Selection(5000, 500, length=ROWS_BUDGET_BYTES // row_bytes_per_frame(meta))
+    huge = _Selection(5000, 5000, length=ROWS_BUDGET_BYTES // row_bytes_per_frame(meta))
     assert choose_pool_size(meta, huge, remote=False).size == NARROW_POOL  # never below 16
 
 
@@ -85,6 +88,53 @@ def test_a_remote_auto_pool_is_what_the_cache_limit_holds(many_episodes_root):
     # Nothing wider fits: the floor, which the dataset's own cache check refuses if it does not fit.
     assert choose_pool_size(meta, _Selection(500, 4), remote=True, cache_holds=holds(3)).size == NARROW_POOL
     assert asked == [64, 64, 48, 32, 64, 48, 32, 16]  # the widest first, until one fits
+
+
+def _pool_bytes(episode_bytes: int, metadata_bytes: int = 10**6, extra: int = 5):
+    """A remote source's ``pool_cache_bytes`` where every episode's video takes ``episode_bytes``."""
+    return lambda: (lambda pool: metadata_bytes + (pool + extra) * episode_bytes)
+
+
+def test_a_remote_pool_is_as_wide_as_its_node_cache_budget_and_decoders_allow(many_episodes_root):
+    """A remote v3.0 source: bounded by disk and a decoder per pooled episode and camera. Small
+    episodes: every one, each consumer's whole share, or as many as the decoders hold. Large ones: as
+    many as REMOTE_POOL_BYTES of node cache hold (pool + prefetched episodes), and a cache_limit
+    narrows it further. A source that cannot size its episodes without asking about every file
+    (v2.x), or whose spread pool passes the budget, keeps the spread pool of 64."""
+    meta = EpisodeStreamingDataset(many_episodes_root, episode_pool_size=1).typed_meta
+    whole = choose_pool_size(meta, _Selection(500, 4), remote=True, pool_bytes=_pool_bytes(10**5))
+    assert whole.size == 501 and "whole share" in whole.reason
+    big = 10 * 2**20
+    budget = choose_pool_size(meta, _Selection(5000, 4), remote=True, pool_bytes=_pool_bytes(big))
+    assert budget.size == (REMOTE_POOL_BYTES - 10**6) // big - 5  # the widest whose bytes fit
+    assert "GiB of node cache per consumer" in budget.reason and "3,200 consecutive samples" in budget.reason
+    narrowed = choose_pool_size(meta, _Selection(5000, 4), remote=True, pool_bytes=_pool_bytes(big),
+                                cache_holds=lambda pool: pool <= 300)
+    assert narrowed.size == budget.size // 2  # the budget's, then three quarters, then half of it
+    # Each pooled episode's span is a file of its own per camera: a decoder each, within the limit.
+    small = choose_pool_size(meta, _Selection(5000, 4), remote=True, pool_bytes=_pool_bytes(10**5))
+    assert small.size == video_decoder_limit(meta) // len(meta.video_keys)
+    assert choose_pool_size(meta, _Selection(5000, 4), remote=True, pool_bytes=lambda: None).size == REMOTE_SPREAD_POOL
+    huge = choose_pool_size(meta, _Selection(5000, 4), remote=True, pool_bytes=_pool_bytes(REMOTE_POOL_BYTES // 32))
+    assert huge.size == REMOTE_SPREAD_POOL  # not even the spread pool fits the budget: the old rule
+
+
+def test_the_decoder_limit_is_a_memory_budget_within_open_files():
+    """Small frames: more decoders than large ones; never fewer than MAX_DECODERS, never more than
+    the ceiling or half the process's open-file limit."""
+    import resource
+
+    from episodestream._sample.video.decoder_cache import DECODERS_CEILING, decoder_limit
+
+    small, large = decoder_limit([64 * 96] * 2), decoder_limit([480 * 640] * 2)
+    assert MAX_DECODERS < large < small <= DECODERS_CEILING
+    assert decoder_limit([4096 * 4096]) == MAX_DECODERS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (600, hard))
+        assert decoder_limit([64 * 96]) == 300
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_the_spread_pool_keeps_every_cameras_files_in_the_decoder_cache():

@@ -144,7 +144,6 @@ def test_the_benchmarks_print_it(dataset_root, capsys) -> None:
 def test_the_pool_cost_benchmark_runs(tmp_path, capsys, monkeypatch, request) -> None:
     import torch
 
-    import episodestream._runtime.core as core
     import episodestream._sample.video.decoder_cache as decoder_cache
     from episodestream.tools.synthetic import write_synthetic_dataset
 
@@ -158,8 +157,8 @@ def test_the_pool_cost_benchmark_runs(tmp_path, capsys, monkeypatch, request) ->
     # Each epoch goes through the benchmark's fresh-process route, its command run by this process.
     # The --one epoch raises the decoder cap (--max-decoders) in the process it runs in: here, only
     # for this test.
-    for module in (core, decoder_cache):
-        monkeypatch.setattr(module, "MAX_DECODERS", module.MAX_DECODERS)
+    for name in ("MAX_DECODERS", "DECODERS_CEILING", "DECODER_BUDGET_BYTES"):
+        monkeypatch.setattr(decoder_cache, name, getattr(decoder_cache, name))
     # Each epoch also sets torch to one thread, meant for its own fresh process: this one gets its count back.
     request.addfinalizer(functools.partial(torch.set_num_threads, torch.get_num_threads()))
     epochs = run_own_commands_in_process(script, monkeypatch)

@@ -76,9 +76,10 @@ def _one_epoch(root: Path, pool_size: int | str, uint8: bool, threads: int, batc
                max_decoders: int | None, num_workers: int = 0) -> dict:
     torch.set_num_threads(1)
     if max_decoders is not None:  # the lever "a decoder cache sized for the pool", in this process only
-        import episodestream._runtime.core as core
         import episodestream._sample.video.decoder_cache as decoder_cache
-        core.MAX_DECODERS = decoder_cache.MAX_DECODERS = max_decoders
+        # decoder_limit then gives exactly max_decoders, whatever the frames' memory.
+        decoder_cache.MAX_DECODERS = decoder_cache.DECODERS_CEILING = max_decoders
+        decoder_cache.DECODER_BUDGET_BYTES = 0
     dataset = EpisodeStreamingDataset(root, episode_pool_size=pool_size, seed=0, return_uint8=uint8)
     loader: EpisodeLoader | torch.utils.data.DataLoader = (
         torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=num_workers) if num_workers

@@ -15,7 +15,7 @@ import abc
 import io
 import os
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -170,6 +170,12 @@ class DatasetFiles(abc.ABC):
         """Whether ``check_cache_budget(meta, episodes_in_flight=...)`` would pass: a question, where
         that check refuses (and closes the source). Sources read in place keep no cache."""
         return True
+
+    def pool_cache_bytes(self, meta: EpisodesOf, *, extra_episodes: int) -> Callable[[int], int] | None:
+        """What one consumer keeps in the cache for a pool of ``pool`` episodes (plus
+        ``extra_episodes`` in flight), as a function of ``pool``; None where nothing is kept (read in
+        place) or it is not known without asking about every file."""
+        return None
 
 
 def check_relpath(relpath: str, *, what: str) -> str:

@@ -35,10 +35,11 @@ from episodestream._format.episode_filters import (
 )
 from episodestream._plan.curation import Anchors, anchor_counts, check_epoch_size, check_keep_frames, check_weights
 from episodestream._runtime.needed_spans import NeededEpisodes
+from episodestream._runtime.pool_size import video_decoder_limit
 from episodestream._runtime.dataset_stats import exact_stats
 from episodestream._runtime.source_options import SourceOptions, takes_source_options
 from episodestream._runtime.sources import open_source
-from episodestream._sample.video.decoder_cache import MAX_DECODERS, DecoderCache
+from episodestream._sample.video.decoder_cache import DecoderCache
 from episodestream._sample.video.backends import resolve_backend
 
 if TYPE_CHECKING:
@@ -202,8 +203,9 @@ class DatasetCore:
         return self.files.episode_videos(turn=turn)
 
     def decoder_cache(self, working_set: int) -> DecoderCache:
-        """A decoder cache holding ``working_set`` episodes' files of every camera (at most 128)."""
-        capacity = max(1, min(MAX_DECODERS, working_set * max(1, len(self.meta.video_keys))))
+        """A decoder cache holding ``working_set`` episodes' files of every camera, within
+        ``decoder_limit`` (``_sample.video.decoder_cache``)."""
+        capacity = max(1, min(video_decoder_limit(self.meta), working_set * max(1, len(self.meta.video_keys))))
         return DecoderCache(self.open_video, capacity=capacity)
 
 

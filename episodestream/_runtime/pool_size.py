@@ -1,4 +1,5 @@
-"""``episode_pool_size="auto"``: the whole share where the source's layout makes it free, else the spread pool.
+"""``episode_pool_size="auto"``: the whole share where the source's layout makes it free, else as wide as
+decoders and disk allow.
 
 Why a layout decides: a batch draws from at most the pool's episodes, and a run of training steps
 from little more: a sliding pool of P episodes gives W consecutive samples about P + W / (frames per
@@ -7,18 +8,25 @@ wide as a consumer's share is a global shuffle of that share (``_plan.sampling``
 emits at an even pace over the whole stream), over batches and over hundreds of steps alike
 (``_plan.shuffle_quality``, docs/benchmarks.md). What a wide pool costs is not rows (tabular, small)
 but decoders: every pooled episode's video files stay in reach of every decode thread, whose
-decoder cache holds at most ``MAX_DECODERS``, and an open per sample and camera costs about half a
-decode (docs/benchmarks.md, "Shuffle over training windows"). So:
+decoder cache holds at most ``video_decoder_limit`` (a memory budget, ``_sample.video.decoder_cache``),
+and an open per sample and camera costs about half a decode (docs/benchmarks.md, "Shuffle over
+training windows"). So:
 
-- where the selection's video files (every camera's) are no more than the spread pool may keep open
-  anyway (v3.0's shared files), a wide pool opens no decoder that the spread one would not, so it
-  streams as fast: the pool is the selection's episodes + 1 (at least any consumer's share, so each
-  consumer shuffles its whole share), at most what ``ROWS_BUDGET_BYTES`` of rows hold;
+- where the selection's video files (every camera's) fit that limit (v3.0's shared files, up to
+  DROID's size), a wide pool reopens no decoder: the pool is the selection's episodes + 1 (at least
+  any consumer's share, so each consumer shuffles its whole share), at most what
+  ``ROWS_BUDGET_BYTES`` of rows hold;
 - elsewhere (a file per episode and camera, v2.x, or more files than that) it is the *spread* pool:
-  96, or fewer where 96 x cameras would pass that cap (2 cameras: 64, 3: 42), where the rows budget
-  holds fewer, or where the selection has fewer episodes (at least 16);
-- a remote source gets the spread pool, at most 64, as far as ``cache_limit`` holds it (each pooled
-  episode's video is a node-cache entry, on disk while pooled), and never a wide one.
+  96, or fewer where 96 x cameras would pass ``MAX_DECODERS`` (2 cameras: 64, 3: 42), where the rows
+  budget holds fewer, or where the selection has fewer episodes (at least 16);
+- a remote source keeps each pooled episode's video in the node cache as a file of its own per
+  camera (its span), on disk while pooled: where its listing sizes every episode (v3.0), the pool is
+  as wide as ``REMOTE_POOL_BYTES`` of node cache per consumer holds (and ``cache_limit``, for one
+  consumer), at most a decoder per episode and camera within the limit; elsewhere the spread pool, at
+  most 64, as far as ``cache_limit`` holds it. Bytes fetched do not grow with the pool (each
+  episode's span is fetched once while it is pooled), but a pool is fetched whole over its first
+  slots (``_plan.sampling``'s ramp): at the start of an epoch the link brings a pool's video before
+  the stream runs at its pace (docs/benchmarks.md, "Remote sources").
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from episodestream._format.dtypes import is_numeric, sample_dtype
 from episodestream._format.episodes import EpisodeSelection
 from episodestream._format.metadata import DatasetMeta
 from episodestream._plan.shuffle_quality import global_distinct
-from episodestream._sample.video.decoder_cache import MAX_DECODERS
+from episodestream._sample.video.decoder_cache import MAX_DECODERS, decoder_limit
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +53,14 @@ NARROW_POOL = 16  # the floor; every release before "auto" defaulted to it
 # too; 96 stays for batch 256, which draws from at most the pool's episodes, and it streamed as fast
 # (docs/usage.md). The decoder cap still bounds it per camera.
 SPREAD_POOL = 96
-# A remote source's widest: through a shaped link 96 was not shown to stream as fast as 64
-# (docs/benchmarks-log.md, "The spread pool 96 for one camera"); kept until measured better.
+# A remote source's widest spread pool (a file per episode): through a shaped link 96 was not shown
+# to stream as fast as 64 (docs/benchmarks-log.md, "The spread pool 96 for one camera").
 REMOTE_SPREAD_POOL = 64
+# The node cache one consumer's wide pool may keep on disk (metadata, pooled and prefetched episodes'
+# video) where files fit the decoders. Chosen for a DROID-sized source (3 cameras, ~3 MB of video per
+# episode: ~1,300 episodes, a global shuffle's diversity over 100 steps for 4 workers per rank on 8
+# ranks) on a node's local disk; a cache_limit narrows it (docs/benchmarks.md, "Remote sources").
+REMOTE_POOL_BYTES = 4 * 2**30
 ROWS_BUDGET_BYTES = 256 * 2**20  # a consumer's pooled rows, estimated from the features' shapes
 _TEXT_BYTES = 64  # a string or language row's guess: their sizes are not in info.json
 
@@ -77,6 +90,13 @@ def row_bytes_per_frame(meta: DatasetMeta) -> int:
     return max(1, total)
 
 
+def video_decoder_limit(meta: DatasetMeta) -> int:
+    """The decoders one consumer of this source may keep open (``decoder_limit``, from its cameras'
+    frame sizes: the two largest dimensions of each video feature's shape)."""
+    pixels = [math.prod(sorted(meta.features[key].shape)[-2:]) for key in meta.video_keys]
+    return decoder_limit(pixels)
+
+
 def spread_pool(meta: DatasetMeta) -> int:
     """The pool whose episodes' files (one per camera each, at worst) a decoder cache keeps open."""
     cameras = len(meta.video_keys)
@@ -84,9 +104,12 @@ def spread_pool(meta: DatasetMeta) -> int:
 
 
 def choose_pool_size(meta: DatasetMeta, selection: EpisodeSelection, *, remote: bool,
-                     cache_holds: Callable[[int], bool] | None = None) -> PoolChoice:
+                     cache_holds: Callable[[int], bool] | None = None,
+                     pool_bytes: Callable[[], Callable[[int], int] | None] | None = None) -> PoolChoice:
     """What ``episode_pool_size="auto"`` is for this selection of this source (module docstring);
-    ``cache_holds(pool)``: whether a remote source's ``cache_limit`` holds what that pool keeps."""
+    ``cache_holds(pool)``: whether a remote source's ``cache_limit`` holds what that pool keeps;
+    ``pool_bytes()``: what a pool keeps in a remote source's node cache, by pool size
+    (``DatasetFiles.pool_cache_bytes``), asked for only where a wide pool may be chosen."""
     cameras = len(meta.video_keys)
     spread = spread_pool(meta)
     episode_bytes = row_bytes_per_frame(meta) * max(1.0, float(np.mean(selection.lengths)))
@@ -94,6 +117,16 @@ def choose_pool_size(meta: DatasetMeta, selection: EpisodeSelection, *, remote: 
     rows_why = f"{ROWS_BUDGET_BYTES // 2**20} MiB of rows (~{episode_bytes / 2**10:.0f} KiB per episode) hold {by_rows}"
     # Nor need it pass the selection's episodes + 1 (a consumer owns at most those); never below 16.
     spread = max(NARROW_POOL, min(spread, by_rows, len(selection) + 1))
+    files = selection.video_files() if cameras else 0
+    cap = video_decoder_limit(meta) if cameras else 0
+    bytes_of = pool_bytes() if remote and pool_bytes is not None else None
+    if bytes_of is not None:
+        # A remote episode's video is a file of its own per camera (its span of the shared file, in
+        # the node cache), so a pool keeps a decoder per episode and camera.
+        widest = min(len(selection) + 1, by_rows, cap // cameras if cameras else len(selection) + 1)
+        remote_wide = _remote_wide_pool(widest, spread, bytes_of, cache_holds, selection.lengths)
+        if remote_wide is not None:
+            return remote_wide
     if remote:
         spread = min(spread, REMOTE_SPREAD_POOL)
         candidates = (p for p in (spread, spread * 3 // 4, spread // 2, NARROW_POOL) if p >= NARROW_POOL)
@@ -101,20 +134,39 @@ def choose_pool_size(meta: DatasetMeta, selection: EpisodeSelection, *, remote: 
         why = ("a remote source: each pooled episode's video is held in the node cache"
                + ("" if size == spread else f", and cache_limit holds a pool of {size}, not {spread}"))
         return PoolChoice(size, why + _run_of_steps(size, selection.lengths))
-    files = selection.video_files() if cameras else 0
-    cap = min(MAX_DECODERS, spread * cameras)
     if files > cap:
         return PoolChoice(spread, f"the selection's frames are in {files} video files ({cameras} camera(s)), "
-                                  f"more than the {cap} decoders a pool of {spread} may keep open"
+                                  f"more than the {cap} decoders a consumer may keep open"
                                   + _run_of_steps(spread, selection.lengths))
     wide = min(len(selection) + 1, by_rows)
     size = max(spread, wide)
-    fit = (f"{files} video file(s) fit the decoders a pool of {spread} keeps" if cameras
+    fit = (f"{files} video file(s) fit the {cap} decoders a consumer may keep open" if cameras
            else "no video to decode")
     if wide == len(selection) + 1:
         return PoolChoice(size, f"{fit}; every selected episode ({len(selection)}) fits: each consumer "
                                 f"shuffles its whole share, over batches and runs of steps like a global shuffle")
     return PoolChoice(size, f"{fit}; {rows_why}" + _run_of_steps(size, selection.lengths))
+
+
+def _remote_wide_pool(widest: int, spread: int, bytes_of: Callable[[int], int],
+                      cache_holds: Callable[[int], bool] | None, lengths: np.ndarray) -> PoolChoice | None:
+    """The widest pool up to ``widest`` whose node cache (``bytes_of``) fits ``REMOTE_POOL_BYTES`` and
+    ``cache_limit``; None where that is no wider than ``spread`` (the spread pool's rule decides)."""
+    lo, hi = spread, widest  # bytes_of grows with the pool: the last that fits, by bisection
+    if bytes_of(lo) > REMOTE_POOL_BYTES:
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if bytes_of(mid) <= REMOTE_POOL_BYTES else (lo, mid - 1)
+    # cache_limit's own question costs a pass over the episodes: asked of a few sizes only.
+    size = next((p for p in (lo, lo * 3 // 4, lo // 2) if p > spread and (cache_holds is None or cache_holds(p))), None)
+    if size is None:
+        return None
+    why = (f"a remote source: the pool keeps ~{bytes_of(size) / 2**30:.1f} GiB of node cache per consumer (at most "
+           f"{REMOTE_POOL_BYTES / 2**30:.0f} GiB, and what cache_limit holds) and a decoder per episode and camera")
+    if size == widest and widest == len(lengths) + 1:
+        return PoolChoice(size, why + "; every selected episode fits: each consumer shuffles its whole share")
+    return PoolChoice(size, why + _run_of_steps(size, lengths))
 
 
 # What a user gets over a run of training steps, in the log line: 100 steps of 32.

@@ -12,7 +12,7 @@ metadata files and the same per-episode estimate, defined here once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -107,6 +107,16 @@ def minimum_cache_bytes(files: CachedFiles, meta: EpisodesOf, episodes_in_flight
         longest = [table.at(int(row)) for row in np.argsort(-table.length, kind="stable")[:episodes_in_flight]]
         largest = sorted(episode_cache_bytes(files, meta, longest).values(), reverse=True)
     return metadata_bytes(files) + sum(largest[:episodes_in_flight])
+
+
+def pool_cache_bytes(files: CachedFiles, meta: EpisodesOf, extra_episodes: int) -> Callable[[int], int]:
+    """``minimum_cache_bytes`` as a function of the pool (``pool + extra_episodes`` episodes in flight),
+    for a source that knows every file: each episode's bytes sorted once, so that a search over pool
+    sizes costs no pass over the episodes per size."""
+    largest = np.sort(np.fromiter(episode_cache_bytes(files, meta).values(), dtype=np.int64))[::-1]
+    prefix = np.concatenate([[0], np.cumsum(largest)])
+    fixed = metadata_bytes(files)
+    return lambda pool: fixed + int(prefix[min(len(largest), pool + extra_episodes)])
 
 
 def check_cache_budget(files: CachedFiles, meta: EpisodesOf | None, episodes_in_flight: int) -> None:

@@ -335,6 +335,11 @@ class RemoteFiles(DatasetFiles):
     def cache_holds(self, meta: EpisodesOf, *, episodes_in_flight: int) -> bool:
         return _budget.cache_holds(self, meta, episodes_in_flight)
 
+    def pool_cache_bytes(self, meta: EpisodesOf, *, extra_episodes: int) -> Callable[[int], int] | None:
+        """The node cache one consumer keeps for a pool, by pool size (``_remote.source.budget``); None
+        where files are looked up by name (sizing every episode would ask about every file)."""
+        return _budget.pool_cache_bytes(self, meta, extra_episodes) if self.knows_every_file else None
+
     def check_cache_budget(self, meta: EpisodesOf | None = None, *, episodes_in_flight: int = 0) -> None:
         """Refuse a ``cache_limit`` below ``minimum_cache_bytes`` (the metadata alone without ``meta``)
         (``ValueError``), or one that pinned entries already in the cache leave too little of

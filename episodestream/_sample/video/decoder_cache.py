@@ -14,7 +14,29 @@ from episodestream._base.tracing import trace_span
 from episodestream._sample.depth import DepthDecoding
 from episodestream._sample.video.backends import PyAVReader, VideoReader
 
+# The decoders any layout may keep open per consumer (the cap before they were sized by memory).
 MAX_DECODERS = 128
+# The most, whatever their memory: each holds a file descriptor and FFmpeg's contexts.
+DECODERS_CEILING = 1024
+# One consumer's open decoders, estimated (``decoder_limit``): what lets a wide pool over many shared
+# files keep every file open. An open decoder holds ~0.6 MB plus ~4 bytes per pixel of its frames
+# after decoding (torchcodec, one FFmpeg thread; measured at 64x96, 240x320 and 480x640:
+# docs/benchmarks.md, "Decoders by memory").
+DECODER_BUDGET_BYTES = 512 * 2**20
+_DECODER_BASE_BYTES = 600 * 2**10
+_DECODER_BYTES_PER_PIXEL = 4
+
+
+def decoder_limit(frame_pixels: Sequence[int]) -> int:
+    """How many decoders one consumer may keep open for videos whose frames have ``frame_pixels``
+    pixels (one entry per camera): as many as ``DECODER_BUDGET_BYTES`` holds at their mean size,
+    at least ``MAX_DECODERS``, at most ``DECODERS_CEILING`` and half the process's open-file limit."""
+    import resource  # the limit is the process's now, not at import
+
+    each = _DECODER_BASE_BYTES + _DECODER_BYTES_PER_PIXEL * (sum(frame_pixels) / max(1, len(frame_pixels)))
+    soft_files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    ceiling = DECODERS_CEILING if soft_files == resource.RLIM_INFINITY else min(DECODERS_CEILING, soft_files // 2)
+    return max(min(MAX_DECODERS, ceiling), min(ceiling, int(DECODER_BUDGET_BYTES // each)))
 
 
 class VideoDecodeError(RuntimeError):
@@ -46,8 +68,8 @@ class DecoderCache:
     """
 
     def __init__(self, open_reader: Callable[[str], VideoReader], *, capacity: int) -> None:
-        if not 1 <= capacity <= MAX_DECODERS:
-            raise ValueError(f"decoder cache capacity must be in 1..{MAX_DECODERS}, got {capacity!r}.")
+        if not 1 <= capacity <= DECODERS_CEILING:
+            raise ValueError(f"decoder cache capacity must be in 1..{DECODERS_CEILING}, got {capacity!r}.")
         self._open_reader = open_reader
         self.capacity = capacity
         self._readers: OrderedDict[str, VideoReader] = OrderedDict()
