@@ -7,16 +7,14 @@ consumer's order, keys renamed, ``dataset_index`` added. See ``docs/mixtures.md`
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-
-from episodestream._format.dtypes import is_numeric, sample_dtype
 from episodestream._base.options import check_choice, check_int
 from episodestream._plan.mix_options import check_stop, check_weights
 from episodestream._runtime.dataset_runtime import DatasetRuntime
 from episodestream._runtime.mixture_meta import MixtureMeta
-from episodestream._runtime.mixture_schema import KEY_MODES, ComponentView, MixtureSchema, camera_chw
+from episodestream._runtime.mixture_schema import KEY_MODES, mixture_schema
 from episodestream._runtime.mixture_runtime import MixtureRuntime
 from episodestream._runtime.mixture_stats import MixtureStats, row_weights
 from episodestream._runtime.renames import check_renames
@@ -27,55 +25,6 @@ def _component(dataset: EpisodeStreamingDataset) -> DatasetRuntime:
     component = runtime_of(dataset, needs="EpisodeMixture needs")
     assert isinstance(component, DatasetRuntime)  # EpisodeStreamingDataset's runtime, checked by the caller
     return component
-
-
-def _feature_table(dataset: EpisodeStreamingDataset, rename: Mapping[str, str],
-                   resized: Collection[str] = ()) -> dict[str, str]:
-    """Each (renamed) feature's dtype, shape and window length, as text to compare and to show
-    (a camera that ``resize=`` names without its size)."""
-    offsets = _component(dataset).offsets
-    table = {}
-    for key, feature in dataset.typed_meta.features.items():
-        window = f", window of {len(offsets[key])}" if key in offsets else ""
-        target = rename.get(key, key)
-        shape = "resized" if target in resized else list(feature.shape)
-        # A sample's dtype, not the stored one: float64 beside float32 mix (both come out float32).
-        dtype = sample_dtype(feature.dtype) if is_numeric(feature.dtype) else feature.dtype
-        table[target] = f"{dtype} {shape}{window}"
-    return table
-
-
-def _view(index: int, dataset: EpisodeStreamingDataset, rename: Mapping[str, str]) -> ComponentView:
-    offsets = _component(dataset).offsets
-    names = dataset.meta.names
-    return ComponentView(
-        description=dataset.typed_meta.description,
-        features={rename.get(k, k): f for k, f in dataset.typed_meta.features.items()},
-        names={rename.get(k, k): names.get(k) for k in dataset.typed_meta.features},
-        windows={rename.get(k, k): len(v) for k, v in offsets.items()},
-        robot_type=str(dataset.typed_meta.info.get("robot_type") or ""),
-        own_keys={rename.get(k, k): k for k in dataset.typed_meta.features},
-        specs={rename.get(k, k): dict(dataset.meta.features[k]) for k in dataset.typed_meta.features})
-
-
-def _camera_sizes(dataset: EpisodeStreamingDataset, rename: Mapping[str, str]) -> dict[str, tuple[int, int, int]]:
-    features = dataset.typed_meta.features
-    return {rename.get(k, k): camera_chw(features[k].shape, dataset.meta.features[k])
-            for k in dataset.typed_meta.camera_keys}
-
-
-def _check_features(datasets, renames, resized: Collection[str] = ()) -> None:
-    tables = [_feature_table(d, r, resized) for d, r in zip(datasets, renames)]
-    keys = list(dict.fromkeys(k for t in tables for k in t))
-    lines = []
-    for key in keys:
-        seen = [t.get(key, "missing") for t in tables]
-        if len(set(seen)) > 1:
-            lines.append(f"{key!r}: " + "; ".join(f"dataset {i} ({d.typed_meta.description}) {s}"
-                                                   for i, (d, s) in enumerate(zip(datasets, seen))))
-    if lines:
-        raise ValueError("The datasets of a mixture must give the same keys, dtypes, shapes and window lengths "
-                         "(after rename=); these differ:\n  " + "\n  ".join(lines))
 
 
 class EpisodeMixture(StreamingFace):
@@ -136,15 +85,9 @@ class EpisodeMixture(StreamingFace):
         keys = check_choice("keys", keys, KEY_MODES)
         if resize is not None and not isinstance(resize, Mapping):
             raise TypeError(f"resize must be a dict {{camera key: (height, width)}}, got {resize!r:.200}.")
-        if keys == "same":
-            _check_features(self.datasets, renames, resized=set(resize or ()))
-        schema = MixtureSchema([_view(i, d, r) for i, (d, r) in enumerate(zip(self.datasets, renames))], keys=keys,
-                               resize=resize, camera_sizes=[_camera_sizes(d, r) for d, r in zip(self.datasets, renames)])
-        dtypes = [str(_component(d).builder.frame_dtype).removeprefix("torch.") for d in self.datasets]
-        if len(set(dtypes)) > 1:
-            raise ValueError(f"The datasets of a mixture must give camera frames of one dtype (return_uint8 alike); "
-                             f"they give {dtypes}.")
-        self._runtime = MixtureRuntime([_component(d) for d in self.datasets], weights=weights, seed=seed, stop=stop,
+        components = [_component(d) for d in self.datasets]
+        schema = mixture_schema(components, renames, keys=keys, resize=resize)
+        self._runtime = MixtureRuntime(components, weights=weights, seed=seed, stop=stop,
                                      renames=renames, schema=schema)
         self._runtime.rank_counts()  # an epoch too large to plan is refused now, not at len() or the first sample
         self._meta: MixtureMeta | None = None
