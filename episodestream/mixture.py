@@ -30,37 +30,48 @@ def _component(dataset: EpisodeStreamingDataset) -> DatasetRuntime:
 class EpisodeMixture(StreamingFace):
     """Streams several ``EpisodeStreamingDataset`` as one stream, mixed by weight, resumable.
 
-    What to mix:
-        datasets: the components (local folders, Hub ids and URLs alike), each built with its own
-            options (windows, pool size, shuffle, seed); they must share rank and world size.
-        weights: each component's share of the samples (positive; normalised). Default: in
-            proportion to their frames, which makes the mixture a shuffled concatenation.
-        rename: a list aligned with ``datasets`` of ``{its key: mixture key}`` dicts (or None), so
-            that cameras named differently meet under one key (applied before ``keys``).
-        keys: which keys a sample has when the components' schemas differ (docs/mixtures.md,
-            "Mixtures across schemas"): "same" (default): every component must give the same keys,
-            dtypes, shapes and window lengths (else one ValueError lists the differences);
-            "union": every key of any component, zeros plus ``<key>_is_missing`` where a component
-            lacks it; "intersection": only the keys every component has. Under both, a numeric
-            feature narrower than the widest component's is zero-padded on its last axis, with a
-            ``<key>_dim_mask``.
-        resize: ``{mixture camera key: (height, width)}``: resize that camera's frames (torch's
-            bilinear ``interpolate`` with antialiasing) where a component's differ; cameras of
-            different sizes are refused otherwise.
+    Every rank yields ``len(self)`` samples per epoch. The arguments, by purpose: what to mix
+    (``datasets``, ``weights``, ``rename``, ``keys``, ``resize``), what an epoch is (``stop``; see
+    docs/mixtures.md) and determinism (``seed``).
 
-    What an epoch is (see docs/mixtures.md):
-        stop: "all" (default): the epoch lasts until every component has run to its end at least
+    Args:
+        datasets (Sequence[EpisodeStreamingDataset]): the components (local folders, Hub ids and
+            URLs alike), each built with its own options (windows, pool size, shuffle, seed); they
+            must share rank and world size.
+        weights (Sequence[float] | None): each component's share of the samples (positive;
+            normalised). None: in proportion to their frames, which makes the mixture a shuffled
+            concatenation. Defaults to ``None``.
+        rename (Sequence[Mapping[str, str] | None] | None): a list aligned with ``datasets`` of
+            ``{its key: mixture key}`` dicts (or None), so that cameras named differently meet under
+            one key (applied before ``keys``). Defaults to ``None``.
+        keys (str): which keys a sample has when the components' schemas differ (docs/mixtures.md,
+            "Mixtures across schemas"): "same": every component must give the same keys, dtypes,
+            shapes and window lengths (else one ValueError lists the differences); "union": every
+            key of any component, zeros plus ``<key>_is_missing`` where a component lacks it;
+            "intersection": only the keys every component has. Under both, a numeric feature
+            narrower than the widest component's is zero-padded on its last axis, with a
+            ``<key>_dim_mask``. Defaults to ``"same"``.
+        resize (Mapping[str, tuple[int, int]] | None): ``{mixture camera key: (height, width)}``:
+            resize that camera's frames (torch's bilinear ``interpolate`` with antialiasing) where a
+            component's differ; cameras of different sizes are refused otherwise. Defaults to ``None``.
+        stop (str | int): "all": the epoch lasts until every component has run to its end at least
             once (components weighted above their share repeat, each pass freshly permuted);
-            "first": until the first component runs to its end (the others are cut short);
-            an int: that many samples per epoch across all ranks.
+            "first": until the first component runs to its end (the others are cut short); an int:
+            that many samples per epoch across all ranks. Defaults to ``"all"``.
+        seed (int): with the epoch, fixes each component's pass permutations and every consumer's
+            interleaving (drawn from (seed, epoch, rank, worker)). Defaults to ``0``.
 
-    Determinism:
-        seed: with the epoch, fixes each component's pass permutations and every consumer's
-            interleaving (drawn from (seed, epoch, rank, worker)).
+    Yields:
+        dict[str, Any]: each sample is its component's sample (keys renamed, reconciled by
+        ``keys``) plus ``dataset_index``, an int64 tensor: the component's position in
+        ``datasets``, and ``robot_type``, the component's info.json string.
 
-    Every rank yields ``len(self)`` samples per epoch; each sample is its component's sample (keys
-    renamed, reconciled by ``keys``) plus ``dataset_index``, an int64 tensor: the component's
-    position in ``datasets``, and ``robot_type``, the component's info.json string.
+    Raises:
+        TypeError: ``datasets`` is not a non-empty list of ``EpisodeStreamingDataset``, or an
+            argument of the wrong type.
+        ValueError: components of different ranks or world sizes, schemas ``keys`` cannot
+            reconcile, camera frames of different dtypes, a bad weight, ``stop``, ``rename`` or
+            ``resize``, or an epoch too large to plan.
     """
 
     _runtime: MixtureRuntime
@@ -123,7 +134,11 @@ class EpisodeMixture(StreamingFace):
         return self._runtime.pool_sizes
 
     def rank_counts(self) -> list[int]:
-        """Samples each component gives every rank in a fresh epoch."""
+        """Samples each component gives every rank in a fresh epoch.
+
+        Returns:
+            list[int]: one count per component, in the order of ``datasets``.
+        """
         return self._runtime.rank_counts()
 
     # -- streaming --------------------------------------------------------------------------------

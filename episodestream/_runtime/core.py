@@ -267,15 +267,26 @@ class DatasetFacts:
         kept frames (``episode_weights``: ``w`` for an integer weight, the anchors' exact share for a
         fractional one); ``count`` is the kept frames.
 
-        cache: keep the result under ``cache_dir/stats`` (default ``EPISODESTREAM_CACHE_DIR``, else
-            the user's cache folder), keyed by the source, revision, selection and each data file's
-            version; a second call, in this run or a later one, reads it back.
-        progress: show a tqdm progress bar of the rows read.
+        Args:
+            cache (bool): keep the result under ``cache_dir/stats`` (default
+                ``EPISODESTREAM_CACHE_DIR``, else the user's cache folder), keyed by the source,
+                revision, selection and each data file's version; a second call, in this run or a
+                later one, reads it back. Defaults to ``True``.
+            progress (bool): show a tqdm progress bar of the rows read. Defaults to ``False``.
+
+        Returns:
+            dict[str, dict[str, np.ndarray]]: ``{feature: {statistic: array}}``, as above.
+
+        Raises:
+            TypeError: ``cache`` or ``progress`` is not a bool.
         """
         return exact_stats(self._core, cache=check_bool("cache", cache), progress=check_bool("progress", progress))
 
     def source_stats(self) -> SourceStats:
-        """What this process's reads of the source have cost so far (requests, bytes, node-cache
-        hits and misses; all zeros for a local folder). Each DataLoader worker counts its own:
-        call it in the worker (e.g. at the end of its iteration) for what the worker fetched."""
+        """What this process's reads of the source have cost so far. Each DataLoader worker counts
+        its own: call it in the worker (e.g. at the end of its iteration) for what the worker fetched.
+
+        Returns:
+            SourceStats: requests, bytes, node-cache hits and misses (all zeros for a local folder).
+        """
         return self._core.files.stats()
