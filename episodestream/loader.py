@@ -52,28 +52,38 @@ def _usable_cores() -> int:
 class EpisodeLoader:
     """Batches of an ``EpisodeStreamingDataset``, built in this process, with the stream position.
 
-    What to load:
-        dataset: the ``EpisodeStreamingDataset``; its rank and world size (explicit, or from
-            torch.distributed) say which share of each epoch this process streams.
-        batch_size: samples per batch.
-        drop_last: drop the epoch's last batch when it is smaller than ``batch_size``.
-
-    How fast, and with what memory:
-        num_threads: decode threads (default: the cores this process may use, at most 16). Each
-            keeps its own decoders; batches do not depend on it.
-        prefetch_batches: batches being built or ready ahead of the one the trainer takes (at
-            least 1). Each costs one batch of memory; so does each further ``batch_size``
-            samples the threads may plan beyond them (one decode group per thread, so that
-            every thread has a group to decode).
-        pin_memory: allocate batches in pinned (page-locked) memory when CUDA is available, so
-            ``.to("cuda", non_blocking=True)`` copies asynchronously; ignored with a warning
-            otherwise.
-
     Iterating yields the epoch the dataset is at and advances it at the end, as a DataLoader over
     the dataset does; ``set_epoch`` selects one. ``state_dict()`` / ``load_state_dict()`` save and
     restore the position exactly (elastically when the world size changes). ``close()``, or
     dropping the iterator, stops the threads and releases cached video; a local dataset's decoders
-    stay open for the next pass's threads until ``close()``.
+    stay open for the next pass's threads until ``close()``. The arguments, by purpose: what to
+    load (``dataset``, ``batch_size``, ``drop_last``), and how fast, with what memory
+    (``num_threads``, ``prefetch_batches``, ``pin_memory``).
+
+    Args:
+        dataset (EpisodeStreamingDataset | EpisodeMixture): what to load; its rank and world size
+            (explicit, or from torch.distributed) say which share of each epoch this process streams.
+        batch_size (int): samples per batch.
+        drop_last (bool): drop the epoch's last batch when it is smaller than ``batch_size``.
+            Defaults to ``False``.
+        num_threads (int | None): decode threads (None: the cores this process may use, at most
+            16). Each keeps its own decoders; batches do not depend on it. Defaults to ``None``.
+        prefetch_batches (int): batches being built or ready ahead of the one the trainer takes
+            (at least 1). Each costs one batch of memory; so does each further ``batch_size``
+            samples the threads may plan beyond them (one decode group per thread, so that every
+            thread has a group to decode). Defaults to ``2``.
+        pin_memory (bool): allocate batches in pinned (page-locked) memory when CUDA is available,
+            so ``.to("cuda", non_blocking=True)`` copies asynchronously; ignored with a warning
+            otherwise. Defaults to ``False``.
+
+    Yields:
+        dict[str, Any]: batches, equal to ``DataLoader(dataset, batch_size, num_workers=0)``'s key
+        for key and bit for bit.
+
+    Raises:
+        TypeError: ``dataset`` does not stream, an argument of the wrong type, or a DataLoader
+            keyword (``num_workers``, ``prefetch_factor``: the error names this loader's own).
+        ValueError: an argument out of range.
     """
 
     # DataLoader's words for what this loader calls otherwise (it decodes on threads, not workers).
@@ -101,15 +111,36 @@ class EpisodeLoader:
         self._spares = DecoderSpares()  # decoders a pass's threads leave for the next pass's
 
     def __len__(self) -> int:
-        """Batches the next iteration yields (what is left of a resumed epoch, after a load)."""
+        """Batches the next iteration yields.
+
+        Returns:
+            int: the epoch's batches, or what is left of a resumed epoch after a load.
+        """
         samples = self._runtime.num_samples()
         return samples // self.batch_size if self.drop_last else math.ceil(samples / self.batch_size)
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch the next iteration streams."""
+        """Select the epoch the next iteration streams.
+
+        Args:
+            epoch (int): the epoch, 0 or more.
+
+        Raises:
+            TypeError: ``epoch`` is not an int.
+            ValueError: ``epoch`` is negative.
+        """
         self._runtime.set_epoch(check_int("epoch", epoch, minimum=0))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        """Start a pass over the epoch the dataset is at (closing the pass before, whose next
+        ``next()`` raises saying so).
+
+        Yields:
+            dict[str, Any]: the batches, in order.
+
+        Raises:
+            ValueError: the dataset resumes an epoch saved with another ``batch_size``.
+        """
         self._close_current(superseded_by="a newer iter(loader)")
         source = self._runtime
         epoch = source.epoch
@@ -171,9 +202,13 @@ class EpisodeLoader:
         return batches
 
     def state_dict(self) -> dict[str, Any]:
-        """The stream state at the batches handed out so far: ``load_state_dict`` on a new loader
-        (any ``num_threads``; the same or another world size) continues after them. The same
-        format as ``stream_state`` for a DataLoader, so either can resume the other."""
+        """The stream state at the batches handed out so far.
+
+        Returns:
+            dict[str, Any]: a state ``load_state_dict`` on a new loader (any ``num_threads``; the same
+            or another world size) continues after the batches handed out; the same format as
+            ``stream_state`` for a DataLoader, so either can resume the other.
+        """
         saved = self._runtime.saved_state()
         consumed = self._consumed
         if consumed is not None and consumed[0] == saved.epoch and consumed[2] == self._runtime.loads_seen:
@@ -186,9 +221,19 @@ class EpisodeLoader:
         return saved.with_trainer(count).to_state(self._runtime.state_spec)
 
     def load_state_dict(self, state: Mapping[str, Any], *, strict: bool = True) -> None:
-        """Resume from ``state`` (this loader's ``state_dict()``, or ``stream_state`` of a DataLoader).
-        The next iteration continues the saved epoch. See ``EpisodeStreamingDataset.load_state_dict``
-        for what must match (``strict``)."""
+        """Resume from ``state``; the next iteration continues the saved epoch.
+
+        Args:
+            state (Mapping[str, Any]): this loader's ``state_dict()``, or ``stream_state`` of a
+                DataLoader.
+            strict (bool): refuse a state of another stream; see
+                ``EpisodeStreamingDataset.load_state_dict`` for what must match. Defaults to ``True``.
+
+        Raises:
+            TypeError: ``strict`` is not a bool, or ``state`` is not a state.
+            ValueError: ``state`` is malformed or (``strict``) of another stream, or was saved partway
+                through its epoch with another ``batch_size``.
+        """
         strict = check_bool("strict", strict)
         saved = self._runtime.parse(state)
         checked = self._runtime.check_state(saved, strict=strict)

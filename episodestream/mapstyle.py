@@ -31,25 +31,38 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
     with ``keep_frames``, the i-th kept frame (its windows still read the frames around it).
 
     Readers and decoders are opened lazily in each process that indexes the dataset (DataLoader
-    workers included).
+    workers included). The arguments, by purpose (each in ``Args`` below):
 
-    What to read:
-        source: as for ``EpisodeStreamingDataset``: a local folder, a URL or a Hub repo id.
+    - what to read: ``source`` and the source options ``revision``, ``episodes``, ``keep_frames``,
+      ``delta_timestamps``, ``tolerance_s``;
+    - what a sample looks like: the source options ``return_uint8``, ``image_transforms``,
+      ``depth_output_unit``, ``video_backend``, ``decode_device``;
+    - remote sources: the source options ``cache_dir``, ``cache_limit``, ``storage_options``,
+      ``token``, ``hub_endpoint``, ``download_config``;
+    - caching: ``column_cache``.
 
-    Source options (shared with ``EpisodeStreamingDataset``; each is documented in
-    ``episodestream.SourceOptions``):
-        what to read: revision, episodes, keep_frames, delta_timestamps, tolerance_s;
-        what a sample looks like: return_uint8, image_transforms, depth_output_unit, video_backend, decode_device;
-        remote sources: cache_dir, cache_limit, storage_options, token, hub_endpoint, download_config.
-        Any other keyword (the streaming dataset's ``episode_pool_size``, say) raises TypeError.
-
-    Caching:
-        column_cache: for local sources, read rows from an Arrow copy of each data file's tabular
-            columns, built the first time one of its episodes is needed and kept under
+    Args:
+        source (str | os.PathLike): as for ``EpisodeStreamingDataset``: a local folder, a URL or a
+            Hub repo id.
+        **options: the source options, shared with ``EpisodeStreamingDataset`` and each documented,
+            with its default, in ``episodestream.SourceOptions`` (the groups above name them). Any
+            other keyword (the streaming dataset's ``episode_pool_size``, say) raises TypeError.
+        column_cache (bool): for local sources, read rows from an Arrow copy of each data file's
+            tabular columns, built the first time one of its episodes is needed and kept under
             ``cache_dir/columns`` (default ``EPISODESTREAM_CACHE_DIR``, else the user's cache
-            folder). Random access is then much faster at DROID scale (docs/benchmarks-log.md), and the bytes are shared by
-            all processes of the node through the page cache (see ``_format.columns``). False, and remote
-            sources (for now), read each episode's parquet row group instead.
+            folder): random access is then much faster at DROID scale (docs/benchmarks-log.md), and the
+            bytes are shared by all processes of the node through the page cache (see
+            ``_format.columns``). False, and remote sources (for now), read each episode's parquet
+            row group instead. Defaults to ``True``.
+
+    Raises:
+        TypeError: an argument of the wrong type, or a keyword neither dataset takes.
+        ValueError: an argument out of range (an episode not in the dataset, a ``cache_limit`` too
+            small).
+        FileNotFoundError: a ``file://`` source that does not exist.
+        NotADirectoryError: a local source that is a file, not the dataset's folder.
+        DatasetFormatError: the dataset's files do not follow the LeRobot format.
+        CacheFullError: pinned (prewarmed) entries leave the node cache too little room.
     """
 
     @takes_source_options
@@ -69,6 +82,11 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
         self._process: _PerProcess | None = None
 
     def __len__(self) -> int:
+        """The number of items.
+
+        Returns:
+            int: the selected frames (with ``keep_frames``, the kept frames).
+        """
         return int(self._starts[-1])
 
     @property
@@ -88,7 +106,18 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
         return {start + k: position + k for start, n, position in zip(starts, lengths, positions) for k in range(n)}
 
     def locate(self, i: int) -> tuple[int, int]:
-        """(episode_index, frame offset in the episode) of item ``i``."""
+        """Where item ``i`` is.
+
+        Args:
+            i (int): the item, ``-len(self) <= i < len(self)``.
+
+        Returns:
+            tuple[int, int]: its episode index and its frame's offset in the episode.
+
+        Raises:
+            TypeError: ``i`` is not an int.
+            IndexError: ``i`` is out of range.
+        """
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
             raise TypeError(f"index must be an int, got {i!r}.")
         if not -len(self) <= i < len(self):
@@ -129,6 +158,19 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
         return rows
 
     def __getitem__(self, i: int) -> dict[str, Any]:
+        """The sample of item ``i``: the same sample ``EpisodeStreamingDataset`` streams for its frame.
+
+        Args:
+            i (int): the item, ``-len(self) <= i < len(self)``.
+
+        Returns:
+            dict[str, Any]: the sample, as LeRobot's ``dataset[i]`` gives it.
+
+        Raises:
+            TypeError: ``i`` is not an int.
+            IndexError: ``i`` is out of range.
+            VideoDecodeError: a frame could not be decoded (the error names the file, episode, key and time).
+        """
         episode_index, frame = self.locate(i)
         process = self._per_process()
         pending = self._core.builder.plan(self._rows(process, episode_index), frame, process.videos)

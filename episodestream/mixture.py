@@ -7,16 +7,14 @@ consumer's order, keys renamed, ``dataset_index`` added. See ``docs/mixtures.md`
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-
-from episodestream._format.dtypes import is_numeric, sample_dtype
 from episodestream._base.options import check_choice, check_int
 from episodestream._plan.mix_options import check_stop, check_weights
 from episodestream._runtime.dataset_runtime import DatasetRuntime
 from episodestream._runtime.mixture_meta import MixtureMeta
-from episodestream._runtime.mixture_schema import KEY_MODES, ComponentView, MixtureSchema, camera_chw
+from episodestream._runtime.mixture_schema import KEY_MODES, mixture_schema
 from episodestream._runtime.mixture_runtime import MixtureRuntime
 from episodestream._runtime.mixture_stats import MixtureStats, row_weights
 from episodestream._runtime.renames import check_renames
@@ -29,89 +27,51 @@ def _component(dataset: EpisodeStreamingDataset) -> DatasetRuntime:
     return component
 
 
-def _feature_table(dataset: EpisodeStreamingDataset, rename: Mapping[str, str],
-                   resized: Collection[str] = ()) -> dict[str, str]:
-    """Each (renamed) feature's dtype, shape and window length, as text to compare and to show
-    (a camera that ``resize=`` names without its size)."""
-    offsets = _component(dataset).offsets
-    table = {}
-    for key, feature in dataset.typed_meta.features.items():
-        window = f", window of {len(offsets[key])}" if key in offsets else ""
-        target = rename.get(key, key)
-        shape = "resized" if target in resized else list(feature.shape)
-        # A sample's dtype, not the stored one: float64 beside float32 mix (both come out float32).
-        dtype = sample_dtype(feature.dtype) if is_numeric(feature.dtype) else feature.dtype
-        table[target] = f"{dtype} {shape}{window}"
-    return table
-
-
-def _view(index: int, dataset: EpisodeStreamingDataset, rename: Mapping[str, str]) -> ComponentView:
-    offsets = _component(dataset).offsets
-    names = dataset.meta.names
-    return ComponentView(
-        description=dataset.typed_meta.description,
-        features={rename.get(k, k): f for k, f in dataset.typed_meta.features.items()},
-        names={rename.get(k, k): names.get(k) for k in dataset.typed_meta.features},
-        windows={rename.get(k, k): len(v) for k, v in offsets.items()},
-        robot_type=str(dataset.typed_meta.info.get("robot_type") or ""),
-        own_keys={rename.get(k, k): k for k in dataset.typed_meta.features},
-        specs={rename.get(k, k): dict(dataset.meta.features[k]) for k in dataset.typed_meta.features})
-
-
-def _camera_sizes(dataset: EpisodeStreamingDataset, rename: Mapping[str, str]) -> dict[str, tuple[int, int, int]]:
-    features = dataset.typed_meta.features
-    return {rename.get(k, k): camera_chw(features[k].shape, dataset.meta.features[k])
-            for k in dataset.typed_meta.camera_keys}
-
-
-def _check_features(datasets, renames, resized: Collection[str] = ()) -> None:
-    tables = [_feature_table(d, r, resized) for d, r in zip(datasets, renames)]
-    keys = list(dict.fromkeys(k for t in tables for k in t))
-    lines = []
-    for key in keys:
-        seen = [t.get(key, "missing") for t in tables]
-        if len(set(seen)) > 1:
-            lines.append(f"{key!r}: " + "; ".join(f"dataset {i} ({d.typed_meta.description}) {s}"
-                                                   for i, (d, s) in enumerate(zip(datasets, seen))))
-    if lines:
-        raise ValueError("The datasets of a mixture must give the same keys, dtypes, shapes and window lengths "
-                         "(after rename=); these differ:\n  " + "\n  ".join(lines))
-
-
 class EpisodeMixture(StreamingFace):
     """Streams several ``EpisodeStreamingDataset`` as one stream, mixed by weight, resumable.
 
-    What to mix:
-        datasets: the components (local folders, Hub ids and URLs alike), each built with its own
-            options (windows, pool size, shuffle, seed); they must share rank and world size.
-        weights: each component's share of the samples (positive; normalised). Default: in
-            proportion to their frames, which makes the mixture a shuffled concatenation.
-        rename: a list aligned with ``datasets`` of ``{its key: mixture key}`` dicts (or None), so
-            that cameras named differently meet under one key (applied before ``keys``).
-        keys: which keys a sample has when the components' schemas differ (docs/mixtures.md,
-            "Mixtures across schemas"): "same" (default): every component must give the same keys,
-            dtypes, shapes and window lengths (else one ValueError lists the differences);
-            "union": every key of any component, zeros plus ``<key>_is_missing`` where a component
-            lacks it; "intersection": only the keys every component has. Under both, a numeric
-            feature narrower than the widest component's is zero-padded on its last axis, with a
-            ``<key>_dim_mask``.
-        resize: ``{mixture camera key: (height, width)}``: resize that camera's frames (torch's
-            bilinear ``interpolate`` with antialiasing) where a component's differ; cameras of
-            different sizes are refused otherwise.
+    Every rank yields ``len(self)`` samples per epoch. The arguments, by purpose: what to mix
+    (``datasets``, ``weights``, ``rename``, ``keys``, ``resize``), what an epoch is (``stop``; see
+    docs/mixtures.md) and determinism (``seed``).
 
-    What an epoch is (see docs/mixtures.md):
-        stop: "all" (default): the epoch lasts until every component has run to its end at least
+    Args:
+        datasets (Sequence[EpisodeStreamingDataset]): the components (local folders, Hub ids and
+            URLs alike), each built with its own options (windows, pool size, shuffle, seed); they
+            must share rank and world size.
+        weights (Sequence[float] | None): each component's share of the samples (positive;
+            normalised). None: in proportion to their frames, which makes the mixture a shuffled
+            concatenation. Defaults to ``None``.
+        rename (Sequence[Mapping[str, str] | None] | None): a list aligned with ``datasets`` of
+            ``{its key: mixture key}`` dicts (or None), so that cameras named differently meet under
+            one key (applied before ``keys``). Defaults to ``None``.
+        keys (str): which keys a sample has when the components' schemas differ (docs/mixtures.md,
+            "Mixtures across schemas"): "same": every component must give the same keys, dtypes,
+            shapes and window lengths (else one ValueError lists the differences); "union": every
+            key of any component, zeros plus ``<key>_is_missing`` where a component lacks it;
+            "intersection": only the keys every component has. Under both, a numeric feature
+            narrower than the widest component's is zero-padded on its last axis, with a
+            ``<key>_dim_mask``. Defaults to ``"same"``.
+        resize (Mapping[str, tuple[int, int]] | None): ``{mixture camera key: (height, width)}``:
+            resize that camera's frames (torch's bilinear ``interpolate`` with antialiasing) where a
+            component's differ; cameras of different sizes are refused otherwise. Defaults to ``None``.
+        stop (str | int): "all": the epoch lasts until every component has run to its end at least
             once (components weighted above their share repeat, each pass freshly permuted);
-            "first": until the first component runs to its end (the others are cut short);
-            an int: that many samples per epoch across all ranks.
+            "first": until the first component runs to its end (the others are cut short); an int:
+            that many samples per epoch across all ranks. Defaults to ``"all"``.
+        seed (int): with the epoch, fixes each component's pass permutations and every consumer's
+            interleaving (drawn from (seed, epoch, rank, worker)). Defaults to ``0``.
 
-    Determinism:
-        seed: with the epoch, fixes each component's pass permutations and every consumer's
-            interleaving (drawn from (seed, epoch, rank, worker)).
+    Yields:
+        dict[str, Any]: each sample is its component's sample (keys renamed, reconciled by
+        ``keys``) plus ``dataset_index``, an int64 tensor: the component's position in
+        ``datasets``, and ``robot_type``, the component's info.json string.
 
-    Every rank yields ``len(self)`` samples per epoch; each sample is its component's sample (keys
-    renamed, reconciled by ``keys``) plus ``dataset_index``, an int64 tensor: the component's
-    position in ``datasets``, and ``robot_type``, the component's info.json string.
+    Raises:
+        TypeError: ``datasets`` is not a non-empty list of ``EpisodeStreamingDataset``, or an
+            argument of the wrong type.
+        ValueError: components of different ranks or world sizes, schemas ``keys`` cannot
+            reconcile, camera frames of different dtypes, a bad weight, ``stop``, ``rename`` or
+            ``resize``, or an epoch too large to plan.
     """
 
     _runtime: MixtureRuntime
@@ -136,15 +96,9 @@ class EpisodeMixture(StreamingFace):
         keys = check_choice("keys", keys, KEY_MODES)
         if resize is not None and not isinstance(resize, Mapping):
             raise TypeError(f"resize must be a dict {{camera key: (height, width)}}, got {resize!r:.200}.")
-        if keys == "same":
-            _check_features(self.datasets, renames, resized=set(resize or ()))
-        schema = MixtureSchema([_view(i, d, r) for i, (d, r) in enumerate(zip(self.datasets, renames))], keys=keys,
-                               resize=resize, camera_sizes=[_camera_sizes(d, r) for d, r in zip(self.datasets, renames)])
-        dtypes = [str(_component(d).builder.frame_dtype).removeprefix("torch.") for d in self.datasets]
-        if len(set(dtypes)) > 1:
-            raise ValueError(f"The datasets of a mixture must give camera frames of one dtype (return_uint8 alike); "
-                             f"they give {dtypes}.")
-        self._runtime = MixtureRuntime([_component(d) for d in self.datasets], weights=weights, seed=seed, stop=stop,
+        components = [_component(d) for d in self.datasets]
+        schema = mixture_schema(components, renames, keys=keys, resize=resize)
+        self._runtime = MixtureRuntime(components, weights=weights, seed=seed, stop=stop,
                                      renames=renames, schema=schema)
         self._runtime.rank_counts()  # an epoch too large to plan is refused now, not at len() or the first sample
         self._meta: MixtureMeta | None = None
@@ -180,7 +134,11 @@ class EpisodeMixture(StreamingFace):
         return self._runtime.pool_sizes
 
     def rank_counts(self) -> list[int]:
-        """Samples each component gives every rank in a fresh epoch."""
+        """Samples each component gives every rank in a fresh epoch.
+
+        Returns:
+            list[int]: one count per component, in the order of ``datasets``.
+        """
         return self._runtime.rank_counts()
 
     # -- streaming --------------------------------------------------------------------------------

@@ -24,18 +24,32 @@ def split_episodes(source: str | os.PathLike | DatasetFacts, eval_fraction: floa
     """``(train, eval)`` episode lists: of each group of ``n`` episodes, ``ceil(n * eval_fraction)``
     held out for evaluation.
 
-    source: a dataset's location (as the datasets take it; every episode is split), or an
-        ``EpisodeStreamingDataset`` / ``EpisodeDataset`` (its selected episodes are split: a
-        predicate, ``keep_frames`` and weights already applied).
-    by: "task" groups by each episode's first task (LeRobot's grouping); None makes one group;
-        any other name groups by that column of ``meta/episodes`` (a success flag, a scene id; for
-        v2.x, of the columns LeRobot's converter writes from ``meta/episodes.jsonl``).
-    seed: None holds out each group's *last* episodes, so that ``by="task"`` gives exactly
-        LeRobot's ``make_train_eval_datasets`` split (same lists, same order); an int holds out
-        episodes drawn per group from the seed, both lists sorted.
-    revision, storage_options, token, hub_endpoint: as for the datasets, when ``source`` is a location.
+    Args:
+        source (str | os.PathLike | EpisodeStreamingDataset | EpisodeDataset): a dataset's location
+            (as the datasets take it; every episode is split), or a dataset (its selected episodes
+            are split: a predicate, ``keep_frames`` and weights already applied).
+        eval_fraction (float): the share of each group held out, in [0, 1).
+        by (str | None): "task" groups by each episode's first task (LeRobot's grouping); None
+            makes one group; any other name groups by that column of ``meta/episodes`` (a success
+            flag, a scene id; for v2.x, of the columns LeRobot's converter writes from
+            ``meta/episodes.jsonl``). Defaults to ``"task"``.
+        seed (int | None): None holds out each group's *last* episodes, so that ``by="task"`` gives
+            exactly LeRobot's ``make_train_eval_datasets`` split (same lists, same order); an int
+            holds out episodes drawn per group from the seed, both lists sorted. Defaults to ``None``.
+        revision (str | None): as for the datasets, when ``source`` is a location. Defaults to ``None``.
+        storage_options (Mapping[str, Any] | None): as for the datasets, when ``source`` is a
+            location. Defaults to ``None``.
+        token (str | None): as for the datasets, when ``source`` is a location. Defaults to ``None``.
+        hub_endpoint (str | None): as for the datasets, when ``source`` is a location. Defaults to
+            ``None``.
 
-    A split that leaves no training episode is an error, as in LeRobot.
+    Returns:
+        tuple[list[int], list[int]]: the training and the held-out episode indices.
+
+    Raises:
+        TypeError: ``by`` is not a string or None.
+        ValueError: ``eval_fraction`` out of [0, 1), a ``by`` column that does not exist, or a split
+            that leaves no training episode (an error, as in LeRobot).
     """
     if isinstance(eval_fraction, bool) or not isinstance(eval_fraction, (int, float, np.floating)) \
             or not 0 <= eval_fraction < 1:

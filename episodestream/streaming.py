@@ -38,61 +38,82 @@ log = logging.getLogger(__name__)
 class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
     """Streams frames in random order from a pool of whole episodes, decoding video only on emit.
 
-    What to read:
-        source: a LeRobot v3.0 dataset: a local (or network-mounted) folder, read in place; a URL
-            (``hf://datasets/owner/name``, ``s3://bucket/path``, ``gs://...``, other fsspec URLs);
-            or a Hub dataset repo id (``"lerobot/aloha_mobile_cabinet"``).
+    Every rank yields ``len(self)`` = ceil(anchors / world_size) samples per epoch (anchors: the
+    selected, kept frames, times their weights); a rank with one frame fewer repeats one of its own
+    frames once. The arguments, by purpose (each in ``Args`` below):
 
-    Source options (shared with ``EpisodeDataset``; each is documented in
-    ``episodestream.SourceOptions``):
-        what to read: revision, episodes, keep_frames, delta_timestamps, tolerance_s;
-        what a sample looks like: return_uint8, image_transforms, depth_output_unit, video_backend, decode_device;
-        remote sources: cache_dir, cache_limit, storage_options, token, hub_endpoint, download_config.
-        Any other keyword raises TypeError, naming the closest valid one.
+    - what to read: ``source`` and the source options ``revision``, ``episodes``, ``keep_frames``,
+      ``delta_timestamps``, ``tolerance_s``;
+    - what a sample looks like: the source options ``return_uint8``, ``image_transforms``,
+      ``depth_output_unit``, ``video_backend``, ``decode_device``;
+    - remote sources: the source options ``cache_dir``, ``cache_limit``, ``storage_options``,
+      ``token``, ``hub_endpoint``, ``download_config``;
+    - how to iterate: ``episode_pool_size``, ``shuffle``, ``decode_group_size``, ``decode_threads``,
+      ``prefetch_episodes``, ``rank``, ``world_size``;
+    - curation (beside ``episodes`` and ``keep_frames``): ``episode_weights``;
+    - determinism: ``seed``.
 
-    How to iterate:
-        episode_pool_size: whole episodes each consumer holds in RAM (tabular rows only) and
-            mixes frames from (a sliding window of episodes); a batch, and a run of steps, draws from
-            little more than this many episodes, so larger mixes more, and costs rows and open
-            decoders. A pool at least as wide as a consumer's share shuffles the whole share, like a
-            global shuffle. ``"auto"`` (the default): as wide as costs nothing on this source, i.e.
-            the selection's episodes + 1 (at most 256 MiB of rows) where its video files are no more
+    Args:
+        source (str | os.PathLike): a LeRobot v3.0 (or v2.0 / v2.1) dataset: a local (or
+            network-mounted) folder, read in place; a URL (``hf://datasets/owner/name``,
+            ``s3://bucket/path``, ``gs://...``, other fsspec URLs); or a Hub dataset repo id
+            (``"lerobot/aloha_mobile_cabinet"``).
+        **options: the source options, shared with ``EpisodeDataset`` and each documented, with its
+            default, in ``episodestream.SourceOptions`` (the groups above name them). Any other
+            keyword raises TypeError, naming the closest valid one.
+        episode_pool_size (int | str): whole episodes each consumer holds in RAM (tabular rows
+            only) and mixes frames from (a sliding window of episodes); a batch, and a run of steps,
+            draws from little more than this many episodes, so larger mixes more, and costs rows and
+            open decoders. A pool at least as wide as a consumer's share shuffles the whole share,
+            like a global shuffle. ``"auto"``: as wide as costs nothing on this source, i.e. the
+            selection's episodes + 1 (at most 256 MiB of rows) where its video files are no more
             than the spread pool may keep open, else the spread pool (v2.x, datasets in many video
             files, remote sources): 96 for one camera, 64 for two, 42 for three, at most 64 on a
             remote source. ``episode_pool_size`` then reads the number chosen; docs/usage.md.
-        shuffle: False emits episodes and frames in order.
-        decode_group_size: samples built together so that frames from one video file share a
-            decoder call (1 builds each sample alone). Samples and their order are the same for any
-            value; larger groups make fewer, longer decoder calls and less work per frame, and keep
-            more samples in flight (``EpisodeLoader``: a group per thread). None (the default): 16
-            where episodes share video files (v3.0), 32 where each episode has files of its own
-            (v2.0/v2.1), whose groups otherwise spread over more files. docs/benchmarks-log.md
-            compares 8, 16, 32 and 64.
-        decode_threads: threads that decode one consumer's groups (each with its own decoders);
-            the samples and their order are the same for any value. Worth more than 1 in
-            DataLoader workers only when the machine has more cores than workers;
-            ``EpisodeLoader`` has its own ``num_threads`` and ignores this.
-        prefetch_episodes: for remote sources, how many admissions ahead of the pool's need an
-            episode's video bytes start downloading.
-        rank, world_size: this process's place among training processes (default: from
-            torch.distributed when initialised, else 0 of 1).
+            Defaults to ``"auto"``.
+        shuffle (bool): False emits episodes and frames in order. Defaults to ``True``.
+        decode_group_size (int | None): samples built together so that frames from one video file
+            share a decoder call (1 builds each sample alone). Samples and their order are the same
+            for any value; larger groups make fewer, longer decoder calls and less work per frame,
+            and keep more samples in flight (``EpisodeLoader``: a group per thread). None: 16 where
+            episodes share video files (v3.0), 32 where each episode has files of its own
+            (v2.0/v2.1), whose groups otherwise spread over more files; docs/benchmarks-log.md
+            compares 8, 16, 32 and 64. Defaults to ``None``.
+        decode_threads (int): threads that decode one consumer's groups (each with its own
+            decoders); the samples and their order are the same for any value. Worth more than 1
+            in DataLoader workers only when the machine has more cores than workers;
+            ``EpisodeLoader`` has its own ``num_threads`` and ignores this. Defaults to ``1``.
+        prefetch_episodes (int): for remote sources, how many admissions ahead of the pool's need
+            an episode's video bytes start downloading. Defaults to ``4``.
+        rank (int | None): this process's rank among training processes (None: from
+            torch.distributed when initialised, else 0). Defaults to ``None``.
+        world_size (int | None): the number of training processes (None: from torch.distributed
+            when initialised, else 1). Defaults to ``None``.
+        buffer_size (Any): deprecated and ignored, with a DeprecationWarning: ``episode_pool_size``
+            replaces it. Defaults to ``None``.
+        episode_weights (Mapping[int, float] | str | None): ``{episode_index: weight}`` (episodes
+            not named weigh 1) or the name of a numeric column of ``meta/episodes``. Per epoch an
+            episode of integer weight ``w`` has each of its kept frames sampled ``w`` times (each
+            copy in its own place of the epoch's order); fractional weights scale its count to
+            ``w * kept frames``, rounded by one largest-remainder split over the selection (the
+            partial copy's frames are drawn afresh each epoch); 0 leaves the episode out. Negative,
+            NaN or inf is an error. Defaults to ``None``.
+        seed (int): with the epoch, fixes the episode order and the split; each consumer's RNG
+            derives from (seed, epoch, rank, worker). ``set_epoch`` reshuffles; the epoch also
+            advances by itself when an iteration runs to its end. Defaults to ``0``.
 
-    Curation (with ``episodes`` and ``keep_frames`` of the source options):
-        episode_weights: ``{episode_index: weight}`` (episodes not named weigh 1) or the name of a
-            numeric column of ``meta/episodes``. Per epoch an episode of integer weight ``w`` has
-            each of its kept frames sampled ``w`` times (each copy in its own place of the epoch's
-            order); fractional weights scale its count to ``w * kept frames``, rounded by one
-            largest-remainder split over the selection (the partial copy's frames are drawn
-            afresh each epoch); 0 leaves the episode out. Negative, NaN or inf is an error.
+    Yields:
+        dict[str, Any]: one sample per kept frame, as LeRobot's ``dataset[i]`` gives it (tensors,
+        windows with their ``_is_pad`` masks, ``task``), in this consumer's order of the epoch.
 
-    Determinism:
-        seed: with the epoch, fixes the episode order and the split; each consumer's RNG derives
-            from (seed, epoch, rank, worker). ``set_epoch`` reshuffles; the epoch also advances by
-            itself when an iteration runs to its end.
-
-    Every rank yields ``len(self)`` = ceil(anchors / world_size) samples per epoch (anchors: the
-    selected, kept frames, times their weights); a rank
-    with one frame fewer repeats one of its own frames once .
+    Raises:
+        TypeError: an argument of the wrong type, or a keyword neither dataset takes.
+        ValueError: an argument out of range (a pool size, an episode not in the dataset, a
+            ``cache_limit`` too small for one consumer's episodes in flight).
+        FileNotFoundError: a ``file://`` source that does not exist.
+        NotADirectoryError: a local source that is a file, not the dataset's folder.
+        DatasetFormatError: the dataset's files do not follow the LeRobot format.
+        CacheFullError: pinned (prewarmed) entries leave the node cache too little room.
     """
 
     _runtime: DatasetRuntime
@@ -156,7 +177,11 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
         self._core.files.close()
 
     def decoder_stats(self) -> dict[str, int] | None:
-        """Hits, misses and evictions of this process's decoder cache (None before iterating)."""
+        """This process's decoder cache counts, summed over the current iteration's decode threads.
+
+        Returns:
+            dict[str, int] | None: hits, misses and evictions; None before iterating.
+        """
         return None if self._decoders is None else summed_stats(self._decoders)
 
     _face = "dataset"
@@ -174,8 +199,21 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
 
 
 def stream_state(loader: torch.utils.data.DataLoader, batches_consumed: int) -> dict[str, Any]:
-    """The resume state for a DataLoader over an ``EpisodeStreamingDataset`` (or an ``EpisodeMixture``):
-    the dataset's ``state_dict()`` plus the batches consumed this epoch and the loader's batching settings."""
+    """The resume state for a DataLoader over an ``EpisodeStreamingDataset`` (or an ``EpisodeMixture``).
+
+    Args:
+        loader (torch.utils.data.DataLoader): the DataLoader, in-order when it has several workers.
+        batches_consumed (int): batches the trainer took from this epoch's loader, counted from the
+            start of the epoch, across resumes.
+
+    Returns:
+        dict[str, Any]: the dataset's ``state_dict()`` plus the batches consumed this epoch and the
+        loader's batching settings, for the dataset's (or an ``EpisodeLoader``'s) ``load_state_dict``.
+
+    Raises:
+        TypeError: the loader's dataset does not stream.
+        ValueError: ``batches_consumed`` is negative, or the loader delivers out of order.
+    """
     source = runtime_of(loader.dataset, needs="stream_state needs a DataLoader over")
     if loader.num_workers > 1 and not getattr(loader, "in_order", True):
         # Resume replays the in-order round robin to find each worker's consumed samples; out of
@@ -200,7 +238,16 @@ def load_loader_state(loader: torch.utils.data.DataLoader, state: Mapping[str, A
     its workers' snapshots and loaded into the dataset as a trainer's state (``stream_state``'s): the
     new workers split the rest of the epoch afresh, every frame not yet yielded once, none again.
     ``loader``'s ``batch_size`` and ``drop_last`` must be the saving loader's; a state they do not fit
-    is refused. ``strict`` as for ``load_state_dict``.
+    is refused.
+
+    Args:
+        loader (torch.utils.data.DataLoader): the torchdata ``StatefulDataLoader`` to resume.
+        state (Mapping[str, Any]): such a loader's ``state_dict()``.
+        strict (bool): as for ``load_state_dict``. Defaults to ``True``.
+
+    Raises:
+        TypeError: ``loader`` is not a StatefulDataLoader over a stream, or ``strict`` is not a bool.
+        ValueError: ``state`` is not a StatefulDataLoader's, or does not fit this loader.
     """
     strict = check_bool("strict", strict)
     source = runtime_of(loader.dataset, needs="load_loader_state needs a StatefulDataLoader over")

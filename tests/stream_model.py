@@ -9,14 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from episodestream._plan.sampling import EMIT
-from episodestream._base.world import World
-from episodestream._runtime.face import runtime_of
-
-
-def emits(steps) -> list[tuple[int, int]]:
-    """The (episode_index, frame_index) pairs among schedule steps, in order."""
-    return [(episode, frame) for kind, episode, frame in steps if kind == EMIT]
+from episodestream.testing import faults
 
 
 def worker_streams(dataset, *, num_workers: int, epoch: int | None = None) -> list[list[tuple[int, int]]]:
@@ -24,7 +17,7 @@ def worker_streams(dataset, *, num_workers: int, epoch: int | None = None) -> li
     (default: the dataset's next one), from this dataset's rank."""
     epoch = dataset.epoch if epoch is None else epoch
     workers = max(1, num_workers)
-    return [emits(runtime_of(dataset).schedule(World(dataset.rank, dataset.world_size, worker, workers), epoch))
+    return [faults.planned_samples(dataset, epoch=epoch, worker=worker, num_workers=workers)
             for worker in range(workers)]
 
 

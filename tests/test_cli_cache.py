@@ -19,8 +19,8 @@ import pytest  # noqa: E402
 
 from episodestream import CacheFullError, EpisodeStreamingDataset  # noqa: E402
 from episodestream.tools.cli import main  # noqa: E402
-from episodestream._remote.cache.node_cache import EntryState, NodeCache  # noqa: E402
-from episodestream._remote.source.open import open_remote_source
+from episodestream.remote import EntryState, NodeCache  # noqa: E402
+from episodestream.testing.source_files import open_remote_files
 from episodestream.testing import FakeHub, faults  # noqa: E402
 
 from .remote_streaming.conftest import assert_same_samples, cache_files  # noqa: E402
@@ -133,12 +133,12 @@ def test_prewarm_arguments_and_local_folders(dataset_root, capsys):
 def _prewarm_needs(source: str, cache_dir, hub_url: str) -> tuple[int, int, int]:
     """Metadata bytes; metadata + every episode's video as estimated from above (what `prewarm`
     checks) and from the episodes' share of their files only (what `prewarm()` without meta checks)."""
-    from episodestream._format.metadata import load_metadata
+    from episodestream.testing.source_files import read_metadata
     from episodestream._remote.source.budget import video_share_bytes
 
-    files = open_remote_source(source, cache_dir=cache_dir, hub_endpoint=hub_url, token=False)
+    files = open_remote_files(source, cache_dir=cache_dir, hub_endpoint=hub_url, token=False)
     try:
-        meta = load_metadata(files)
+        meta = read_metadata(files)
         metadata = files.metadata_bytes()
         return (metadata, metadata + sum(files.episode_cache_bytes(meta).values()),
                 metadata + video_share_bytes(files, list(meta.episodes.values())))
@@ -147,7 +147,7 @@ def _prewarm_needs(source: str, cache_dir, hub_url: str) -> tuple[int, int, int]
 
 
 def test_prewarm_beyond_cache_limit_ends_with_a_clear_error(hub_root, tmp_path, capsys):
-    from episodestream._format.metadata import load_metadata
+    from episodestream.testing.source_files import read_metadata
     from episodestream._remote.source.prewarm import prewarm
 
     cache_dir = tmp_path / "cache"
@@ -169,10 +169,10 @@ def test_prewarm_beyond_cache_limit_ends_with_a_clear_error(hub_root, tmp_path, 
         assert cache_files(cache_dir) == []
         # Checked only by the episodes' share (no meta given), the real spans overflow: the budget
         # ends it, within the cache wait, instead of a prewarm that never ends.
-        files = open_remote_source(REPO, cache_dir=cache_dir, hub_endpoint=hub.url, token=False, cache_limit=shares,
+        files = open_remote_files(REPO, cache_dir=cache_dir, hub_endpoint=hub.url, token=False, cache_limit=shares,
                                    cache_wait_s=1)
         try:
-            episodes = list(load_metadata(files).episodes.values())
+            episodes = list(read_metadata(files).episodes.values())
             start_s = time.monotonic()
             with pytest.raises(CacheFullError, match=r"^cache_limit=\d+ bytes .* is full"):
                 prewarm(files, episodes, progress=False)

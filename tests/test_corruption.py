@@ -371,12 +371,9 @@ def test_info_fps_that_is_not_the_datas_is_named(tmp_path):
 def test_a_video_file_whose_episodes_start_later_is_not_refused_at_load(damaged):
     # LeRobot's merges can write a file whose first episode starts after 0; its episodes still
     # follow each other back to back, and that is all the load-time check asks of them.
-    from episodestream._format.metadata import load_metadata
-    from episodestream._runtime.sources import open_source
-
     later = 10 * FPS  # frames
     _both(_spans(2, start=later, end=later), _spans(3, start=later, end=later))(damaged / EPISODES)
-    spans = load_metadata(open_source(damaged, revision=None)).episodes[3].videos[CAMERA]
+    spans = EpisodeDataset(damaged).typed_meta.episodes[3].videos[CAMERA]
     assert (spans.relpath, spans.from_timestamp_s) == (VIDEOS[1], (later + LENGTHS[2]) / FPS)
 
 

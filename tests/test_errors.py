@@ -270,36 +270,59 @@ def test_source_options_are_documented_once_and_named_by_both_datasets():
 
 def test_source_options_document_the_defaults_the_code_uses():
     """Each key's documented default, ``key (default): ...`` (text after a colon in the parentheses
-    is a gloss), is the default of DatasetCore's signature, which holds them."""
+    is a gloss), is the default both datasets' signatures take from the one table."""
     import ast
     import inspect
 
-    from episodestream._runtime import core as _core
+    for dataset in (EpisodeStreamingDataset, EpisodeDataset):
+        defaults = {name: parameter.default for name, parameter in inspect.signature(dataset).parameters.items()}
+        for key in SourceOptions.__annotations__:
+            documented = re.search(rf"^ +{key} \(([^)]*)\)", SourceOptions.__doc__, flags=re.M).group(1)
+            assert ast.literal_eval(documented.split(":")[0]) == defaults[key], (key, documented, defaults[key])
 
-    defaults = {name: parameter.default for name, parameter in inspect.signature(_core.DatasetCore).parameters.items()}
-    for key in SourceOptions.__annotations__:
-        documented = re.search(rf"^ +{key} \(([^)]*)\)", SourceOptions.__doc__, flags=re.M).group(1)
-        assert ast.literal_eval(documented.split(":")[0]) == defaults[key], (key, documented, defaults[key])
+
+def test_the_settings_table_of_the_usage_guide_states_the_signatures_defaults():
+    """docs/usage.md's "Settings" table gives each argument's default (``all``, ``none`` and ``-``:
+    None); each is the default of the datasets' signatures, so the table cannot drift from the code."""
+    import ast
+    import inspect
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "usage.md").read_text()
+    table = text[text.index("| argument | default | purpose |"):].split("\n\n")[0]
+    signatures = [inspect.signature(d).parameters for d in (EpisodeStreamingDataset, EpisodeDataset)]
+    words = {"all": None, "none": None, "-": None}
+    checked = []
+    for row in table.splitlines()[2:]:
+        names_cell, defaults_cell = row.split("|")[1:3]
+        names = [n for n in re.findall(r"`(\w+)`", names_cell) if any(n in s for s in signatures)]
+        stated = [d.strip().strip("`") for d in defaults_cell.split(",")]
+        assert len(names) == len(stated), row
+        for name, default in zip(names, stated):
+            value = words[default] if default in words else ast.literal_eval(default)
+            for parameters in signatures:
+                if name in parameters:
+                    assert parameters[name].default == value, (name, default, parameters[name].default)
+            checked.append(name)
+    assert {"episodes", "tolerance_s", "episode_pool_size", "column_cache"} <= set(checked), checked
 
 
 @pytest.mark.parametrize("dataset", [EpisodeStreamingDataset, EpisodeDataset])
 def test_both_datasets_spell_out_every_source_option_as_the_core_takes_it(dataset):
     """help() and IDEs show every keyword: each SourceOptions key is a keyword-only parameter of the
-    dataset with DatasetCore's default and SourceOptions' type, and nothing hides behind **kwargs."""
+    dataset with the other dataset's default and SourceOptions' type, and nothing hides behind **kwargs."""
     import inspect
-
-    from episodestream._runtime import core as _core
 
     def text(annotation) -> str:  # postponed annotations: strings, or ForwardRefs in the TypedDict
         return getattr(annotation, "__forward_arg__", annotation)
 
     shown = inspect.signature(dataset).parameters
-    core = inspect.signature(_core.DatasetCore).parameters
+    other = inspect.signature(EpisodeDataset if dataset is EpisodeStreamingDataset else EpisodeStreamingDataset).parameters
     assert not [p for p in shown.values() if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
     for key, annotation in SourceOptions.__annotations__.items():
         assert shown[key].kind is inspect.Parameter.KEYWORD_ONLY, key
-        assert shown[key].default == core[key].default, (key, shown[key].default, core[key].default)
-        assert text(shown[key].annotation) == text(annotation) == text(core[key].annotation), key
+        assert shown[key].default == other[key].default, (key, shown[key].default, other[key].default)
+        assert text(shown[key].annotation) == text(annotation) == text(other[key].annotation), key
 
 
 @pytest.mark.parametrize("value,error", [("0.1", TypeError), (True, TypeError), (None, TypeError),

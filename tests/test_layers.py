@@ -82,7 +82,7 @@ def test_the_public_modules_export_sorted_lists_of_what_they_define():
 def test_the_command_line_and_the_tracer_start_without_torch():
     """``import episodestream`` loads its public names on first use, so the command line's help and
     a spawned process that only traces do not import torch (~1.5 CPU-s, torchcodec ~1.2 more)."""
-    code = ("import sys, episodestream, episodestream.tools.cli, episodestream._base.tracing; "
+    code = ("import sys, episodestream, episodestream.tools.cli, episodestream.tools.tracing; "
             "print(sorted(m for m in ('torch', 'torchcodec', 'pyarrow') if m in sys.modules))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert run.returncode == 0, run.stderr

@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 
 from episodestream import EpisodeDataset, EpisodeLoader, EpisodeMixture, EpisodeStreamingDataset
-from episodestream._base.errors import DatasetFormatError
+from episodestream import DatasetFormatError
 from episodestream.tools.synthetic import write_synthetic_dataset
 from episodestream.tools.synthetic import synthetic_depth_mm
 from tests.conftest import built_once

@@ -19,7 +19,6 @@ import torch
 
 from episodestream import EpisodeDataset, EpisodeLoader, EpisodeMixture, EpisodeStreamingDataset
 from episodestream._format import stats_pass
-from episodestream._runtime.mixture_schema import resize_frames
 from episodestream.tools.synthetic import write_synthetic_dataset
 
 FRONT, WRIST, STATE, ACTION = "observation.images.front", "observation.images.wrist", "observation.state", "action"
@@ -159,6 +158,14 @@ def test_episode_loader_and_dataloader_workers_give_identical_batches(robots, ke
     assert len(set(workers) & set(mine)) > 0
 
 
+def _resized(frames, size):
+    """What ``resize=`` documents: torch's bilinear ``interpolate`` with antialiasing, uint8 frames
+    rounded back to uint8 (written here, not imported, so that the mixture is checked against it)."""
+    floats = frames[None].to(torch.float32) if not frames.is_floating_point() else frames[None]
+    out = torch.nn.functional.interpolate(floats, size=size, mode="bilinear", antialias=True, align_corners=False)[0]
+    return out if frames.is_floating_point() else out.round().clamp(0, 255).to(frames.dtype)
+
+
 def test_cameras_of_different_sizes_are_refused_unless_resized(robots):
     roots = [robots["arm"], robots["wide"]]
     with pytest.raises(ValueError, match=r"Mixture key 'observation.images.front': dataset 1 \(.*wide\) key "
@@ -177,7 +184,7 @@ def test_cameras_of_different_sizes_are_refused_unless_resized(robots):
             for j in range(len(b["index"])):
                 i, index = int(b["dataset_index"][j]), int(b["index"][j])
                 expected = own[i][index][FRONT]
-                expected = expected if i == 0 else resize_frames(expected, (64, 96))
+                expected = expected if i == 0 else _resized(expected, (64, 96))
                 assert torch.equal(b[FRONT][j], expected)
     assert _mix(roots, keys="union", resize={FRONT: (32, 48)}).meta.features[FRONT]["shape"] == (32, 48, 3)
     with pytest.raises(ValueError, match=r"resize names \['observation.state'\], which are not camera keys"):

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from episodestream._format.metadata import load_metadata
-from episodestream._format.rows import RowReader
-from episodestream._runtime.sources import open_source
+from episodestream.testing.source_files import open_files, read_metadata, row_reader
 from episodestream.tools.synthetic import write_tabular_dataset
 
 
@@ -22,9 +20,9 @@ def test_reopening_big_footers_does_not_leak(tmp_path):
     # pyarrow 26 leaked a whole footer per reopen when its ParquetSchema was touched: 40 reads
     # grew RSS by ~280 MB; now it stays within a few MB.
     root = write_tabular_dataset(tmp_path / "ds", num_episodes=2000, episode_length=2, episodes_per_data_file=1000)
-    files = open_source(root, revision=None)
-    meta = load_metadata(files)
-    reader = RowReader(files, meta, max_open_files=1)
+    files = open_files(root)
+    meta = read_metadata(files)
+    reader = row_reader(files, meta, max_open_files=1)
     for index in (0, 1000):  # warm: allocator pools, imports
         reader.read(meta.episodes[index])
     before = _rss_mb()
@@ -42,8 +40,8 @@ def test_row_group_statistics_are_read_once_per_file(tmp_path, monkeypatch):
     from episodestream._format import rows as rows_module
 
     root = write_tabular_dataset(tmp_path / "ds", num_episodes=40, episode_length=3, episodes_per_data_file=20)
-    files = open_source(root, revision=None)
-    meta = load_metadata(files)
+    files = open_files(root)
+    meta = read_metadata(files)
     calls: list[int] = []
     index_ranges = rows_module._index_ranges
 
@@ -52,7 +50,7 @@ def test_row_group_statistics_are_read_once_per_file(tmp_path, monkeypatch):
         return index_ranges(handle)
 
     monkeypatch.setattr(rows_module, "_index_ranges", counted)
-    reader = RowReader(files, meta, max_open_files=1)
+    reader = row_reader(files, meta, max_open_files=1)
     for index in (0, 7, 19, 3):  # one file
         rows = reader.read(meta.episodes[index])
         assert rows.columns["episode_index"].tolist() == [index] * 3
@@ -72,9 +70,9 @@ def test_held_rows_hold_no_arrow_memory(camera_less_root):
 
     import pyarrow as pa
 
-    files = open_source(camera_less_root, revision=None)
-    meta = load_metadata(files)
-    reader = RowReader(files, meta)
+    files = open_files(camera_less_root)
+    meta = read_metadata(files)
+    reader = row_reader(files, meta)
     before = pa.total_allocated_bytes()
     held = [reader.read(meta.episodes.at(position)) for position in range(len(meta.episodes))]
     assert all(values.flags.owndata for rows in held for values in rows.columns.values())

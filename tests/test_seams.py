@@ -23,11 +23,11 @@ import pyarrow.parquet as pq  # noqa: E402
 import pytest  # noqa: E402
 
 from episodestream._format.files import DatasetFiles, EpisodeVideos, LocalFiles, SourceStats  # noqa: E402
-from episodestream._format.metadata import load_metadata  # noqa: E402
 from episodestream.tools.cli import dataset_info  # noqa: E402
 from episodestream._remote.source.files import RemoteFiles  # noqa: E402
-from episodestream._remote.source.open import open_remote_source
+from episodestream.testing.source_files import open_remote_files
 from episodestream.testing import FakeHub, HttpServer, S3Server  # noqa: E402
+from episodestream.testing.source_files import read_metadata  # noqa: E402
 from episodestream._sample.video.backends import resolve_backend  # noqa: E402
 
 REPO = "lerobot/main"
@@ -49,23 +49,23 @@ def opener(request, dataset_root, tmp_path_factory):
         if kind == "local":
             yield lambda: LocalFiles(dataset_root)
         elif kind == "file":
-            yield lambda: open_remote_source(dataset_root.as_uri(), cache_dir=cache_dir)
+            yield lambda: open_remote_files(dataset_root.as_uri(), cache_dir=cache_dir)
         elif kind == "hub":
             root = tmp_path_factory.mktemp("seam-hub")
             shutil.copytree(dataset_root, root / "datasets" / REPO)
             hub = stack.enter_context(FakeHub(root))
-            yield lambda: open_remote_source(REPO, cache_dir=cache_dir, hub_endpoint=hub.url, token=False)
+            yield lambda: open_remote_files(REPO, cache_dir=cache_dir, hub_endpoint=hub.url, token=False)
         elif kind == "s3":
             pytest.importorskip("s3fs")
             s3 = stack.enter_context(S3Server())
             s3.upload_folder(dataset_root, "robot-data", REPO)
-            yield lambda: open_remote_source(f"s3://robot-data/{REPO}", cache_dir=cache_dir,
+            yield lambda: open_remote_files(f"s3://robot-data/{REPO}", cache_dir=cache_dir,
                                              storage_options=s3.storage_options())
         else:
             served = tmp_path_factory.mktemp("seam-http")
             shutil.copytree(dataset_root, served / "main")
             server = stack.enter_context(HttpServer(served))
-            yield lambda: open_remote_source(server.url_for("main"), cache_dir=cache_dir)
+            yield lambda: open_remote_files(server.url_for("main"), cache_dir=cache_dir)
 
 
 @pytest.fixture(scope="module")
@@ -116,15 +116,15 @@ def test_data_parquet_reads_as_on_disk(files, dataset_root):
 
 
 def test_metadata_and_cache_budget_through_the_seam(files, dataset_root):
-    meta = load_metadata(files)
-    expected = load_metadata(LocalFiles(dataset_root))
+    meta = read_metadata(files)
+    expected = read_metadata(LocalFiles(dataset_root))
     assert meta.episodes.keys() == expected.episodes.keys()
     assert meta.total_frames == expected.total_frames and meta.features.keys() == expected.features.keys()
     files.check_cache_budget(meta, episodes_in_flight=4)  # no cache_limit: nothing to refuse
 
 
 def test_episode_videos_decode_as_the_local_files(files, dataset_root):
-    meta = load_metadata(files)
+    meta = read_metadata(files)
     open_video = resolve_backend("pyav", "cpu", has_video=True)
     videos = files.episode_videos()
     try:
@@ -153,7 +153,7 @@ def test_stats_count_reads_and_cache_entries_of_this_process(files, dataset_root
     """``stats()``: all zeros for a folder read in place. A source with a node cache counts the
     requests and bytes it read, and its cache entries: what one consumer acquires for an episode
     (downloads, on a fresh cache), a second consumer finds on disk, as many hits and no request."""
-    meta = load_metadata(files)
+    meta = read_metadata(files)
     episode = meta.episodes[sorted(meta.episodes)[-1]]
     before = files.stats()
     first, second = files.episode_videos(), files.episode_videos()

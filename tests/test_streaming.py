@@ -176,7 +176,7 @@ def test_rank_defaults_and_validation(dataset_root):
 
 
 def test_pipeline_is_traced_across_workers(many_episodes_root, tmp_path):
-    from episodestream._base.tracing import disable_tracer, enable_tracer, load_trace
+    from episodestream.tools.tracing import disable_tracer, enable_tracer, load_trace
 
     path = tmp_path / "trace.json"
     enable_tracer(path, level="basic")
@@ -280,24 +280,12 @@ def test_a_wide_pool_reads_the_rows_of_the_episodes_it_emits_from(camera_less_ro
     as many at each next), in one read: a pool of every episode, fresh or resumed, reads before its
     first sample only a few episodes of the file that sample needs (each read counted, and each
     episode read once), and the stream is the one reading every row at admission gives."""
-    from episodestream._format import rows as rows_module
     from episodestream._sample.holds import READ_TOGETHER, READ_TOGETHER_MAX
+    from episodestream.testing import faults
 
-    reads: list[list[int]] = []
-    real_read, real_many = rows_module.RowReader.read, rows_module.RowReader.read_many
-
-    def counted(self, episode):
-        reads.append([episode.episode_index])
-        return real_read(self, episode)
-
-    def counted_many(self, episodes):
-        reads.append([e.episode_index for e in episodes])
-        return real_many(self, episodes)
-
-    monkeypatch.setattr(rows_module.RowReader, "read", counted)
-    monkeypatch.setattr(rows_module.RowReader, "read_many", counted_many)
     monkeypatch.setattr("episodestream._sample.holds.READ_TOGETHER", 2)  # fewer than a file's episodes here
     dataset = EpisodeStreamingDataset(camera_less_root, episode_pool_size=25, seed=4, decode_group_size=1)
+    reads = faults.count_row_reads(dataset)  # each read: the episodes it read
     files = {info.episode_index: info.data_relpath for info in dataset.typed_meta.episodes.values()}
     assert max(list(files.values()).count(f) for f in set(files.values())) > 4
     assert (READ_TOGETHER, READ_TOGETHER_MAX) == (4, 256)
@@ -317,8 +305,8 @@ def test_a_wide_pool_reads_the_rows_of_the_episodes_it_emits_from(camera_less_ro
             left -= expected[-1]
         assert sizes == expected, (file, sizes)
 
-    reads.clear()
     resumed = EpisodeStreamingDataset(camera_less_root, episode_pool_size=25, seed=4, decode_group_size=1)
+    reads = faults.count_row_reads(resumed)
     resumed.load_state_dict({**dataset.state_dict(), "batches_consumed": 40, "batch_size": 1, "num_workers": 0})
     again = iter(resumed)
     sample = next(again)

@@ -2,9 +2,9 @@
 
 Parsing a DROID-sized keep-ranges JSON (92,000 episodes, ~300,000 small lists) or building one
 ``Segment`` per episode allocates hundreds of thousands of containers, and each allocation burst
-triggers collections that walk the whole heap (a trainer's, with torch imported, is large):
-measured 1.26 s to ``json.load`` such a file with the collector on, 0.40 s with it paused. The
-objects made hold no cycles, so nothing is left for the collector to find afterwards.
+triggers collections that walk the whole heap (a trainer's, with torch imported, is large): such
+a ``json.load`` took about three times as long with the collector on (docs/benchmarks-log.md,
+the curated construction at DROID's size). The objects made hold no cycles, so nothing is left for the collector to find afterwards.
 """
 
 from __future__ import annotations

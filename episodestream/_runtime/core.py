@@ -84,25 +84,20 @@ class DatasetCore:
     def __init__(self, source: str | os.PathLike, *, episode_weights: Mapping[int, float] | str | None = None,
                  episodes_in_flight: int | None = 1, local_cache_dir: bool = False,
                  **options: Unpack[SourceOptions]) -> None:
-        revision, episodes, keep_frames = options["revision"], options["episodes"], options["keep_frames"]
-        delta_timestamps, tolerance_s = options["delta_timestamps"], options["tolerance_s"]
-        return_uint8, image_transforms = options["return_uint8"], options["image_transforms"]
-        depth_output_unit, video_backend = options["depth_output_unit"], options["video_backend"]
-        decode_device, cache_dir, cache_limit = options["decode_device"], options["cache_dir"], options["cache_limit"]
-        storage_options, token = options["storage_options"], options["token"]
-        hub_endpoint, download_config = options["hub_endpoint"], options["download_config"]
+        episodes, keep_frames = options["episodes"], options["keep_frames"]
+        delta_timestamps, image_transforms = options["delta_timestamps"], options["image_transforms"]
         # DataLoader workers fork this process: they must not free its garbage (``_base.fork_safety``).
         freeze_inherited_objects_in_forked_children()
         self.source = source
-        self.revision = revision
-        self.cache_dir = cache_dir  # also where exact stats are cached (``compute_stats``)
-        self.tolerance_s = check_positive_float("tolerance_s", tolerance_s)
-        depth_output_unit = check_depth_unit(depth_output_unit)  # checked once, before the source is opened
+        self.revision = revision = options["revision"]
+        self.cache_dir = options["cache_dir"]  # also where exact stats are cached (``compute_stats``)
+        self.tolerance_s = check_positive_float("tolerance_s", options["tolerance_s"])
+        # checked once, before the source is opened
+        depth_output_unit = check_depth_unit(options["depth_output_unit"])
         if image_transforms is not None and not callable(image_transforms):
             raise TypeError(f"image_transforms must be callable, got {image_transforms!r}.")
-        self.files = open_source(source, revision=revision, local_cache_dir=local_cache_dir, cache_dir=cache_dir,
-                                 cache_limit=cache_limit, storage_options=storage_options, token=token,
-                                 hub_endpoint=hub_endpoint, download_config=download_config)
+        # The options go on as one value: open_source takes the revision and the remote options from it.
+        self.files = open_source(source, local_cache_dir=local_cache_dir, **options)
         self.meta = load_metadata(self.files)
         # A remote cache must hold what one consumer keeps in flight; refuse a smaller budget now
         # rather than stall mid-epoch (None: the caller checks, once it has chosen its pool).
@@ -129,9 +124,11 @@ class DatasetCore:
         for message in window_warnings(self.delta_timestamps, self.offsets, fps=self.meta.fps,
                                        longest_episode=int(self.episodes.lengths.max())):
             warn_user(message, RuntimeWarning)
-        self.open_video = resolve_backend(video_backend, decode_device, has_video=bool(self.meta.video_keys))
+        self.open_video = resolve_backend(options["video_backend"], options["decode_device"],
+                                          has_video=bool(self.meta.video_keys))
         self.builder = SampleBuilder(self.meta, offsets=self.offsets,
-                                     tolerance_s=self.tolerance_s, return_uint8=check_bool("return_uint8", return_uint8),
+                                     tolerance_s=self.tolerance_s,
+                                     return_uint8=check_bool("return_uint8", options["return_uint8"]),
                                      image_transforms=image_transforms,
                                      depth_output_unit=depth_output_unit)
 
@@ -272,15 +269,26 @@ class DatasetFacts:
         kept frames (``episode_weights``: ``w`` for an integer weight, the anchors' exact share for a
         fractional one); ``count`` is the kept frames.
 
-        cache: keep the result under ``cache_dir/stats`` (default ``EPISODESTREAM_CACHE_DIR``, else
-            the user's cache folder), keyed by the source, revision, selection and each data file's
-            version; a second call, in this run or a later one, reads it back.
-        progress: show a tqdm progress bar of the rows read.
+        Args:
+            cache (bool): keep the result under ``cache_dir/stats`` (default
+                ``EPISODESTREAM_CACHE_DIR``, else the user's cache folder), keyed by the source,
+                revision, selection and each data file's version; a second call, in this run or a
+                later one, reads it back. Defaults to ``True``.
+            progress (bool): show a tqdm progress bar of the rows read. Defaults to ``False``.
+
+        Returns:
+            dict[str, dict[str, np.ndarray]]: ``{feature: {statistic: array}}``, as above.
+
+        Raises:
+            TypeError: ``cache`` or ``progress`` is not a bool.
         """
         return exact_stats(self._core, cache=check_bool("cache", cache), progress=check_bool("progress", progress))
 
     def source_stats(self) -> SourceStats:
-        """What this process's reads of the source have cost so far (requests, bytes, node-cache
-        hits and misses; all zeros for a local folder). Each DataLoader worker counts its own:
-        call it in the worker (e.g. at the end of its iteration) for what the worker fetched."""
+        """What this process's reads of the source have cost so far. Each DataLoader worker counts
+        its own: call it in the worker (e.g. at the end of its iteration) for what the worker fetched.
+
+        Returns:
+            SourceStats: requests, bytes, node-cache hits and misses (all zeros for a local folder).
+        """
         return self._core.files.stats()

@@ -32,15 +32,35 @@ class StreamingFace(torch.utils.data.IterableDataset):
         return self._runtime.epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch the next iteration streams (reaches persistent DataLoader workers too)."""
+        """Select the epoch the next iteration streams (reaches persistent DataLoader workers too).
+
+        Args:
+            epoch (int): the epoch, 0 or more.
+
+        Raises:
+            TypeError: ``epoch`` is not an int.
+            ValueError: ``epoch`` is negative.
+        """
         self._runtime.set_epoch(check_int("epoch", epoch, minimum=0))
 
     def __len__(self) -> int:
-        """Samples this rank yields in the next iteration: its share of the epoch, or what is left of
-        a resumed epoch (assuming the saving run's num_workers)."""
+        """Samples this rank yields in the next iteration.
+
+        Returns:
+            int: its share of the epoch, or what is left of a resumed epoch (assuming the saving
+            run's num_workers).
+        """
         return self._runtime.num_samples()
 
     def __getitem__(self, index: Any) -> NoReturn:
+        """A stream has no samples by index (the error says where they are).
+
+        Args:
+            index (Any): any index.
+
+        Raises:
+            TypeError: always, naming the map-style twin (``EpisodeDataset``) or what to index instead.
+        """
         # torch's Dataset.__getitem__ says only "Subclasses of Dataset should implement __getitem__".
         raise TypeError(f"{type(self).__name__} streams and cannot be indexed ({self._face}[{index!r}]): iterate it "
                         f"(for sample in {self._face}: ..., a DataLoader or an EpisodeLoader). {self._by_index}")
@@ -54,6 +74,12 @@ class StreamingFace(torch.utils.data.IterableDataset):
         raise NotImplementedError
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        """Stream this consumer's share of the epoch the dataset is at (``epoch``), from where a
+        loaded state left it; running to the end advances the epoch.
+
+        Yields:
+            dict[str, Any]: the samples, in this consumer's order.
+        """
         # Not a generator itself: the epoch is marked started when the DataLoader asks for the
         # iterator, so a checkpoint taken before the first batch already names this epoch.
         source = self._runtime
@@ -79,21 +105,35 @@ class StreamingFace(torch.utils.data.IterableDataset):
     # -- resume -----------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """A small JSON-serialisable state: the epoch, what identifies the stream (seed, fingerprint),
-        its layout and this consumer's position. The trainer adds ``batches_consumed`` (batches taken
-        from this epoch's loader, counted from the start of the epoch, across resumes),
-        ``batch_size``, ``num_workers`` and ``drop_last`` (``stream_state(loader, n)`` does) and passes
-        the result to ``load_state_dict`` on restart; torchdata's StatefulDataLoader saves it as it
-        is, per consumer."""
+        """This consumer's resume state.
+
+        The trainer adds ``batches_consumed`` (batches taken from this epoch's loader, counted from
+        the start of the epoch, across resumes), ``batch_size``, ``num_workers`` and ``drop_last``
+        (``stream_state(loader, n)`` does) and passes the result to ``load_state_dict`` on restart;
+        torchdata's StatefulDataLoader saves it as it is, per consumer.
+
+        Returns:
+            dict[str, Any]: a small JSON-serialisable state: the epoch, what identifies the stream
+            (seed, fingerprint), its layout and this consumer's position.
+        """
         return self._runtime.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any], *, strict: bool = True) -> None:
-        """Resume from ``state``: a trainer's state (``stream_state``'s, ``EpisodeLoader.state_dict()``),
-        whose epoch the next iteration continues, exactly with the same ranks, workers and pool sizes,
-        else elastically; or ``state_dict()`` itself (what StatefulDataLoader saves per consumer),
-        which resumes the same consumer. A state whose identity (seed, shuffle, fingerprint: source,
-        revision, episode selection, windows, dataset size; a mixture's weights, stop and components)
-        differs is refused unless ``strict=False``."""
+        """Resume from ``state``; the next iteration continues its epoch.
+
+        Args:
+            state (Mapping[str, Any]): a trainer's state (``stream_state``'s,
+                ``EpisodeLoader.state_dict()``), continued exactly with the same ranks, workers and
+                pool sizes, else elastically; or ``state_dict()`` itself (what StatefulDataLoader
+                saves per consumer), which resumes the same consumer.
+            strict (bool): refuse a state whose identity (seed, shuffle, fingerprint: source,
+                revision, episode selection, windows, dataset size; a mixture's weights, stop and
+                components) differs; False loads it anyway. Defaults to ``True``.
+
+        Raises:
+            TypeError: ``strict`` is not a bool, or ``state`` is not a state.
+            ValueError: ``state`` is malformed, of another format, or (``strict``) of another stream.
+        """
         strict = check_bool("strict", strict)
         saved = self._runtime.parse(state)
         if saved.consumer is not None:

@@ -1,6 +1,6 @@
 """``EpisodeMixture(keys=...)``: the mixture's own features, reconciled from its components' once.
 
-``keys="same"`` keeps today's rule (identical keys, dtypes, shapes and windows; ``mixture._check_features``
+``keys="same"`` keeps today's rule (identical keys, dtypes, shapes and windows; ``check_same_features``
 lists the differences). ``"union"`` keeps every key of any component, ``"intersection"`` the keys
 every component has. Under both, for each mixture key, over the components that have it:
 
@@ -18,21 +18,25 @@ every component has. Under both, for each mixture key, over the components that 
   different lengths (or a window beside none).
 
 Every sample also carries ``robot_type``, its component's ``info.json`` string ("" when absent).
-The per-component work is a ``ComponentAdapter``, applied by ``mixture_stream`` to each planned
+``mixture_schema`` builds the schema from the components' runtimes, with the checks that come before
+it (``keys="same"``) and after it (one camera frame dtype). The per-component work is a ``ComponentAdapter``, applied by ``mixture_stream`` to each planned
 sample (padding, fill-ins, masks: tabular, cheap) and to each finished one (resizes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from episodestream._format.dtypes import sample_dtype
+from episodestream._format.dtypes import is_numeric, sample_dtype
 from episodestream._format.language import LANGUAGE_COLUMNS
+
+if TYPE_CHECKING:
+    from episodestream._runtime.dataset_runtime import DatasetRuntime
 
 KEY_MODES = ("same", "union", "intersection")
 DIM_MASK_SUFFIX = "_dim_mask"
@@ -334,3 +338,70 @@ def resize_frames(frames: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     if not batch.is_floating_point():
         out = out.round_().clamp_(0, 255).to(batch.dtype)
     return out[0] if frames.ndim == 3 else out
+
+
+def mixture_schema(components: Sequence[DatasetRuntime], renames: Sequence[Mapping[str, str]], *, keys: str,
+                   resize: Mapping[str, tuple[int, int]] | None) -> MixtureSchema:
+    """The mixture's schema over its components' runtimes (``keys``: one of ``KEY_MODES``, checked by
+    the caller): under ``"same"`` every component must give the same features first
+    (``check_same_features``), and every component must give camera frames of one dtype."""
+    if keys == "same":
+        check_same_features(components, renames, resized=set(resize or ()))
+    schema = MixtureSchema([_view(c, r) for c, r in zip(components, renames)], keys=keys, resize=resize,
+                           camera_sizes=[_camera_sizes(c, r) for c, r in zip(components, renames)])
+    dtypes = [str(c.builder.frame_dtype).removeprefix("torch.") for c in components]
+    if len(set(dtypes)) > 1:
+        raise ValueError(f"The datasets of a mixture must give camera frames of one dtype (return_uint8 alike); "
+                         f"they give {dtypes}.")
+    return schema
+
+
+def check_same_features(components: Sequence[DatasetRuntime], renames: Sequence[Mapping[str, str]],
+                        resized: Collection[str] = ()) -> None:
+    """``keys="same"``: one ValueError listing every key whose dtype, shape or window length differs
+    between the components (or that some lack), after ``rename=``."""
+    tables = [_feature_table(c, r, resized) for c, r in zip(components, renames)]
+    every = list(dict.fromkeys(k for t in tables for k in t))
+    lines = []
+    for key in every:
+        seen = [t.get(key, "missing") for t in tables]
+        if len(set(seen)) > 1:
+            lines.append(f"{key!r}: " + "; ".join(f"dataset {i} ({c.core.meta.description}) {s}"
+                                                   for i, (c, s) in enumerate(zip(components, seen))))
+    if lines:
+        raise ValueError("The datasets of a mixture must give the same keys, dtypes, shapes and window lengths "
+                         "(after rename=); these differ:\n  " + "\n  ".join(lines))
+
+
+def _feature_table(component: DatasetRuntime, rename: Mapping[str, str],
+                   resized: Collection[str] = ()) -> dict[str, str]:
+    """Each (renamed) feature's dtype, shape and window length, as text to compare and to show
+    (a camera that ``resize=`` names without its size)."""
+    offsets = component.offsets
+    table = {}
+    for key, feature in component.core.meta.features.items():
+        window = f", window of {len(offsets[key])}" if key in offsets else ""
+        target = rename.get(key, key)
+        shape = "resized" if target in resized else list(feature.shape)
+        # A sample's dtype, not the stored one: float64 beside float32 mix (both come out float32).
+        dtype = sample_dtype(feature.dtype) if is_numeric(feature.dtype) else feature.dtype
+        table[target] = f"{dtype} {shape}{window}"
+    return table
+
+
+def _view(component: DatasetRuntime, rename: Mapping[str, str]) -> ComponentView:
+    typed, meta = component.core.meta, component.core.lerobot_meta
+    names = meta.names
+    return ComponentView(
+        description=typed.description,
+        features={rename.get(k, k): f for k, f in typed.features.items()},
+        names={rename.get(k, k): names.get(k) for k in typed.features},
+        windows={rename.get(k, k): len(v) for k, v in component.offsets.items()},
+        robot_type=str(typed.info.get("robot_type") or ""),
+        own_keys={rename.get(k, k): k for k in typed.features},
+        specs={rename.get(k, k): dict(meta.features[k]) for k in typed.features})
+
+
+def _camera_sizes(component: DatasetRuntime, rename: Mapping[str, str]) -> dict[str, tuple[int, int, int]]:
+    typed, meta = component.core.meta, component.core.lerobot_meta
+    return {rename.get(k, k): camera_chw(typed.features[k].shape, meta.features[k]) for k in typed.camera_keys}

@@ -90,12 +90,22 @@ class SourceOptions(TypedDict, total=False):
 
 
 SOURCE_OPTION_NAMES: tuple[str, ...] = tuple(SourceOptions.__annotations__)  # in the order documented
-# Each option's default (what ``SourceOptions`` documents in parentheses; a test holds them equal).
-SOURCE_OPTION_DEFAULTS: Mapping[str, Any] = {
-    "revision": None, "episodes": None, "keep_frames": None, "delta_timestamps": None, "tolerance_s": 1e-4,
-    "return_uint8": False, "image_transforms": None, "depth_output_unit": "mm", "video_backend": None,
-    "decode_device": "cpu", "cache_dir": None, "cache_limit": None, "storage_options": None, "token": None,
-    "hub_endpoint": None, "download_config": None}
+# Each option's default, by the groups ``SourceOptions`` documents them in (its docstring states each
+# default in parentheses; a test holds them equal). Everything else (the constructors' signatures,
+# ``open_source``'s fill-in of what a caller left out) is derived from this one table.
+SOURCE_OPTION_GROUPS: Mapping[str, Mapping[str, Any]] = {
+    "What to read": {"revision": None, "episodes": None, "keep_frames": None, "delta_timestamps": None,
+                     "tolerance_s": 1e-4},
+    "What a sample looks like": {"return_uint8": False, "image_transforms": None, "depth_output_unit": "mm",
+                                 "video_backend": None, "decode_device": "cpu"},
+    "Remote sources": {"cache_dir": None, "cache_limit": None, "storage_options": None, "token": None,
+                       "hub_endpoint": None, "download_config": None},
+}
+SOURCE_OPTION_DEFAULTS: Mapping[str, Any] = {name: default for group in SOURCE_OPTION_GROUPS.values()
+                                             for name, default in group.items()}
+# The options only a remote source uses (``open_source`` passes them on; a local folder warns of them).
+REMOTE_OPTION_NAMES: tuple[str, ...] = tuple(SOURCE_OPTION_GROUPS["Remote sources"])
+assert tuple(SOURCE_OPTION_DEFAULTS) == SOURCE_OPTION_NAMES, "SOURCE_OPTION_GROUPS must follow SourceOptions"
 
 
 P = ParamSpec("P")

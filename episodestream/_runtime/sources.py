@@ -9,24 +9,30 @@ dataset repo id. Remote sources go through ``remote``.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from episodestream._base.warn import warn_user
 from episodestream._format.files import DatasetFiles, LocalFiles
+from episodestream._runtime.source_options import REMOTE_OPTION_NAMES, SOURCE_OPTION_DEFAULTS, SourceOptions
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
 _FILE_SCHEME = "file://"
 
 
-def open_source(source: str | os.PathLike, *, revision: str | None, cache_dir: str | os.PathLike | None = None,
-                cache_limit: int | str | None = None, storage_options: Mapping[str, Any] | None = None,
-                token: str | None = None, hub_endpoint: str | None = None,
-                download_config: Any = None, local_cache_dir: bool = False) -> DatasetFiles:
-    """``local_cache_dir``: the caller also uses ``cache_dir`` for a local folder (the map-style
+def open_source(source: str | os.PathLike, *, local_cache_dir: bool = False,
+                **options: Unpack[SourceOptions]) -> DatasetFiles:
+    """The source's files, read with the ``SourceOptions`` it uses: ``revision`` and the remote
+    options (``REMOTE_OPTION_NAMES``; any other option is not its business and left alone), each
+    left out taking its default from ``SOURCE_OPTION_DEFAULTS``.
+
+    ``local_cache_dir``: the caller also uses ``cache_dir`` for a local folder (the map-style
     dataset's column cache), so giving it is not a mistake to warn about."""
-    remote_options = dict(cache_dir=cache_dir, cache_limit=cache_limit, storage_options=storage_options,
-                          token=token, hub_endpoint=hub_endpoint, download_config=download_config)
+    revision = options.get("revision", SOURCE_OPTION_DEFAULTS["revision"])
+    remote_options: dict[str, Any] = {name: options.get(name, SOURCE_OPTION_DEFAULTS[name])
+                                      for name in REMOTE_OPTION_NAMES}
     folder = local_folder(source)
     if folder is not None:
         if revision is not None:

@@ -7,7 +7,9 @@ and ``ShapingProxy`` sits in front of any of them to throttle, delay and break t
 starts nothing and imports neither moto nor huggingface_hub.
 
 ``episodestream.testing.faults`` (imported on its own) is the test seam into a dataset: where it opens
-video readers, episode videos, decoder caches and downloads, for tests that inject faults there.
+video readers, row readers, episode videos, decoder caches and downloads, for tests that inject faults
+there, and what a consumer's schedule plans. ``episodestream.testing.source_files`` (imported on its
+own too) opens a source's files without a dataset, for tests of that layer.
 """
 
 from episodestream.testing._fake_hub import FakeHub, HubStats, PathStats

@@ -1,5 +1,6 @@
-"""The package's test seam: where a dataset opens video readers, episode videos, decoder caches and
-downloads, for tests that inject faults there or watch what passes through.
+"""The package's test seam: where a dataset opens video readers, row readers, episode videos, decoder
+caches and downloads, for tests that inject faults there or watch what passes through, and what a
+consumer's schedule plans (``planned_samples``).
 
 Tests and benchmarks call these instead of reaching into a dataset's private parts, so this module
 is the one place outside the datasets that knows where those parts live. Each function takes an
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from episodestream._runtime.core import DatasetCore
     from episodestream._format.files import DatasetFiles, EpisodeVideos
+    from episodestream._format.rows import RowReader
     from episodestream.mapstyle import EpisodeDataset
     from episodestream._remote.transport.reader import FetchFn
     from episodestream.streaming import EpisodeStreamingDataset
@@ -32,8 +34,9 @@ if TYPE_CHECKING:
 
     Dataset = EpisodeStreamingDataset | EpisodeDataset
 
-__all__ = ["ReaderCounts", "count_video_readers", "download_fetch", "open_episode_videos", "replace_decoder_cache",
-           "source_files", "wrap_episode_videos", "wrap_video_readers"]
+__all__ = ["ReaderCounts", "count_row_reads", "count_video_readers", "download_fetch", "open_episode_videos",
+           "planned_samples", "replace_decoder_cache", "source_files", "wrap_episode_videos", "wrap_row_readers",
+           "wrap_video_readers"]
 
 
 def _core(dataset: Dataset) -> DatasetCore:
@@ -85,6 +88,54 @@ def count_video_readers(dataset: Dataset) -> ReaderCounts:
     counts = ReaderCounts()
     wrap_video_readers(dataset, lambda reader, path: _CountedReader(reader, counts))
     return counts
+
+
+def wrap_row_readers(dataset: Dataset, wrap: Callable[[RowReader], Any]) -> None:
+    """Every reader of episodes' rows the dataset opens from now on is ``wrap(reader)``; the result
+    needs ``read(episode)`` (and ``read_many(episodes)``, which a pool uses where it has it) and
+    whatever else it does not override (``__getattr__`` to the reader is enough)."""
+    core = _core(dataset)
+    row_reader = core.row_reader
+    core.row_reader = lambda: wrap(row_reader())  # type: ignore[method-assign]
+
+
+class _CountedRows:
+    def __init__(self, inner: RowReader, reads: list[list[int]]) -> None:
+        self._inner, self._reads = inner, reads
+
+    def read(self, episode):
+        self._reads.append([episode.episode_index])
+        return self._inner.read(episode)
+
+    def read_many(self, episodes):
+        self._reads.append([episode.episode_index for episode in episodes])
+        return self._inner.read_many(episodes)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def count_row_reads(dataset: Dataset) -> list[list[int]]:
+    """Record the rows the dataset reads from now on (``wrap_row_readers``): each read appends the
+    episode indices it read, one for an episode read alone, several for a data file's episodes read
+    together. The list returned is the record."""
+    reads: list[list[int]] = []
+    wrap_row_readers(dataset, lambda reader: _CountedRows(reader, reads))
+    return reads
+
+
+def planned_samples(dataset: EpisodeStreamingDataset, *, epoch: int, worker: int = 0,
+                    num_workers: int = 1) -> list[tuple[int, int]]:
+    """The ``(episode_index, frame_index)`` of each sample one consumer of the dataset's rank streams in
+    ``epoch``, in order, from its schedule alone (no rows read, nothing decoded): DataLoader worker
+    ``worker`` of ``num_workers`` (0 of 1: iterating in the main process)."""
+    from episodestream._base.world import World
+    from episodestream._plan.sampling import EMIT
+    from episodestream._runtime.face import runtime_of
+
+    runtime = runtime_of(dataset, needs="planned_samples needs")
+    steps = runtime.schedule(World(runtime.rank, runtime.world_size, worker, num_workers), epoch)  # type: ignore[attr-defined]
+    return [(episode, frame) for kind, episode, frame in steps if kind == EMIT]
 
 
 def wrap_episode_videos(dataset: Dataset, wrap: Callable[[EpisodeVideos], Any]) -> None:

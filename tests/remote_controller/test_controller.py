@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from episodestream._remote.transport.config import ControllerConfig
+from episodestream.remote import ControllerConfig
 from episodestream._remote.transport.controller import DownloadController
 from episodestream._remote.transport.request import DownloadError, RetryPolicy
 from episodestream._remote.transport.estimator import LinkEstimator

@@ -15,7 +15,6 @@ os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
 
 import pytest
 
-from episodestream._remote.transport.config import env_var
 
 from ..remote_streaming.conftest import REPO, assert_same_samples
 
@@ -40,7 +39,7 @@ def download_knobs(monkeypatch, tmp_path):
     def set_knobs(**knobs) -> None:
         knobs.setdefault("permits_dir", str(tmp_path / "permits"))
         for name, value in knobs.items():
-            monkeypatch.setenv(env_var(name), str(value))
+            monkeypatch.setenv(f"EPISODESTREAM_DOWNLOAD_{name.upper()}", str(value))
 
     set_knobs()
     return set_knobs

@@ -13,8 +13,8 @@ import traceback
 import pytest
 
 from episodestream import EpisodeStreamingDataset
-from episodestream._remote.transport.request import DownloadError
-from episodestream._remote.source.open import open_remote_source
+from episodestream.remote import DownloadError
+from episodestream.testing.source_files import open_remote_files
 from episodestream.testing import FakeHub, S3Server, ShapingProxy
 
 from ..remote_streaming.conftest import REPO, remote_dataset
@@ -38,7 +38,7 @@ def test_attempts_run_out_then_download_error_names_url_status_attempts(
         fault, settings, status, faults_hub_root, tmp_path, download_knobs):
     download_knobs(**{**FAST_KNOBS, "max_attempts": 3, "request_timeout_s": 0.2})
     with FakeHub(faults_hub_root, token=TOKEN) as hub, ShapingProxy(hub.url) as proxy:
-        files = open_remote_source(REPO, cache_dir=tmp_path / "cache", hub_endpoint=proxy.url, token=TOKEN)
+        files = open_remote_files(REPO, cache_dir=tmp_path / "cache", hub_endpoint=proxy.url, token=TOKEN)
         try:
             proxy.update(**settings)
             proxy.reset_stats()
@@ -70,7 +70,7 @@ def test_s3_download_error_and_no_botocore_retries(dataset_root, tmp_path, downl
             options = s3.storage_options()
             options["client_kwargs"]["endpoint_url"] = proxy.url
             options.update(secret="s3-secret-never-shown")
-            files = open_remote_source("s3://robot-data/lerobot/main", cache_dir=tmp_path / "cache",
+            files = open_remote_files("s3://robot-data/lerobot/main", cache_dir=tmp_path / "cache",
                                        storage_options=options)
             try:
                 proxy.update(error_503_rate=1.0)
@@ -102,7 +102,7 @@ def test_missing_file_is_file_not_found_after_one_attempt(faults_hub_root, tmp_p
     root = tmp_path / "hub"
     shutil.copytree(faults_hub_root, root)
     with FakeHub(root) as hub, ShapingProxy(hub.url) as proxy:
-        files = open_remote_source(REPO, cache_dir=tmp_path / "cache", hub_endpoint=proxy.url, token=False)
+        files = open_remote_files(REPO, cache_dir=tmp_path / "cache", hub_endpoint=proxy.url, token=False)
         try:
             (root / "datasets" / REPO / INFO).unlink()  # gone after the listing
             proxy.reset_stats()
@@ -122,7 +122,7 @@ def test_retry_after_is_honoured(faults_hub_root, tmp_path, download_knobs):
     big = root / "datasets" / REPO / "big.bin"
     big.write_bytes(bytes(range(256)) * 4096)  # 1 MiB
     with FakeHub(root) as hub, ShapingProxy(hub.url) as proxy:
-        files = open_remote_source(REPO, cache_dir=tmp_path / "cache", hub_endpoint=proxy.url, token=False)
+        files = open_remote_files(REPO, cache_dir=tmp_path / "cache", hub_endpoint=proxy.url, token=False)
         try:
             size = files.size_bytes("big.bin")
             files.read_bytes(INFO)  # clients and controller made before the race starts
@@ -155,7 +155,7 @@ def test_a_listing_retries_under_the_one_policy_and_the_controller_sees_it(fault
     # The listing was huggingface_hub's (HfFileSystem.find: http_backoff, 6 requests, 1-8 s sleeps,
     # no throttle seen by the controller); now it is our request path's: max_attempts, cuts.
     from episodestream._remote.source.resolve import list_source, resolve_source
-    from episodestream._remote.transport.config import ControllerConfig
+    from episodestream.remote import ControllerConfig
     from episodestream._remote.transport.controller import DownloadController
 
     download_knobs(**{**FAST_KNOBS, "max_attempts": 3})

@@ -5,7 +5,7 @@ as "slower than its best" and the budget never rose again (found by benchmarks/n
 
 from __future__ import annotations
 
-from episodestream._remote.transport.config import ControllerConfig
+from episodestream.remote import ControllerConfig
 from episodestream._remote.transport.controller import DownloadController
 from episodestream._remote.transport.permits import NodePermits
 

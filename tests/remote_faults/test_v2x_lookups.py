@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from episodestream import EpisodeStreamingDataset
-from episodestream._remote.source.open import open_remote_source
+from episodestream.testing.source_files import open_remote_files
 from episodestream.testing import FakeHub, ShapingProxy
 from episodestream.tools.synthetic import write_synthetic_dataset
 
@@ -50,7 +50,7 @@ def test_look_ups_that_keep_failing_name_the_file(v21_faults, tmp_path, download
     download_knobs(**{**FAST_KNOBS, "max_attempts": 3})
     _, hub_root = v21_faults
     with FakeHub(hub_root) as hub, ShapingProxy(hub.url) as proxy:
-        files = open_remote_source(V21_REPO, cache_dir=tmp_path / "cache", hub_endpoint=proxy.url, token=False)
+        files = open_remote_files(V21_REPO, cache_dir=tmp_path / "cache", hub_endpoint=proxy.url, token=False)
         try:
             proxy.update(error_503_rate=1.0)
             proxy.reset_stats()
@@ -66,7 +66,7 @@ def test_look_ups_hold_download_permits(v21_faults, tmp_path, download_knobs):
     download_knobs(**{**FAST_KNOBS, "floor_permits": 1, "initial_permits": 1, "cap_permits": 1})
     _, hub_root = v21_faults
     with FakeHub(hub_root) as hub, ShapingProxy(hub.url) as proxy:
-        files = open_remote_source(V21_REPO, cache_dir=tmp_path / "cache", hub_endpoint=proxy.url, token=False)
+        files = open_remote_files(V21_REPO, cache_dir=tmp_path / "cache", hub_endpoint=proxy.url, token=False)
         try:
             controller = files.download.controller(files.filesystem())
             proxy.reset_stats()
@@ -86,7 +86,7 @@ def test_throttled_look_ups_cut_the_download_budget(v21_faults, tmp_path, downlo
     download_knobs(**{**FAST_KNOBS, "max_attempts": 3})
     _, hub_root = v21_faults
     with FakeHub(hub_root) as hub, ShapingProxy(hub.url) as proxy:
-        files = open_remote_source(V21_REPO, cache_dir=tmp_path / "cache", hub_endpoint=proxy.url, token=False)
+        files = open_remote_files(V21_REPO, cache_dir=tmp_path / "cache", hub_endpoint=proxy.url, token=False)
         try:
             controller = files.download.controller(files.filesystem())
             before = controller.budget()
@@ -108,7 +108,7 @@ def test_curation_by_the_episodes_table_and_a_wrong_length_on_a_remote_v21(v21_f
 
     import pyarrow.compute as pc
 
-    from episodestream._base.errors import DatasetFormatError
+    from episodestream import DatasetFormatError
 
     local_root, hub_root = v21_faults
     options = dict(episodes=pc.field("length") >= 7, episode_weights="length", seed=0)

@@ -14,9 +14,9 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from episodestream._remote.transport.config import ControllerConfig
+from episodestream.remote import ControllerConfig
 from episodestream._remote.transport.download import DownloadFetch, default_fetch, link_name
-from episodestream._remote.source.open import open_remote_source
+from episodestream.testing.source_files import open_remote_files
 from episodestream.testing import FakeHub
 
 from ..remote_streaming.conftest import REPO
@@ -44,7 +44,7 @@ def test_default_fetch_reads_knobs_when_called(monkeypatch, tmp_path):
 def test_remote_sources_read_through_the_controller(faults_hub_root, tmp_path, download_knobs):
     download_knobs(max_attempts=4)
     with FakeHub(faults_hub_root) as hub:
-        files = open_remote_source(REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False,
+        files = open_remote_files(REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False,
                                    download_config={"request_timeout_s": 5})
         try:
             fetch = files.download
@@ -64,7 +64,7 @@ def test_remote_sources_read_through_the_controller(faults_hub_root, tmp_path, d
         finally:
             files.close()
     with pytest.raises(ValueError, match="Invalid request_timeout_s"):
-        open_remote_source(REPO, cache_dir=tmp_path, download_config={"request_timeout_s": -1})
+        open_remote_files(REPO, cache_dir=tmp_path, download_config={"request_timeout_s": -1})
 
 
 def test_budget_names_and_local_reads(tmp_path):
@@ -90,8 +90,8 @@ def _cold_build(hub_root, tmp_path, revision: str | None) -> tuple[dict[str, int
     on, as a user has it): the requests the Hub saw other than file reads, and which of
     huggingface_hub's API and filesystem modules the process imported."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    code = ("import json, sys; from episodestream._remote.source.open import open_remote_source; "
-            "open_remote_source(sys.argv[1], revision=sys.argv[4] or None, cache_dir=sys.argv[2], "
+    code = ("import json, sys; from episodestream.testing.source_files import open_remote_files; "
+            "open_remote_files(sys.argv[1], revision=sys.argv[4] or None, cache_dir=sys.argv[2], "
             "hub_endpoint=sys.argv[3], token=False, fetch_metadata=True).close(); "
             "print(json.dumps(sorted(m for m in ('huggingface_hub.hf_api', 'huggingface_hub.hf_file_system') "
             "if m in sys.modules)))")

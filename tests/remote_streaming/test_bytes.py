@@ -13,10 +13,7 @@ import av
 import torch.utils.data
 
 from episodestream import EpisodeStreamingDataset
-from episodestream._format.files import LocalFiles
-from episodestream._format.metadata import load_metadata
-from episodestream._format.rows import RowReader
-from episodestream._remote.source.open import open_remote_source
+from episodestream.testing.source_files import open_files, open_remote_files, read_metadata, row_reader
 from episodestream.testing import FakeHub
 
 from .conftest import ROWS_REPO, SPANS_REPO, assert_same_samples, cache_files, remote_dataset
@@ -90,13 +87,13 @@ def test_each_span_fetched_once_per_node_and_bytes_per_episode(hub_root, spans_r
 
 
 def test_rows_fetch_the_row_group_and_the_footer_once(hub_root, rows_root, tmp_path):
-    meta = load_metadata(LocalFiles(rows_root))
+    meta = read_metadata(open_files(rows_root))
     first_file = list(meta.episodes.values())
     assert len({ep.data_relpath for ep in first_file}) == 1
     with FakeHub(hub_root) as hub:
-        files = open_remote_source(ROWS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False)
+        files = open_remote_files(ROWS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False)
         try:
-            reader, local_reader = RowReader(files, meta), RowReader(LocalFiles(rows_root), meta)
+            reader, local_reader = row_reader(files, meta), row_reader(open_files(rows_root), meta)
             key = f"{ROWS_REPO}/{first_file[0].data_relpath}"
             size = files.size_bytes(first_file[0].data_relpath)
             sent = []

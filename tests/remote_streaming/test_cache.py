@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from episodestream import EpisodeStreamingDataset
-from episodestream._remote.cache.node_cache import CacheFullError, CacheStats, EntryState, NodeCache
-from episodestream._remote.source.open import open_remote_source
-from episodestream._remote.source.prewarm import unpin_all
+from episodestream.remote import CacheFullError, CacheStats, EntryState, NodeCache
+from episodestream.testing.source_files import open_remote_files
+from episodestream.tools.cli import main
 from episodestream.testing import FakeHub, ShapingProxy
 
 from .conftest import REPO, SPANS_REPO, assert_same_samples, cache_files, remote_dataset
@@ -145,7 +145,7 @@ def test_users_that_died_do_not_count(tmp_path):
     (root / "a.bin.refs" / f"{cache.marker('x').rsplit('-', 2)[0]}-999-old").touch()
     assert cache.refcount("a.bin") == 1
     assert cache.release("a.bin", "me") and cache_files(root) == []
-    # What only dead processes used is pruned (open_remote_source does it at start).
+    # What only dead processes used is pruned (opening a remote source does it at start).
     for name in ("b.bin", "c.bin"):
         child = FORK.Process(target=_acquire_and_die, args=(root, name))
         child.start()
@@ -246,7 +246,7 @@ def test_pins_that_fill_the_cache_mid_epoch_end_it_at_once(hub_root, tmp_path, m
         assert time.monotonic() - start_s < 30
         message = str(caught.value)
         assert "waiting cannot help" in message and "other-source" in message and "cache unpin" in message
-        unpin_all(cache)
+        assert main(["cache", "unpin", "--cache-dir", str(cache.root)]) == 0  # as the message says
     assert cache_files(tmp_path / "cache") == []
 
 
@@ -261,7 +261,7 @@ def test_process_killed_mid_download_leaves_a_usable_cache(hub_root, spans_root,
     expected = list(EpisodeStreamingDataset(spans_root, **options))
     with FakeHub(hub_root, redirect_resolve=True) as hub, ShapingProxy(hub.cdn_url) as cdn:
         hub.redirect_base_url = cdn.url  # file bytes come through the shaped link
-        files = open_remote_source(SPANS_REPO, cache_dir=cache_dir, hub_endpoint=hub.url, token=False)
+        files = open_remote_files(SPANS_REPO, cache_dir=cache_dir, hub_endpoint=hub.url, token=False)
         with remote_dataset(EpisodeStreamingDataset, SPANS_REPO, cache_dir=cache_dir, hub_endpoint=hub.url,
                             token=False) as probe:
             meta = probe.typed_meta

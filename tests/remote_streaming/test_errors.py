@@ -13,9 +13,8 @@ import urllib.request
 import pytest
 
 from episodestream import EpisodeDataset, EpisodeStreamingDataset
-from episodestream._remote.cache.node_cache import NodeCache
-from episodestream._remote.source.open import open_remote_source
-from episodestream._remote.transport.config import env_var
+from episodestream.remote import NodeCache
+from episodestream.testing.source_files import open_remote_files
 from episodestream.testing import FakeHub, S3Server
 
 from .conftest import REPO, cache_files, remote_dataset
@@ -35,24 +34,24 @@ def test_missing_repo_and_revision(hub_root, tmp_path, monkeypatch):
         with pytest.raises(FileNotFoundError, match=r"Hub dataset 'lerobot/nope' at http://127\.0\.0\.1:\d+ not found"
                                                     r".*'lerobot/nope' was read as a Hub repo id because there is no "
                                                     r"local folder '/.*lerobot/nope'"):
-            open_remote_source("lerobot/nope", **options)
+            open_remote_files("lerobot/nope", **options)
         with pytest.raises(FileNotFoundError, match=r"revision 'v9' not found in Hub dataset 'lerobot/main'"):
-            open_remote_source(REPO, revision="v9", **options)
+            open_remote_files(REPO, revision="v9", **options)
         with pytest.raises(FileNotFoundError, match=r"revision 'v9' not found") as hf_url:
-            open_remote_source(f"hf://datasets/{REPO}@v9", **options)
+            open_remote_files(f"hf://datasets/{REPO}@v9", **options)
         assert "local folder" not in str(hf_url.value)  # an hf:// URL is never a path
         with pytest.raises(ValueError, match="names revision 'v1' but revision='v2'"):
-            open_remote_source(f"hf://datasets/{REPO}@v1", revision="v2", **options)
+            open_remote_files(f"hf://datasets/{REPO}@v1", revision="v2", **options)
         with pytest.raises(FileNotFoundError, match=r"hf://datasets/lerobot/main@[0-9a-f]{40}/nothing holds no files"):
-            open_remote_source(f"hf://datasets/{REPO}/nothing", **options)
+            open_remote_files(f"hf://datasets/{REPO}/nothing", **options)
         url = hub.url
     # A refused connection is retried with back-off first (5 attempts: ~4.5 s at the default 0.5 s
     # base); what is asserted is the message, not the waits.
-    monkeypatch.setenv(env_var("base_backoff_s"), "0.01")
-    monkeypatch.setenv(env_var("max_backoff_s"), "0.05")
+    monkeypatch.setenv("EPISODESTREAM_DOWNLOAD_BASE_BACKOFF_S", "0.01")
+    monkeypatch.setenv("EPISODESTREAM_DOWNLOAD_MAX_BACKOFF_S", "0.05")
     with pytest.raises(ConnectionError, match=r"Could not reach Hub dataset 'lerobot/main' at http://127.*"
                                               r"read as a Hub repo id because there is no local folder"):
-        open_remote_source(REPO, cache_dir=tmp_path, hub_endpoint=url, token=False)  # the server is gone
+        open_remote_files(REPO, cache_dir=tmp_path, hub_endpoint=url, token=False)  # the server is gone
 
 
 @pytest.mark.parametrize("what", ["video", "data"])
@@ -75,10 +74,10 @@ def test_hub_token_refused_or_missing_never_shown(hub_root, tmp_path, caplog):
     with FakeHub(hub_root, token=TOKEN) as hub:
         options = dict(cache_dir=tmp_path, hub_endpoint=hub.url)
         with pytest.raises(PermissionError, match="refused the credentials") as refused:
-            open_remote_source(REPO, token=WRONG, **options)
+            open_remote_files(REPO, token=WRONG, **options)
         with pytest.raises(FileNotFoundError, match="needs a token") as missing:
-            open_remote_source(REPO, token=False, **options)
-        files = open_remote_source(REPO, token=TOKEN, **options)
+            open_remote_files(REPO, token=False, **options)
+        files = open_remote_files(REPO, token=TOKEN, **options)
         try:
             assert files.exists("meta/info.json") and TOKEN not in repr(files.__dict__.get("_resolved"))
             assert files.read_bytes("meta/info.json").startswith(b"{")
@@ -99,16 +98,16 @@ def test_s3_denied_credentials_and_missing_bucket(dataset_root, tmp_path):
         _enforce_moto_auth(s3.url, True)
         try:
             with pytest.raises(PermissionError, match=r"Listing s3://robot-data/lerobot/main was refused") as denied:
-                open_remote_source("s3://robot-data/lerobot/main", cache_dir=tmp_path, storage_options=options)
+                open_remote_files("s3://robot-data/lerobot/main", cache_dir=tmp_path, storage_options=options)
         finally:
             _enforce_moto_auth(s3.url, False)
         said = _everything_said(denied.value)
         assert "wrong-secret-never-shown" not in said
         with pytest.raises(FileNotFoundError, match=r"s3://robot-data/lerobot/absent holds no files"):
-            open_remote_source("s3://robot-data/lerobot/absent", cache_dir=tmp_path,
+            open_remote_files("s3://robot-data/lerobot/absent", cache_dir=tmp_path,
                                storage_options=s3.storage_options())
         with pytest.raises(FileNotFoundError, match=r"s3://no-such-bucket/x"):
-            open_remote_source("s3://no-such-bucket/x", cache_dir=tmp_path, storage_options=s3.storage_options())
+            open_remote_files("s3://no-such-bucket/x", cache_dir=tmp_path, storage_options=s3.storage_options())
 
 
 def _enforce_moto_auth(url: str, enforce: bool) -> None:
@@ -146,7 +145,7 @@ def test_cache_limit_too_small_says_the_minimum(hub_root, tmp_path):
             assert len(list(dataset)) == len(dataset)
             assert NodeCache(dataset.node_cache_dir).usage_bytes() <= minimum
     with pytest.raises(ValueError, match=r"cache_limit must be a positive size like '20GB'.*got 'lots'"):
-        open_remote_source(REPO, cache_dir=tmp_path, cache_limit="lots")
+        open_remote_files(REPO, cache_dir=tmp_path, cache_limit="lots")
 
 
 def test_environment_variables_are_read_when_needed(hub_root, tmp_path, monkeypatch):
@@ -154,7 +153,7 @@ def test_environment_variables_are_read_when_needed(hub_root, tmp_path, monkeypa
     monkeypatch.setenv("EPISODESTREAM_CACHE_LIMIT", "3GB")
     monkeypatch.setenv("EPISODESTREAM_CACHE_WAIT_S", "7.5")
     with FakeHub(hub_root) as hub:
-        files = open_remote_source(REPO, hub_endpoint=hub.url, token=False)
+        files = open_remote_files(REPO, hub_endpoint=hub.url, token=False)
         try:
             assert files.cache.root == tmp_path / "from-env" and files.cache.limit_bytes == 3 * 10**9
             assert files.cache.wait_s == 7.5
@@ -164,18 +163,18 @@ def test_environment_variables_are_read_when_needed(hub_root, tmp_path, monkeypa
             files.close()
         monkeypatch.setenv("EPISODESTREAM_CACHE_LIMIT", "huge")
         with pytest.raises(ValueError, match="EPISODESTREAM_CACHE_LIMIT='huge'"):
-            open_remote_source(REPO, hub_endpoint=hub.url, token=False)
+            open_remote_files(REPO, hub_endpoint=hub.url, token=False)
         monkeypatch.delenv("EPISODESTREAM_CACHE_LIMIT")
         for bad in ("soon", "-1", "nan"):
             monkeypatch.setenv("EPISODESTREAM_CACHE_WAIT_S", bad)
             with pytest.raises(ValueError, match=f"EPISODESTREAM_CACHE_WAIT_S='{bad}' \\(for cache_wait_s\\)"):
-                open_remote_source(REPO, hub_endpoint=hub.url, token=False)
-        files = open_remote_source(REPO, hub_endpoint=hub.url, token=False, cache_wait_s=2)  # the argument wins
+                open_remote_files(REPO, hub_endpoint=hub.url, token=False)
+        files = open_remote_files(REPO, hub_endpoint=hub.url, token=False, cache_wait_s=2)  # the argument wins
         assert files.cache.wait_s == 2
         files.close()
         monkeypatch.delenv("EPISODESTREAM_CACHE_WAIT_S")
         monkeypatch.setenv("HF_ENDPOINT", hub.url)  # read at call time, not when huggingface_hub was imported
-        files = open_remote_source(REPO, token=False, cache_limit="1GB")
+        files = open_remote_files(REPO, token=False, cache_limit="1GB")
         files.close()
 
 
@@ -213,7 +212,7 @@ def test_a_filesystem_that_fails_to_start_is_named_with_its_error(tmp_path, monk
 def test_a_huge_cache_limit_is_a_value_error_naming_it(tmp_path):
     huge = "9" * 400  # parses as float inf: int() of it raised OverflowError
     with pytest.raises(ValueError, match=f"cache_limit must be a finite size like '20GB', got '{huge}'"):
-        open_remote_source(REPO, cache_dir=tmp_path, cache_limit=huge)
+        open_remote_files(REPO, cache_dir=tmp_path, cache_limit=huge)
     with pytest.raises(ValueError, match=f"cache_limit must be a finite size .*got '{huge}GB'"):
         EpisodeStreamingDataset("ftp://x/y", cache_dir=tmp_path, cache_limit=huge + "GB")
 

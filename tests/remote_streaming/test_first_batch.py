@@ -18,9 +18,8 @@ import pytest
 
 from episodestream import EpisodeStreamingDataset
 from episodestream._base.world import World
-from episodestream._format.versions import load_metadata
 from episodestream._remote.source import resolve
-from episodestream._remote.source.open import open_remote_source
+from episodestream.testing.source_files import open_remote_files, read_metadata
 from episodestream._remote.source.videos import RAMP_ADMISSIONS
 from episodestream._runtime.turns import WorkerTurns
 from episodestream.testing import FakeHub, S3Server, ShapingProxy
@@ -58,10 +57,10 @@ def _slow_files(hub_root, tmp_path):
     reset; closed and stopped after."""
     hub, cdn = _hub_with_slow_files(hub_root)
     try:
-        files = open_remote_source(SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False,
+        files = open_remote_files(SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False,
                                    download_config=_fresh_budget(tmp_path))
         try:
-            meta = load_metadata(files)
+            meta = read_metadata(files)
             # The metadata's last request leaves the proxy's flight a moment after the client has
             # read it: if the counters were reset before, its end would count as one more answer
             # before the first video request (4 == 3, once, under the whole suite's load).
@@ -284,16 +283,14 @@ def test_an_episode_after_the_head_start_waits_for_the_first_even_when_path_fetc
     assert arrivals[3] - arrivals[2] >= TOGETHER_S, arrivals
 
 
-def test_a_remote_consumer_reads_rows_ahead_on_their_own_thread(hub_root, spans_root, tmp_path, monkeypatch):
-    from episodestream._runtime.core import DatasetCore
+def test_a_remote_consumer_reads_rows_ahead_on_their_own_thread(hub_root, spans_root, tmp_path):
+    from episodestream.testing import faults
 
     options = dict(episode_pool_size=3, seed=4)
     expected = list(EpisodeStreamingDataset(spans_root, **options))
     threads: list[str] = []
-    row_reader = DatasetCore.row_reader
 
-    def recording(core):
-        reader = row_reader(core)
+    def recording(reader):
         read = reader.read
 
         def recorded(episode):
@@ -303,10 +300,10 @@ def test_a_remote_consumer_reads_rows_ahead_on_their_own_thread(hub_root, spans_
         reader.read = recorded
         return reader
 
-    monkeypatch.setattr(DatasetCore, "row_reader", recording)
     with FakeHub(hub_root) as hub:
         with remote_dataset(EpisodeStreamingDataset, SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url,
                             token=False, **options) as dataset:
+            faults.wrap_row_readers(dataset, recording)
             got = list(dataset)
     assert_same_samples(got, expected)
     # Each admission's rows were read ahead, off the consumer's thread (which decodes meanwhile).

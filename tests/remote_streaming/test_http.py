@@ -13,7 +13,7 @@ import traceback
 import pytest
 
 from episodestream import EpisodeStreamingDataset
-from episodestream._remote.source.open import open_remote_source
+from episodestream.testing.source_files import open_remote_files
 from episodestream.testing import HttpServer, faults
 
 from .conftest import assert_same_samples, cache_files, remote_dataset
@@ -66,7 +66,7 @@ def test_http_errors_name_the_file_and_never_the_password(served, tmp_path, capl
     missing = "videos/observation.images.wrist/chunk-000/file-001.mp4"
     with HttpServer(root, credentials=(USER, PASSWORD)) as server:
         source = server.url_for("main", user=USER, password=PASSWORD)
-        files = open_remote_source(source, cache_dir=tmp_path / "cache")
+        files = open_remote_files(source, cache_dir=tmp_path / "cache")
         try:
             os.remove(root / "main" / missing)  # listed, then gone: the read fails
             with pytest.raises(FileNotFoundError) as caught:
@@ -76,12 +76,12 @@ def test_http_errors_name_the_file_and_never_the_password(served, tmp_path, capl
         said = _everything_said(caught.value)
         assert f"{server.url}/main/{missing}" in said and PASSWORD not in said and "http://http" not in said
         with pytest.raises(PermissionError) as refused:
-            open_remote_source(server.url_for("main", user=USER, password=WRONG),
+            open_remote_files(server.url_for("main", user=USER, password=WRONG),
                                cache_dir=tmp_path / "cache")
         said = _everything_said(refused.value)
         assert f"{server.url}/main" in said and WRONG not in said and "401" in said
         with pytest.raises(FileNotFoundError, match="holds no files|not found") as nothing:
-            open_remote_source(server.url_for("nothing", user=USER, password=PASSWORD), cache_dir=tmp_path / "cache")
+            open_remote_files(server.url_for("nothing", user=USER, password=PASSWORD), cache_dir=tmp_path / "cache")
         assert PASSWORD not in _everything_said(nothing.value)
     assert PASSWORD not in caplog.text and WRONG not in caplog.text
     assert not any(PASSWORD in name for name in cache_files(tmp_path / "cache"))
@@ -105,12 +105,12 @@ def test_an_unreachable_server_is_said_with_the_underlying_error(served, tmp_pat
         for case, (source, underlying) in cases.items():
             with pytest.raises(ConnectionError, match=r"Could not reach the server of https?://127\.0\.0\.1:\d+/main: "
                                                       r"\w+: .*" + underlying) as caught:
-                open_remote_source(source, cache_dir=tmp_path / "cache")
+                open_remote_files(source, cache_dir=tmp_path / "cache")
             said = _everything_said(caught.value)
             assert "holds no files" not in said and PASSWORD not in said, case
             assert "scheme (http or https), host and port" in said, case
         with pytest.raises(FileNotFoundError, match="holds no files"):  # reached, and nothing there: as before
-            open_remote_source(server.url_for("nothing"), cache_dir=tmp_path / "cache")
+            open_remote_files(server.url_for("nothing"), cache_dir=tmp_path / "cache")
 
 
 def test_the_password_of_a_source_url_is_shown_nowhere_in_meta(served, dataset_root, tmp_path):

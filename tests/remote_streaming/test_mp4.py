@@ -14,8 +14,8 @@ import torch
 
 from episodestream.tools.synthetic import write_synthetic_dataset
 from episodestream._format.metadata import EpisodeInfo, VideoSpan
-from episodestream._format.mp4 import Mp4LayoutError
-from episodestream._remote.source.open import open_remote_source
+from episodestream.remote import Mp4LayoutError
+from episodestream.testing.source_files import open_remote_files
 from episodestream._format.mp4 import Mp4Header, VideoTrack, read_header
 from episodestream._sample.video.backends import PyAVReader, TorchCodecReader
 
@@ -99,7 +99,7 @@ def _episode(index: int, name: str, first: int, end: int) -> EpisodeInfo:
 @pytest.mark.parametrize("reader", [TorchCodecReader, PyAVReader], ids=["torchcodec", "pyav"])
 @pytest.mark.parametrize("name", ["av1", "h264", "h264-bframes", "fragmented"])
 def test_sparse_spans_decode_like_the_whole_file(videos, tmp_path, name, reader):
-    files = open_remote_source(f"file://{videos}", cache_dir=tmp_path / "cache")
+    files = open_remote_files(f"file://{videos}", cache_dir=tmp_path / "cache")
     consumer = files.episode_videos()
     whole = reader(str(videos / "videos" / f"{name}.mp4"))
     try:

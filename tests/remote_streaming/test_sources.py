@@ -13,7 +13,6 @@ import pytest
 import torch.utils.data
 
 from episodestream import EpisodeDataset, EpisodeStreamingDataset, SourceStats
-from episodestream._format.files import LocalFiles
 from episodestream.testing import FakeHub, HttpServer, S3Server, faults
 
 from ..conftest import CAMERAS
@@ -81,7 +80,9 @@ def test_file_url_reads_a_local_folder_in_place(form, dataset_root, local_sample
     expected = local_samples[:12]
     source = form.format(dataset_root) if form != "{}" else dataset_root.as_uri()
     dataset = EpisodeStreamingDataset(source, **STREAM)
-    assert isinstance(faults.source_files(dataset), LocalFiles) and dataset.node_cache_dir is None
+    assert dataset.node_cache_dir is None
+    with pytest.raises(TypeError, match="is read in place: it has no downloads"):
+        faults.download_fetch(dataset)
     assert_same_samples(list(itertools.islice(dataset, 12)), expected)
     # cache_dir is used for a local folder too (compute_stats keeps its results there); cache_limit is not.
     with pytest.warns(UserWarning, match=r"^cache_limit only apply to remote sources; .* ignored"):

@@ -12,7 +12,7 @@ import pytest
 
 from episodestream import EpisodeDataset, EpisodeLoader, EpisodeStreamingDataset
 from episodestream.testing import FakeHub, HttpServer, S3Server
-from episodestream._runtime.face import runtime_of
+from episodestream.testing import faults
 from episodestream.tools.synthetic import write_synthetic_dataset
 
 from ..conftest import built_once
@@ -205,13 +205,13 @@ def test_threads_asking_about_one_episode_share_one_look_up(v21_hub, tmp_path):
     the sizes the files have, and a path that is not there known to be absent (no error, no hang)."""
     import threading
 
-    from episodestream._remote.source.open import open_remote_source
+    from episodestream.testing.source_files import open_remote_files
 
     local_root, hub_root = v21_hub
     relpaths = ["data/chunk-000/episode_000001.parquet",
                 "videos/chunk-000/observation.images.front/episode_000001.mp4"]
     with FakeHub(hub_root) as hub:
-        files = open_remote_source(V21_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False)
+        files = open_remote_files(V21_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False)
         try:
             assert not files.knows_every_file
             hub.reset_stats()
@@ -245,17 +245,17 @@ def test_the_auto_pool_narrows_to_what_the_cache_limit_holds(tmp_path_factory, t
     with FakeHub(hub_root) as hub:
         unlimited = EpisodeStreamingDataset(V21_REPO, cache_dir=tmp_path / "a", hub_endpoint=hub.url, token=False)
         assert unlimited.episode_pool_size == 25
-        core = runtime_of(unlimited).core
+        files = faults.source_files(unlimited)
         in_flight = unlimited.prefetch_episodes + 1
-        narrow, wide = (core.files.minimum_cache_bytes(core.meta, pool + in_flight) for pool in (16, 25))
+        narrow, wide = (files.minimum_cache_bytes(unlimited.typed_meta, pool + in_flight) for pool in (16, 25))
         unlimited.close()
         assert narrow < wide
         limited = EpisodeStreamingDataset(V21_REPO, cache_dir=tmp_path / "b", hub_endpoint=hub.url, token=False,
                                           cache_limit=(narrow + wide) // 2)
         try:
             assert 16 <= limited.episode_pool_size < 25
-            held = runtime_of(limited).core
-            fits = held.files.minimum_cache_bytes(held.meta, limited.episode_pool_size + in_flight)
+            fits = faults.source_files(limited).minimum_cache_bytes(limited.typed_meta,
+                                                                   limited.episode_pool_size + in_flight)
             assert fits <= (narrow + wide) // 2
         finally:
             limited.close()

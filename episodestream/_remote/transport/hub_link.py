@@ -4,9 +4,9 @@ Every request a Hub source sends is ours, through ``request.request``: the commi
 look-ups (``_remote.source.hub_api``) and reads (``download.DownloadFetch``, one ``hub_http.hub_send``
 per attempt). Of its filesystem a Hub source then needs only where the link goes: the endpoint (the
 download budget's name, the ``/resolve/`` URLs) and the token (the request headers). ``HfFileSystem``
-carried those, but its module imports ``huggingface_hub.hf_api`` and the rest of the client (0.13 s
-more than the HTTP stack alone, after torch; paid again by each spawned DataLoader worker) for
-requests it never sent.
+carried those, but its module imports ``huggingface_hub.hf_api`` and the rest of the client (more
+than the HTTP stack alone, after torch, docs/benchmarks-log.md; paid again by each spawned
+DataLoader worker) for requests it never sent.
 
 A ``HubLink`` is an fsspec filesystem in type and protocol only (``"hf"``, so that ``link_name`` and
 ``DownloadFetch`` tell it is the Hub): it sends nothing, and opening a file through it is refused.

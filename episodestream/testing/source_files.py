@@ -1,0 +1,62 @@
+"""The test seam into a source's files, without a dataset: open a source as a dataset opens it (or
+always through the node cache), and read its metadata and its episodes' rows.
+
+A dataset reads its source through a ``DatasetFiles``: ``LocalFiles`` for a folder read in place,
+``RemoteFiles`` through the node cache. Tests and benchmarks of that layer (listings, ranged reads,
+the cache budget, the bytes and requests a build costs, download errors) open one here instead of
+importing where it is built, so this module is the one place outside the package that knows. What
+they return are the package's own objects; close the files you open.
+
+    from episodestream.testing import source_files
+
+    files = source_files.open_remote_files("lerobot/pusht", cache_dir=tmp_path, token=False)
+    meta = source_files.read_metadata(files)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from episodestream._format.files import DatasetFiles
+    from episodestream._format.metadata import DatasetMeta
+    from episodestream._format.rows import RowReader
+    from episodestream._remote.source.files import RemoteFiles
+
+__all__ = ["open_files", "open_remote_files", "read_metadata", "row_reader"]
+
+
+def open_files(source: str | os.PathLike, **options: Any) -> DatasetFiles:
+    """``source``'s files as a dataset opens them: a local folder (or a ``file://`` URL naming one)
+    read in place, anything else through the node cache. ``options``: the ``SourceOptions`` a
+    source uses (``revision`` and the remote ones); a remote source's metadata is downloaded too."""
+    from episodestream._runtime.sources import open_source
+
+    return open_source(source, **options)
+
+
+def open_remote_files(source: str, **options: Any) -> RemoteFiles:
+    """``source``'s files through the node cache, whatever it is (a ``file://`` URL too), its files
+    listed and nothing downloaded but what the call needs. ``options``: ``revision``, ``cache_dir``,
+    ``cache_limit``, ``storage_options``, ``token`` (False sends none), ``hub_endpoint``,
+    ``download_config``, and ``fetch_threads``, ``fetch_timeout_s``, ``cache_wait_s``,
+    ``fetch_metadata`` (download the metadata a dataset reads, as a dataset's build does)."""
+    from episodestream._remote.source.open import open_remote_source  # fsspec loads only here
+
+    return open_remote_source(source, **options)
+
+
+def read_metadata(files: DatasetFiles) -> DatasetMeta:
+    """The source's metadata, read and validated as a dataset reads it (v3.0, or v2.0 / v2.1)."""
+    from episodestream._format.versions import load_metadata
+
+    return load_metadata(files)
+
+
+def row_reader(files: DatasetFiles, meta: DatasetMeta, **options: Any) -> RowReader:
+    """A reader of the episodes' rows (``read(meta.episodes[i])``), as a dataset's consumers read
+    them; ``options``: ``max_open_files``, ``max_open_row_groups``."""
+    from episodestream._format.rows import RowReader
+
+    return RowReader(files, meta, **options)
