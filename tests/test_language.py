@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -321,3 +323,16 @@ def test_synthetic_language_is_v30_only(tmp_path):
     with pytest.raises(ValueError, match="language"):
         write_synthetic_dataset(tmp_path / "v21", num_episodes=1, episode_length=2, cameras=(), language=True,
                                 version="v2.1")
+
+
+def test_the_docs_way_to_keep_the_columns_runs(annotated_root, capsys):
+    """docs/lerobot.md, "Batches": the block that keeps the raw columns, run on an annotated dataset."""
+    doc = (Path(__file__).resolve().parents[1] / "docs/lerobot.md").read_text()
+    section = doc.split("### Batches: as LeRobot's trainer gets them")[1].split("\n## ")[0]
+    (block,) = re.findall(r"```python no-run\n(.*?)```", section, flags=re.S)
+    assert '"path/to/annotated_dataset"' in block
+    namespace: dict = {}
+    exec(compile(block.replace("path/to/annotated_dataset", str(annotated_root)), "docs/lerobot.md", "exec"), namespace)
+    _check_batch(namespace["batch"], 8)
+    first = namespace["batch"]
+    assert capsys.readouterr().out.strip() == repr(first[PERSISTENT][0])
