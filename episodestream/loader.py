@@ -295,7 +295,7 @@ class _BatchBuffer:
         raise ValueError(f"{_named(who)}: the sample's keys {sorted(tabular)} differ from its batch's {batch} "
                          f"(a DataLoader could not collate them either).")
 
-    def tabular_batch(self, count: int, language_columns: LanguageColumns) -> dict[str, Any]:
+    def tabular_batch(self, count: int, language_columns: LanguageColumns = "drop") -> dict[str, Any]:
         """The tabular keys of the batch's first ``count`` samples, as ``episodestream.collate``
         gives them (``default_collate``'s, the language columns as ``language_columns`` says)."""
         batch: dict[str, Any] = {}
