@@ -8,7 +8,8 @@
 #                                    # Python >= 3.12 found (python3, python3.12-3.14 on PATH, pyenv's,
 #                                    # uv's); without one, it says how to get one and changes nothing.
 #                                    # Without an NVIDIA GPU it installs PyTorch's CPU build of torch
-#                                    # (PyPI's default bundles CUDA: a 5.5 GB venv instead of ~1.5 GB).
+#                                    # (PyPI's default Linux build bundles CUDA: of such a 5.5 GB venv,
+#                                    # 4.5 GB are torch, triton and the nvidia-* packages).
 #   bash scripts/setup.sh --lerobot --venv .venv-lerobot  # into another folder: an existing .venv on
 #                                    # an older Python stays as it is, beside it
 # Everything goes into the virtual environment .venv in the checkout (made on the first run; --venv DIR
