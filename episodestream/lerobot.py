@@ -10,6 +10,9 @@ for the same arguments: what ``cfg.dataset`` names (``repo_id``/``root``, ``revi
 ``delta_timestamps`` (LeRobot's own ``resolve_delta_timestamps``), ``cfg.tolerance_s``, and uint8
 frames, which LeRobot 0.6's factory always asks for (its trainer divides them by 255; the
 ``dataset.return_uint8`` field is not read by that factory, so not here either).
+In LeRobot's trainer the batches are LeRobot's too: it collates with ``lerobot_collate_fn`` when
+``meta.has_language_columns`` (ours answers as LeRobot's), which leaves the raw language columns out
+(``episodestream.collate`` is that collate; docs/lerobot.md, "Batches").
 ``episodestream lerobot-train`` runs LeRobot's trainer with this factory (``tools/lerobot_train``).
 
 LeRobot is optional (``INSTALL_HINT``) and imported only when one of these

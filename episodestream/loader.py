@@ -33,8 +33,8 @@ from episodestream._runtime.pipeline import GroupPipeline, split_closing, split_
 from episodestream._runtime.stream import ConsumerStream, DecoderSet, PlannedGroup
 from episodestream._sample.builder import PendingSample, finish_decoded
 from episodestream._sample.chw import FrameWrites, flush_all
+from episodestream._sample.collate import LanguageColumns, check_language_columns, collate_values, dropped_keys
 from episodestream._sample.collate import collate as collate_samples
-from episodestream._sample.collate import collate_values
 from episodestream._runtime.face import StreamingFace, runtime_of
 from episodestream._base.world import World
 from episodestream._sample.video.decoder_cache import FrameQuery
@@ -57,7 +57,7 @@ class EpisodeLoader:
     restore the position exactly (elastically when the world size changes). ``close()``, or
     dropping the iterator, stops the threads and releases cached video; a local dataset's decoders
     stay open for the next pass's threads until ``close()``. The arguments, by purpose: what to
-    load (``dataset``, ``batch_size``, ``drop_last``), and how fast, with what memory
+    load (``dataset``, ``batch_size``, ``drop_last``, ``language_columns``), and how fast, with what memory
     (``num_threads``, ``prefetch_batches``, ``pin_memory``).
 
     Args:
@@ -75,6 +75,10 @@ class EpisodeLoader:
         pin_memory (bool): allocate batches in pinned (page-locked) memory when CUDA is available,
             so ``.to("cuda", non_blocking=True)`` copies asynchronously; ignored with a warning
             otherwise. Defaults to ``False``.
+        language_columns (str): "drop" leaves LeRobot 0.6's ``language_persistent`` /
+            ``language_events`` out of the batches, as LeRobot's trainer (``lerobot_collate_fn``)
+            does; "keep" keeps each as a list with one entry per sample (``episodestream.collate``).
+            Defaults to ``"drop"``.
 
     Yields:
         dict[str, Any]: batches, equal to ``DataLoader(dataset, batch_size, num_workers=0)``'s key
@@ -89,13 +93,15 @@ class EpisodeLoader:
     # DataLoader's words for what this loader calls otherwise (it decodes on threads, not workers).
     @refuses_unknown_keywords({"num_workers": "num_threads", "prefetch_factor": "prefetch_batches"})
     def __init__(self, dataset: StreamingFace, batch_size: int, *, num_threads: int | None = None,
-                 drop_last: bool = False, pin_memory: bool = False, prefetch_batches: int = 2) -> None:
+                 drop_last: bool = False, pin_memory: bool = False, prefetch_batches: int = 2,
+                 language_columns: LanguageColumns = "drop") -> None:
         self._runtime = runtime_of(dataset)
         self.dataset = dataset
         self.batch_size = check_int("batch_size", batch_size, minimum=1)
         self.num_threads = (min(_usable_cores(), _MAX_DEFAULT_THREADS) if num_threads is None
                             else check_int("num_threads", num_threads, minimum=1))
         self.drop_last = check_bool("drop_last", drop_last)
+        self.language_columns = check_language_columns(language_columns)
         pin_memory = check_bool("pin_memory", pin_memory)
         self.prefetch_batches = check_int("prefetch_batches", prefetch_batches, minimum=1)
         self.pin_memory = pin_memory and torch.cuda.is_available()
@@ -335,15 +341,19 @@ class _BatchBuffer:
         raise ValueError(f"{_named(who)}: the sample's keys {sorted(tabular)} differ from its batch's {batch} "
                          f"(a DataLoader could not collate them either).")
 
-    def tabular_batch(self, count: int) -> dict[str, Any]:
-        """The tabular keys of the batch's first ``count`` samples, as ``default_collate`` gives them
-        (language columns as one list per key, as ``episodestream.collate`` gives them)."""
+    def tabular_batch(self, count: int, language_columns: LanguageColumns = "drop") -> dict[str, Any]:
+        """The tabular keys of the batch's first ``count`` samples, as ``episodestream.collate``
+        gives them (``default_collate``'s, the language columns as ``language_columns`` says)."""
         batch: dict[str, Any] = {}
         others = self.others[:count]
+        dropped = dropped_keys(language_columns)
         for key, values, _, _ in self.layout or ():
+            if key in dropped:
+                continue
             # The arrays are this batch's alone (never reused): the tensors can share them.
             batch[key] = (torch.from_numpy(values[:count]) if values is not None
-                          else collate_values(key, [sample[key] for sample in others]))  # type: ignore[index]
+                          else collate_values(key, [sample[key] for sample in others],  # type: ignore[index]
+                                              language_columns))
         return batch
 
 
@@ -363,8 +373,9 @@ class _BatchWriter:
     """
 
     def __init__(self, stream: ConsumerStream, *, batch_size: int, num_batches: int, pin_memory: bool,
-                 memory: BatchMemory) -> None:
+                 memory: BatchMemory, language_columns: LanguageColumns) -> None:
         self._builder = stream.builder
+        self._language_columns = language_columns
         # Frames go straight into batch memory unless image_transforms must see each sample.
         self._in_place = stream.builder.writes_in_place
         self._memory = memory
@@ -465,10 +476,10 @@ class _BatchWriter:
         """The batch as ``episodestream.collate`` of its samples would give it (frames already in place)."""
         buffer.arrays.clear()  # the numpy views written through: lend() needs the tensors alone
         if not self._in_place:
-            batch = collate_samples(buffer.items[:count])
+            batch = collate_samples(buffer.items[:count], language_columns=self._language_columns)
         else:
             batch = {key: self._memory.lend(buffer.frames[key], count) for key in buffer.video_keys or ()}
-            batch.update(buffer.tabular_batch(count))
+            batch.update(buffer.tabular_batch(count, self._language_columns))
         if self._pin_memory:
             batch = {k: v.pin_memory() if isinstance(v, torch.Tensor) and not v.is_pinned() else v
                      for k, v in batch.items()}
@@ -495,7 +506,8 @@ class _Iteration(Iterator[dict[str, Any]]):
         self._stream = stream
         self._ahead = loader._samples_ahead(stream)
         self._writer = _BatchWriter(stream, batch_size=loader.batch_size, num_batches=self._num_batches,
-                                    pin_memory=loader.pin_memory, memory=memory)
+                                    pin_memory=loader.pin_memory, memory=memory,
+                                    language_columns=loader.language_columns)
         # The first batch split over the threads: a group larger than its share (v2.x's default
         # of 32, a batch of 32 on 2 threads) would leave all but one thread idle until it is out.
         groups = split_opening(stream.groups(), samples=loader.batch_size,

@@ -9,8 +9,11 @@ persistent rows' ``timestamp`` as float32, tool calls decoded, absent fields Non
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -108,40 +111,96 @@ def test_a_sample_owns_its_rows(annotated_root):
     _check(dataset[2])
 
 
-def test_shuffled_stream_and_episode_loader(annotated_root):
+def _flip(frame):
+    return frame.flip(-1)
+
+
+def test_shuffled_stream(annotated_root):
     stream = list(EpisodeStreamingDataset(annotated_root, episode_pool_size=2, seed=3))
     assert Counter((int(s["episode_index"]), int(s["frame_index"])) for s in stream) == Counter(
         (e, f) for e, n in enumerate(LENGTHS) for f in range(n))
     for sample in stream:
         _check(sample)
-    loader = EpisodeLoader(EpisodeStreamingDataset(annotated_root, episode_pool_size=2, seed=3), batch_size=4)
-    batches = list(loader)
-    assert sum(len(b[PERSISTENT]) for b in batches) == sum(LENGTHS)
-    for batch in batches:
+
+
+# image_transforms: frames not written in place, so the loader collates whole samples (the other path).
+@pytest.mark.parametrize("image_transforms", [None, _flip])
+def test_episode_loader_batches_as_lerobots_trainer_and_keeps_the_columns_when_asked(annotated_root,
+                                                                                      image_transforms):
+    def stream():
+        return EpisodeStreamingDataset(annotated_root, episode_pool_size=2, seed=3, image_transforms=image_transforms)
+
+    # By default, LeRobot 0.6.1's trainer's batch (lerobot_collate_fn): the language columns left out.
+    dropped = list(EpisodeLoader(stream(), batch_size=4, num_threads=2))
+    assert sum(len(b["index"]) for b in dropped) == sum(LENGTHS)
+    assert all(PERSISTENT not in b and EVENTS not in b for b in dropped)
+    # language_columns="keep": each a list with one entry per sample.
+    kept = list(EpisodeLoader(stream(), batch_size=4, num_threads=2, language_columns="keep"))
+    for batch in kept:
         _check_batch(batch, len(batch["index"]))
-    # The loader's batches are the DataLoader's with episodestream.collate, key for key.
-    dataloader = DataLoader(EpisodeStreamingDataset(annotated_root, episode_pool_size=2, seed=3), batch_size=4,
-                            collate_fn=episodestream.collate)
-    for got, expected in zip(batches, dataloader, strict=True):
-        assert list(got) == list(expected)
-        for key, value in expected.items():
-            assert (torch.equal(got[key], value) if isinstance(value, torch.Tensor) else got[key] == value), key
+    # The loader's batches are the DataLoader's with episodestream.collate, key for key, either way.
+    keep = functools.partial(episodestream.collate, language_columns="keep")
+    for batches, collate_fn in ((dropped, episodestream.collate), (kept, keep)):
+        for got, expected in zip(batches, DataLoader(stream(), batch_size=4, collate_fn=collate_fn), strict=True):
+            assert list(got) == list(expected)
+            for key, value in expected.items():
+                assert (torch.equal(got[key], value) if isinstance(value, torch.Tensor) else got[key] == value), key
+    with pytest.raises(ValueError, match=r"Invalid language_columns \('raw'\). Supported values are 'drop', 'keep'."):
+        EpisodeLoader(stream(), batch_size=4, language_columns="raw")
 
 
-def test_collate_keeps_language_lists_and_is_default_collate_otherwise(annotated_root):
+def _same_batch(got, expected) -> None:
+    assert list(got) == list(expected)
+    for key, value in expected.items():
+        assert type(got[key]) is type(value), key
+        assert torch.equal(got[key], value) if isinstance(value, torch.Tensor) else got[key] == value, key
+
+
+def _rendered(sample: dict, episode: int) -> dict:
+    """``sample`` as LeRobot's render_messages_processor leaves it: the language columns replaced by
+    the rendered messages (the test of that against LeRobot itself is in tests/with_lerobot)."""
+    rest = {k: v for k, v in sample.items() if k not in (PERSISTENT, EVENTS)}
+    return {**rest, "messages": [{"role": "user", "content": f"task {episode}"}, {"role": "assistant", "content": "ok"}],
+            "message_streams": ["high_level", "low_level"], "target_message_indices": [1]}
+
+
+def test_collate_gives_lerobots_batch_and_keeps_the_columns_when_asked(annotated_root):
+    """LeRobot 0.6.1's lerobot_collate_fn, by its code (compared with it in tests/with_lerobot): the
+    language columns dropped, the rendered messages kept as lists, None samples dropped, the rest
+    default_collate."""
     dataset = EpisodeDataset(annotated_root)
     samples = [dataset[i] for i in range(4)]
-    with pytest.raises((RuntimeError, TypeError)):  # rows of different lengths, None fields: why collate is needed
+    with pytest.raises((RuntimeError, TypeError)):  # rows of different lengths, None fields: not default_collate's
         default_collate(samples)
-    batch = episodestream.collate(samples)
-    assert list(batch) == list(samples[0])
-    _check_batch(batch, 4)
     plain = [{k: v for k, v in s.items() if k not in (PERSISTENT, EVENTS)} for s in samples]
-    got, expected = episodestream.collate(plain), default_collate(plain)
-    assert list(got) == list(expected) and all(
-        torch.equal(got[k], v) if isinstance(v, torch.Tensor) else got[k] == v for k, v in expected.items())
-    for batch in DataLoader(dataset, batch_size=3, num_workers=0, collate_fn=episodestream.collate):
+    _same_batch(episodestream.collate(samples), default_collate(plain))
+    _same_batch(episodestream.collate(plain), default_collate(plain))
+    _same_batch(episodestream.collate([None, samples[0], None, *samples[1:]]), default_collate(plain))
+    assert episodestream.collate([None, None]) is None
+    # "keep": the raw columns too, in the samples' key order, one list entry per sample.
+    kept = episodestream.collate(samples, language_columns="keep")
+    assert list(kept) == list(samples[0])
+    _check_batch(kept, 4)
+    for batch in DataLoader(dataset, batch_size=3, collate_fn=functools.partial(episodestream.collate,
+                                                                                language_columns="keep")):
         _check_batch(batch, len(batch["index"]))
+    assert all(PERSISTENT not in b and EVENTS not in b
+               for b in DataLoader(dataset, batch_size=3, collate_fn=episodestream.collate))
+
+    # Rendered messages stay plain lists (default_collate would transpose lists of equal lengths).
+    rendered = [_rendered(s, int(s["episode_index"])) for s in samples]
+    batch = episodestream.collate(rendered)
+    for key in ("messages", "message_streams", "target_message_indices"):
+        assert type(batch[key]) is list and batch[key] == [s[key] for s in rendered], key
+    _same_batch({k: v for k, v in batch.items() if k in plain[0]}, default_collate(plain))
+    assert batch["target_message_indices"] == [[1]] * 4 and batch["message_streams"][0] == ["high_level", "low_level"]
+    # All or none of a batch's samples carry them: a shorter list would pair messages with the wrong samples.
+    with pytest.raises(ValueError, match=r"Inconsistent batch: 3/4 samples carry 'messages'"):
+        episodestream.collate([samples[0], *rendered[1:]])
+    with pytest.raises(ValueError, match=r"Invalid language_columns \(True\). Supported values are 'drop', 'keep'."):
+        episodestream.collate(samples, language_columns=True)
+    # Other samples: default_collate's batch.
+    assert torch.equal(episodestream.collate([torch.ones(2), torch.zeros(2)]), torch.tensor([[1.0, 1], [0, 0]]))
 
 
 @pytest.mark.parametrize("key", [PERSISTENT, EVENTS])
@@ -184,7 +243,10 @@ def test_mixture_union_fills_missing_columns_with_empty_lists(annotated_root, pl
             assert sample[PERSISTENT] == [] and sample[EVENTS] == []
         else:
             _check(sample)
-    for batch in EpisodeLoader(mixture(), batch_size=4):
+    for batch in EpisodeLoader(mixture(), batch_size=4):  # the columns left out, their flags kept
+        assert PERSISTENT not in batch and EVENTS not in batch
+        assert batch[f"{PERSISTENT}_is_missing"].tolist() == (batch["dataset_index"] == 1).tolist()
+    for batch in EpisodeLoader(mixture(), batch_size=4, language_columns="keep"):
         for j, index in enumerate(batch["dataset_index"].tolist()):
             if index == 1:
                 assert batch[PERSISTENT][j] == [] and batch[EVENTS][j] == []
@@ -261,3 +323,16 @@ def test_synthetic_language_is_v30_only(tmp_path):
     with pytest.raises(ValueError, match="language"):
         write_synthetic_dataset(tmp_path / "v21", num_episodes=1, episode_length=2, cameras=(), language=True,
                                 version="v2.1")
+
+
+def test_the_docs_way_to_keep_the_columns_runs(annotated_root, capsys):
+    """docs/lerobot.md, "Batches": the block that keeps the raw columns, run on an annotated dataset."""
+    doc = (Path(__file__).resolve().parents[1] / "docs/lerobot.md").read_text()
+    section = doc.split("### Batches: as LeRobot's trainer gets them")[1].split("\n## ")[0]
+    (block,) = re.findall(r"```python no-run\n(.*?)```", section, flags=re.S)
+    assert '"path/to/annotated_dataset"' in block
+    namespace: dict = {}
+    exec(compile(block.replace("path/to/annotated_dataset", str(annotated_root)), "docs/lerobot.md", "exec"), namespace)
+    _check_batch(namespace["batch"], 8)
+    first = namespace["batch"]
+    assert capsys.readouterr().out.strip() == repr(first[PERSISTENT][0])

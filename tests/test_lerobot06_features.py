@@ -268,7 +268,8 @@ def test_a_union_mixture_of_depth_and_language_datasets(depth_root, tmp_path):
         from_depth = batch["dataset_index"] == 0
         assert batch[f"{DEPTH}_is_missing"].tolist() == (~from_depth).tolist()
         assert not batch[DEPTH][~from_depth].any() and (batch[DEPTH][from_depth] >= 500).all()
-        assert len(batch["language_persistent"]) == len(from_depth)
+        # LeRobot's trainer's batch: the language columns left out (language_columns="keep" keeps them)
+        assert "language_persistent" not in batch and len(batch["language_persistent_is_missing"]) == len(from_depth)
         seen |= set(batch["dataset_index"].tolist())
     assert seen == {0, 1}
 
