@@ -201,7 +201,7 @@ class EpisodeLoader:
                              f"with batch_size={saved_batch_size} (a batch count cannot be continued in other "
                              f"batch sizes); later epochs may use any.")
         self._close_current(superseded_by="loader.load_state_dict()")
-        self._runtime.apply_state(checked, num_workers=0)  # this loader's one consumer iterates
+        self._runtime.apply_state(checked)  # logged at the next iter(), where this loader's one consumer starts
         self._consumed = None  # the loaded state's position is the runtime's now (``_resume_base``)
 
 

@@ -138,6 +138,7 @@ class DatasetRuntime(StreamRuntime):
 
     def consumer_stream(self, world: World, epoch: int) -> ConsumerStream:
         self.shared_epoch.start(epoch)
+        self._announce_resume(world, epoch)
         steps, num_samples = self._steps(world, epoch)
         turn = self.turns.turn(world, self.shared_epoch.claimed_iteration)
         return self.stream(steps, num_samples, epoch, turn=turn)
