@@ -17,7 +17,7 @@ from pathlib import Path
 sys.dont_write_bytecode = False
 
 # One OpenMP thread per test process, as PyTorch gives each DataLoader worker. The suite runs one
-# process per core and one more (pytest-xdist, pyproject addopts), and PyTorch's default of a thread per core in
+# process per core (pytest-xdist, pyproject addopts), and PyTorch's default of a thread per core in
 # every process oversubscribed the cores, its idle threads spinning: 96-100 s -> 84 s for the suite
 # here, 140 -> 117 s of user CPU. Set before torch is first imported (OpenMP reads it once) and
 # inherited by the subprocesses tests start; a value already set is kept.
@@ -41,13 +41,13 @@ TABULAR_LENGTHS = (7, 1, 12, 3, 9, 1, 15, 4, 6, 2, 11, 5, 8, 1, 13, 3, 10, 6, 2,
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: a venv without xdist (LeRobot's) must still run the tests
 def pytest_xdist_auto_num_workers(config):
-    """``-n auto``: one test process more than the cores this process may use. Part of the suite
-    waits with the CPU idle (shaped links, retry back-offs and timeouts of its own servers); with
-    one process per core those waits leave a core unused (docs/benchmarks-log.md, "The test suite").
+    """``-n auto``: one test process per core this process may use (xdist's own count is every core
+    of the machine, not those this process may use). One more, to use the cores while part of the
+    suite waits with the CPU idle, looked like a mistake: "3 workers" on 2 cores (issue 64 item 9).
     PYTEST_XDIST_AUTO_NUM_WORKERS, when set, still decides (xdist's own hook reads it)."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
-    return len(os.sched_getaffinity(0)) + 1
+    return len(os.sched_getaffinity(0))
 
 
 @pytest.hookimpl(hookwrapper=True)
