@@ -12,7 +12,7 @@ from pathlib import Path
 
 # Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (container images often set it):
 # otherwise each xdist worker, and each pytest the suite starts, rewrites every test module's asserts
-# from source again on every run (docs/benchmarks-log.md, "The test suite"). The first run of a fresh
+# from source again on every run (benchmarks/LOG.md, "The test suite"). The first run of a fresh
 # checkout still pays it once per worker; compiling the package itself costs next to nothing.
 sys.dont_write_bytecode = False
 
@@ -88,7 +88,7 @@ def share_worker_tensors_through_files() -> None:
     """DataLoader workers in this suite hand their batches' tensors over through shared-memory
     files. PyTorch's default on Linux passes a descriptor per tensor instead, each over its own
     authenticated socket connection to a thread of the worker: the suite runs ~200 multi-worker
-    epochs of tiny batches, where that hand-over was a fifth of their CPU (docs/benchmarks-log.md,
+    epochs of tiny batches, where that hand-over was a fifth of their CPU (benchmarks/LOG.md,
     "The suite's time: the workers' hand-over and the order of the tests"). The samples are the same bits either way;
     test_worker_start_methods streams an epoch through the default strategy, so the path users
     run stays tested."""
@@ -129,7 +129,7 @@ def pytest_runtest_protocol(item, nextitem):
     ~1 GB resident over a run while ~0.5 GB is live, and every DataLoader worker it forks copies the
     page tables of all of it, faults on its pages copy-on-write and unmaps them at exit: that kernel
     work was ~30% of the multi-worker tests' CPU. Six alternating pairs of whole runs: less system
-    time in all six, 5.3 CPU-s less at the median (docs/benchmarks-log.md, "The heap trimmed after each
+    time in all six, 5.3 CPU-s less at the median (benchmarks/LOG.md, "The heap trimmed after each
     test"). An earlier trimmer, dropped after four runs showed no difference, trimmed only past 64 MiB
     of growth."""
     yield

@@ -154,7 +154,7 @@ def _curated_split_and_resume(root, config):
 
 
 # 60 configurations: the first 40 already reach every arc of episodestream/ that 120 did (coverage.py,
-# a context per configuration; docs/benchmarks-log.md, "The suite's time: index-only batches and sweeps").
+# a context per configuration; benchmarks/LOG.md, "The suite's time: index-only batches and sweeps").
 @pytest.mark.parametrize("configs", chunks(60, 20))
 def test_curated_split_and_resume_on_the_schedule(camera_less_root, configs):
     sweep(lambda config: _curated_split_and_resume(camera_less_root, config), configs)

@@ -165,7 +165,7 @@ def check_split(frames: Counter, per_rank: list[list]) -> None:
 
 # Split: 90 configurations (the first 21 reach every arc of episodestream/ that 300 did); resume: 150
 # (the first 126 reach every arc that 250 did). By coverage.py with a context per configuration
-# (docs/benchmarks-log.md, "The suite's time: index-only batches and sweeps").
+# (benchmarks/LOG.md, "The suite's time: index-only batches and sweeps").
 CONFIGS = 90
 RESUME_CONFIGS = 150
 

@@ -46,7 +46,7 @@ NARROW_POOL = 16  # the floor; every release before "auto" defaulted to it
 # (docs/usage.md). The decoder cap still bounds it per camera.
 SPREAD_POOL = 96
 # A remote source's widest: through a shaped link 96 was not shown to stream as fast as 64
-# (docs/benchmarks-log.md, "The spread pool 96 for one camera"); kept until measured better.
+# (benchmarks/LOG.md, "The spread pool 96 for one camera"); kept until measured better.
 REMOTE_SPREAD_POOL = 64
 ROWS_BUDGET_BYTES = 256 * 2**20  # a consumer's pooled rows, estimated from the features' shapes
 _TEXT_BYTES = 64  # a string or language row's guess: their sizes are not in info.json
