@@ -1,8 +1,8 @@
 """Train one LeRobot policy (default ACT) on two robots at once: different state widths, different cameras.
 
-    pip install -e '.[lerobot]'   # LeRobot, from this checkout; it needs Python >= 3.12 (or: bash scripts/setup.sh --lerobot)
-    python examples/lerobot/train_cross_embodiment.py --steps 2 --policy-option pretrained_backbone_weights=null  # two synthetic robots, offline
-    python examples/lerobot/train_cross_embodiment.py --steps 2000 --datasets /data/arm6 /data/bimanual14
+    bash scripts/setup.sh --lerobot   # LeRobot into .venv; it needs Python >= 3.12 (in an environment of your own: python -m pip install -e '.[lerobot]')
+    .venv/bin/python examples/lerobot/train_cross_embodiment.py --steps 2 --policy-option pretrained_backbone_weights=null  # two synthetic robots, offline
+    .venv/bin/python examples/lerobot/train_cross_embodiment.py --steps 2000 --datasets /data/arm6 /data/bimanual14
 
 ACT's ResNet backbone downloads its ImageNet weights when the policy is built;
 ``--policy-option pretrained_backbone_weights=null`` (the offline command) trains it from scratch instead.

@@ -1,8 +1,8 @@
 """Train a LeRobot policy (default ACT) on a streamed LeRobot v3.0 dataset, on CPU or GPU, resumably.
 
-    pip install -e '.[lerobot]'   # LeRobot, from this checkout; it needs Python >= 3.12 (or: bash scripts/setup.sh --lerobot)
-    python examples/lerobot/train_policy.py --steps 2000 --dataset lerobot/aloha_sim_insertion_human
-    python examples/lerobot/train_policy.py --steps 2 --policy-option pretrained_backbone_weights=null  # synthetic data, offline
+    bash scripts/setup.sh --lerobot   # LeRobot into .venv; it needs Python >= 3.12 (in an environment of your own: python -m pip install -e '.[lerobot]')
+    .venv/bin/python examples/lerobot/train_policy.py --steps 2000 --dataset lerobot/aloha_sim_insertion_human
+    .venv/bin/python examples/lerobot/train_policy.py --steps 2 --policy-option pretrained_backbone_weights=null  # synthetic data, offline
 
 ACT's (and Diffusion's) ResNet backbone downloads its ImageNet weights when the policy is built;
 ``--policy-option pretrained_backbone_weights=null`` trains it from scratch with no download, which is
