@@ -471,6 +471,29 @@ def test_a_resume_says_what_it_did(dataset_root, caplog):
                 "as StatefulDataLoader saved it)") in caplog.text
 
 
+def test_a_mixtures_resume_says_what_it_did_when_its_consumer_starts(camera_less_root, caplog):
+    """A mixture's trainer state logs its line where a dataset's does: at the pass's start (issue 64 item 8)."""
+    import logging
+
+    from episodestream import EpisodeLoader, EpisodeMixture
+
+    def mixture():
+        return EpisodeMixture([make(camera_less_root), make(camera_less_root, episode_pool_size=2)], weights=[1, 1])
+
+    first = EpisodeLoader(mixture(), batch_size=BATCH)
+    iterator = iter(first)
+    next(iterator), next(iterator)
+    state = first.state_dict()
+    first.close()
+    with caplog.at_level(logging.INFO, logger="episodestream"):
+        resumed = EpisodeLoader(mixture(), batch_size=BATCH)
+        resumed.load_state_dict(state)
+        assert "resumed" not in caplog.text
+        next(iter(resumed))
+        resumed.close()
+    assert "resumed epoch 0 at batch 2 (exact; 1 rank(s) x 1 consumer(s))" in caplog.text, caplog.text
+
+
 def test_the_resume_line_says_what_the_dataloader_workers_do(dataset_root, tmp_path):
     """An EpisodeLoader's state loaded into a dataset read by ``DataLoader(num_workers=2)`` logged
     "exact; ... num_workers=0, as saved" at the load, then resumed elastically (issue 64 item 8): the
