@@ -82,15 +82,8 @@ def _saved(root, num_workers, taken, *, batch_size=4, **options):
 # (saved with, resumed with) worker counts (fewer, more, to and from the main process), and the
 # batches taken before saving (an odd and an even count per worker, early and late in the epoch).
 CHANGES = [(2, 1, 5), (2, 3, 1), (2, 0, 9), (0, 2, 6), (3, 2, 7)]
-# 3 workers on purpose (an odd count, more than the 2 a state was saved with), on machines with 2 cores
-# too: torch's advice for a DataLoader with more workers than cores ("This DataLoader will create 3
-# worker processes ... suggested max number of worker in current system is 2") is about speed, beside
-# the point of a test of which samples come; it was printed 6 times in the test output, as if something failed.
-MORE_WORKERS_THAN_CORES = pytest.mark.filterwarnings(
-    r"ignore:This DataLoader will create \d+ worker processes in total:UserWarning")
 
 
-@MORE_WORKERS_THAN_CORES
 @pytest.mark.parametrize(("saved_workers", "resumed_workers", "taken"), CHANGES)
 def test_load_loader_state_resumes_another_worker_count_with_every_frame_once(camera_less_root, saved_workers,
                                                                               resumed_workers, taken):
@@ -139,7 +132,6 @@ def test_load_loader_state_resumes_another_world_size_from_any_ranks_state(camer
         assert sorted(heads + rest) == list(range(len(_dataset(camera_less_root)))), f"rank {rank}'s state"
 
 
-@MORE_WORKERS_THAN_CORES
 def test_a_state_saved_after_an_elastic_resume_resumes_again_exactly_and_elastically(camera_less_root):
     every = list(range(len(_dataset(camera_less_root))))
     state, head = _saved(camera_less_root, 2, 3)
