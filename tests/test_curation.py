@@ -26,8 +26,7 @@ from .stream_model import chunks, loader_batches, sweep, worker_streams
 from .test_curation_plan import random_keep
 from .test_stream_properties import Layout, changed_layout, check_split, random_layout
 
-pytestmark = [pytest.mark.filterwarnings("ignore:The epoch has .* frames for:RuntimeWarning"),
-              pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")]
+pytestmark = pytest.mark.filterwarnings("ignore:The epoch has .* frames for:RuntimeWarning")
 
 SEED = 3
 

@@ -35,9 +35,7 @@ from .conftest import TABULAR_LENGTHS
 from .stream_model import chunks, loader_batches, pairs, sweep, worker_streams
 
 # Tiny selections leave some consumers nothing but fill-ins, which warns (tested in test_streaming).
-pytestmark = [pytest.mark.filterwarnings("ignore:The epoch has .* frames for:RuntimeWarning"),
-              # stream_state is given DataLoaders of up to 3 workers (never started) on a 2-core machine.
-              pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")]
+pytestmark = pytest.mark.filterwarnings("ignore:The epoch has .* frames for:RuntimeWarning")
 
 SEED = 5
 # Episode selections: all, every other one, a few (unsorted on purpose), one, two tiny ones (fewer
