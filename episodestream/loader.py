@@ -1,7 +1,7 @@
 """``EpisodeLoader``: batches built in the trainer's process on decode threads, and the stream position.
 
 A DataLoader worker process collates every batch into fresh shared memory and hands it over; on a
-machine with few cores that costs more than decoding (docs/benchmarks-log.md). This loader keeps the
+machine with few cores that costs more than decoding (benchmarks/LOG.md). This loader keeps the
 rank's one consumer in the trainer's process: the schedule and rows are planned in order, decode
 groups run on threads (torchcodec releases the GIL), and each frame is written, converted, straight
 into its slot of the batch tensor. The batches equal ``DataLoader(dataset, batch_size,
@@ -252,7 +252,7 @@ class EpisodeLoader:
                              f"with batch_size={saved_batch_size} (a batch count cannot be continued in other "
                              f"batch sizes); later epochs may use any.")
         self._close_current(superseded_by="loader.load_state_dict()")
-        self._runtime.apply_state(checked, num_workers=0)  # this loader's one consumer iterates
+        self._runtime.apply_state(checked)  # logged at the next iter(), where this loader's one consumer starts
         self._consumed = None  # the loaded state's position is the runtime's now (``_resume_base``)
 
 
@@ -513,7 +513,7 @@ class _Iteration(Iterator[dict[str, Any]]):
         groups = split_opening(stream.groups(), samples=loader.batch_size,
                                part_size=math.ceil(loader.batch_size / loader.num_threads))
         # And the pass's last decode group per thread in quarters: whole groups there would leave
-        # threads idle at the end of every pass while the last few decode (docs/benchmarks-log.md).
+        # threads idle at the end of every pass while the last few decode (benchmarks/LOG.md).
         tail = loader.num_threads * stream.group_size
         groups = split_closing(groups, from_sample=num_samples - tail,
                                part_size=math.ceil(stream.group_size / 4))

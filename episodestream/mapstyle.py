@@ -50,7 +50,7 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
         column_cache (bool): for local sources, read rows from an Arrow copy of each data file's
             tabular columns, built the first time one of its episodes is needed and kept under
             ``cache_dir/columns`` (default ``EPISODESTREAM_CACHE_DIR``, else the user's cache
-            folder): random access is then much faster at DROID scale (docs/benchmarks-log.md), and the
+            folder): random access is then much faster at DROID scale (benchmarks/LOG.md), and the
             bytes are shared by all processes of the node through the page cache (see
             ``_format.columns``). False, and remote sources (for now), read each episode's parquet
             row group instead. Defaults to ``True``.
@@ -76,7 +76,7 @@ class EpisodeDataset(DatasetFacts, torch.utils.data.Dataset):
         self._starts = np.concatenate([[0], np.cumsum(counts)])
         self._episode_indices = self._core.episodes.episode_indices  # by selection position
         # Local sources only, for now: for a remote source the copy would sit beside the node cache
-        # without its budget, refcounts or `cache clear` (see docs/benchmarks-log.md, issue 13).
+        # without its budget, refcounts or `cache clear` (see benchmarks/LOG.md, issue 13).
         use_columns = column_cache and isinstance(self._core.files, LocalFiles)
         self._columns_dir = default_columns_dir(options.get("cache_dir")) if use_columns else None
         self._process: _PerProcess | None = None

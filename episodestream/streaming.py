@@ -77,7 +77,7 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
             for any value; larger groups make fewer, longer decoder calls and less work per frame,
             and keep more samples in flight (``EpisodeLoader``: a group per thread). None: 16 where
             episodes share video files (v3.0), 32 where each episode has files of its own
-            (v2.0/v2.1), whose groups otherwise spread over more files; docs/benchmarks-log.md
+            (v2.0/v2.1), whose groups otherwise spread over more files; benchmarks/LOG.md
             compares 8, 16, 32 and 64. Defaults to ``None``.
         decode_threads (int): threads that decode one consumer's groups (each with its own
             decoders); the samples and their order are the same for any value. Worth more than 1

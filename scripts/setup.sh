@@ -216,7 +216,14 @@ pip_install -e ".${EXTRAS}" ${TORCH_PIN:+"$TORCH_PIN"} ${VISION_PIN:+"$VISION_PI
 if [ "$TEST" = 1 ]; then
     # An unpinned s3fs can resolve to an ancient release; its versions track fsspec's.
     FSSPEC_VERSION=$("$PYTHON" -c "import fsspec; print(fsspec.__version__)")
-    pip_install "s3fs==${FSSPEC_VERSION}" "fsspec==${FSSPEC_VERSION}"
+    # A botocore already installed stays, as torch does: what installed it may pin it (a base
+    # interpreter's awscli pins botocore==X), and the newest aiobotocore would replace it, leaving pip's
+    # "dependency resolver ... awscli requires botocore==X" ERROR. pip then picks an aiobotocore that
+    # takes it; where none does (a botocore too old for this s3fs), the newest is installed as before.
+    BOTOCORE_PIN=$("$PYTHON" -c "import botocore; print('botocore==' + botocore.__version__)" 2>/dev/null || true)
+    if [ -z "$BOTOCORE_PIN" ] || ! pip_install "s3fs==${FSSPEC_VERSION}" "fsspec==${FSSPEC_VERSION}" "$BOTOCORE_PIN" 2>/dev/null; then
+        pip_install "s3fs==${FSSPEC_VERSION}" "fsspec==${FSSPEC_VERSION}"
+    fi
 fi
 # The compiled frame writer (episodestream/_sample/_chw_kernel.c) is built only where pip finds a C compiler
 # and Python's headers; without it numpy writes the frames, bit for bit the same but slower.

@@ -12,12 +12,12 @@ from pathlib import Path
 
 # Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (container images often set it):
 # otherwise each xdist worker, and each pytest the suite starts, rewrites every test module's asserts
-# from source again on every run (docs/benchmarks-log.md, "The test suite"). The first run of a fresh
+# from source again on every run (benchmarks/LOG.md, "The test suite"). The first run of a fresh
 # checkout still pays it once per worker; compiling the package itself costs next to nothing.
 sys.dont_write_bytecode = False
 
 # One OpenMP thread per test process, as PyTorch gives each DataLoader worker. The suite runs one
-# process per core and one more (pytest-xdist, pyproject addopts), and PyTorch's default of a thread per core in
+# process per core (pytest-xdist, pyproject addopts), and PyTorch's default of a thread per core in
 # every process oversubscribed the cores, its idle threads spinning: 96-100 s -> 84 s for the suite
 # here, 140 -> 117 s of user CPU. Set before torch is first imported (OpenMP reads it once) and
 # inherited by the subprocesses tests start; a value already set is kept.
@@ -41,13 +41,13 @@ TABULAR_LENGTHS = (7, 1, 12, 3, 9, 1, 15, 4, 6, 2, 11, 5, 8, 1, 13, 3, 10, 6, 2,
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: a venv without xdist (LeRobot's) must still run the tests
 def pytest_xdist_auto_num_workers(config):
-    """``-n auto``: one test process more than the cores this process may use. Part of the suite
-    waits with the CPU idle (shaped links, retry back-offs and timeouts of its own servers); with
-    one process per core those waits leave a core unused (docs/benchmarks-log.md, "The test suite").
+    """``-n auto``: one test process per core this process may use (xdist's own count is every core
+    of the machine, not those this process may use). One more, to use the cores while part of the
+    suite waits with the CPU idle, looked like a mistake: "3 workers" on 2 cores (issue 64 item 9).
     PYTEST_XDIST_AUTO_NUM_WORKERS, when set, still decides (xdist's own hook reads it)."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
-    return len(os.sched_getaffinity(0)) + 1
+    return len(os.sched_getaffinity(0))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -88,7 +88,7 @@ def share_worker_tensors_through_files() -> None:
     """DataLoader workers in this suite hand their batches' tensors over through shared-memory
     files. PyTorch's default on Linux passes a descriptor per tensor instead, each over its own
     authenticated socket connection to a thread of the worker: the suite runs ~200 multi-worker
-    epochs of tiny batches, where that hand-over was a fifth of their CPU (docs/benchmarks-log.md,
+    epochs of tiny batches, where that hand-over was a fifth of their CPU (benchmarks/LOG.md,
     "The suite's time: the workers' hand-over and the order of the tests"). The samples are the same bits either way;
     test_worker_start_methods streams an epoch through the default strategy, so the path users
     run stays tested."""
@@ -129,7 +129,7 @@ def pytest_runtest_protocol(item, nextitem):
     ~1 GB resident over a run while ~0.5 GB is live, and every DataLoader worker it forks copies the
     page tables of all of it, faults on its pages copy-on-write and unmaps them at exit: that kernel
     work was ~30% of the multi-worker tests' CPU. Six alternating pairs of whole runs: less system
-    time in all six, 5.3 CPU-s less at the median (docs/benchmarks-log.md, "The heap trimmed after each
+    time in all six, 5.3 CPU-s less at the median (benchmarks/LOG.md, "The heap trimmed after each
     test"). An earlier trimmer, dropped after four runs showed no difference, trimmed only past 64 MiB
     of growth."""
     yield

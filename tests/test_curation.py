@@ -26,8 +26,7 @@ from .stream_model import chunks, loader_batches, sweep, worker_streams
 from .test_curation_plan import random_keep
 from .test_stream_properties import Layout, changed_layout, check_split, random_layout
 
-pytestmark = [pytest.mark.filterwarnings("ignore:The epoch has .* frames for:RuntimeWarning"),
-              pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")]
+pytestmark = pytest.mark.filterwarnings("ignore:The epoch has .* frames for:RuntimeWarning")
 
 SEED = 3
 
@@ -154,7 +153,7 @@ def _curated_split_and_resume(root, config):
 
 
 # 60 configurations: the first 40 already reach every arc of episodestream/ that 120 did (coverage.py,
-# a context per configuration; docs/benchmarks-log.md, "The suite's time: index-only batches and sweeps").
+# a context per configuration; benchmarks/LOG.md, "The suite's time: index-only batches and sweeps").
 @pytest.mark.parametrize("configs", chunks(60, 20))
 def test_curated_split_and_resume_on_the_schedule(camera_less_root, configs):
     sweep(lambda config: _curated_split_and_resume(camera_less_root, config), configs)

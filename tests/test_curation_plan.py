@@ -72,7 +72,7 @@ def _anchor_pairs(segments) -> list[tuple[int, int]]:
 
 
 # 125 configurations: the first 106 reach every arc of episodestream/ that 200 did (coverage.py, a
-# context per configuration; docs/benchmarks-log.md, "The suite's time: index-only batches and sweeps").
+# context per configuration; benchmarks/LOG.md, "The suite's time: index-only batches and sweeps").
 CONFIGS = 125
 
 

@@ -46,11 +46,23 @@ def test_arguments(example):
             example.parse_args(bad)
 
 
-def test_says_how_to_install_lerobot(example, tmp_path):
+def test_says_how_to_install_lerobot(example, tmp_path, capsys):
     if importlib.util.find_spec("lerobot") is not None:
         pytest.skip("LeRobot is installed; the training test covers the example")
     with pytest.raises(SystemExit, match=r"pip install lerobot \(LeRobot needs Python >= 3.12\)"):
         example.main(["--steps", "1", "--output-dir", str(tmp_path)])
+    # The example printed nothing for ~80 s before its first step's line (issue 64 item 9): it says
+    # what it does first, before LeRobot's import.
+    assert capsys.readouterr().out.splitlines() == ["importing LeRobot and its policies ..."]
+
+
+def test_says_when_it_writes_the_synthetic_dataset(example, tmp_path, monkeypatch, capsys):
+    written = []
+    monkeypatch.setattr(example, "write_synthetic_dataset", lambda root, **options: written.append(root))
+    assert example.ensure_dataset(example.parse_args(["--output-dir", str(tmp_path)])) == str(tmp_path / "synthetic")
+    assert written == [tmp_path / "synthetic"]
+    assert capsys.readouterr().out == (f"writing a synthetic dataset (8 episodes of 20-60 frames, AV1 video) to "
+                                       f"{tmp_path / 'synthetic'} ...\n")
 
 
 def test_two_training_steps_then_resume(example, dataset_root, tmp_path, capsys):

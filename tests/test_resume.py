@@ -411,8 +411,9 @@ def test_a_mixtures_resume_point_is_gone_once_its_pass_ended_even_after_another_
 
 
 def test_a_resume_says_what_it_did(dataset_root, caplog):
-    """``load_state_dict`` logs (logger "episodestream") where it resumed: exact, or elastic with the
-    samples left to this rank (issue 49 item 7: a resume was silent)."""
+    """A resume logs (logger "episodestream") what it did: exact, or elastic with the samples left to
+    this rank (issue 49 item 7: a resume was silent); a mid-epoch one when its consumer starts, not at
+    the load, where who reads was not known yet (issue 64 item 8)."""
     import logging
     import re
 
@@ -421,26 +422,41 @@ def test_a_resume_says_what_it_did(dataset_root, caplog):
     def dataset(**world):
         return EpisodeStreamingDataset(dataset_root, episode_pool_size=2, seed=0, **world)
 
+    def first_batch(loader):
+        next(iter(loader))
+        if isinstance(loader, EpisodeLoader):
+            loader.close()
+
     loader = EpisodeLoader(dataset(), 8, num_threads=1)
     batches = iter(loader)
     next(batches), next(batches)
     state = loader.state_dict()
     loader.close()
     with caplog.at_level(logging.INFO, logger="episodestream"):
-        EpisodeLoader(dataset(), 8, num_threads=1).load_state_dict(state)
+        resumed = EpisodeLoader(dataset(), 8, num_threads=1)
+        resumed.load_state_dict(state)
+        assert "resumed" not in caplog.text  # its consumer is not known yet
+        first_batch(resumed)
         assert "resumed epoch 0 at batch 2 (exact; 1 rank(s) x 1 consumer(s))" in caplog.text
         caplog.clear()
+        first_batch(resumed)  # the resume point was not used up (the pass stopped early): it resumes again
+        assert caplog.text.count("resumed epoch 0 at batch 2 (exact") == 1, caplog.text
+        caplog.clear()
         two_ranks = dataset(rank=0, world_size=2)
-        EpisodeLoader(two_ranks, 8, num_threads=1).load_state_dict(state)
+        elastic = EpisodeLoader(two_ranks, 8, num_threads=1)
+        elastic.load_state_dict(state)
+        first_batch(elastic)
         left = re.search(r"resumed epoch 0 after batch 2, elastic: (\d+) samples left for rank 0", caplog.text)
         assert left and int(left.group(1)) == len(two_ranks) == (290 - 16) // 2, caplog.text
         caplog.clear()
         on_dataset = dataset()
-        on_dataset.load_state_dict(state)  # for a DataLoader not built yet: its worker count is the saved one
-        assert "resumed epoch 0 at batch 2 (exact; 1 rank(s) x 1 consumer(s): a DataLoader with num_workers=0, " \
-               "as saved; another count resumes elastically)" in caplog.text
+        on_dataset.load_state_dict(state)
+        assert "resumed" not in caplog.text
+        first_batch(torch.utils.data.DataLoader(on_dataset, batch_size=8))
+        assert "resumed epoch 0 at batch 2 (exact; 1 rank(s) x 1 consumer(s))" in caplog.text
         caplog.clear()
         on_dataset.load_state_dict({**state, "batches_consumed": 37})  # 290 frames in batches of 8
+        # What any consumers would do: said at the load.
         assert "resumed after epoch 0, which the state had finished: epoch 1 streams next" in caplog.text
         caplog.clear()
         streamed = dataset()
@@ -448,6 +464,78 @@ def test_a_resume_says_what_it_did(dataset_root, caplog):
         dataset().load_state_dict(streamed.state_dict())  # a per-consumer state (StatefulDataLoader's)
         assert ("resumed epoch 0 for consumer 0 of 1 (rank 0 of 1) after 1 sample(s) it yielded (exact: its own state, "
                 "as StatefulDataLoader saved it)") in caplog.text
+
+
+def test_a_mixtures_resume_says_what_it_did_when_its_consumer_starts(camera_less_root, caplog):
+    """A mixture's trainer state logs its line where a dataset's does: at the pass's start (issue 64 item 8)."""
+    import logging
+
+    from episodestream import EpisodeLoader, EpisodeMixture
+
+    def mixture():
+        return EpisodeMixture([make(camera_less_root), make(camera_less_root, episode_pool_size=2)], weights=[1, 1])
+
+    first = EpisodeLoader(mixture(), batch_size=BATCH)
+    iterator = iter(first)
+    next(iterator), next(iterator)
+    state = first.state_dict()
+    first.close()
+    with caplog.at_level(logging.INFO, logger="episodestream"):
+        resumed = EpisodeLoader(mixture(), batch_size=BATCH)
+        resumed.load_state_dict(state)
+        assert "resumed" not in caplog.text
+        next(iter(resumed))
+        resumed.close()
+    assert "resumed epoch 0 at batch 2 (exact; 1 rank(s) x 1 consumer(s))" in caplog.text, caplog.text
+
+
+def test_the_resume_line_says_what_the_dataloader_workers_do(dataset_root, tmp_path):
+    """An EpisodeLoader's state loaded into a dataset read by ``DataLoader(num_workers=2)`` logged
+    "exact; ... num_workers=0, as saved" at the load, then resumed elastically (issue 64 item 8): the
+    line now comes from the pass's first worker, with the workers it has. Worker processes log in
+    their own process; a file handler, inherited by the forked workers, collects their lines."""
+    import logging
+    import re
+
+    from episodestream import EpisodeLoader
+
+    def dataset():
+        return EpisodeStreamingDataset(dataset_root, episode_pool_size=2, seed=0, return_uint8=True)
+
+    loader = EpisodeLoader(dataset(), 8, num_threads=1)
+    batches = iter(loader)
+    next(batches), next(batches)
+    state = loader.state_dict()  # num_workers=0: one consumer
+    loader.close()
+    logger = logging.getLogger("episodestream")
+    handler = logging.FileHandler(tmp_path / "episodestream.log")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+    def logged_by(num_workers, loaded):
+        (tmp_path / "episodestream.log").write_text("")
+        resumed = dataset()
+        resumed.load_state_dict(loaded)
+        samples = sum(len(batch["index"]) for batch in torch.utils.data.DataLoader(
+            resumed, batch_size=8, num_workers=num_workers, multiprocessing_context="fork" if num_workers else None))
+        handler.flush()
+        return samples, (tmp_path / "episodestream.log").read_text()
+
+    try:
+        samples, text = logged_by(2, state)
+        left = re.search(r"resumed epoch 0 after batch 2, elastic: (\d+) samples left for rank 0 \(1 rank\(s\) x 2 "
+                         r"consumer\(s\) now; saved with 1 rank\(s\) x 1 consumer\(s\)", text)
+        assert left and int(left.group(1)) == samples == 290 - 16, text
+        assert text.count("resumed") == 1 and "exact" not in text, text  # worker 0's line only
+        samples, text = logged_by(0, state)
+        assert samples == 290 - 16 and text.splitlines() == ["resumed epoch 0 at batch 2 (exact; 1 rank(s) x 1 consumer(s))"]
+        samples, text = logged_by(2, {**state, "num_workers": 2})  # as if a 2-worker DataLoader had saved it
+        assert text.splitlines() == ["resumed epoch 0 at batch 2 (exact; 1 rank(s) x 2 consumer(s))"], text
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        handler.close()
 
 
 # Every field of a state is checked where it enters, whichever entry it comes through; before the one

@@ -56,7 +56,7 @@ def _check_pool(steps, pool_size: int) -> None:
 
 
 # 150 configurations: the first 143 reach every branch (arc) of episodestream/ that 300 did
-# (coverage.py, a context per configuration; docs/benchmarks-log.md, "The suite's time: index-only
+# (coverage.py, a context per configuration; benchmarks/LOG.md, "The suite's time: index-only
 # batches and sweeps").
 CONFIGS = 150
 

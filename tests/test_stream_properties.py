@@ -35,9 +35,7 @@ from .conftest import TABULAR_LENGTHS
 from .stream_model import chunks, loader_batches, pairs, sweep, worker_streams
 
 # Tiny selections leave some consumers nothing but fill-ins, which warns (tested in test_streaming).
-pytestmark = [pytest.mark.filterwarnings("ignore:The epoch has .* frames for:RuntimeWarning"),
-              # stream_state is given DataLoaders of up to 3 workers (never started) on a 2-core machine.
-              pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")]
+pytestmark = pytest.mark.filterwarnings("ignore:The epoch has .* frames for:RuntimeWarning")
 
 SEED = 5
 # Episode selections: all, every other one, a few (unsorted on purpose), one, two tiny ones (fewer
@@ -165,7 +163,7 @@ def check_split(frames: Counter, per_rank: list[list]) -> None:
 
 # Split: 90 configurations (the first 21 reach every arc of episodestream/ that 300 did); resume: 150
 # (the first 126 reach every arc that 250 did). By coverage.py with a context per configuration
-# (docs/benchmarks-log.md, "The suite's time: index-only batches and sweeps").
+# (benchmarks/LOG.md, "The suite's time: index-only batches and sweeps").
 CONFIGS = 90
 RESUME_CONFIGS = 150
 

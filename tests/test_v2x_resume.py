@@ -14,8 +14,7 @@ from episodestream import EpisodeLoader, EpisodeMixture, EpisodeStreamingDataset
 
 from .test_v2x import v21_root, v30_root  # noqa: F401 (session fixtures shared with those tests)
 
-pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning",
-                                        "ignore:This DataLoader will create:UserWarning")
+pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")
 
 
 def _dataset(root, **options):

@@ -21,3 +21,15 @@ def test_the_conftest_loads_without_xdist():
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "INTERNALERROR" not in run.stdout + run.stderr
     assert "tests collected" in run.stdout or "test collected" in run.stdout
+
+
+def test_auto_starts_one_test_process_per_core(monkeypatch):
+    """``-n auto`` (pyproject addopts) started 3 workers on 2 cores (issue 64 item 9): one per core now."""
+    import os
+
+    from .conftest import pytest_xdist_auto_num_workers
+
+    monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
+    assert pytest_xdist_auto_num_workers(None) == len(os.sched_getaffinity(0))
+    monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "5")
+    assert pytest_xdist_auto_num_workers(None) is None  # xdist's own hook reads the variable

@@ -12,14 +12,14 @@ the rates of 8 and more threads, so a row spans several, their boundaries includ
 starts after the warm-up batches, the ones that fill the pipeline and fault in fresh batch memory.
 A sarm float32 batch is 472 MB and 16 threads keep ~8 in flight: first touching those 4 GB took
 1-7 s on these VMs, longer than a 2 s window, which made rows timed from the first batch look like a
-collapse (docs/benchmarks-log.md). The warm-up is the batches that fill the pipeline, then as many as
+collapse (benchmarks/LOG.md). The warm-up is the batches that fill the pipeline, then as many as
 it takes until one batch costs this process under ``STEADY_FAULTS_PER_BATCH`` page faults (at most
 ``MAX_WARMUP_S``); its length is reported beside the rate.
 
 ``write_frames=False`` (``stand_in_rows.py --skip-frame-writes``) leaves the decoded frames out of the
 batches (``FrameWrites`` write nothing; the batches' frames are garbage): what is left is the
 pipeline's Python alone, so the row beside the normal one tells what copying the frames into batch
-memory costs, a memory-bound copy every loader makes once per frame (docs/benchmarks-log.md).
+memory costs, a memory-bound copy every loader makes once per frame (benchmarks/LOG.md).
 
 "CPU per frame" is the process's CPU time (``time.process_time``, all threads; for DataLoader
 workers theirs too, from /proc) over the frames decoded: the stand-in burns

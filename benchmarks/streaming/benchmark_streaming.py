@@ -181,7 +181,7 @@ def stream(source, *, mode: str, num_workers: int, pool_size: int | str, batch_s
            train_step: tuple[str, float] | None = None) -> dict:
     # What earlier passes left (their datasets, loaders and decoders, in reference cycles) is freed
     # now: a full collection that comes due from it would otherwise land in this pass, in a remote
-    # build most often (docs/benchmarks-log.md, "One frame-writer call per decode group, and what limits
+    # build most often (benchmarks/LOG.md, "One frame-writer call per decode group, and what limits
     # 32 threads at 0.2 ms").
     gc.collect()
     _reset_peak_rss()
@@ -635,7 +635,7 @@ def main(argv=None) -> int:
                         help="also stream single float32 with a simulated training step of this many ms after "
                              "each batch: a sleep (releases the GIL) and a pure-Python busy loop (holds it); "
                              "local source")
-    # (An experiment's third choice, channels-last batches, was removed once measured: docs/benchmarks-log.md.)
+    # (An experiment's third choice, channels-last batches, was removed once measured: benchmarks/LOG.md.)
     parser.add_argument("--frame-writer", choices=("compiled", "numpy"),
                         help="how EpisodeLoader writes frames into batches: compiled (episodestream's C "
                              "kernel, the default where it was built) or numpy (what runs without a C compiler)")

@@ -8,7 +8,7 @@ call for a group of ``--group`` frames written into ``--batches`` batch arrays i
 memory a loader keeps in flight: the more arrays, the less of them stays in the CPU's caches)
 (each array a group at a time) against ``np.copyto`` of the same uint8 bytes without the de-interleave, in this process, one core.
 Where the two are close, the writer runs at the machine's copy speed and only writing fewer bytes
-(or fewer batches in flight) makes it cheaper. Results: docs/benchmarks-log.md.
+(or fewer batches in flight) makes it cheaper. Results: benchmarks/LOG.md.
 """
 
 from __future__ import annotations

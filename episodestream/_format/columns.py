@@ -3,7 +3,7 @@
 Why: a random ``EpisodeDataset[i]`` almost never hits the few episodes a process keeps, and reading
 an episode's parquet row group (footer lookup, decompression, decoding, filtering) capped random
 access at a few dozen samples/s at 92,000 episodes, where LeRobot is many times faster with the
-``datasets`` library's memory-mapped Arrow copy of the parquet files (docs/benchmarks-log.md). We keep the idea (a
+``datasets`` library's memory-mapped Arrow copy of the parquet files (benchmarks/LOG.md). We keep the idea (a
 once-built uncompressed Arrow copy) with plain pyarrow rather than depend on ``datasets`` for it,
 but read it with ``pread`` instead of a memory map: one record batch per episode, so an episode is
 one read of its own rows (~20 KB). A memory map is as fast, but every page a sample touches maps

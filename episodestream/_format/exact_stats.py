@@ -68,7 +68,7 @@ def _column_stats(column: np.ndarray) -> list[float]:
 def _select(work: np.ndarray, ranks: list[int], offset: int = 0) -> None:
     """Put the values of ``ranks`` (positions in sorted order) in place, partitioning at the middle
     rank and then each side for its own: numpy's ``partition`` with five kth values at once was
-    slower than a full sort, this a fifth of it (docs/benchmarks-log.md, "Exact stats")."""
+    slower than a full sort, this a fifth of it (benchmarks/LOG.md, "Exact stats")."""
     if not ranks:
         return
     middle = ranks[len(ranks) // 2]

@@ -131,7 +131,7 @@ class RowReader:
         Why: a pool of a whole share first emits from thousands of episodes within its first
         batches, in random order across the data files; read one by one, each read reopened a file
         whose footer the reader could not keep open (a parsed footer's size grows with the file's
-        row groups), a cost paid per episode (docs/benchmarks-log.md, "Rows of a wide pool at
+        row groups), a cost paid per episode (benchmarks/LOG.md, "Rows of a wide pool at
         DROID-like data files"). Read with their file's other pooled episodes, a file is opened
         once. The caller reads them alone when this raises, so an error names its own episode."""
         relpath = episodes[0].data_relpath

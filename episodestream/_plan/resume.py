@@ -364,7 +364,7 @@ def plan_resume(segments: Sequence[Segment], *, seed: int, epoch: int, shuffle: 
     legs consumed the whole epoch."""
     # An elastic replay makes a piece per consumed segment (~10^5 at 90% of a DROID-sized epoch),
     # none of them cyclic: with the collector on, their allocations set off collections that walk a
-    # trainer's whole heap, which cost more than the replay (docs/benchmarks-log.md).
+    # trainer's whole heap, which cost more than the replay (benchmarks/LOG.md).
     with gc_paused():
         return _plan_resume(tuple(segments), seed=seed, epoch=epoch, shuffle=shuffle, legs=legs,
                             world_size=world_size, num_workers=num_workers, pool_size=pool_size)

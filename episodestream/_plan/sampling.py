@@ -323,7 +323,7 @@ class ConsumerSchedule:
         # squeeze the last episodes' frames into the last few slots (the final slot would hold
         # all of the last episode's), and a batch there would draw from few episodes; never
         # closing early drains the pool one episode per slot instead. A quarter planned best of
-        # the three on small shares (docs/benchmarks-log.md).
+        # the three on small shares (benchmarks/LOG.md).
         return a, np.minimum(b, n + width // 4)
 
     # -- keys ---------------------------------------------------------------------------------

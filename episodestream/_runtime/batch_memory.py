@@ -3,7 +3,7 @@
 Large tensors are allocated with mmap and handed back to the kernel when freed, so every fresh
 float32 batch pays a page fault per 4 KB it writes: converting a frame into fresh memory costs
 several times what it costs into memory written before, a sizeable share of decoding it
-(measured in docs/benchmarks-log.md). Reusing a batch's memory is only safe once nothing can read it any more.
+(measured in benchmarks/LOG.md). Reusing a batch's memory is only safe once nothing can read it any more.
 
 How that is guaranteed: the trainer never gets the tensor this module keeps, only a view of it
 (``lend``). Every tensor that shares the memory, whatever made it (views, slices, ``.numpy()``,

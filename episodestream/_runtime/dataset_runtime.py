@@ -52,7 +52,7 @@ def default_decode_group_size(meta: DatasetMeta) -> int:
     """``decode_group_size`` when none is given. A group's frames are random across the pool's
     episodes, and each video file they touch costs a decoder call: where each episode has files
     of its own (v2.x), twice the samples per group make about as many frames per call as 16 do
-    where episodes share files, which brings v2.1's rate close to v3.0's (docs/benchmarks-log.md,
+    where episodes share files, which brings v2.1's rate close to v3.0's (benchmarks/LOG.md,
     "v2.x decode groups of 32 by default"). Not larger: 64 measured no faster, and each thread
     holds a group's samples in flight."""
     return 16 if meta.episodes_share_video_files else 32
@@ -138,6 +138,7 @@ class DatasetRuntime(StreamRuntime):
 
     def consumer_stream(self, world: World, epoch: int) -> ConsumerStream:
         self.shared_epoch.start(epoch)
+        self._announce_resume(world, epoch)
         steps, num_samples = self._steps(world, epoch)
         turn = self.turns.turn(world, self.shared_epoch.claimed_iteration)
         return self.stream(steps, num_samples, epoch, turn=turn)

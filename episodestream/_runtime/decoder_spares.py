@@ -2,7 +2,7 @@
 
 ``EpisodeLoader`` starts its decode threads for each pass, and each thread used to open its
 decoders anew: at every pass's start every thread opened every camera's file again, and an open is
-a run of short GIL-held calls that the other starting threads wait behind (docs/benchmarks-log.md,
+a run of short GIL-held calls that the other starting threads wait behind (benchmarks/LOG.md,
 "A pass's start and end at 16 threads", measures what that cost each pass's start).
 Now a starting thread takes a set left by the pass before, and an ending thread gives its set back.
 

@@ -116,6 +116,7 @@ class MixtureRuntime(StreamRuntime):
         """Open ``world``'s pass over ``epoch`` for a loader to pull (see ``_runtime.stream``); marks the
         epoch started."""
         self.shared_epoch.start(epoch)
+        self._announce_resume(world, epoch)
         order, steps = self.consumer_plan(world, epoch, then_skip=self.position.begin(world, epoch))
         counts = np.bincount(order, minlength=len(self.components)).tolist()
         streams = [c.stream(s, count, epoch) for c, s, count in zip(self.components, steps, counts)]

@@ -4,7 +4,7 @@ in the consumer's order, keys renamed and ``dataset_index`` added.
 Each component plans its own steps through its own pool (``_DatasetStream``). The mixture's order
 switches component every sample or two, so groups of one component's samples would be one or two
 samples long and decoding would lose its grouping (one decoder call per file per group; an epoch in
-groups of 1 takes much longer than in groups of 8, docs/benchmarks-log.md). So the mixture's groups
+groups of 1 takes much longer than in groups of 8, benchmarks/LOG.md). So the mixture's groups
 are runs of ``decode_group_size`` consecutive samples of any components, whose builder
 (``MixedBuilder``) decodes each component's part with that component's builder and decoders
 (``ComponentDecoders``). A component group's evicted episodes travel with its last sample, as

@@ -3,7 +3,7 @@
 The engine of ``EpisodeLoader`` and of ``EpisodeStreamingDataset(decode_threads=N)``.
 
 Why threads: torchcodec's decode calls release the GIL (two threads on two cores decode nearly
-twice the frames of one, docs/benchmarks-log.md), so a process can use its cores for decoding without a
+twice the frames of one, benchmarks/LOG.md), so a process can use its cores for decoding without a
 process boundary to cross, and batches can be built where the trainer is.
 
 Why the standard library rather than torchdata.nodes or SPDL: the work is one stage whose threads
@@ -19,7 +19,7 @@ and build, so the samples and their order never depend on thread timing or on th
 Why the decode threads plan rather than a planning thread of its own: a thread that has just
 decoded a group holds the GIL and plans the next without a hand-off, while a planner must win the
 GIL from every busy decode thread for each group; tried, a planner made 32 threads slower than 16
-(docs/benchmarks-log.md, "A planning thread, tried and not kept").
+(benchmarks/LOG.md, "A planning thread, tried and not kept").
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ NARROW_POOL = 16  # the floor; every release before "auto" defaulted to it
 # (docs/usage.md). The decoder cap still bounds it per camera.
 SPREAD_POOL = 96
 # A remote source's widest spread pool (a file per episode): through a shaped link 96 was not shown
-# to stream as fast as 64 (docs/benchmarks-log.md, "The spread pool 96 for one camera").
+# to stream as fast as 64 (benchmarks/LOG.md, "The spread pool 96 for one camera").
 REMOTE_SPREAD_POOL = 64
 # The node cache one consumer's wide pool may keep on disk (metadata, pooled and prefetched episodes'
 # video) where files fit the decoders. Chosen for a DROID-sized source (3 cameras, ~3 MB of video per

@@ -102,6 +102,7 @@ class Resumable(ABC):
     def _init_resume(self) -> None:
         self._loaded: LoadedRequest | None = None
         self._points: dict[int, Any] = {}
+        self._announce: CheckedState | None = None  # a loaded state whose line waits for its consumers
 
     def _loaded_request(self, epoch: int) -> LoadedRequest | None:
         """The loaded request of ``epoch`` while its resume point lives (see the module docstring)."""
@@ -210,19 +211,41 @@ class Resumable(ABC):
 
     def apply_state(self, checked: CheckedState, *, num_workers: int | None = None) -> None:
         """Make ``check_state``'s result the position the next iteration starts from, and log what it
-        resumes (``num_workers``: the consumers that will iterate, when known: 0 for EpisodeLoader)."""
+        resumes once that is known. Whether a mid-epoch state resumes exactly or elastically depends on
+        the consumers that iterate, so the line is logged by the first of them (``_announce_resume``),
+        unless the caller says who they will be (``num_workers``: a trainer that builds its DataLoader
+        itself); a finished epoch or one that took nothing resumes the same for any consumers."""
         request: LoadedRequest = checked.request
         if checked.finished:
             self._set_request(None, request.epoch + 1)
         else:
             # A state that took nothing of its epoch resumes nothing: the epoch streams afresh, in any layout.
             self._set_request(request if checked.consumed_batches else None, request.epoch)
-        if logger.isEnabledFor(logging.INFO):  # an elastic count replays the legs: not when nobody reads it
-            logger.info("%s", self._resumed(checked, num_workers))
+        self._announce = None
+        if checked.finished or not checked.consumed_batches or num_workers is not None:
+            if logger.isEnabledFor(logging.INFO):  # an elastic count replays the legs: not when nobody reads it
+                logger.info("%s", self._resumed(checked, num_workers))
+        else:
+            self._announce = checked
+            logger.debug("loaded a state of epoch %d after batch %d: the first iteration logs whether it resumes "
+                         "exactly", request.epoch, checked.consumed_batches)
+
+    def _announce_resume(self, world: World, epoch: int) -> None:
+        """Log what the loaded trainer's state resumes, now that its consumers are known: called as
+        ``world`` opens a pass over ``epoch``, each pass that starts from the resume point (a pass stopped
+        early leaves it in place). The main process's pass (EpisodeLoader, a DataLoader without workers)
+        logs it; under a DataLoader with workers, worker 0 of each rank does, in its own process (seen
+        where the workers inherit the trainer's logging set-up, as forked workers do)."""
+        checked = self._announce
+        if checked is None or world.worker != 0 or self._loaded_request(epoch) is None:
+            return
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("%s", self._resumed(checked, world.num_workers))
 
     def _resumed(self, checked: CheckedState, num_workers: int | None) -> str:
-        """What ``apply_state`` did, in a line: "resumed epoch E at batch B (exact)", or elastic with
-        the samples left to this rank (``num_workers`` None: a DataLoader's, as saved)."""
+        """What the loaded state resumes, in a line: "resumed epoch E at batch B (exact; ...)", or
+        elastic with the samples left to this rank, for ``num_workers`` consumers per rank (0 or 1: one;
+        None only for a finished epoch or one that took nothing, which any consumers resume alike)."""
         request: LoadedRequest = checked.request
         epoch, saved = request.epoch, request.legs[-1]
         if checked.finished:
@@ -232,9 +255,7 @@ class Resumable(ABC):
         workers = saved.num_workers if num_workers is None else num_workers
         layout = f"{self.world_size} rank(s) x {max(1, workers)} consumer(s)"
         if saved.same_stream(Leg(self.world_size, workers, self.pools, saved.batch_size, 0)):
-            return (f"resumed epoch {epoch} at batch {checked.consumed_batches} (exact; {layout}"
-                    + (f": a DataLoader with num_workers={workers}, as saved; another count resumes elastically"
-                       if num_workers is None else "") + ")")
+            return f"resumed epoch {epoch} at batch {checked.consumed_batches} (exact; {layout})"
         point = self._point(workers)
         left = 0 if point is None else sum(
             size - skip for _, skip, size in (
@@ -262,6 +283,7 @@ class Resumable(ABC):
                              who=f"consumer {loaded.worker} of {loaded.num_workers} (rank {loaded.rank} of "
                                  f"{loaded.world_size})")
         self.position.load(loaded)
+        self._announce = None  # its own line below: a trainer's state loaded before is replaced
         self._set_request(self._request(saved, saved.legs) if saved.legs else None, loaded.epoch, consumer=True)
         # In each DataLoader worker torchdata hands its snapshot to: one line per consumer.
         logger.info("resumed epoch %d for consumer %d of %d (rank %d of %d) after %d sample(s) it yielded (exact: its "

@@ -121,7 +121,7 @@ class FrameWrites:
 def flush_all(writes: Iterable[FrameWrites]) -> None:
     """``flush`` every one of ``writes``: all that the compiled kernel takes in one call, which releases
     the GIL once for a decode group's frames of every camera (each release costs a decode thread a
-    wait behind the others to take it back: docs/benchmarks-log.md, "One frame-writer call per decode
+    wait behind the others to take it back: benchmarks/LOG.md, "One frame-writer call per decode
     group, and what limits 32 threads at 0.2 ms"), the rest one by one. A kernel built before that
     call existed flushes each on its own."""
     jobs = []

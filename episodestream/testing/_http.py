@@ -34,6 +34,12 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - the standard signature
         pass  # a line per request on stderr drowns test output
 
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except (ConnectionResetError, BrokenPipeError, ConnectionAbortedError):
+            pass  # the client left mid-body or reset a kept connection: no server error (socketserver prints a traceback)
+
     def _count(self) -> None:
         with self.server.lock:
             self.server.stats.requests[self.command] = self.server.stats.requests.get(self.command, 0) + 1

@@ -1,8 +1,8 @@
 """Train one LeRobot policy (default ACT) on two robots at once: different state widths, different cameras.
 
-    pip install -e '.[lerobot]'   # LeRobot, from this checkout; it needs Python >= 3.12 (or: bash scripts/setup.sh --lerobot)
-    python examples/lerobot/train_cross_embodiment.py --steps 2 --policy-option pretrained_backbone_weights=null  # two synthetic robots, offline
-    python examples/lerobot/train_cross_embodiment.py --steps 2000 --datasets /data/arm6 /data/bimanual14
+    bash scripts/setup.sh --lerobot   # LeRobot into .venv; it needs Python >= 3.12 (in an environment of your own: python -m pip install -e '.[lerobot]')
+    .venv/bin/python examples/lerobot/train_cross_embodiment.py --steps 2 --policy-option pretrained_backbone_weights=null  # two synthetic robots, offline
+    .venv/bin/python examples/lerobot/train_cross_embodiment.py --steps 2000 --datasets /data/arm6 /data/bimanual14
 
 ACT's ResNet backbone downloads its ImageNet weights when the policy is built;
 ``--policy-option pretrained_backbone_weights=null`` (the offline command) trains it from scratch instead.
@@ -87,6 +87,7 @@ def synthetic_robots(out: Path) -> list[str]:
     for seed, (name, options) in enumerate(robots.items()):
         root = out / "synthetic" / name
         if not (root / "meta" / "info.json").exists():
+            print(f"writing a synthetic robot ({name}: 4 episodes of 20-40 frames, AV1 video) to {root} ...", flush=True)
             write_synthetic_dataset(root, num_episodes=4, episode_length=(20, 40), seed=seed, overwrite=True,
                                     **options)
             info = json.loads((root / "meta" / "info.json").read_text())
@@ -136,6 +137,8 @@ def processor_stats(meta) -> dict[str, dict[str, np.ndarray]]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    # Nothing else is printed until the mixture's features: say what the slow parts are doing.
+    print("importing LeRobot and its policies ...", flush=True)
     resolve_delta_timestamps, make_policy, make_policy_config, make_pre_post_processors = _import_lerobot()
     torch.manual_seed(args.seed)
     out = Path(args.output_dir)
@@ -151,6 +154,7 @@ def main(argv=None) -> int:
     meta = mixture.meta
     print("mixture features: " + ", ".join(f"{k} {list(v['shape'])}" for k, v in meta.features.items()
                                            if k.startswith(("observation", "action"))), flush=True)
+    print(f"building the {args.policy} policy and its normalizers ...", flush=True)
     policy = make_policy(cfg, ds_meta=meta)
     preprocessor, postprocessor = make_pre_post_processors(policy.config, dataset_stats=processor_stats(meta))
     per_embodiment = PerEmbodimentNormalizer(meta.component_stats)
@@ -158,6 +162,8 @@ def main(argv=None) -> int:
     loader = EpisodeLoader(mixture, args.batch_size, num_threads=args.num_threads)
 
     policy.train()
+    print(f"training {args.steps} steps on {args.device}, batches of {args.batch_size}; a line every "
+          f"{args.log_every} steps ...", flush=True)
     step, frames, start = 0, 0, time.perf_counter()
     while step < args.steps:
         for batch in loader:

@@ -1,8 +1,8 @@
 """Train a LeRobot policy (default ACT) on a streamed LeRobot v3.0 dataset, on CPU or GPU, resumably.
 
-    pip install -e '.[lerobot]'   # LeRobot, from this checkout; it needs Python >= 3.12 (or: bash scripts/setup.sh --lerobot)
-    python examples/lerobot/train_policy.py --steps 2000 --dataset lerobot/aloha_sim_insertion_human
-    python examples/lerobot/train_policy.py --steps 2 --policy-option pretrained_backbone_weights=null  # synthetic data, offline
+    bash scripts/setup.sh --lerobot   # LeRobot into .venv; it needs Python >= 3.12 (in an environment of your own: python -m pip install -e '.[lerobot]')
+    .venv/bin/python examples/lerobot/train_policy.py --steps 2000 --dataset lerobot/aloha_sim_insertion_human
+    .venv/bin/python examples/lerobot/train_policy.py --steps 2 --policy-option pretrained_backbone_weights=null  # synthetic data, offline
 
 ACT's (and Diffusion's) ResNet backbone downloads its ImageNet weights when the policy is built;
 ``--policy-option pretrained_backbone_weights=null`` trains it from scratch with no download, which is
@@ -90,6 +90,7 @@ def ensure_dataset(args: argparse.Namespace) -> str:
         return args.dataset
     root = Path(args.output_dir) / "synthetic"
     if not (root / "meta" / "info.json").exists():
+        print(f"writing a synthetic dataset (8 episodes of 20-60 frames, AV1 video) to {root} ...", flush=True)
         write_synthetic_dataset(root, num_episodes=8, episode_length=(20, 60), overwrite=True)
     return str(root)
 
@@ -122,11 +123,14 @@ def _save(checkpoint: Path, *, policy, optimizer, loader: EpisodeLoader, step: i
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    # Nothing else is printed until the first step's line: say what the slow parts are doing.
+    print("importing LeRobot and its policies ...", flush=True)
     resolve_delta_timestamps, make_policy, make_policy_config, make_pre_post_processors = _import_lerobot()
     torch.manual_seed(args.seed)
     out = Path(args.output_dir)
     checkpoint = out / "checkpoint"
     source = ensure_dataset(args)
+    print(f"building the {args.policy} policy and its normalizers for {source} ...", flush=True)
 
     cfg = make_policy_config(args.policy, device=args.device, **dict(args.policy_option))
     probe = EpisodeStreamingDataset(source, revision=args.revision, cache_dir=args.cache_dir)
@@ -150,6 +154,8 @@ def main(argv=None) -> int:
         print(f"resumed at step {step} (epoch {dataset.epoch})", flush=True)
 
     policy.train()
+    print(f"training to step {args.steps} on {args.device}, batches of {args.batch_size}; a line every "
+          f"{args.log_every} steps ...", flush=True)
     start, frames = time.perf_counter(), 0
     while step < args.steps:
         for batch in loader:

@@ -1,10 +1,11 @@
 """Distributed, resumable streaming training with Accelerate (one process per GPU, any number of nodes).
 
-    accelerate launch --num_processes 8 examples/scaling/train_streaming_multinode.py --dataset /data/robocasa
-    ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 examples/scaling/train_streaming_multinode.py --dummy
+    .venv/bin/python -m accelerate.commands.launch --num_processes 8 examples/scaling/train_streaming_multinode.py --dataset /data/robocasa
+    ACCELERATE_USE_CPU=true .venv/bin/python -m accelerate.commands.launch --multi_gpu --num_processes 2 examples/scaling/train_streaming_multinode.py --dummy
 
-The second command runs 2 processes on CPU (no GPU needed): Accelerate's ``--cpu`` flag starts one
-process whatever ``--num_processes`` says (its route to several CPU processes is mpirun), so it
+``.venv/bin/python -m accelerate.commands.launch`` is ``accelerate launch`` run by the checkout's venv
+(a bare ``accelerate`` is found only with the venv activated). The second command runs 2 processes on
+CPU (no GPU needed): Accelerate's ``--cpu`` flag starts one process whatever ``--num_processes`` says (its route to several CPU processes is mpirun), so it
 takes the multi-process launcher, and ``ACCELERATE_USE_CPU=true`` puts each process on the CPU,
 joined by gloo. Each run prints the world size it saw.
 

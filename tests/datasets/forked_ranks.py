@@ -3,7 +3,7 @@ gives a multi-process CPU run (gloo, env:// rendezvous).
 
 Each rank of a real `accelerate launch` is a fresh interpreter importing torch, torchcodec and
 accelerate again: ~2 s of CPU per rank and ~1 s for the launcher, where a fork costs ~0.1 s
-(docs/benchmarks-log.md, "The test suite"). One test per behaviour still goes through the real
+(benchmarks/LOG.md, "The test suite"). One test per behaviour still goes through the real
 launcher (test_streaming_distributed's first leg); the others fork.
 """
 

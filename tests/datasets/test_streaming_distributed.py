@@ -43,12 +43,16 @@ def _example_arguments(out: Path, dataset: Path, *extra: str) -> list[str]:
 
 def documented_cpu_launch() -> tuple[dict[str, str], list[str]]:
     """The example docstring's 2-process CPU command (the line with --dummy): its environment
-    assignments and its `accelerate launch` options."""
+    assignments and its `accelerate launch` options. It runs Accelerate's launcher with the venv's
+    interpreter, as every documented command does (a bare `accelerate` needs the venv activated:
+    "accelerate: command not found", issue 64 item 6)."""
     line = next(line for line in EXAMPLE.read_text().split('"""')[1].splitlines() if "--dummy" in line)
     words = shlex.split(line)
-    env = dict(word.split("=", 1) for word in words[:words.index("accelerate")])
+    launcher = words.index(".venv/bin/python")
+    assert words[launcher + 1:launcher + 3] == ACCELERATE_LAUNCH[1:], line
+    env = dict(word.split("=", 1) for word in words[:launcher])
     script = next(i for i, word in enumerate(words) if word.endswith(EXAMPLE.name))
-    return env, words[words.index("launch") + 1:script]
+    return env, words[launcher + 3:script]
 
 
 def _launch(out: Path, dataset: Path, *extra: str) -> str:

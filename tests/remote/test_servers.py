@@ -422,3 +422,35 @@ def test_s3_server_names_missing_packages(monkeypatch):
     monkeypatch.setitem(sys.modules, "moto.server", None)
     with pytest.raises(ImportError, match=r"pip install 'moto\[s3\]>=5' flask flask-cors"):
         S3Server().start()
+
+
+def test_a_client_that_resets_its_connection_is_no_server_error(hub_root, capfd):
+    """A client resetting a connection (ShapingProxy's reset closes its upstream with the body unread)
+    printed socketserver's "Exception occurred during processing of request ... ConnectionResetError"
+    traceback amid pytest's dots (issue 64 item 9): a client leaving is not the server's error."""
+    import socket
+    import struct
+
+    from episodestream.testing import HttpServer
+
+    def handler_threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if "process_request_thread" in t.name]
+
+    with FakeHub(hub_root) as hub, HttpServer(hub_root) as files:
+        for url, path in ((hub.url, f"/datasets/{REPO}/resolve/main/data/chunk-000/file-000.parquet"),
+                          (files.url, f"/datasets/{REPO}/data/chunk-000/file-000.parquet")):
+            split = urllib.parse.urlsplit(url)
+            for read_first in (0, 65_536):  # reset before reading the body, then part-way through it
+                sock = socket.create_connection((split.hostname, split.port), timeout=10)
+                sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {split.netloc}\r\n\r\n".encode())
+                received = 0
+                while received < read_first:
+                    received += len(sock.recv(65_536))
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.close()  # SO_LINGER 0: a RST, "connection reset by peer" on the server's side
+        deadline = time.monotonic() + 10
+        while handler_threads() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not handler_threads()
+    captured = capfd.readouterr()
+    assert "Exception occurred" not in captured.err and "Traceback" not in captured.err, captured.err

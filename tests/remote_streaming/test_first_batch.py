@@ -138,7 +138,7 @@ def test_metadata_files_download_together_while_a_dataset_is_built(hub_root, dat
 @pytest.mark.parametrize("kind", ["hub", "s3"])
 def test_a_remote_clients_modules_are_imported_with_the_collector_paused(kind, hub_root, dataset_root, tmp_path,
                                                                         monkeypatch):
-    # A first import's collections walk a trainer's whole heap (docs/benchmarks-log.md): every lookup of a
+    # A first import's collections walk a trainer's whole heap (benchmarks/LOG.md): every lookup of a
     # client's class, where its modules are imported the first time, runs with the collector paused,
     # and the collector is back on once the dataset is built. The Hub's client is huggingface_hub's
     # HTTP stack (``hub_http.import_client``; its filesystem is our HubLink), an s3 source's s3fs.

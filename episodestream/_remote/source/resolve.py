@@ -102,7 +102,7 @@ def client_class(protocol: str) -> type[fsspec.AbstractFileSystem]:
     A client's first import (huggingface_hub with httpx, s3fs with aiobotocore and botocore) makes
     tens of thousands of objects in a burst, and in a trainer that has imported torch each burst
     sets off collections that walk its whole heap: there the collector, not the import, was most of
-    what a process's first remote dataset paid before its first request (docs/benchmarks-log.md, "The
+    what a process's first remote dataset paid before its first request (benchmarks/LOG.md, "The
     remote first batch from a cold process"). An import's modules, classes and functions live until
     the process ends, so the paused collector has next to nothing to find afterwards. Raises
     fsspec's ``ImportError`` / ``ValueError`` for a client that is not installed or not known.

@@ -28,7 +28,7 @@ def import_client() -> None:
     The session is made here too, not at the first request: its transport imports the rest of the
     HTTP stack (httpcore, anyio, and trio where it is installed) when it is made, and with the
     collector on, in a process that has imported torch and torchcodec, that import made a cold build
-    slower (``benchmark_first_batch.py``; docs/benchmarks-log.md, "The remote first batch from a
+    slower (``benchmark_first_batch.py``; benchmarks/LOG.md, "The remote first batch from a
     cold process")."""
     import huggingface_hub.errors  # noqa: F401
     from huggingface_hub import get_session

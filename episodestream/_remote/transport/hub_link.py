@@ -5,7 +5,7 @@ look-ups (``_remote.source.hub_api``) and reads (``download.DownloadFetch``, one
 per attempt). Of its filesystem a Hub source then needs only where the link goes: the endpoint (the
 download budget's name, the ``/resolve/`` URLs) and the token (the request headers). ``HfFileSystem``
 carried those, but its module imports ``huggingface_hub.hf_api`` and the rest of the client (more
-than the HTTP stack alone, after torch, docs/benchmarks-log.md; paid again by each spawned
+than the HTTP stack alone, after torch, benchmarks/LOG.md; paid again by each spawned
 DataLoader worker) for requests it never sent.
 
 A ``HubLink`` is an fsspec filesystem in type and protocol only (``"hf"``, so that ``link_name`` and

@@ -92,7 +92,7 @@ class PyAVReader:
     """
 
     # A seek (and the decoder's restart from a keyframe) costs about as much as decoding this many
-    # frames forward, for AV1 at GOP 2 and for HEVC with B-frames alike (docs/benchmarks-log.md, "Depth
+    # frames forward, for AV1 at GOP 2 and for HEVC with B-frames alike (benchmarks/LOG.md, "Depth
     # cameras"): a query further ahead seeks, a nearer one decodes forward.
     _SEEK_AHEAD_FRAMES = 5
 
