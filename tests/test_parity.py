@@ -126,8 +126,10 @@ def test_uint8_and_transforms(dataset_root):
 def test_pyav_backend_reads_the_same_frames(dataset_root):
     # Every episode but the 140-frame one: every video file of both cameras, in half the decoding.
     episodes = [0, 2, 3, 4, 5]
-    streamed = EpisodeStreamingDataset(dataset_root, video_backend="pyav", delta_timestamps=DELTAS,
-                                       episode_pool_size=2, seed=1, episodes=episodes)
+    # Without the 140-frame episode the windows are longer than every selected episode: said once.
+    with pytest.warns(RuntimeWarning, match="pads these windows"):
+        streamed = EpisodeStreamingDataset(dataset_root, video_backend="pyav", delta_timestamps=DELTAS,
+                                           episode_pool_size=2, seed=1, episodes=episodes)
     count = 0
     for sample in streamed:
         check_sample_against_lerobot_rules(sample, windows=True)
