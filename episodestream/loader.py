@@ -29,7 +29,7 @@ from episodestream._plan.saved_state import TrainerCount
 from episodestream._runtime.batch_memory import BatchMemory
 from episodestream._runtime.decoder_spares import DecoderSpares
 from episodestream._base.options import check_bool, check_int, refuses_unknown_keywords
-from episodestream._runtime.pipeline import GroupPipeline, split_closing, split_opening
+from episodestream._runtime.lookahead.pipeline import GroupPipeline, split_closing, split_opening
 from episodestream._runtime.stream import ConsumerStream, DecoderSet, PlannedGroup
 from episodestream._sample.builder import PendingSample, finish_decoded
 from episodestream._sample.chw import FrameWrites, flush_all

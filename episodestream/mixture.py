@@ -13,11 +13,11 @@ from typing import Any
 from episodestream._base.options import check_choice, check_int
 from episodestream._plan.mix_options import check_stop, check_weights
 from episodestream._runtime.dataset_runtime import DatasetRuntime
-from episodestream._runtime.mixture_meta import MixtureMeta
-from episodestream._runtime.mixture_schema import KEY_MODES, mixture_schema
-from episodestream._runtime.mixture_runtime import MixtureRuntime
-from episodestream._runtime.mixture_stats import MixtureStats, row_weights
-from episodestream._runtime.renames import check_renames
+from episodestream._runtime.mixture.meta import MixtureMeta
+from episodestream._runtime.mixture.schema import KEY_MODES, mixture_schema
+from episodestream._runtime.mixture.runtime import MixtureRuntime
+from episodestream._runtime.mixture.stats import MixtureStats, row_weights
+from episodestream._runtime.mixture.renames import check_renames
 from episodestream._runtime.face import StreamingFace, runtime_of
 from episodestream.streaming import EpisodeStreamingDataset
 

@@ -21,8 +21,8 @@ from episodestream._runtime.pool_size import AUTO, choose_pool_size
 from episodestream._runtime.accelerate_guard import accelerate_resharding
 from episodestream._runtime.core import DatasetCore, DatasetFacts
 from episodestream._runtime.dataset_runtime import DatasetRuntime, StreamSettings, default_decode_group_size
-from episodestream._runtime.loader_state import read_loader_state, trainer_state
-from episodestream._runtime.resumable import is_loader_state
+from episodestream._runtime.resume.loader_state import read_loader_state, trainer_state
+from episodestream._runtime.resume.resumable import is_loader_state
 from episodestream._plan.saved_state import TrainerCount
 from episodestream._runtime.source_options import SourceOptions, takes_source_options
 from episodestream._runtime.stream import DecoderSet, summed_stats

@@ -14,7 +14,7 @@ import pytest
 from episodestream import EpisodeDataset, EpisodeStreamingDataset
 from episodestream._format import stats_pass
 from episodestream._format.exact_stats import QUANTILES, feature_stats, weighted_feature_stats, weighted_quantiles
-from episodestream._runtime.mixture_meta import aggregate_stats
+from episodestream._runtime.mixture.meta import aggregate_stats
 
 QS = [float(q) for q in QUANTILES.values()]
 

@@ -255,7 +255,7 @@ def test_mixture_stats_are_exact_for_the_weighted_rows(robots, monkeypatch):
     assert STATE not in mixture.meta.lerobot_stats and "timestamp" in mixture.meta.lerobot_stats
     # A second mixture of the same reads the cache.
     with monkeypatch.context() as patch:
-        patch.setattr("episodestream._runtime.mixture_stats.read_columns",
+        patch.setattr("episodestream._runtime.mixture.stats.read_columns",
                       lambda *a, **k: pytest.fail("mixture stats computed again instead of read from the cache"))
         patch.setattr(stats_pass, "compute_exact_stats", lambda *a, **k: pytest.fail("component stats computed again"))
         again = _mix(roots, [0.3, 0.7], keys="union").meta.stats

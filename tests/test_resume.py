@@ -299,7 +299,7 @@ def test_one_workers_end_does_not_use_up_the_resume_point_of_its_siblings(monkey
     share to the end still finds the resume point (it used to stream the whole epoch)."""
     from types import SimpleNamespace
 
-    from episodestream._runtime.epoch import SharedEpoch
+    from episodestream._runtime.resume.epoch import SharedEpoch
 
     shared = SharedEpoch(4)
     shared.set_resume_point(4)

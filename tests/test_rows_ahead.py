@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from episodestream._runtime.rows_ahead import RowsAhead
+from episodestream._runtime.lookahead.rows_ahead import RowsAhead
 
 
 class _Episode:

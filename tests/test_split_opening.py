@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from episodestream._runtime.pipeline import split_closing, split_opening
+from episodestream._runtime.lookahead.pipeline import split_closing, split_opening
 from episodestream._runtime.stream import PlannedGroup
 
 

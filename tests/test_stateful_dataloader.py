@@ -1,4 +1,4 @@
-"""``dataset.state_dict()`` carries this consumer's position (``_runtime.position``), so the
+"""``dataset.state_dict()`` carries this consumer's position (``_runtime.resume.position``), so the
 dataset round-trips on its own and under torchdata's StatefulDataLoader, which snapshots it inside
 each consumer (main process or worker) and hands each its own snapshot back on resume."""
 

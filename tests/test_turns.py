@@ -1,4 +1,4 @@
-"""Turns (``_base.turns``, ``_runtime.turns``): the order DataLoader workers start downloading in.
+"""Turns (``_base.turns``, ``_runtime.lookahead.worker_turns``): the order DataLoader workers start downloading in.
 How a remote consumer uses its turn is tested in ``remote_streaming/test_first_batch.py``."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 
 from episodestream._base.turns import Turn
 from episodestream._base.world import World
-from episodestream._runtime.epoch import SharedEpoch
-from episodestream._runtime.turns import MAX_TURN_WORKERS, WorkerTurns
+from episodestream._runtime.resume.epoch import SharedEpoch
+from episodestream._runtime.lookahead.worker_turns import MAX_TURN_WORKERS, WorkerTurns
 
 
 def _turns(turns: WorkerTurns, iteration: int, num_workers: int = 3, wait_s: float = 30.0):

@@ -13,7 +13,7 @@ wait is bounded (``wait_s``), so a consumer that died or never started costs tha
 the others download as they would without turns.
 
 The waiting is polling, not a notification: the other consumers may be other processes (the
-shared slots of ``_runtime.turns``), whose writes cannot wake this one.
+shared slots of ``_runtime.lookahead.worker_turns``), whose writes cannot wake this one.
 """
 
 from __future__ import annotations

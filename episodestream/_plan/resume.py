@@ -409,7 +409,7 @@ def consumer_steps(plan: EpochPlan, world: World, *, pool_size: int,
     """The one place a consumer's schedule is made: its steps for ``plan`` (from ``point`` when the
     epoch is resumed: the worker role it takes over and the samples it skips, tabular-free) and
     how many samples they emit. ``then_skip``: samples of those steps to skip as well (what a
-    per-consumer state says this consumer yielded, ``_runtime.position``)."""
+    per-consumer state says this consumer yielded, ``_runtime.resume.position``)."""
     role, skip = point.share_for(plan, world) if point is not None else (world, 0)
     skip += then_skip
     share = plan.share(role)

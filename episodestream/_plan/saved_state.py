@@ -8,7 +8,7 @@ A state comes in three formats (docs/resume.md):
 - a per-consumer state (``dataset.state_dict()`` itself, what torchdata's StatefulDataLoader saves
   per worker): its ``consumer`` section says where that one consumer stands (``ConsumerPosition``);
 - a StatefulDataLoader's whole state: its workers' per-consumer states, each parsed here, made into
-  a trainer's by ``_runtime.loader_state`` (which needs the runtime to check every position).
+  a trainer's by ``_runtime.resume.loader_state`` (which needs the runtime to check every position).
 
 ``parse_state`` reads the first two, told apart by their fields, against a ``StateSpec`` (what a
 dataset's or a mixture's states look like): the format, then every field's type and range, errors

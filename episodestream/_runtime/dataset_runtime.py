@@ -22,14 +22,14 @@ from episodestream._format.metadata import DatasetMeta, EpisodeInfo
 from episodestream._plan.resume import STATE_FORMAT, Leg, ResumePoint, consumer_steps, fingerprint_digest, plan_resume
 from episodestream._plan.sampling import ADMIT, EMIT, EpochPlan, Segment, Step
 from episodestream._runtime.core import DatasetCore
-from episodestream._runtime.epoch import SharedEpoch
-from episodestream._runtime.position import StreamPosition
-from episodestream._runtime.rows_ahead import RowsAhead
+from episodestream._runtime.resume.epoch import SharedEpoch
+from episodestream._runtime.resume.position import StreamPosition
+from episodestream._runtime.lookahead.rows_ahead import RowsAhead
 from episodestream._plan.saved_state import DATASET_IDENTITY, SavedState, StateSpec
-from episodestream._runtime.resumable import LoadedRequest
+from episodestream._runtime.resume.resumable import LoadedRequest
 from episodestream._runtime.stream import ConsumerStream, PlannedGroup
 from episodestream._runtime.stream_runtime import StreamRuntime
-from episodestream._runtime.turns import WorkerTurns
+from episodestream._runtime.lookahead.worker_turns import WorkerTurns
 from episodestream._sample.builder import PendingSample, SampleBuilder
 from episodestream._sample.holds import HeldEpisodes
 from episodestream._sample.video.decoder_cache import DecoderCache
@@ -191,7 +191,7 @@ class DatasetRuntime(StreamRuntime):
             if rows is not None:
                 rows.close()
 
-    # -- resume (``_runtime.resumable``'s protocol) -------------------------------------------------
+    # -- resume (``_runtime.resume.resumable``'s protocol) -------------------------------------------------
 
     @property
     def pools(self) -> tuple[int, ...]:

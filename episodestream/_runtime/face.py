@@ -12,8 +12,8 @@ import torch.utils.data
 
 from episodestream._base.options import check_bool, check_int
 from episodestream._base.tracing import set_process_name, tracer_enabled
-from episodestream._runtime.epoch import StaleWorkerCopy, raising
-from episodestream._runtime.pipeline import stream_samples
+from episodestream._runtime.resume.epoch import StaleWorkerCopy, raising
+from episodestream._runtime.lookahead.pipeline import stream_samples
 from episodestream._runtime.placement import current_world
 from episodestream._runtime.stream import ConsumerStream
 from episodestream._runtime.stream_runtime import StreamRuntime

@@ -5,7 +5,7 @@ arguments and holds one ``StreamRuntime``, its runtime. ``EpisodeLoader`` and ``
 a face's runtime only through ``runtime_of``, never through its privates, and the faces keep their
 public surface to what users call (iterate, ``len``, ``set_epoch``, ``state_dict`` /
 ``load_state_dict``). A runtime's resume half (saving, checking and applying states) is
-``_runtime.resumable``'s, written once for datasets and mixtures.
+``_runtime.resume.resumable``'s, written once for datasets and mixtures.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import abstractmethod
 
 from episodestream._base.world import World
-from episodestream._runtime.resumable import Resumable
+from episodestream._runtime.resume.resumable import Resumable
 from episodestream._runtime.stream import ConsumerStream
 
 

@@ -21,7 +21,7 @@ from episodestream._base.world import World
 from episodestream._remote.source import resolve
 from episodestream.testing.source_files import open_remote_files, read_metadata
 from episodestream._remote.source.videos import RAMP_ADMISSIONS
-from episodestream._runtime.turns import WorkerTurns
+from episodestream._runtime.lookahead.worker_turns import WorkerTurns
 from episodestream.testing import FakeHub, S3Server, ShapingProxy
 
 from .conftest import REPO, SPANS_REPO, assert_same_samples, cache_files, remote_dataset

@@ -1,6 +1,6 @@
 """``mixture.meta``: each source's metadata, the mixture's features and its stats.
 
-``stats`` and ``component_stats`` are exact, computed on first use (``mixture_stats``). This
+``stats`` and ``component_stats`` are exact, computed on first use (``mixture.stats``). This
 module also keeps ``lerobot_stats``: the sources' ``stats.json`` aggregated as LeRobot does.
 LeRobot's ``aggregate_stats`` (``lerobot.datasets.compute_stats``) combines datasets' stats weighted
 by their ``count`` (frames): the count-weighted mean, the pooled variance (each source's variance
@@ -67,7 +67,7 @@ class MixtureMeta:
       that dataset's ``stats.json``, as LeRobot's);
     - ``features``: the mixture's own feature table (info.json dicts: dtype, shape, names; padded
       names say "pad");
-    - ``stats``: exact statistics of the mixture as it is sampled (``mixture_stats``), computed on
+    - ``stats``: exact statistics of the mixture as it is sampled (``mixture.stats``), computed on
       first use from the components' rows and cached; ``provenance`` says, per key, which are exact
       and which (cameras) come from the components' ``stats.json``;
     - ``component_stats[i]``: component ``i``'s own exact statistics in mixture keys and shapes;
@@ -88,7 +88,7 @@ class MixtureMeta:
         self.weights = list(weights)
         self.total_frames = list(frames)
         self.robot_types = [m.robot_type for m in sources]
-        self._exact = stats  # a mixture_stats.MixtureStats, or None: stats are LeRobot's aggregate
+        self._exact = stats  # a mixture.stats.MixtureStats, or None: stats are LeRobot's aggregate
         self._stats: dict | None = None
         self._component_stats: list | None = None
 

@@ -2,7 +2,7 @@
 
 A StatefulDataLoader state holds one ``dataset.state_dict()`` per consumer (its workers', or the
 main process's with ``num_workers=0``): each says how many samples that consumer yielded
-(``_runtime.position``). torchdata hands each snapshot back to the worker of the same number and
+(``_runtime.resume.position``). torchdata hands each snapshot back to the worker of the same number and
 refuses another worker count, and inside one worker the siblings' counts are out of reach. Here,
 before any worker starts, all of them are: the DataLoader's in-order round robin gives each worker
 whole batches in turn, so the counts add up to the batches the trainer took, and that is a

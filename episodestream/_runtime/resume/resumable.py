@@ -7,7 +7,7 @@ Where things happen (docs/resume.md):
   reads only that. ``state_dict()`` writes one (``saved_state().to_state``);
 - a parsed state is checked against this runtime (identity, the epoch's batches, a consumer's share)
   by ``check_state`` (a trainer's) or ``load_consumer_state`` (a per-consumer one), and
-  ``position_under`` says where any layout stands under it (for ``_runtime.loader_state``'s torchdata
+  ``position_under`` says where any layout stands under it (for ``_runtime.resume.loader_state``'s torchdata
   conversion); the legs' arithmetic is ``_plan.resume``'s and ``_plan.mixing``'s;
 - a checked state is applied by ``apply_state`` / ``load_consumer_state``: it becomes the loaded
   request (the epoch and its legs);
@@ -35,10 +35,10 @@ from episodestream._plan.resume import BeyondEpochError, Leg
 from episodestream._plan.saved_state import (TRAINER_FIELDS, SavedState, StateSpec, check_consumer_share,
                                              identity_differences, lacks_trainer_field, parse_state,
                                              refuse_mismatches)
-from episodestream._runtime.epoch import SharedEpoch
+from episodestream._runtime.resume.epoch import SharedEpoch
 from episodestream._runtime.placement import in_dataloader_worker
 from episodestream._runtime.private_apis import TORCHDATA_KEYS
-from episodestream._runtime.position import StreamPosition
+from episodestream._runtime.resume.position import StreamPosition
 from episodestream._runtime.stream import CheckedState
 
 logger = logging.getLogger("episodestream")
@@ -160,7 +160,7 @@ class Resumable(ABC):
     def parse(self, state: Any) -> SavedState:
         """``state`` (a trainer's or a per-consumer state, as saved) parsed, every field checked: the
         one place the three formats are told apart (a StatefulDataLoader's whole state is refused,
-        saying how to load it: ``_runtime.loader_state`` converts it)."""
+        saying how to load it: ``_runtime.resume.loader_state`` converts it)."""
         if is_loader_state(state):
             raise ValueError(f"This is a StatefulDataLoader's state (loader.state_dict()), not the "
                              f"{self.state_what}'s: load it with loader.load_state_dict(state), or with "

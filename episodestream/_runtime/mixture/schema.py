@@ -19,7 +19,7 @@ every component has. Under both, for each mixture key, over the components that 
 
 Every sample also carries ``robot_type``, its component's ``info.json`` string ("" when absent).
 ``mixture_schema`` builds the schema from the components' runtimes, with the checks that come before
-it (``keys="same"``) and after it (one camera frame dtype). The per-component work is a ``ComponentAdapter``, applied by ``mixture_stream`` to each planned
+it (``keys="same"``) and after it (one camera frame dtype). The per-component work is a ``ComponentAdapter``, applied by ``mixture.stream`` to each planned
 sample (padding, fill-ins, masks: tabular, cheap) and to each finished one (resizes).
 """
 

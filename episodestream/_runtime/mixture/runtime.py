@@ -2,7 +2,7 @@
 
 It runs ``_plan.mixing`` for a consumer (counts by weight and ``stop``, each component's passes, the
 interleave order), opens the components' streams through their own runtimes (``DatasetRuntime``)
-and interleaves them (``mixture_stream.MixtureStream``); it holds the shared epoch and the loaded
+and interleaves them (``mixture.stream.MixtureStream``); it holds the shared epoch and the loaded
 resume request, and checks and applies mixture states.
 """
 
@@ -18,12 +18,12 @@ from episodestream._plan.mixing import LegPlan, MixResume, ComponentEpoch, initi
 from episodestream._plan.resume import Leg
 from episodestream._plan.sampling import Step
 from episodestream._runtime.dataset_runtime import DatasetRuntime
-from episodestream._runtime.epoch import SharedEpoch
-from episodestream._runtime.mixture_schema import MixtureSchema
-from episodestream._runtime.mixture_stream import MixtureStream
-from episodestream._runtime.position import StreamPosition
+from episodestream._runtime.resume.epoch import SharedEpoch
+from episodestream._runtime.mixture.schema import MixtureSchema
+from episodestream._runtime.mixture.stream import MixtureStream
+from episodestream._runtime.resume.position import StreamPosition
 from episodestream._plan.saved_state import SavedState, StateSpec, mixture_identity
-from episodestream._runtime.resumable import LoadedRequest
+from episodestream._runtime.resume.resumable import LoadedRequest
 from episodestream._runtime.stream import ConsumerStream
 from episodestream._runtime.stream_runtime import StreamRuntime
 
@@ -100,7 +100,7 @@ class MixtureRuntime(StreamRuntime):
         """One consumer's interleave order (the component of each sample it yields) and each
         component's steps, tabular-free; in the epoch a state was loaded for, what is left.
         ``then_skip``: samples to skip as well (what a per-consumer state says this consumer
-        yielded, ``_runtime.position``)."""
+        yielded, ``_runtime.resume.position``)."""
         request = self._loaded_request(epoch)
         point = self._point(world.num_workers) if request else None
         if request and point is None:
@@ -125,7 +125,7 @@ class MixtureRuntime(StreamRuntime):
                              finished=lambda: self.shared_epoch.finished(epoch), adapters=self.schema.adapters,
                              frames_in_place=self.schema.frames_in_place())
 
-    # -- resume (``_runtime.resumable``'s protocol) -------------------------------------------------
+    # -- resume (``_runtime.resume.resumable``'s protocol) -------------------------------------------------
 
     @property
     def state_spec(self) -> StateSpec:

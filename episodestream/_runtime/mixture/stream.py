@@ -22,7 +22,7 @@ import torch
 
 from episodestream._sample.builder import PendingSample, as_tensor
 from episodestream._format.metadata import EpisodeInfo
-from episodestream._runtime.mixture_schema import ComponentAdapter
+from episodestream._runtime.mixture.schema import ComponentAdapter
 from episodestream._runtime.stream import ConsumerStream, DecoderSet, GroupBuilder, PlannedGroup, summed_stats
 from episodestream._sample.video.decoder_cache import DecodedFile, FrameQuery
 

@@ -44,7 +44,7 @@ from episodestream._format.stats_pass import (
     stats_cache_key,
 )
 from episodestream._runtime.dataset_stats import StatsDict, curated_row_weights, exact_stats
-from episodestream._runtime.mixture_schema import MixtureKey, MixtureSchema
+from episodestream._runtime.mixture.schema import MixtureKey, MixtureSchema
 
 EXACT = "exact (tabular rows, weighted by each component's share of the epoch)"
 # Keys of these kinds have no statistics, as in a dataset's own (``stats_pass.stat_keys``): a mixture's

@@ -109,7 +109,7 @@ class SharedEpoch:
         in_worker = torch.utils.data.get_worker_info() is not None
         with self._locked():
             slots = self._slots()
-            # Below ``epoch`` only where a per-consumer state chose the epoch (``_runtime.position``).
+            # Below ``epoch`` only where a per-consumer state chose the epoch (``_runtime.resume.position``).
             if slots[_NEXT] <= epoch:
                 slots[_NEXT] = epoch + 1
             if not in_worker:

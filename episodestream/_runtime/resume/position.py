@@ -11,7 +11,7 @@ itself is one) makes the next iteration of the same consumer, in the same epoch,
 tabular-free, on top of whatever resume that iteration itself continued (the state's ``legs``). It
 resumes the same consumer only: a DataLoader worker cannot know what its siblings yielded, so another
 worker count (or rank count) is refused with what to use instead: ``load_loader_state``, which reads
-every worker's snapshot before the workers start (``_runtime.loader_state``), or ``stream_state``,
+every worker's snapshot before the workers start (``_runtime.resume.loader_state``), or ``stream_state``,
 which counts batches; both resume elastically.
 
 In a DataLoader worker the loaded state also names the epoch (a new process's shared counter still
