@@ -308,3 +308,51 @@ def test_a_pool_of_the_whole_share_spreads_every_episode_over_the_whole_stream(w
         ids = np.array([episode for episode, _ in emits])
         quality = shuffle_quality(ids, 16, windows=(100, 400))
         assert all(w.ratio >= 1.0 for w in quality.windows), quality.windows
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_what_consumers_left_equals_comparing_what_they_took(seed):
+    """An elastic re-plan takes each consumer's left frames (``ConsumerSchedule.left``) instead of
+    comparing what it took with every segment: the same segments, frames in the same order, over
+    random layouts (whole episodes and curated frame arrays, sliding pools and pools of the whole
+    share, shuffled or not, consumers stopped anywhere before their fill-ins)."""
+    from episodestream._plan.resume import Leg, _left_segments
+    from episodestream._plan.sampling import consumer_rng
+
+    rng = np.random.default_rng(seed)
+    episodes = int(rng.integers(1, 40))
+    segments = []
+    for e in range(episodes):
+        n = int(rng.integers(1, 30))
+        if rng.random() < 0.3:  # curated: some frames kept, as an array
+            frames = np.sort(rng.choice(n + 10, size=n, replace=False)).astype(np.int64)
+            segments.append(Segment(e, frames))
+        else:
+            start = int(rng.integers(0, 5))
+            segments.append(Segment(e, range(start, start + n)))
+    world_size, workers = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    pool = int(rng.choice([1, 2, 5, episodes + 1]))
+    shuffle = bool(rng.random() < 0.8)
+    plan = EpochPlan(segments, seed=seed, epoch=1, shuffle=shuffle, world_size=world_size)
+    leg = Leg(world_size, workers, (pool,), 1, 0)
+    per_rank, consumed, repeated = {}, [], []
+    for rank in range(world_size):
+        taken = []
+        for worker in range(workers):
+            world = World(rank, world_size, worker, workers)
+            share = plan.share(world)
+            frames = sum(s.length for s in share.segments)
+            count = int(rng.integers(0, frames + 1))
+            taken.append(count)
+            if count:
+                schedule = consumer_schedule(share, pool_size=pool, shuffle=shuffle,
+                                             rng=consumer_rng(plan.seed, plan.epoch, world, leg=0))
+                pieces, fills = schedule.consumed(count)
+                consumed += pieces
+                repeated += fills
+        per_rank[rank] = (taken, 0)
+    expected = remaining_segments(tuple(segments), consumed, repeated)
+    left = _left_segments(tuple(segments), plan, leg, 0, per_rank)
+    assert left is not None
+    assert list(left) == expected
+    assert [type(s.frames) for s in left] == [type(s.frames) for s in expected]  # untouched ones kept as they were

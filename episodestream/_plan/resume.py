@@ -389,6 +389,10 @@ def _plan_resume(segments: tuple[Segment, ...], *, seed: int, epoch: int, shuffl
             if all(per_rank[r][0] == produced[r] for r in per_rank):
                 return None
             return ResumePoint(epoch, index, segments, per_rank, seed, shuffle)
+        left = _left_segments(segments, plan, leg, index, per_rank)
+        if left is not None:
+            segments = left
+            continue
         consumed: list[tuple[int, Frames]] = []
         repeated: list[tuple[int, np.ndarray]] = []
         for rank, (taken, _) in per_rank.items():
@@ -402,6 +406,53 @@ def _plan_resume(segments: tuple[Segment, ...], *, seed: int, epoch: int, shuffl
     if not segments:
         return None
     return ResumePoint(epoch, len(legs), segments, None, seed, shuffle)
+
+
+def _left_segments(segments: tuple[Segment, ...], plan: EpochPlan, leg: Leg, index: int,
+                   per_rank: Mapping[int, tuple[list[int], int]]) -> tuple[Segment, ...] | None:
+    """``remaining_segments`` of what the leg's consumers took, from what each one left
+    (``ConsumerSchedule.left``) rather than by comparing what they took with every segment's frames.
+    None where that does not apply, and the comparison decides: an episode with several segments
+    (weighted up), or fill-ins emitted (a repeat may take a frame of another worker's share).
+
+    Each segment's frames are cut into consecutive consumers' parts in order, so its consumers' left
+    frames, taken in consumer order, are in the segment's own order: the same segments as the
+    comparison gives."""
+    episodes = np.fromiter(map(attrgetter("episode_index"), segments), np.int64, len(segments))
+    if len(np.unique(episodes)) != len(episodes):
+        return None
+    left: dict[int, list[Frames]] = {}
+    for rank in range(leg.world_size):
+        taken = per_rank[rank][0]
+        for worker in range(leg.workers):
+            world = World(rank, leg.world_size, worker, leg.workers)
+            if taken[worker]:
+                schedule = consumer_schedule_of(plan, world, pool_size=leg.pool_size, leg=index)
+                pieces = schedule.left(taken[worker])
+                if pieces is None:
+                    return None
+                share = schedule.share.segments
+                for i, frames in pieces:
+                    left.setdefault(share[i].episode_index, []).append(frames)
+            else:
+                for seg in plan.share(world).segments:
+                    left.setdefault(seg.episode_index, []).append(seg.frames)
+    out = []
+    for seg in segments:
+        parts = left.get(seg.episode_index)
+        if not parts:
+            continue
+        if len(parts) == 1:  # the usual case: the segment in one consumer's share
+            part = parts[0]
+            if len(part) == seg.length:
+                out.append(seg)
+            else:  # an array, as comparing gives it (a slice of the other consumer's part may be a range)
+                out.append(Segment(seg.episode_index, part if type(part) is np.ndarray else as_array(part), seg.period))
+        elif sum(len(part) for part in parts) == seg.length:
+            out.append(seg)
+        else:
+            out.append(Segment(seg.episode_index, np.concatenate([as_array(part) for part in parts]), seg.period))
+    return tuple(out)
 
 
 def consumer_steps(plan: EpochPlan, world: World, *, pool_size: int,

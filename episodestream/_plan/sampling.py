@@ -151,6 +151,17 @@ def as_array(frames: Frames) -> np.ndarray:
     return np.asarray(frames, dtype=np.int64)
 
 
+def _concatenated_frames(segments: Sequence[Segment], lengths: np.ndarray) -> np.ndarray:
+    """The segments' frames end to end (int64): arithmetically where every one is a unit-step range
+    (whole episodes, their usual form), else one array per segment."""
+    ranges = [s.frames for s in segments]
+    if all(type(r) is range and r.step == 1 for r in ranges):
+        starts = np.fromiter((r.start for r in ranges if isinstance(r, range)), np.int64, len(ranges))
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        return np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(starts - offsets, lengths)
+    return np.concatenate([as_array(s.frames) for s in segments]) if len(segments) else np.zeros(0, np.int64)
+
+
 def _frames_of(segments: Sequence[Segment]) -> np.ndarray:
     return np.fromiter((s.length for s in segments), np.int64, len(segments))
 
@@ -502,7 +513,7 @@ class ConsumerSchedule:
         # ``offset`` emits in emission order (by key; ties in segment order, as emitted).
         keys = self._window_keys(done, opened)
         lengths = self._lengths[done:opened]
-        frames = np.concatenate([as_array(s.frames) for s in self._segments[done:opened]])
+        frames = _concatenated_frames(self._segments[done:opened], lengths)
         segment = np.repeat(np.arange(len(lengths)), lengths)
         if self.shuffle:
             bits = self._order_bits(int(self._before[done]), int(self._before[opened]))
@@ -520,6 +531,57 @@ class ConsumerSchedule:
         first = in_slot[np.argsort(keys[in_slot], kind="stable")[:offset]]
         pieces += [(episodes[k], np.array([frame])) for k, frame in zip(segment[first].tolist(), frames[first].tolist())]
         return pieces, []
+
+    def left(self, count: int) -> list[tuple[int, Frames]] | None:
+        """What the first ``count`` EMITs left of the share: ``(segment number, frames)`` for every
+        segment not wholly consumed, in share order, each segment's frames in their own order (an
+        untouched segment's own ``frames``). None once fill-ins were emitted (``consumed`` says which).
+
+        The complement of ``consumed``, found without comparing frames: an elastic resume of a pool
+        of the whole share leaves every episode partly consumed, and comparing what each consumer
+        took with every episode's frames cost most of the re-plan (docs/resume.md). The frames a key
+        emits come from the same permutation as ``consumed``'s; its inverse marks them in place."""
+        n = len(self._segments)
+        if count > self.pool_frames:
+            return None
+        if count == self.pool_frames:
+            return []
+        if not count:
+            return [(i, s.frames) for i, s in enumerate(self._segments)]
+        slot, offset = self._position(count)
+        done = int(np.searchsorted(self._b, slot, side="right"))
+        opened = int(np.searchsorted(self._a, slot, side="right"))
+        out: list[tuple[int, Frames]] = []
+        if opened > done:
+            keys = self._window_keys(done, opened)
+            lengths = self._lengths[done:opened]
+            segment = np.repeat(np.arange(len(lengths)), lengths)
+            # Key j of the concatenation emits frame order[j] of it (``consumed``'s permutation).
+            if not self.shuffle:
+                order = np.arange(len(keys))
+            elif len(lengths) < 2**(64 - _ORDER_BITS):
+                bits = self._order_bits(int(self._before[done]), int(self._before[opened]))
+                order = np.argsort(segment.astype(np.uint64) << np.uint64(_ORDER_BITS) | bits, kind="stable")
+            else:
+                bits = self._order_bits(int(self._before[done]), int(self._before[opened]))
+                order = np.lexsort((bits, segment))
+            taken = keys < slot
+            in_slot = np.flatnonzero((keys >= slot) & (keys < slot + 1))
+            taken[in_slot[np.argsort(keys[in_slot], kind="stable")[:offset]]] = True
+            kept = np.ones(len(keys), dtype=bool)
+            kept[order[taken]] = False
+            frames = _concatenated_frames(self._segments[done:opened], lengths)
+            left_per = np.bincount(segment, weights=kept, minlength=len(lengths)).astype(np.int64)
+            rest = frames[kept]
+            ends = np.cumsum(left_per).tolist()
+            # Sliced one by one: np.split's per-piece overhead is several times a slice's.
+            for k, (left_k, length, end) in enumerate(zip(left_per.tolist(), lengths.tolist(), ends)):
+                if left_k == length:
+                    out.append((done + k, self._segments[done + k].frames))
+                elif left_k:
+                    out.append((done + k, rest[end - left_k:end]))
+        out += [(i, self._segments[i].frames) for i in range(max(opened, done), n)]
+        return out
 
     def _pool_steps(self, first_slot: int, offset: int) -> Iterator[Step]:
         a, b, segments = self._a, self._b, self._segments
