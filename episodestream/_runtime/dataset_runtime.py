@@ -246,14 +246,14 @@ def _admit_ahead(steps: Iterator[Step], videos: EpisodeVideos, episodes,
 class _DatasetStream(ConsumerStream):
     """One consumer's pass over a dataset's steps (see ``stream.ConsumerStream``)."""
 
-    def __init__(self, source: DatasetRuntime, steps: Iterator[Step], num_samples: int, epoch: int,
+    def __init__(self, runtime: DatasetRuntime, steps: Iterator[Step], num_samples: int, epoch: int,
                  turn: Turn | None) -> None:
         self.num_samples = num_samples
-        self.num_cameras = len(source.core.meta.video_keys)
-        self.builder = source.core.builder
-        self.group_size = source.settings.decode_group_size
-        self.decoders_outlive_pass = source.core.files.videos_stay_in_place
-        self._runtime = source
+        self.num_cameras = len(runtime.core.meta.video_keys)
+        self.builder = runtime.core.builder
+        self.group_size = runtime.settings.decode_group_size
+        self.decoders_outlive_pass = runtime.core.files.videos_stay_in_place
+        self._runtime = runtime
         self._epoch = epoch
         self._steps = steps
         self._turn = turn

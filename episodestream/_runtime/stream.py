@@ -1,6 +1,6 @@
 """The seam between what streams samples (a dataset, a mixture) and what pulls them (the loaders).
 
-A stream source (``stream_runtime.StreamRuntime``) opens, per consumer and epoch, a ``ConsumerStream``:
+A runtime (``stream_runtime.StreamRuntime``) opens, per consumer and epoch, a ``ConsumerStream``:
 decode groups planned in stream order (rows read, video admitted, frames still to decode), the one
 ``GroupBuilder`` that decodes and finishes them, and fresh decoders for each decode thread. The
 dataset's own ``__iter__`` and ``EpisodeLoader`` both pull from it, so neither reaches into the
@@ -75,7 +75,7 @@ class ConsumerStream(ABC):
     num_cameras: int  # camera keys per sample (sizes batch memory)
     group_size: int  # samples per planned group, at most (sizes how far ahead threads plan)
     builder: GroupBuilder  # decodes and finishes every group's samples
-    # Whether decoders from open_decoders() may serve the next pass of the same source (its video
+    # Whether decoders from open_decoders() may serve the next pass of the same runtime (its video
     # files stay where they are, unchanged: ``DatasetFiles.videos_stay_in_place``).
     decoders_outlive_pass: bool
 

@@ -26,14 +26,14 @@ from episodestream._format.metadata import EpisodeInfo
 from episodestream._format.rows import EpisodeRows
 
 
-class RowSource(Protocol):
+class EpisodeRowReader(Protocol):
     """``_format.rows.RowReader`` or ``_format.columns.ColumnStore``."""
 
     def read(self, episode: EpisodeInfo) -> EpisodeRows: ...
 
 
-class ManyRowSource(RowSource, Protocol):
-    """A ``RowSource`` that reads several episodes of one data file at once (``RowReader``)."""
+class FileRowReader(EpisodeRowReader, Protocol):
+    """An ``EpisodeRowReader`` that reads several episodes of one data file at once (``RowReader``)."""
 
     def read_many(self, episodes: list[EpisodeInfo]) -> list[EpisodeRows]: ...
 
@@ -57,7 +57,7 @@ class _Held:
 class HeldEpisodes:
     """Episodes held in RAM, oldest first (the order ``oldest`` and ``hold`` keep as an LRU)."""
 
-    def __init__(self, reader: RowSource, videos: EpisodeVideos, *, admit_video: bool = True,
+    def __init__(self, reader: EpisodeRowReader, videos: EpisodeVideos, *, admit_video: bool = True,
                  rows_at_first_use: bool = False) -> None:
         self._reader = reader
         self._videos = videos

@@ -22,7 +22,7 @@ from typing import cast
 
 from episodestream._format.metadata import EpisodeInfo
 from episodestream._format.rows import EpisodeRows
-from episodestream._sample.holds import RowSource
+from episodestream._sample.holds import EpisodeRowReader
 
 _CLOSE_JOIN_S = 60.0
 
@@ -44,7 +44,7 @@ class RowsAhead:
     the pool still holds it is never read from here; its rows are the pool's).
     """
 
-    def __init__(self, reader: RowSource, *, keep: int) -> None:
+    def __init__(self, reader: EpisodeRowReader, *, keep: int) -> None:
         self._reader = reader
         self._keep = max(1, keep)
         self._cond = threading.Condition()
