@@ -518,10 +518,10 @@ class _Iteration(Iterator[dict[str, Any]]):
         groups = split_closing(groups, from_sample=num_samples - tail,
                                part_size=math.ceil(stream.group_size / 4))
         # Nothing the threads hold may refer to this object (see _BatchWriter).
-        open_cache: Callable[[], DecoderSet] = stream.open_decoders
+        open_cache: Callable[[], DecoderSet] = functools.partial(stream.open_decoders, loader.num_threads)
         close_cache = None
         if stream.decoders_outlive_pass:  # the threads of the next pass take over these decoders
-            open_cache = functools.partial(spares.take, stream.open_decoders)
+            open_cache = functools.partial(spares.take, open_cache)
             close_cache = spares.give_back
         self._pipeline = GroupPipeline(
             groups, work=self._writer.write_group, open_cache=open_cache, close_cache=close_cache,

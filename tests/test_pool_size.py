@@ -12,7 +12,7 @@ from episodestream import EpisodeStreamingDataset
 from episodestream._plan.sampling import EpochPlan, Segment, consumer_rng, consumer_schedule
 from episodestream._plan.shuffle_quality import shuffle_quality
 from episodestream._base.world import World
-from episodestream._runtime.pool_size import (NARROW_POOL, REMOTE_POOL_BYTES, REMOTE_SPREAD_POOL, ROWS_BUDGET_BYTES,
+from episodestream._runtime.pool_size import (AUTO_DECODE_THREADS, NARROW_POOL, REMOTE_POOL_BYTES, REMOTE_SPREAD_POOL, ROWS_BUDGET_BYTES,
                                               SPREAD_POOL, choose_pool_size, row_bytes_per_frame, spread_pool,
                                               video_decoder_limit)
 from episodestream._sample.video.decoder_cache import MAX_DECODERS
@@ -52,7 +52,8 @@ class _Selection:
 def test_auto_spreads_where_a_wide_pool_costs_decoders_or_the_node_cache(many_episodes_root):
     meta = EpisodeStreamingDataset(many_episodes_root, episode_pool_size=1).typed_meta  # 1 camera
     assert spread_pool(meta) == SPREAD_POOL
-    limit = video_decoder_limit(meta)  # what the decoders of its frames' size may take in memory
+    # What the decoders of its frames' size may take in memory, split between two decode threads.
+    limit = video_decoder_limit(meta) // AUTO_DECODE_THREADS
     assert MAX_DECODERS < limit
     assert choose_pool_size(meta, _Selection(500, limit), remote=False).size == 501
     more_files = choose_pool_size(meta, _Selection(500, limit + 1), remote=False)  # v2.x: a file per episode
@@ -102,8 +103,8 @@ def test_a_remote_pool_is_as_wide_as_its_node_cache_budget_and_decoders_allow(ma
     narrows it further. A source that cannot size its episodes without asking about every file
     (v2.x), or whose spread pool passes the budget, keeps the spread pool of 64."""
     meta = EpisodeStreamingDataset(many_episodes_root, episode_pool_size=1).typed_meta
-    whole = choose_pool_size(meta, _Selection(500, 4), remote=True, pool_bytes=_pool_bytes(10**5))
-    assert whole.size == 501 and "whole share" in whole.reason
+    whole = choose_pool_size(meta, _Selection(300, 4), remote=True, pool_bytes=_pool_bytes(10**5))
+    assert whole.size == 301 and "whole share" in whole.reason
     big = 10 * 2**20
     budget = choose_pool_size(meta, _Selection(5000, 4), remote=True, pool_bytes=_pool_bytes(big))
     assert budget.size == (REMOTE_POOL_BYTES - 10**6) // big - 5  # the widest whose bytes fit
@@ -113,7 +114,7 @@ def test_a_remote_pool_is_as_wide_as_its_node_cache_budget_and_decoders_allow(ma
     assert narrowed.size == budget.size // 2  # the budget's, then three quarters, then half of it
     # Each pooled episode's span is a file of its own per camera: a decoder each, within the limit.
     small = choose_pool_size(meta, _Selection(5000, 4), remote=True, pool_bytes=_pool_bytes(10**5))
-    assert small.size == video_decoder_limit(meta) // len(meta.video_keys)
+    assert small.size == video_decoder_limit(meta) // AUTO_DECODE_THREADS // len(meta.video_keys)
     assert choose_pool_size(meta, _Selection(5000, 4), remote=True, pool_bytes=lambda: None).size == REMOTE_SPREAD_POOL
     huge = choose_pool_size(meta, _Selection(5000, 4), remote=True, pool_bytes=_pool_bytes(REMOTE_POOL_BYTES // 32))
     assert huge.size == REMOTE_SPREAD_POOL  # not even the spread pool fits the budget: the old rule
@@ -135,6 +136,18 @@ def test_the_decoder_limit_is_a_memory_budget_within_open_files():
         assert decoder_limit([64 * 96]) == 300
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 8])
+def test_a_consumers_decode_threads_share_its_decoder_budget(many_episodes_root, threads):
+    """However many threads decode, a consumer's decoder caches hold no more than its budget, or
+    128 a thread (what each held before the budget); one thread holds the whole budget."""
+    dataset = EpisodeStreamingDataset(many_episodes_root, episode_pool_size=5000, decode_threads=threads)
+    next(iter(dataset))
+    capacity = dataset.decoder_stats()["capacity"]  # summed over the threads' caches
+    limit = video_decoder_limit(dataset.typed_meta)
+    assert capacity == (limit if threads == 1 else threads * max(MAX_DECODERS, limit // threads))
+    assert capacity <= max(limit, threads * MAX_DECODERS)
 
 
 def test_the_spread_pool_keeps_every_cameras_files_in_the_decoder_cache():

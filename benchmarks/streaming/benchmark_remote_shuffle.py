@@ -5,7 +5,7 @@ A synthetic v3.0 dataset (``--episodes`` episodes of 30-60 frames, 2 cameras, 64
 episodes per mp4) is written once under ``--cache-dir`` and served as the Hub (``FakeHub``) behind the
 shaping proxy (``--latency-ms`` before each request, ``--bandwidth-mb-per-s`` for all connections).
 Each round streams one epoch per pool size (alternating in direction from round to round), each in
-a fresh process on an empty node cache, through ``EpisodeLoader`` (batch 32, one decode thread), and
+a fresh process on an empty node cache, through ``EpisodeLoader`` (batch 32, ``--threads`` decode threads), and
 reports:
 
 - the first batch, seconds from construction (building the dataset included);
@@ -89,7 +89,7 @@ def _one(root: str, pool: str, args: argparse.Namespace) -> dict:
         start = time.perf_counter()
         dataset = EpisodeStreamingDataset(remote.source, cache_dir=cache_dir, cache_limit=args.cache_limit,
                                           episode_pool_size=pool_size, seed=0, **remote.options)
-        loader = EpisodeLoader(dataset, 32, num_threads=1)
+        loader = EpisodeLoader(dataset, 32, num_threads=args.threads)
         episodes, first_batch_s = [], None
         for batch in loader:
             if first_batch_s is None:
@@ -117,6 +117,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--latency-ms", type=float, default=50.0)
     parser.add_argument("--bandwidth-mb-per-s", type=float, default=50.0)
+    parser.add_argument("--threads", type=int, default=2, help="EpisodeLoader's decode threads")
     parser.add_argument("--cache-limit", default=None, help='e.g. "200MB" (default: none, as a user gets)')
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -129,7 +130,7 @@ def main(argv=None) -> int:
     for round_ in range(args.rounds):
         for pool in (pools if round_ % 2 == 0 else pools[::-1]):
             command = [sys.executable, __file__, "--one", str(root), pool, "--latency-ms", str(args.latency_ms),
-                       "--bandwidth-mb-per-s", str(args.bandwidth_mb_per_s)]
+                       "--bandwidth-mb-per-s", str(args.bandwidth_mb_per_s), "--threads", str(args.threads)]
             if args.cache_limit:
                 command += ["--cache-limit", args.cache_limit]
             result = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[-1])

@@ -39,7 +39,7 @@ from episodestream._runtime.pool_size import video_decoder_limit
 from episodestream._runtime.dataset_stats import exact_stats
 from episodestream._runtime.source_options import SourceOptions, takes_source_options
 from episodestream._runtime.sources import open_source
-from episodestream._sample.video.decoder_cache import DecoderCache
+from episodestream._sample.video.decoder_cache import MAX_DECODERS, DecoderCache
 from episodestream._sample.video.backends import resolve_backend
 
 if TYPE_CHECKING:
@@ -199,10 +199,14 @@ class DatasetCore:
     def episode_videos(self, turn: Turn | None = None) -> EpisodeVideos:
         return self.files.episode_videos(turn=turn)
 
-    def decoder_cache(self, working_set: int) -> DecoderCache:
-        """A decoder cache holding ``working_set`` episodes' files of every camera, within
-        ``decoder_limit`` (``_sample.video.decoder_cache``)."""
-        capacity = max(1, min(video_decoder_limit(self.meta), working_set * max(1, len(self.meta.video_keys))))
+    def decoder_cache(self, working_set: int, *, threads: int = 1) -> DecoderCache:
+        """A decoder cache for one of a consumer's ``threads`` decode threads, holding ``working_set``
+        episodes' files of every camera: the threads share the consumer's ``decoder_limit``
+        (``_sample.video.decoder_cache``), each keeping at least ``MAX_DECODERS``, so that a consumer's
+        decoders stay within its memory budget (or what 128 per thread held before it) however many
+        threads decode."""
+        per_thread = max(MAX_DECODERS, video_decoder_limit(self.meta) // max(1, threads))
+        capacity = max(1, min(per_thread, working_set * max(1, len(self.meta.video_keys))))
         return DecoderCache(self.open_video, capacity=capacity)
 
 

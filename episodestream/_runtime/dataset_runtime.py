@@ -267,8 +267,8 @@ class _DatasetStream(ConsumerStream):
             self._groups = self._runtime.planned_groups(self._steps, self._videos)
         return self._groups
 
-    def open_decoders(self) -> DecoderCache:
-        return self._runtime.core.decoder_cache(self._runtime.settings.episode_pool_size)
+    def open_decoders(self, threads: int = 1) -> DecoderCache:
+        return self._runtime.core.decoder_cache(self._runtime.settings.episode_pool_size, threads=threads)
 
     def release(self, group: PlannedGroup) -> None:
         for episode in group.evicted:

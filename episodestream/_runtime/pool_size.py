@@ -61,6 +61,10 @@ REMOTE_SPREAD_POOL = 64
 # episode: ~1,300 episodes, a global shuffle's diversity over 100 steps for 4 workers per rank on 8
 # ranks) on a node's local disk; a cache_limit narrows it (docs/benchmarks.md, "Remote sources").
 REMOTE_POOL_BYTES = 4 * 2**30
+# Decode threads per consumer a wide pool keeps every file open in: DataLoader workers decode on one,
+# EpisodeLoader on 2 cores on two. More threads share the same decoder budget, each keeping fewer
+# files open (a wide pool then reopens some: slower, never more memory).
+AUTO_DECODE_THREADS = 2
 ROWS_BUDGET_BYTES = 256 * 2**20  # a consumer's pooled rows, estimated from the features' shapes
 _TEXT_BYTES = 64  # a string or language row's guess: their sizes are not in info.json
 
@@ -118,7 +122,9 @@ def choose_pool_size(meta: DatasetMeta, selection: EpisodeSelection, *, remote: 
     # Nor need it pass the selection's episodes + 1 (a consumer owns at most those); never below 16.
     spread = max(NARROW_POOL, min(spread, by_rows, len(selection) + 1))
     files = selection.video_files() if cameras else 0
-    cap = video_decoder_limit(meta) if cameras else 0
+    # Every file open in each of the decode threads the choice allows for (the consumer's budget
+    # split between them, ``DatasetCore.decoder_cache``); at least what 128 a thread held before.
+    cap = max(MAX_DECODERS, video_decoder_limit(meta) // AUTO_DECODE_THREADS) if cameras else 0
     bytes_of = pool_bytes() if remote and pool_bytes is not None else None
     if bytes_of is not None:
         # A remote episode's video is a file of its own per camera (its span of the shared file, in

@@ -84,8 +84,9 @@ class ConsumerStream(ABC):
         """The planned groups, in stream order."""
 
     @abstractmethod
-    def open_decoders(self) -> DecoderSet:
-        """Fresh decoders for one decode thread."""
+    def open_decoders(self, threads: int = 1) -> DecoderSet:
+        """Fresh decoders for one of ``threads`` decode threads (they share the consumer's decoder
+        budget, ``_runtime.core.DatasetCore.decoder_cache``)."""
 
     @abstractmethod
     def release(self, group: PlannedGroup) -> None:

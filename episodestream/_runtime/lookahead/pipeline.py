@@ -241,7 +241,7 @@ def stream_samples(stream: ConsumerStream, *, decode_threads: int, group_size: i
     the decoders opened (for ``decoder_stats``). Marks the epoch finished after the last sample."""
 
     def open_decoders() -> DecoderSet:
-        decoders = stream.open_decoders()
+        decoders = stream.open_decoders(decode_threads)
         if opened is not None:
             opened.append(decoders)  # list.append is atomic; read only for stats
         return decoders

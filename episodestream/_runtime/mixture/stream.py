@@ -203,8 +203,8 @@ class MixtureStream(ConsumerStream):
         if carried:
             yield PlannedGroup([], carried)
 
-    def open_decoders(self) -> ComponentDecoders:
-        return ComponentDecoders([stream.open_decoders() for stream in self._streams])
+    def open_decoders(self, threads: int = 1) -> ComponentDecoders:
+        return ComponentDecoders([stream.open_decoders(threads) for stream in self._streams])
 
     def release(self, group: PlannedGroup) -> None:
         by_component: dict[int, list[EpisodeInfo]] = {}
