@@ -1,0 +1,121 @@
+"""One episode's checks, run by the readers the stream uses: its rows read and checked by
+``RowReader`` (file, row count, ids, timestamps, dtypes, shapes, language), every frame's task, its
+parquet images decoded and each camera's video decoded at the frames asked for, every frame checked
+against its time (``decode_files``, depth cameras included). One ``EpisodeChecker`` per thread: it
+keeps its data files' footers and its decoders open across the episodes it is given."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from episodestream._format.files import DatasetFiles
+from episodestream._format.metadata import DatasetMeta, EpisodeInfo
+from episodestream._format.rows import EpisodeRows, RowReader
+from episodestream._sample.builder import SampleBuilder, check_task_indices
+from episodestream._sample.images import decode_image
+from episodestream._sample.video.decoder_cache import DecoderCache, decode_files
+from episodestream.tools.doctor._checks import ROW_CHECKS, check_of
+from episodestream.tools.doctor._report import Failure
+
+Decode = Literal["ends", "all"]
+DECODE_MODES: tuple[Decode, ...] = ("ends", "all")
+FRAMES_PER_DECODE = 256  # frames asked of one file at once with --decode all (bounds the frames held)
+
+
+@dataclass
+class EpisodeOutcome:
+    """Per check: None (passed) or its failure; ``skipped`` the checks that could not run."""
+
+    episode_index: int
+    results: dict[str, Failure | None] = field(default_factory=dict)
+    skipped: set[str] = field(default_factory=set)
+
+
+class EpisodeChecker:
+    def __init__(self, files: DatasetFiles, meta: DatasetMeta, builder: SampleBuilder, decoders: DecoderCache, *,
+                 decode: Decode, tolerance_s: float) -> None:
+        self._files, self._meta, self._builder = files, meta, builder
+        self._reader = RowReader(files, meta, tolerance_s=tolerance_s)
+        self._videos = files.episode_videos()
+        self._decoders = decoders
+        self._decode, self._tolerance_s = decode, tolerance_s
+
+    def check(self, episode: EpisodeInfo) -> EpisodeOutcome:
+        outcome = EpisodeOutcome(episode.episode_index)
+        relpaths = (episode.data_relpath, *(span.relpath for span in episode.videos.values()))
+
+        def failed(check: str, error: BaseException) -> None:
+            outcome.results[check] = Failure.of(check, error, episode=episode.episode_index, files=relpaths)
+
+        missing = self._missing_videos(episode)
+        try:
+            rows = self._reader.read(episode)
+        except Exception as error:  # every reader error is a finding, whatever its type
+            failed(check_of(error, "rows"), error)
+            outcome.results.setdefault("files", missing)  # read past its footer, the data file is there
+            # The read stops at its first error: what it had not checked yet, and what needs the rows, is not known.
+            outcome.skipped.update(c for c in (*ROW_CHECKS, "tasks", "images", "video") if c not in outcome.results)
+            return outcome
+        outcome.results.update({check: None for check in ROW_CHECKS})
+        outcome.results["files"] = missing
+        frames = range(episode.length) if self._decode == "all" else sorted({0, episode.length - 1})
+        for check, run in (("tasks", lambda: check_task_indices(self._meta, episode.episode_index,
+                                                                 rows.columns["task_index"])),
+                           ("images", lambda: self._images(rows, frames)),
+                           ("video", lambda: self._video(rows, frames))):
+            if check == "video" and missing is not None:
+                outcome.skipped.add(check)  # its file is missing: said once, under files
+                continue
+            try:
+                run()
+                outcome.results[check] = None
+            except Exception as error:  # noqa: BLE001 - reported, with its type and message
+                failed(check, error)
+        return outcome
+
+    def _missing_videos(self, episode: EpisodeInfo) -> Failure | None:
+        """The first of the episode's video files that is not there (the stream's decoder would fail
+        to open it, or a remote source's ``EpisodeVideos.check`` refuse it)."""
+        for key, span in episode.videos.items():
+            try:
+                self._files.look_up([span.relpath])
+                if not self._files.exists(span.relpath):
+                    raise FileNotFoundError(f"Video file {self._files.description}/{span.relpath} is missing "
+                                            f"(episode_index {episode.episode_index} has its {key!r} frames there).")
+            except Exception as error:  # noqa: BLE001
+                return Failure.of("files", error, episode=episode.episode_index,
+                                  files=(episode.data_relpath, span.relpath))
+        return None
+
+    def _images(self, rows: EpisodeRows, frames: Sequence[int]) -> None:
+        for key in self._meta.image_keys:
+            values = rows.strings[key]
+            for frame in frames:  # named as a sample's image is named when it cannot be decoded
+                decode_image(values[frame], f"{self._meta.description} episode {rows.episode.episode_index} "
+                                            f"frame {frame} key {key!r}")
+
+    def _video(self, rows: EpisodeRows, frames: Sequence[int]) -> None:
+        if not rows.episode.videos:
+            return
+        episode = rows.episode
+        self._videos.admit(episode)
+        try:
+            self._videos.check(episode)
+            for start in range(0, len(frames), FRAMES_PER_DECODE):
+                queries = self._builder.frame_queries(rows, frames[start:start + FRAMES_PER_DECODE], self._videos)
+                decode_files(self._decoders, queries, fps=self._meta.fps, tolerance_s=self._tolerance_s)
+        finally:
+            self._videos.evict(episode)
+
+    def close(self) -> None:
+        self._decoders.close()
+        self._videos.close()
+
+
+def frames_of(lengths: np.ndarray, decode: Decode) -> int:
+    """Video frames decoded per camera for episodes of ``lengths``."""
+    return int(lengths.sum()) if decode == "all" else int(np.minimum(lengths, 2).sum())
