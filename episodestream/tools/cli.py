@@ -1,6 +1,6 @@
 """The ``episodestream`` command line. ``demo`` is the main job: write, stream, report throughput.
 
-``info`` describes a dataset, ``stats`` computes exact statistics of a selection of its episodes, ``bench`` runs the streaming benchmark, ``cache ls|unpin|clear`` inspects,
+``info`` describes a dataset, ``doctor`` checks every episode of one before training, ``stats`` computes exact statistics of a selection of its episodes, ``bench`` runs the streaming benchmark, ``cache ls|unpin|clear`` inspects,
 unpins and empties the caches (the node cache of remote sources, the column and stats caches) and ``prewarm``
 fills the node cache (pinned) ahead of training.
 ``lerobot-train ARGS`` runs LeRobot's trainer on these datasets (``tools/lerobot_train``).
@@ -490,6 +490,37 @@ def _stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    """0: no defects; 1: defects (the report says which); 2: the command was used wrongly (as argparse)."""
+    import sys
+
+    from episodestream._runtime.sources import local_folder
+    from episodestream.tools.doctor import run_doctor
+
+    try:
+        if local_folder(args.source) is None:
+            raise FileNotFoundError(f"{args.source!r} is not a local folder; doctor checks local datasets (v3.0, "
+                                    f"v2.1, v2.0) for now: download a Hub dataset first (huggingface-cli download "
+                                    f"--repo-type dataset REPO --local-dir DIR)")
+        report = run_doctor(args.source, episodes=args.episodes, decode=args.decode, jobs=args.jobs,
+                            tolerance_s=args.tolerance_s, progress=not args.no_progress)
+    except (OSError, ValueError) as error:  # no such folder, an episode it does not have: what was asked is wrong
+        _user_error("doctor", error)
+        return 2
+    print(json.dumps(report.as_json(), indent=2) if args.json else report.text(), file=sys.stdout)
+    return report.exit_code
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
 def _frame_offsets(text: str) -> list[int]:
     try:
         return [int(part) for part in text.split(",") if part.strip()]
@@ -568,6 +599,24 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--json", action="store_true", help="print JSON instead of text")
     stats.add_argument("--no-progress", action="store_true", help="no progress bar")
     stats.set_defaults(run=_stats)
+
+    doctor = commands.add_parser(
+        "doctor", help="check a dataset before training: every check the readers make, on every episode, in "
+                       "parallel (rows against meta/episodes, timestamps, dtypes and shapes, stats, tasks, files, "
+                       "video at each episode's first and last frames); exit code 0 clean, 1 defects")
+    doctor.add_argument("source", type=_source, help="a local LeRobot dataset folder (v3.0, v2.1 or v2.0)")
+    doctor.add_argument("--episodes", type=_episode_list, help="episode indices, e.g. 0,3,5-9 (default: all)")
+    doctor.add_argument("--decode", choices=("ends", "all"), default="ends",
+                        help="ends: decode each camera (and parquet image) at every episode's first and last "
+                             "frames (default); all: at every frame (slow: decodes the whole dataset)")
+    doctor.add_argument("--jobs", type=_positive_int, help="threads checking episodes (default: the cores this "
+                                                           "process may use)")
+    doctor.add_argument("--tolerance-s", type=float, default=1e-4,
+                        help="how far a timestamp or decoded frame may be from its time, as the datasets' "
+                             "tolerance_s (default 1e-4)")
+    doctor.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    doctor.add_argument("--no-progress", action="store_true", help="no progress bar (it is drawn on stderr)")
+    doctor.set_defaults(run=_doctor)
 
     bench = commands.add_parser("bench", add_help=False,
                                 help="run benchmarks/streaming/benchmark_streaming.py: with no options a quick look (about "

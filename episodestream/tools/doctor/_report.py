@@ -27,12 +27,17 @@ class Failure:
     message: str
 
     @classmethod
-    def of(cls, check: str, error: BaseException, *, episode: int | None = None,
-           files: tuple[str, ...] = ()) -> Failure:
+    def of(cls, check: str, error: BaseException, *, episode: int | None = None, files: tuple[str, ...] = (),
+           root: str | None = None) -> Failure:
+        """``error`` as a failure of ``check``; its file is the first of ``files`` its message names, or
+        (a dataset-wide check) the path it names below ``root``, the dataset's description."""
         message = " ".join(str(error).split())  # one line, whatever the error's own line breaks
         if episode is None and (found := _EPISODE_IN_MESSAGE.search(message)):
             episode = int(found.group(1))  # a metadata error names the episode whose row is off
         named = next((relpath for relpath in files if relpath in message), None)
+        if named is None and root is not None and (below := re.search(re.escape(root.rstrip("/")) + r"/([^\s:(]+)",
+                                                                      message)):
+            named = below.group(1).rstrip("/")
         return cls(check, episode, named, type(error).__name__, message)
 
     def as_json(self) -> dict[str, Any]:

@@ -79,7 +79,7 @@ def run_doctor(source: str | os.PathLike, *, episodes: Sequence[int] | EpisodeLi
             builder = SampleBuilder(meta, offsets={}, tolerance_s=tolerance_s, return_uint8=True,
                                     image_transforms=None)  # refuses a depth camera's unreadable quantiser
         except (OSError, ValueError) as error:  # the reader's findings; anything else is a bug, raised
-            results["metadata"].add_failure(Failure.of("metadata", error))
+            results["metadata"].add_failure(Failure.of("metadata", error, root=files.description))
             for result in results.values():
                 result.ran = result.name == "metadata"
             return DoctorReport(files.description, None, 0, 0, decode, jobs, time.perf_counter() - start, results)
@@ -89,7 +89,7 @@ def run_doctor(source: str | os.PathLike, *, episodes: Sequence[int] | EpisodeLi
         try:
             check_stats(files, meta)
         except (OSError, ValueError) as error:
-            results["stats"].add_failure(Failure.of("stats", error))
+            results["stats"].add_failure(Failure.of("stats", error, root=files.description))
         open_video = resolve_backend(video_backend, "cpu", has_video=bool(meta.video_keys))
         capacity = max(1, min(MAX_DECODERS, 2 * len(meta.video_keys)))
 

@@ -1,0 +1,273 @@
+"""``episodestream doctor``: clean datasets exit 0 (v3.0, v2.1, v2.0, depth and language); each kind of
+damage the corruption tests build exits 1, failing the right check for the right episodes with the
+message the stream raises for it; ``--json`` is one JSON object; ``--episodes`` limits the check."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from episodestream.tools.cli import main
+
+from .conftest import built_once
+from .test_corruption import (DATA, EPISODES, INCONSISTENT, INFO, SHAPES_THAT_DISAGREE, STATS, TASKS, VIDEOS,
+                              _edit_info, _garble_footer, _setter, tiny_root)
+from .test_v2x_corruption import AT_CONSTRUCTION, EPISODES_STATS, _edit_line, tiny_v20, tiny_v21
+
+__all__ = ["tiny_root", "tiny_v20", "tiny_v21"]  # the fixtures, shared with the corruption tests
+
+
+def doctor(root: Path, capsys, *options: str) -> tuple[int, dict]:
+    """Exit code and the parsed ``--json`` report of ``episodestream doctor root options``."""
+    code = main(["doctor", str(root), "--json", "--no-progress", "--jobs", "2", *options])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def failed(report: dict) -> dict[str, dict]:
+    return {check["name"]: check for check in report["checks"] if check["ran"] and not check["passed"]}
+
+
+def failing_episodes(check: dict) -> set[int | None]:
+    return {failure["episode"] for failure in check["failures"]}
+
+
+@pytest.fixture
+def damaged(tiny_root, tmp_path) -> Path:
+    root = tmp_path / "damaged"
+    shutil.copytree(tiny_root, root)
+    return root
+
+
+# --- Clean datasets --------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def depth_and_language_root(tmp_path_factory) -> Path:
+    from episodestream.tools.synthetic import write_synthetic_dataset
+
+    return built_once(tmp_path_factory, "doctor-depth-language", lambda root: write_synthetic_dataset(
+        root, num_episodes=3, episode_length=[4, 6, 3], cameras=("observation.images.front",),
+        depth_cameras=("observation.images.depth",), height=64, width=64, language=True,
+        max_episodes_per_video_file=2, seed=0))
+
+
+@pytest.mark.parametrize("fixture", ["tiny_root", "dataset_root", "tiny_v21", "tiny_v20", "depth_and_language_root"])
+def test_clean_datasets_exit_0(fixture, request, capsys):
+    root = request.getfixturevalue(fixture)
+    code, report = doctor(root, capsys)
+    assert (code, failed(report)) == (0, {})
+    assert report["clean"] and report["episodes"] > 0
+    episode_checks = [c for c in report["checks"] if c["scope"] == "episode" and not c["absent"]]
+    assert all(c["episodes_passed"] == report["episodes"] for c in episode_checks)
+    if fixture == "depth_and_language_root":
+        assert {c["name"] for c in episode_checks} >= {"language", "video"}
+
+
+def test_the_text_report_of_a_clean_dataset(tiny_root, capsys):
+    assert main(["doctor", str(tiny_root), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"rows +4/4 ok", out) and re.search(r"video +4/4 ok", out), out
+    assert out.rstrip().endswith("no defects found")
+
+
+def test_decode_all_and_jobs_give_the_same_report(tiny_root, capsys):
+    reports = [doctor(tiny_root, capsys, *options)[1] for options in (["--jobs", "1"], ["--jobs", "3", "--decode", "all"])]
+    assert reports[1]["decode"] == "all"
+    assert [c for c in reports[0]["checks"]] == [c for c in reports[1]["checks"]]
+
+
+# --- v3.0 damage: the cases test_corruption builds ------------------------------------------------
+
+# case: (check that fails, episodes it fails for; None for a metadata error that names no episode).
+INCONSISTENT_FOUND = {
+    "episode_range_overlaps_previous": ("metadata", {1}),
+    "middle_episode_length_shortened_by_5": ("metadata", {2}),
+    "last_episode_length_shortened_by_5": ("rows", {2, 3}),
+    "length_disagrees_with_range": ("metadata", {2}),
+    "episode_index_twice": ("metadata", {None}),
+    "null_length": ("metadata", {None}),
+    "null_data_file_index": ("metadata", {1}),
+    "row_replaced_by_a_copy_of_the_previous": ("rows", {1}),
+    "row_of_another_episode": ("rows", {1}),
+    "frame_index_renumbered": ("rows", {0}),
+    "extra_row_in_data_file": ("rows", {0, 1}),
+    "string_column_declared_float": ("dtypes", {2, 3}),
+    "string_index_column": ("dtypes", {0, 1}),
+    "data_path_not_a_string": ("metadata", {None}),
+    "data_path_with_attribute_access": ("metadata", {None}),
+    "video_path_with_index_access": ("metadata", {None}),
+    "video_from_timestamp_one_frame_late": ("metadata", {1}),
+    "video_span_of_a_file_s_last_episode_shifted_one_frame": ("metadata", {1}),
+    "video_span_of_a_file_s_first_episode_shifted_one_frame": ("metadata", {3}),
+    "video_span_before_the_file_starts": ("metadata", {0}),
+    "timestamp_one_frame_off": ("timestamps", {1}),
+}
+
+
+def test_every_inconsistency_case_has_an_expectation():
+    assert set(INCONSISTENT_FOUND) == set(INCONSISTENT)
+
+
+def assert_found(report: dict, check: str, episodes: set, *, names: str | None = None) -> None:
+    """Only ``check`` fails, for exactly ``episodes``; its first failure names the file ``names``."""
+    found = failed(report)
+    assert set(found) == {check}, {name: c["failures"][:1] for name, c in found.items()}
+    assert failing_episodes(found[check]) == episodes, found[check]["failures"]
+    if found[check]["scope"] == "episode":
+        assert found[check]["episodes_failed"] == len(episodes)
+    if names is not None:
+        assert found[check]["failures"][0]["file"] == names, found[check]["failures"][0]
+    assert found[check]["what_to_do"]
+
+
+@pytest.mark.parametrize("case", list(INCONSISTENT))
+def test_inconsistent_rows_and_ranges(damaged, capsys, case):
+    """The same message the stream raises (test_corruption's pattern for the case), under the right check."""
+    relpath, damage, named, match = INCONSISTENT[case]
+    damage(damaged / relpath)
+    code, report = doctor(damaged, capsys)
+    check, episodes = INCONSISTENT_FOUND[case]
+    assert code == 1
+    assert_found(report, check, episodes, names=named)
+    assert any(re.search(match, f["message"]) for f in failed(report)[check]["failures"]), failed(report)[check]
+
+
+@pytest.mark.parametrize("case", list(SHAPES_THAT_DISAGREE))
+def test_values_that_disagree_with_the_declared_shape(damaged, capsys, case):
+    relpath, damage, says = SHAPES_THAT_DISAGREE[case]
+    damage(damaged / relpath)
+    code, report = doctor(damaged, capsys)
+    assert code == 1
+    assert_found(report, "dtypes", {1} if relpath == DATA[0] else {2, 3}, names=relpath)
+    message = failed(report)["dtypes"]["failures"][0]["message"]
+    assert all(re.search(part, message) for part in says), message
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+# (file, how, check, episodes): each file of the tiny dataset cut in half, removed, or its footer garbled.
+FILE_DAMAGE = [
+    (INFO, "truncated", "metadata", {None}), (TASKS, "truncated", "metadata", {None}),
+    (EPISODES, "truncated", "metadata", {None}), (STATS, "truncated", "stats", {None}),
+    (STATS, "removed", "stats", {None}), (TASKS, "garbled", "metadata", {None}),
+    (EPISODES, "garbled", "metadata", {None}),
+    (DATA[0], "truncated", "files", {0, 1}), (DATA[1], "removed", "files", {2, 3}),
+    (DATA[1], "garbled", "files", {2, 3}),
+    (VIDEOS[0], "truncated", "video", {0, 1}), (VIDEOS[1], "removed", "files", {2, 3}),
+]
+HOW: dict[str, Callable[[Path], None]] = {"truncated": _truncate, "removed": Path.unlink, "garbled": _garble_footer}
+
+
+@pytest.mark.parametrize("relpath,how,check,episodes", FILE_DAMAGE, ids=[f"{how}-{p}" for p, how, *_ in FILE_DAMAGE])
+def test_damaged_files(damaged, capsys, relpath, how, check, episodes):
+    HOW[how](damaged / relpath)
+    code, report = doctor(damaged, capsys)
+    assert code == 1
+    assert_found(report, check, episodes, names=relpath)
+    if check == "metadata":  # nothing else can run without it
+        assert [c["name"] for c in report["checks"] if not c["ran"]] == [c["name"] for c in report["checks"][1:]]
+
+
+def test_a_task_index_past_the_tasks(damaged, capsys):
+    _setter(task_index={6: 7})(damaged / DATA[0])  # episode 1's frame 1
+    code, report = doctor(damaged, capsys)
+    assert code == 1
+    assert_found(report, "tasks", {1})
+    assert re.search(r"episode 1 frame 1: task_index 7 is not in meta/tasks.parquet \(2 tasks\)",
+                     failed(report)["tasks"]["failures"][0]["message"])
+
+
+def test_a_fps_that_is_not_the_datas_fails_every_episode_s_timestamps(tmp_path, capsys):
+    from episodestream.tools.synthetic import write_tabular_dataset
+
+    root = write_tabular_dataset(tmp_path / "tabular", num_episodes=3, episode_length=6, fps=30)
+    _edit_info(fps=10)(root / INFO)
+    code, report = doctor(root, capsys)
+    assert code == 1
+    assert_found(report, "timestamps", {0, 1, 2})
+    assert "says fps 10" in failed(report)["timestamps"]["failures"][0]["message"]
+
+
+# --- v2.x damage: the cases test_v2x_corruption builds ------------------------------------------
+
+@pytest.mark.parametrize("case,damage,error,message", AT_CONSTRUCTION, ids=[c[0] for c in AT_CONSTRUCTION])
+def test_damaged_v21_metadata(tiny_v21, tmp_path, capsys, case, damage, error, message):
+    root = tmp_path / "damaged"
+    shutil.copytree(tiny_v21, root)
+    damage(root)
+    code, report = doctor(root, capsys)
+    check = "stats" if "episodes_stats" in message else "metadata"
+    assert code == 1
+    assert set(failed(report)) == {check}, failed(report)
+    failure = failed(report)[check]["failures"][0]
+    assert (failure["error"], re.search(message, failure["message"]) is not None) == (error.__name__, True), failure
+
+
+def test_v21_length_that_disagrees_with_its_rows_names_the_episode(tiny_v21, tmp_path, capsys):
+    root = tmp_path / "damaged"
+    shutil.copytree(tiny_v21, root)
+    _edit_line("meta/episodes.jsonl", 2, lambda r: {**r, "length": 7})(root)  # the file holds 8 rows
+    code, report = doctor(root, capsys)
+    assert code == 1
+    rows = failed(report)["rows"]
+    # Episode 1's file holds 8 rows for 7 frames; episodes 2 and 3 start past where the lengths say,
+    # and their errors name episode 1 as the one to fix.
+    assert failing_episodes(rows) == {1, 2, 3}
+    assert all("episode 1 is listed with length 7" in f["message"] for f in rows["failures"][1:]), rows
+
+
+def test_v20_without_stats(tiny_v20, tmp_path, capsys):
+    root = tmp_path / "damaged"
+    shutil.copytree(tiny_v20, root)
+    (root / STATS).unlink()
+    code, report = doctor(root, capsys)
+    assert (code, set(failed(report))) == (1, {"stats"})
+
+
+def test_v21_episode_stats_that_are_not_finite(tiny_v21, tmp_path, capsys):
+    root = tmp_path / "damaged"
+    shutil.copytree(tiny_v21, root)
+    _edit_line(EPISODES_STATS, 2, lambda r: {**r, "stats": {**r["stats"], "action": {
+        **r["stats"]["action"], "mean": [float("nan")] + r["stats"]["action"]["mean"][1:]}}})(root)  # JSON's NaN
+    code, report = doctor(root, capsys)
+    assert (code, set(failed(report))) == (1, {"stats"})
+    assert "feature 'action' statistic 'mean' is not finite" in failed(report)["stats"]["failures"][0]["message"]
+
+
+# --- Options ----------------------------------------------------------------------------------------
+
+def test_episodes_limits_the_check(damaged, capsys):
+    _setter(frame_index={3: 4})(damaged / DATA[0])  # episode 0
+    code, report = doctor(damaged, capsys, "--episodes", "1-3")
+    assert (code, report["episodes"], failed(report)) == (0, 3, {})
+    assert all(c["episodes_passed"] == 3 for c in report["checks"] if c["scope"] == "episode" and not c["absent"])
+    code, report = doctor(damaged, capsys, "--episodes", "0,2")
+    assert (code, report["episodes"]) == (1, 2)
+    assert_found(report, "rows", {0})
+
+
+def test_json_on_stdout_and_the_progress_bar_on_stderr(tiny_root, capsys):
+    assert main(["doctor", str(tiny_root), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["clean"] is True
+    assert "episodes" in err  # the bar, drawn on stderr
+
+
+@pytest.mark.parametrize("argv", [["--episodes", "9"], ["--jobs", "0"], ["--decode", "some"]])
+def test_usage_errors_exit_2(tiny_root, argv):
+    try:
+        code = main(["doctor", str(tiny_root), "--no-progress", *argv])
+    except SystemExit as exit:  # argparse's own refusals
+        code = exit.code
+    assert code == 2
+
+
+def test_a_folder_that_is_not_there_exits_2(tmp_path, capsys):
+    assert main(["doctor", str(tmp_path / "nothing"), "--no-progress"]) == 2
+    assert "is not a local folder" in capsys.readouterr().err
