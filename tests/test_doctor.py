@@ -174,6 +174,17 @@ def test_damaged_files(damaged, capsys, relpath, how, check, episodes):
         assert [c["name"] for c in report["checks"] if not c["ran"]] == [c["name"] for c in report["checks"][1:]]
 
 
+def test_a_video_shorter_than_its_spans_fails_at_the_last_frame(damaged, capsys):
+    """file-000.mp4 replaced by file-001.mp4: 10 frames where episodes 0 and 1 need 13. Episode 0's
+    frames are there (another episode's images: only the frames themselves could tell); episode 1's
+    first frame is too, its last is not."""
+    shutil.copyfile(damaged / VIDEOS[1], damaged / VIDEOS[0])
+    code, report = doctor(damaged, capsys)
+    assert code == 1
+    assert_found(report, "video", {1}, names=VIDEOS[0])
+    assert "for episode 1 key 'observation.images.front'" in failed(report)["video"]["failures"][0]["message"]
+
+
 def test_a_task_index_past_the_tasks(damaged, capsys):
     _setter(task_index={6: 7})(damaged / DATA[0])  # episode 1's frame 1
     code, report = doctor(damaged, capsys)
