@@ -10,6 +10,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from episodestream.tools.cli import main
@@ -183,6 +185,39 @@ def test_a_video_shorter_than_its_spans_fails_at_the_last_frame(damaged, capsys)
     assert code == 1
     assert_found(report, "video", {1}, names=VIDEOS[0])
     assert "for episode 1 key 'observation.images.front'" in failed(report)["video"]["failures"][0]["message"]
+
+
+DEPTH_VIDEO = "videos/observation.images.depth/chunk-000/file-000.mp4"  # all 3 episodes
+
+
+def _language_as_strings(root: Path) -> None:
+    path = root / "data/chunk-000/file-000.parquet"
+    table = pq.read_table(path)
+    column = table.schema.get_field_index("language_persistent")
+    values = pa.array([str(v) for v in table.column(column).to_pylist()])
+    pq.write_table(table.set_column(column, "language_persistent", values), path)
+
+
+# (damage, check, episodes, what the first failure says)
+DEPTH_AND_LANGUAGE_DAMAGE = {
+    "depth_video_truncated": (lambda root: _truncate(root / DEPTH_VIDEO), "video", {0, 1, 2},
+                              "for episode 0 key 'observation.images.depth'"),
+    "language_stored_as_strings": (_language_as_strings, "language", {0, 1, 2},
+                                   "column 'language_persistent' is stored as string, but info.json declares "
+                                   "dtype 'language'"),
+}
+
+
+@pytest.mark.parametrize("case", list(DEPTH_AND_LANGUAGE_DAMAGE))
+def test_damaged_depth_and_language(depth_and_language_root, tmp_path, capsys, case):
+    damage, check, episodes, says = DEPTH_AND_LANGUAGE_DAMAGE[case]
+    root = tmp_path / "damaged"
+    shutil.copytree(depth_and_language_root, root)
+    damage(root)
+    code, report = doctor(root, capsys)
+    assert code == 1
+    assert_found(report, check, episodes)
+    assert says in failed(report)[check]["failures"][0]["message"]
 
 
 def test_a_task_index_past_the_tasks(damaged, capsys):
