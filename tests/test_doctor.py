@@ -24,9 +24,10 @@ from .test_v2x_corruption import AT_CONSTRUCTION, EPISODES_STATS, _edit_line, ti
 __all__ = ["tiny_root", "tiny_v20", "tiny_v21"]  # the fixtures, shared with the corruption tests
 
 
-def doctor(root: Path, capsys, *options: str) -> tuple[int, dict]:
-    """Exit code and the parsed ``--json`` report of ``episodestream doctor root options``."""
-    code = main(["doctor", str(root), "--json", "--no-progress", "--jobs", "2", *options])
+def doctor(root: Path, capsys, *options: str, jobs: int = 1) -> tuple[int, dict]:
+    """Exit code and the parsed ``--json`` report of ``episodestream doctor root options``: in this
+    process by default (``jobs`` > 1 forks worker processes, ~0.1 s each)."""
+    code = main(["doctor", str(root), "--json", "--no-progress", "--jobs", str(jobs), *options])
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -60,7 +61,7 @@ def depth_and_language_root(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("fixture", ["tiny_root", "dataset_root", "tiny_v21", "tiny_v20", "depth_and_language_root"])
 def test_clean_datasets_exit_0(fixture, request, capsys):
     root = request.getfixturevalue(fixture)
-    code, report = doctor(root, capsys)
+    code, report = doctor(root, capsys, jobs=2)
     assert (code, failed(report)) == (0, {})
     assert report["clean"] and report["episodes"] > 0
     episode_checks = [c for c in report["checks"] if c["scope"] == "episode" and not c["absent"]]
@@ -77,7 +78,7 @@ def test_the_text_report_of_a_clean_dataset(tiny_root, capsys):
 
 
 def test_decode_all_and_jobs_give_the_same_report(tiny_root, capsys):
-    reports = [doctor(tiny_root, capsys, *options)[1] for options in (["--jobs", "1"], ["--jobs", "3", "--decode", "all"])]
+    reports = [doctor(tiny_root, capsys, *options, jobs=jobs)[1] for options, jobs in (([], 1), (["--decode", "all"], 3))]
     assert reports[1]["decode"] == "all"
     assert [c for c in reports[0]["checks"]] == [c for c in reports[1]["checks"]]
 
@@ -169,7 +170,7 @@ HOW: dict[str, Callable[[Path], None]] = {"truncated": _truncate, "removed": Pat
 @pytest.mark.parametrize("relpath,how,check,episodes", FILE_DAMAGE, ids=[f"{how}-{p}" for p, how, *_ in FILE_DAMAGE])
 def test_damaged_files(damaged, capsys, relpath, how, check, episodes):
     HOW[how](damaged / relpath)
-    code, report = doctor(damaged, capsys)
+    code, report = doctor(damaged, capsys, jobs=2)  # failures come back from worker processes
     assert code == 1
     assert_found(report, check, episodes, names=relpath)
     if check == "metadata":  # nothing else can run without it

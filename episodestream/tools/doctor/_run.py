@@ -1,18 +1,24 @@
 """``run_doctor``: every check on every selected episode, up front, in parallel, into one report.
 
-Episodes are checked on ``jobs`` threads (reading parquet and decoding video release the GIL), each
-given runs of consecutive episodes, so that a thread's open footers and decoders serve the
+Episodes are checked by ``jobs`` worker processes (threads where the platform cannot fork), each
+given runs of consecutive episodes, so that a worker's open footers and decoders serve the
 episodes that share its files (v3.0 keeps many episodes per file)."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from typing import Protocol
+
+import numpy as np
+
+from episodestream._base.fork_safety import freeze_inherited_objects_in_forked_children
 
 from episodestream._base.options import check_choice, check_positive_float
 from episodestream._format.episodes import EpisodeSelection
@@ -52,7 +58,7 @@ def run_doctor(source: str | os.PathLike, *, episodes: Sequence[int] | EpisodeLi
             dataset does not have.
         decode: "ends" decodes each camera at every episode's first and last frames (and decodes
             its parquet images there); "all" at every frame.
-        jobs: threads checking episodes (default: the cores this process may use).
+        jobs: worker processes checking episodes (default: the cores this process may use; 1: in this process).
         tolerance_s: how far a row's timestamp and a decoded frame may be from their time, as the
             datasets' ``tolerance_s`` (default 1e-4).
         video_backend: "torchcodec" or "pyav", as the datasets take it (default: torchcodec where it loads).
@@ -108,28 +114,27 @@ def run_doctor(source: str | os.PathLike, *, episodes: Sequence[int] | EpisodeLi
                         int(selection.lengths.sum()), decode, jobs, time.perf_counter() - start, results)
 
 
-def _check_episodes(selection: EpisodeSelection, make_checker, jobs: int, progress: bool):
+def _check_episodes(selection: EpisodeSelection, make_checker: Callable[[], EpisodeChecker], jobs: int,
+                    progress: bool) -> Iterator[EpisodeOutcome]:
     """Each selected episode's outcome, in the order runs finish (a run: consecutive episodes)."""
     from tqdm import tqdm
 
     size = max(1, min(RUN_EPISODES_MAX, -(-len(selection) // (4 * jobs))))
-    runs = [selection[k:k + size] for k in range(0, len(selection), size)]
-    local = threading.local()
-    checkers: list[EpisodeChecker] = []
-    lock = threading.Lock()
-
-    def check_run(run: EpisodeSelection) -> list[EpisodeOutcome]:
-        checker = getattr(local, "checker", None)
-        if checker is None:
-            checker = local.checker = make_checker()
-            with lock:
-                checkers.append(checker)
-        return [checker.check(episode) for episode in run]
-
+    runs = [selection.rows[k:k + size] for k in range(0, len(selection), size)]
     bar = tqdm(total=len(selection), unit="episodes", desc="doctor", file=sys.stderr, disable=not progress)
     try:
-        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="episodestream-doctor") as pool:
-            pending: set[Future] = {pool.submit(check_run, run) for run in runs}
+        if jobs == 1 or len(runs) == 1:
+            checker = make_checker()
+            try:
+                for run in runs:
+                    outcomes = _check_run(checker, run)
+                    bar.update(len(outcomes))
+                    yield from outcomes
+            finally:
+                checker.close()
+            return
+        with _pool(min(jobs, len(runs)), make_checker) as submit:
+            pending: set[Future] = {submit(run) for run in runs}
             try:
                 while pending:
                     done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -142,8 +147,58 @@ def _check_episodes(selection: EpisodeSelection, make_checker, jobs: int, progre
                     future.cancel()
     finally:
         bar.close()
-        for checker in checkers:
+
+
+def _check_run(checker: EpisodeChecker, rows: np.ndarray) -> list[EpisodeOutcome]:
+    return checker.check_run([checker.meta.episodes.at(int(row)) for row in rows])
+
+
+Submit = Callable[[np.ndarray], "Future[list[EpisodeOutcome]]"]
+
+
+@contextmanager
+def _pool(jobs: int, make_checker: Callable[[], EpisodeChecker]) -> Iterator[Submit]:
+    """``submit(rows)``: the run's outcomes, checked by one of ``jobs`` worker processes forked from
+    this one where the platform forks (checking rows is Python work that holds the GIL about half of
+    each episode's time, so threads stop scaling at about two cores), each with the source and
+    metadata it inherited and readers and decoders of its own; else by ``jobs`` threads."""
+    if "fork" in multiprocessing.get_all_start_methods():
+        freeze_inherited_objects_in_forked_children()  # a forked child must not free the parent's garbage
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"), initializer=_start_worker,
+                                 initargs=(make_checker,)) as processes:  # inherited by the fork, not pickled
+            yield lambda rows: processes.submit(_check_in_worker, rows)
+        return
+    local, made, lock = threading.local(), [], threading.Lock()
+
+    def in_thread(rows: np.ndarray) -> list[EpisodeOutcome]:
+        checker = getattr(local, "checker", None)
+        if checker is None:
+            checker = local.checker = make_checker()
+            with lock:
+                made.append(checker)
+        return _check_run(checker, rows)
+
+    try:
+        with ThreadPoolExecutor(jobs, thread_name_prefix="episodestream-doctor") as threads:
+            yield lambda rows: threads.submit(in_thread, rows)
+    finally:
+        for checker in made:
             checker.close()
+
+
+# A worker process's checker, made by its initializer: set in worker processes only, never in the
+# process that runs ``run_doctor`` (a run goes to a worker as its episodes' rows, a few bytes).
+_worker_checker: EpisodeChecker | None = None
+
+
+def _start_worker(make_checker: Callable[[], EpisodeChecker]) -> None:
+    global _worker_checker
+    _worker_checker = make_checker()
+
+
+def _check_in_worker(rows: np.ndarray) -> list[EpisodeOutcome]:
+    assert _worker_checker is not None, "called in a worker process only"
+    return _check_run(_worker_checker, rows)
 
 
 def _tally(results: dict[str, CheckResult], outcome: EpisodeOutcome) -> None:
