@@ -318,3 +318,27 @@ def test_usage_errors_exit_2(tiny_root, argv):
 def test_a_folder_that_is_not_there_exits_2(tmp_path, capsys):
     assert main(["doctor", str(tmp_path / "nothing"), "--no-progress"]) == 2
     assert "is not a local folder" in capsys.readouterr().err
+
+
+def test_the_doctor_benchmark_runs(tmp_path, monkeypatch, capsys):
+    """benchmarks/scale/benchmark_doctor.py on a tiny layout, its doctor command run in this process."""
+    import contextlib
+    import io
+    import subprocess
+    from types import SimpleNamespace
+
+    from .scripts import load_script
+
+    script = load_script(Path(__file__).resolve().parents[1] / "benchmarks/scale/benchmark_doctor.py")
+
+    def run(command, **options):
+        assert command[1:4] == ["-m", "episodestream", "doctor"], command
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            code = main(command[3:])
+        return subprocess.CompletedProcess(command, code, stdout=out.getvalue(), stderr="")
+
+    monkeypatch.setattr(script, "subprocess", SimpleNamespace(run=run))
+    assert script.main(["--episodes", "30", "--episode-length", "3", "6", "--data-dir", str(tmp_path),
+                        "--jobs", "1"]) == 0
+    assert re.search(r"\| tabular-30-3-6 \| 30 \| 1 \| ends \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|",
+                     capsys.readouterr().out)
