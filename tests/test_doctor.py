@@ -317,7 +317,7 @@ def test_usage_errors_exit_2(tiny_root, argv):
 
 def test_a_folder_that_is_not_there_exits_2(tmp_path, capsys):
     assert main(["doctor", str(tmp_path / "nothing"), "--no-progress"]) == 2
-    assert "is not a local folder" in capsys.readouterr().err
+    assert "is neither an existing local folder" in capsys.readouterr().err
 
 
 def test_the_doctor_benchmark_runs(tmp_path, monkeypatch, capsys):
@@ -342,3 +342,47 @@ def test_the_doctor_benchmark_runs(tmp_path, monkeypatch, capsys):
                         "--jobs", "1"]) == 0
     assert re.search(r"\| tabular-30-3-6 \| 30 \| 1 \| ends \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|",
                      capsys.readouterr().out)
+
+
+# --- Remote sources: through the node cache and the download controller ------------------------
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, tiny_root):
+    """A loopback HTTP server of three datasets: v3.0 and v2.1 of 3 textured episodes of 90 frames (an
+    episode's two frames are a small part of its video), and the tiny v3.0 one with two kinds of damage."""
+    from episodestream.testing import HttpServer
+    from episodestream.tools.synthetic import write_synthetic_dataset
+
+    root = tmp_path_factory.mktemp("served")
+    for version in ("v3.0", "v2.1"):
+        write_synthetic_dataset(root / version, version=version, num_episodes=3, episode_length=90,
+                                cameras=("observation.images.front",), texture=True, seed=0)
+    shutil.copytree(tiny_root, root / "damaged")
+    _setter(frame_index={3: 4})(root / "damaged" / DATA[0])  # episode 0
+    (root / "damaged" / VIDEOS[1]).unlink()  # episodes 2 and 3
+    with HttpServer(root) as server:
+        yield root, server
+
+
+@pytest.mark.parametrize("version", ["v3.0", "v2.1"])
+def test_a_remote_source_fetches_the_decoded_frames_bytes_not_whole_videos(served, tmp_path, capsys, version):
+    root, server = served
+    video_bytes = sum(path.stat().st_size for path in (root / version).rglob("*.mp4"))
+    fetched = {}
+    for decode in ("ends", "all"):
+        code, report = doctor(server.url_for(version), capsys, "--decode", decode, "--cache-dir",
+                              str(tmp_path / decode))
+        assert (code, report["episodes"], failed(report)) == (0, 3, {})
+        fetched[decode] = report["fetched"]["cache_miss_bytes"]  # mp4 headers and spans, metadata
+    assert fetched["ends"] < video_bytes / 2 < fetched["all"], (fetched, video_bytes)
+
+
+def test_a_remote_source_s_damage_is_found_as_a_local_one_s(served, tmp_path, capsys):
+    root, server = served
+    local = doctor(root / "damaged", capsys)[1]
+    code, remote = doctor(server.url_for("damaged"), capsys, "--cache-dir", str(tmp_path / "cache"), jobs=2)
+    assert code == 1
+    assert set(failed(remote)) == set(failed(local)) == {"files", "rows"}
+    for name, check in failed(remote).items():
+        assert failing_episodes(check) == failing_episodes(failed(local)[name]) == ({0} if name == "rows" else {2, 3})
+        assert [f["file"] for f in check["failures"]] == [f["file"] for f in failed(local)[name]["failures"]]

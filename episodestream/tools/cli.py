@@ -494,17 +494,15 @@ def _doctor(args: argparse.Namespace) -> int:
     """0: no defects; 1: defects (the report says which); 2: the command was used wrongly (as argparse)."""
     import sys
 
-    from episodestream._runtime.sources import local_folder
+    from episodestream._base.errors import CacheFullError
+    from episodestream._remote.transport.request import DownloadError
     from episodestream.tools.doctor import run_doctor
 
     try:
-        if local_folder(args.source) is None:
-            raise FileNotFoundError(f"{args.source!r} is not a local folder; doctor checks local datasets (v3.0, "
-                                    f"v2.1, v2.0) for now: download a Hub dataset first (huggingface-cli download "
-                                    f"--repo-type dataset REPO --local-dir DIR)")
         report = run_doctor(args.source, episodes=args.episodes, decode=args.decode, jobs=args.jobs,
-                            tolerance_s=args.tolerance_s, progress=not args.no_progress)
-    except (OSError, ValueError) as error:  # no such folder, an episode it does not have: what was asked is wrong
+                            tolerance_s=args.tolerance_s, revision=args.revision, cache_dir=args.cache_dir,
+                            progress=not args.no_progress)
+    except (OSError, ValueError, CacheFullError, DownloadError) as error:  # no such dataset, an episode it lacks
         _user_error("doctor", error)
         return 2
     print(json.dumps(report.as_json(), indent=2) if args.json else report.text(), file=sys.stdout)
@@ -604,7 +602,12 @@ def build_parser() -> argparse.ArgumentParser:
         "doctor", help="check a dataset before training: every check the readers make, on every episode, in "
                        "parallel (rows against meta/episodes, timestamps, dtypes and shapes, stats, tasks, files, "
                        "video at each episode's first and last frames); exit code 0 clean, 1 defects")
-    doctor.add_argument("source", type=_source, help="a local LeRobot dataset folder (v3.0, v2.1 or v2.0)")
+    doctor.add_argument("source", type=_source, help="a LeRobot dataset (v3.0, v2.1 or v2.0): folder, URL or Hub "
+                                                     "repo id (remote: metadata, row groups and the decoded frames' "
+                                                     "bytes are fetched, never whole videos unless --decode all)")
+    doctor.add_argument("--revision", help="Hub branch, tag or commit (default: main)")
+    doctor.add_argument("--cache-dir", help="a remote source's node cache folder (default: "
+                                            "$EPISODESTREAM_CACHE_DIR, else ~/.cache/episodestream)")
     doctor.add_argument("--episodes", type=_episode_list, help="episode indices, e.g. 0,3,5-9 (default: all)")
     doctor.add_argument("--decode", choices=("ends", "all"), default="ends",
                         help="ends: decode each camera (and parquet image) at every episode's first and last "

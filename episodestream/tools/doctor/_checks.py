@@ -67,7 +67,9 @@ _RAISED_IN = {
 def check_of(error: BaseException, default: str) -> str:
     """The check ``error`` belongs to: ``files`` for a missing file, else the innermost reader function
     of its traceback that ``_RAISED_IN`` names, else ``default``."""
-    if isinstance(error, FileNotFoundError):
+    from episodestream._remote.transport.request import DownloadError  # loaded already where a source downloads
+
+    if isinstance(error, (FileNotFoundError, DownloadError)):  # not there, or not readable from the source
         return "files"
     frames = []
     tb = error.__traceback__

@@ -6,12 +6,13 @@ keeps its data files' footers and its decoders open across the episodes it is gi
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-import numpy as np
+
 
 from episodestream._format.files import DatasetFiles
 from episodestream._format.metadata import DatasetMeta, EpisodeInfo
@@ -40,7 +41,7 @@ class EpisodeOutcome:
 class EpisodeChecker:
     def __init__(self, files: DatasetFiles, meta: DatasetMeta, builder: SampleBuilder, decoders: DecoderCache, *,
                  decode: Decode, tolerance_s: float) -> None:
-        self._files, self.meta, self._builder = files, meta, builder
+        self.files, self.meta, self._builder = files, meta, builder
         self._reader = RowReader(files, meta, tolerance_s=tolerance_s)
         self._videos = files.episode_videos()
         self._decoders = decoders
@@ -69,6 +70,13 @@ class EpisodeChecker:
         def failed(check: str, error: BaseException) -> None:
             outcome.results[check] = Failure.of(check, error, episode=episode.episode_index, files=relpaths)
 
+        try:
+            if not self.files.knows_every_file:  # a remote v2.x source: the episode's files in one look-up
+                self.files.look_up(relpaths)
+        except Exception as error:  # noqa: BLE001 - the source could not say (a download error, named)
+            failed("files", error)
+            outcome.skipped.update(c for c in (*ROW_CHECKS, "tasks", "images", "video") if c != "files")
+            return outcome
         missing = self._missing_videos(episode)
         try:
             rows = self._reader.read(episode) if rows is None else rows
@@ -100,9 +108,8 @@ class EpisodeChecker:
         to open it, or a remote source's ``EpisodeVideos.check`` refuse it)."""
         for key, span in episode.videos.items():
             try:
-                self._files.look_up([span.relpath])
-                if not self._files.exists(span.relpath):
-                    raise FileNotFoundError(f"Video file {self._files.description}/{span.relpath} is missing "
+                if not self.files.exists(span.relpath):
+                    raise FileNotFoundError(f"Video file {self.files.description}/{span.relpath} is missing "
                                             f"(episode_index {episode.episode_index} has its {key!r} frames there).")
             except Exception as error:  # noqa: BLE001
                 return Failure.of("files", error, episode=episode.episode_index,
@@ -119,6 +126,19 @@ class EpisodeChecker:
     def _video(self, rows: EpisodeRows, frames: Sequence[int]) -> None:
         if not rows.episode.videos:
             return
+        if self._decode == "all":
+            self._decode_frames(rows, frames)
+            return
+        for frame in frames:
+            # Each frame's own bytes: a remote source fetches the span of this frame alone (from the
+            # keyframe before it), never the episode's whole span or a v2.x episode's whole file; a
+            # local one reads in place and ignores the span.
+            self._decode_frames(dataclasses.replace(rows, episode=_narrowed(rows.episode, frame, self.meta.fps)),
+                                [frame])
+
+    def _decode_frames(self, rows: EpisodeRows, frames: Sequence[int]) -> None:
+        """Decode ``frames`` of every camera as the stream decodes a sample's, the episode admitted
+        (its video bytes made local) meanwhile."""
         episode = rows.episode
         self._videos.admit(episode)
         try:
@@ -127,6 +147,8 @@ class EpisodeChecker:
                 queries = self._builder.frame_queries(rows, frames[start:start + FRAMES_PER_DECODE], self._videos)
                 decode_files(self._decoders, queries, fps=self.meta.fps, tolerance_s=self._tolerance_s)
         finally:
+            if not self.files.videos_stay_in_place:
+                self._decoders.close()  # their files are the cache's, which may drop them once evicted
             self._videos.evict(episode)
 
     def close(self) -> None:
@@ -134,6 +156,9 @@ class EpisodeChecker:
         self._videos.close()
 
 
-def frames_of(lengths: np.ndarray, decode: Decode) -> int:
-    """Video frames decoded per camera for episodes of ``lengths``."""
-    return int(lengths.sum()) if decode == "all" else int(np.minimum(lengths, 2).sum())
+def _narrowed(episode: EpisodeInfo, frame: int, fps: int) -> EpisodeInfo:
+    """``episode`` with each camera's needed part the one frame's time, ``[from + f / fps, + 1 / fps)``."""
+    return dataclasses.replace(episode, videos={
+        key: dataclasses.replace(span, needed_from_s=span.from_timestamp_s + frame / fps, whole_file=False,
+                                 needed_to_s=min(span.to_timestamp_s, span.from_timestamp_s + (frame + 1) / fps))
+        for key, span in episode.videos.items()})

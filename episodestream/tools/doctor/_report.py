@@ -4,10 +4,12 @@ reads in a minute, or as one JSON object."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from episodestream._format.files import SourceStats
 from episodestream.tools.doctor._checks import BY_NAME, CHECKS
 
 SHOWN_FAILURES = 5  # failures kept per check (the rest are counted)
@@ -78,6 +80,7 @@ class DoctorReport:
     jobs: int
     seconds: float
     checks: dict[str, CheckResult]
+    fetched: SourceStats = field(default_factory=SourceStats)  # a remote source's reads, every process's
 
     @property
     def clean(self) -> bool:
@@ -91,6 +94,7 @@ class DoctorReport:
         return {"source": self.source, "codebase_version": self.codebase_version,
                 "episodes": self.episodes_selected, "frames": self.frames_selected, "decode": self.decode,
                 "jobs": self.jobs, "seconds": round(self.seconds, 3), "clean": self.clean,
+                "fetched": dataclasses.asdict(self.fetched),
                 "checks": [self._check_json(result) for result in self.checks.values()]}
 
     def _check_json(self, result: CheckResult) -> dict[str, Any]:
@@ -109,7 +113,12 @@ class DoctorReport:
     def text(self) -> str:
         lines = [f"{self.source} (LeRobot {self.codebase_version or '?'}): {self.episodes_selected} episodes, "
                  f"{self.frames_selected} frames checked in {self.seconds:.1f} s ({self.jobs} jobs, video decoded "
-                 f"at {'every frame' if self.decode == 'all' else 'each episode’s first and last frames'})", ""]
+                 f"at {'every frame' if self.decode == 'all' else 'each episode’s first and last frames'})"]
+        if self.fetched.requests or self.fetched.lookup_requests:
+            lines.append(f"fetched {self.fetched.bytes_fetched:,} bytes in {self.fetched.requests:,} requests "
+                         f"({self.fetched.lookup_requests:,} look-ups; node cache: {self.fetched.cache_hits:,} hits, "
+                         f"{self.fetched.cache_misses:,} misses)")
+        lines.append("")
         width = max(len(c.name) for c in CHECKS)
         for result in self.checks.values():
             check = BY_NAME[result.name]

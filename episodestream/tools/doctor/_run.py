@@ -6,6 +6,8 @@ episodes that share its files (v3.0 keeps many episodes per file)."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import multiprocessing
 import os
 import sys
@@ -22,6 +24,7 @@ from episodestream._base.fork_safety import freeze_inherited_objects_in_forked_c
 
 from episodestream._base.options import check_choice, check_positive_float
 from episodestream._format.episodes import EpisodeSelection
+from episodestream._format.files import SourceStats
 from episodestream._format.metadata import DatasetMeta
 from episodestream._format.rows import DEFAULT_TOLERANCE_S
 from episodestream._format.versions import load_metadata
@@ -50,8 +53,13 @@ def default_jobs() -> int:
 
 def run_doctor(source: str | os.PathLike, *, episodes: Sequence[int] | EpisodeList | None = None,
                decode: Decode = "ends", jobs: int | None = None, tolerance_s: float = DEFAULT_TOLERANCE_S,
-               video_backend: str | None = None, progress: bool = False) -> DoctorReport:
-    """Check ``source`` (a local dataset folder, v3.0 or v2.x) the way the stream reads it.
+               video_backend: str | None = None, revision: str | None = None,
+               cache_dir: str | os.PathLike | None = None, progress: bool = False) -> DoctorReport:
+    """Check ``source`` (v3.0 or v2.x: a local folder, a URL or a Hub repo id) the way the stream reads it.
+
+    A remote source is read as the datasets read it, through the node cache and the download
+    controller: its metadata, each episode's row groups and, per camera, the mp4's header and the
+    bytes of the frames decoded (``decode="all"``: the episode's whole span).
 
     Args:
         episodes: the episodes to check (default: every episode); ``ValueError`` for one the
@@ -62,6 +70,9 @@ def run_doctor(source: str | os.PathLike, *, episodes: Sequence[int] | EpisodeLi
         tolerance_s: how far a row's timestamp and a decoded frame may be from their time, as the
             datasets' ``tolerance_s`` (default 1e-4).
         video_backend: "torchcodec" or "pyav", as the datasets take it (default: torchcodec where it loads).
+        revision: a Hub dataset's branch, tag or commit (default: main).
+        cache_dir: a remote source's node cache folder (default: ``EPISODESTREAM_CACHE_DIR``, else
+            the user's cache folder).
         progress: a tqdm bar of the episodes checked, on stderr.
 
     Returns:
@@ -69,7 +80,8 @@ def run_doctor(source: str | os.PathLike, *, episodes: Sequence[int] | EpisodeLi
 
     Raises:
         ValueError: ``episodes``, ``decode``, ``jobs`` or ``tolerance_s`` invalid.
-        OSError: the source cannot be opened (a path that is a file, a folder that is not there).
+        OSError: the source cannot be opened (a path that is a file, no such folder, repo or server).
+        CacheFullError: a remote source's cache cannot hold an episode per job.
     """
     decode = check_choice("decode", decode, DECODE_MODES)
     jobs = default_jobs() if jobs is None else jobs
@@ -78,7 +90,7 @@ def run_doctor(source: str | os.PathLike, *, episodes: Sequence[int] | EpisodeLi
     tolerance_s = check_positive_float("tolerance_s", tolerance_s)
     start = time.perf_counter()
     results = {check.name: CheckResult(check.name) for check in CHECKS}
-    files = open_source(source, revision=None)
+    files = open_source(source, revision=revision, cache_dir=cache_dir)
     try:
         try:
             meta = load_metadata(files)
@@ -88,10 +100,12 @@ def run_doctor(source: str | os.PathLike, *, episodes: Sequence[int] | EpisodeLi
             results["metadata"].add_failure(Failure.of("metadata", error, root=files.description))
             for result in results.values():
                 result.ran = result.name == "metadata"
-            return DoctorReport(files.description, None, 0, 0, decode, jobs, time.perf_counter() - start, results)
+            return DoctorReport(files.description, None, 0, 0, decode, jobs, time.perf_counter() - start, results,
+                                files.stats())
         if episodes is not None and not isinstance(episodes, Sequence):
             episodes = episodes.indices(meta.episodes.episode_index.tolist(), files.description)
         selection = select_episodes(meta, episodes)
+        files.check_cache_budget(meta, episodes_in_flight=jobs)  # each job holds one episode's bytes at a time
         try:
             check_stats(files, meta)
         except (OSError, ValueError) as error:
@@ -103,20 +117,24 @@ def run_doctor(source: str | os.PathLike, *, episodes: Sequence[int] | EpisodeLi
             return EpisodeChecker(files, meta, builder, DecoderCache(open_video, capacity=capacity), decode=decode,
                                   tolerance_s=tolerance_s)
 
-        for outcome in _check_episodes(selection, checker, jobs, progress):
+        fetched: dict[int, SourceStats] = {}  # each worker process's reads, by its pid
+        for outcome in _check_episodes(selection, checker, jobs, progress, fetched):
             _tally(results, outcome)
         _note_absent_features(results, meta)
+        fetched[os.getpid()] = files.stats()  # this process's: the metadata, and episodes checked here
     finally:
         files.close()
     for result in results.values():
         result.failures.sort(key=lambda f: (f.episode is None, f.episode or 0))
     return DoctorReport(files.description, meta.info.get("codebase_version"), len(selection),
-                        int(selection.lengths.sum()), decode, jobs, time.perf_counter() - start, results)
+                        int(selection.lengths.sum()), decode, jobs, time.perf_counter() - start, results,
+                        _combine(list(fetched.values()), lambda a, b: a + b))
 
 
 def _check_episodes(selection: EpisodeSelection, make_checker: Callable[[], EpisodeChecker], jobs: int,
-                    progress: bool) -> Iterator[EpisodeOutcome]:
-    """Each selected episode's outcome, in the order runs finish (a run: consecutive episodes)."""
+                    progress: bool, fetched: dict[int, SourceStats]) -> Iterator[EpisodeOutcome]:
+    """Each selected episode's outcome, in the order runs finish (a run: consecutive episodes); what
+    each worker process read from the source so far into ``fetched``, by its pid."""
     from tqdm import tqdm
 
     size = max(1, min(RUN_EPISODES_MAX, -(-len(selection) // (4 * jobs))))
@@ -139,7 +157,9 @@ def _check_episodes(selection: EpisodeSelection, make_checker: Callable[[], Epis
                 while pending:
                     done, pending = wait(pending, return_when=FIRST_COMPLETED)
                     for future in done:
-                        outcomes = future.result()
+                        outcomes, pid, stats = future.result()
+                        if pid is not None:
+                            fetched[pid] = stats
                         bar.update(len(outcomes))
                         yield from outcomes
             finally:
@@ -153,7 +173,10 @@ def _check_run(checker: EpisodeChecker, rows: np.ndarray) -> list[EpisodeOutcome
     return checker.check_run([checker.meta.episodes.at(int(row)) for row in rows])
 
 
-Submit = Callable[[np.ndarray], "Future[list[EpisodeOutcome]]"]
+# A run's outcomes, and the pid of the worker process that checked it with what that process has read
+# from the source so far (None, None from a thread of this process, whose reads this process counts).
+RunResult = tuple[list[EpisodeOutcome], "int | None", "SourceStats | None"]
+Submit = Callable[[np.ndarray], "Future[RunResult]"]
 
 
 @contextmanager
@@ -170,13 +193,13 @@ def _pool(jobs: int, make_checker: Callable[[], EpisodeChecker]) -> Iterator[Sub
         return
     local, made, lock = threading.local(), [], threading.Lock()
 
-    def in_thread(rows: np.ndarray) -> list[EpisodeOutcome]:
+    def in_thread(rows: np.ndarray) -> RunResult:
         checker = getattr(local, "checker", None)
         if checker is None:
             checker = local.checker = make_checker()
             with lock:
                 made.append(checker)
-        return _check_run(checker, rows)
+        return _check_run(checker, rows), None, None
 
     try:
         with ThreadPoolExecutor(jobs, thread_name_prefix="episodestream-doctor") as threads:
@@ -189,16 +212,26 @@ def _pool(jobs: int, make_checker: Callable[[], EpisodeChecker]) -> Iterator[Sub
 # A worker process's checker, made by its initializer: set in worker processes only, never in the
 # process that runs ``run_doctor`` (a run goes to a worker as its episodes' rows, a few bytes).
 _worker_checker: EpisodeChecker | None = None
+_worker_inherited = SourceStats()  # the source's counts the fork inherited (the parent's reads)
 
 
 def _start_worker(make_checker: Callable[[], EpisodeChecker]) -> None:
-    global _worker_checker
+    global _worker_checker, _worker_inherited
     _worker_checker = make_checker()
+    _worker_inherited = _worker_checker.files.stats()
 
 
-def _check_in_worker(rows: np.ndarray) -> list[EpisodeOutcome]:
+def _check_in_worker(rows: np.ndarray) -> RunResult:
     assert _worker_checker is not None, "called in a worker process only"
-    return _check_run(_worker_checker, rows)
+    outcomes = _check_run(_worker_checker, rows)
+    return outcomes, os.getpid(), _combine([_worker_checker.files.stats(), _worker_inherited], lambda a, b: a - b)
+
+
+def _combine(stats: list[SourceStats], how: Callable[[int, int], int]) -> SourceStats:
+    """``how`` applied field by field, left to right (sums, or a difference of two)."""
+    names = [f.name for f in dataclasses.fields(SourceStats)]
+    return functools.reduce(lambda a, b: SourceStats(**{n: how(getattr(a, n), getattr(b, n)) for n in names}),
+                            stats[1:], stats[0]) if stats else SourceStats()
 
 
 def _tally(results: dict[str, CheckResult], outcome: EpisodeOutcome) -> None:
