@@ -339,9 +339,11 @@ def test_the_doctor_benchmark_runs(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(script, "subprocess", SimpleNamespace(run=run))
     assert script.main(["--episodes", "30", "--episode-length", "3", "6", "--data-dir", str(tmp_path),
-                        "--jobs", "1"]) == 0
-    assert re.search(r"\| tabular-30-3-6 \| 30 \| 1 \| ends \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|",
-                     capsys.readouterr().out)
+                        "--jobs", "1", "--remote", "--latency-ms", "1"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"\| tabular-30-3-6 \| local \| 30 \| 1 \| ends \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| 0, 0.0 \|", out)
+    assert re.search(r"\| tabular-30-3-6 \| remote \(1 ms, 50 MB/s\) \| 30 \| 1 \| ends \| [0-9.]+ \| [0-9.]+ "
+                     r"\| [0-9.]+ \| [1-9][0-9,]*, [0-9.]+ \|", out), out
 
 
 # --- Remote sources: through the node cache and the download controller ------------------------

@@ -501,6 +501,7 @@ def _doctor(args: argparse.Namespace) -> int:
     try:
         report = run_doctor(args.source, episodes=args.episodes, decode=args.decode, jobs=args.jobs,
                             tolerance_s=args.tolerance_s, revision=args.revision, cache_dir=args.cache_dir,
+                            hub_endpoint=args.hub_endpoint, storage_options=args.storage_options,
                             progress=not args.no_progress)
     except (OSError, ValueError, CacheFullError, DownloadError) as error:  # no such dataset, an episode it lacks
         _user_error("doctor", error)
@@ -608,12 +609,15 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--revision", help="Hub branch, tag or commit (default: main)")
     doctor.add_argument("--cache-dir", help="a remote source's node cache folder (default: "
                                             "$EPISODESTREAM_CACHE_DIR, else ~/.cache/episodestream)")
+    doctor.add_argument("--hub-endpoint", help="Hub endpoint (default: $HF_ENDPOINT, else huggingface.co)")
+    doctor.add_argument("--storage-options", type=_json_object,
+                        help='fsspec options for bucket URLs as JSON, e.g. \'{"anon": true}\'')
     doctor.add_argument("--episodes", type=_episode_list, help="episode indices, e.g. 0,3,5-9 (default: all)")
     doctor.add_argument("--decode", choices=("ends", "all"), default="ends",
                         help="ends: decode each camera (and parquet image) at every episode's first and last "
                              "frames (default); all: at every frame (slow: decodes the whole dataset)")
-    doctor.add_argument("--jobs", type=_positive_int, help="threads checking episodes (default: the cores this "
-                                                           "process may use)")
+    doctor.add_argument("--jobs", type=_positive_int, help="worker processes checking episodes (default: the cores "
+                                                           "this process may use; 1: in this process)")
     doctor.add_argument("--tolerance-s", type=float, default=1e-4,
                         help="how far a timestamp or decoded frame may be from its time, as the datasets' "
                              "tolerance_s (default 1e-4)")

@@ -13,10 +13,10 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -54,7 +54,8 @@ def default_jobs() -> int:
 def run_doctor(source: str | os.PathLike, *, episodes: Sequence[int] | EpisodeList | None = None,
                decode: Decode = "ends", jobs: int | None = None, tolerance_s: float = DEFAULT_TOLERANCE_S,
                video_backend: str | None = None, revision: str | None = None,
-               cache_dir: str | os.PathLike | None = None, progress: bool = False) -> DoctorReport:
+               cache_dir: str | os.PathLike | None = None, hub_endpoint: str | None = None,
+               storage_options: Mapping[str, Any] | None = None, progress: bool = False) -> DoctorReport:
     """Check ``source`` (v3.0 or v2.x: a local folder, a URL or a Hub repo id) the way the stream reads it.
 
     A remote source is read as the datasets read it, through the node cache and the download
@@ -73,6 +74,8 @@ def run_doctor(source: str | os.PathLike, *, episodes: Sequence[int] | EpisodeLi
         revision: a Hub dataset's branch, tag or commit (default: main).
         cache_dir: a remote source's node cache folder (default: ``EPISODESTREAM_CACHE_DIR``, else
             the user's cache folder).
+        hub_endpoint, storage_options: as the datasets take them (a Hub mirror; fsspec options for
+            bucket URLs).
         progress: a tqdm bar of the episodes checked, on stderr.
 
     Returns:
@@ -90,7 +93,8 @@ def run_doctor(source: str | os.PathLike, *, episodes: Sequence[int] | EpisodeLi
     tolerance_s = check_positive_float("tolerance_s", tolerance_s)
     start = time.perf_counter()
     results = {check.name: CheckResult(check.name) for check in CHECKS}
-    files = open_source(source, revision=revision, cache_dir=cache_dir)
+    files = open_source(source, revision=revision, cache_dir=cache_dir, hub_endpoint=hub_endpoint,
+                        storage_options=storage_options)
     try:
         try:
             meta = load_metadata(files)
