@@ -1,8 +1,9 @@
 """One episode's checks, run by the readers the stream uses: its rows read and checked by
 ``RowReader`` (file, row count, ids, timestamps, dtypes, shapes, language), every frame's task, its
 parquet images decoded and each camera's video decoded at the frames asked for, every frame checked
-against its time (``decode_files``, depth cameras included). One ``EpisodeChecker`` per thread: it
-keeps its data files' footers and its decoders open across the episodes it is given."""
+against its time (``decode_files``, depth cameras included). One ``EpisodeChecker`` per worker: it
+keeps its data files' footers (and, for a local source, its decoders) open across the episodes it is
+given."""
 
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
-
-
 
 from episodestream._format.files import DatasetFiles
 from episodestream._format.metadata import DatasetMeta, EpisodeInfo
@@ -25,7 +24,7 @@ from episodestream.tools.doctor._report import Failure
 
 Decode = Literal["ends", "all"]
 DECODE_MODES: tuple[Decode, ...] = ("ends", "all")
-READ_TOGETHER = 16  # episodes of one data file whose rows are read in one call
+MATES_PER_READ = 16  # episodes of one data file whose rows are read in one call
 FRAMES_PER_DECODE = 256  # frames asked of one file at once with --decode all (bounds the frames held)
 
 
@@ -48,13 +47,13 @@ class EpisodeChecker:
         self._decode, self._tolerance_s = decode, tolerance_s
 
     def check_run(self, episodes: Sequence[EpisodeInfo]) -> list[EpisodeOutcome]:
-        """Each episode's outcome; the rows of up to ``READ_TOGETHER`` episodes of one data file read
+        """Each episode's outcome; the rows of up to ``MATES_PER_READ`` episodes of one data file read
         in one call, as the stream's pool reads file-mates (about half the time of a read each)."""
         outcomes = []
         for _, same_file in itertools.groupby(episodes, key=lambda episode: episode.data_relpath):
             group = list(same_file)
-            for start in range(0, len(group), READ_TOGETHER):
-                part = group[start:start + READ_TOGETHER]
+            for start in range(0, len(group), MATES_PER_READ):
+                part = group[start:start + MATES_PER_READ]
                 try:
                     rows: list[EpisodeRows | None] = list(self._reader.read_many(part)) if len(part) > 1 else [None]
                 except Exception:  # noqa: BLE001 - a damaged file-mate: each is read alone, so an error names its own

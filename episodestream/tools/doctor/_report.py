@@ -111,9 +111,10 @@ class DoctorReport:
         return out
 
     def text(self) -> str:
+        jobs = f"{self.jobs} job{'s' if self.jobs > 1 else ''}"
+        frames = "every frame" if self.decode == "all" else "each episode's first and last frames"
         lines = [f"{self.source} (LeRobot {self.codebase_version or '?'}): {self.episodes_selected} episodes, "
-                 f"{self.frames_selected} frames checked in {self.seconds:.1f} s ({self.jobs} jobs, video decoded "
-                 f"at {'every frame' if self.decode == 'all' else 'each episode’s first and last frames'})"]
+                 f"{self.frames_selected} frames checked in {self.seconds:.1f} s ({jobs}, video decoded at {frames})"]
         if self.fetched.requests or self.fetched.lookup_requests:
             lines.append(f"fetched {self.fetched.bytes_fetched:,} bytes in {self.fetched.requests:,} requests "
                          f"({self.fetched.lookup_requests:,} look-ups; node cache: {self.fetched.cache_hits:,} hits, "
