@@ -221,6 +221,18 @@ def test_damaged_depth_and_language(depth_and_language_root, tmp_path, capsys, c
     assert says in failed(report)[check]["failures"][0]["message"]
 
 
+def test_stats_that_are_not_finite(damaged, capsys):
+    stats = json.loads((damaged / STATS).read_text())
+    stats["observation.state"]["std"][2] = float("nan")
+    stats["action"] = 5.0  # a feature without statistics by name: read, and finite
+    (damaged / STATS).write_text(json.dumps(stats))  # JSON's NaN, as Python's json writes it
+    code, report = doctor(damaged, capsys)
+    assert code == 1
+    assert_found(report, "stats", {None}, names=STATS)
+    assert ("feature 'observation.state' statistic 'std' is not finite"
+            in failed(report)["stats"]["failures"][0]["message"])
+
+
 def test_a_task_index_past_the_tasks(damaged, capsys):
     _setter(task_index={6: 7})(damaged / DATA[0])  # episode 1's frame 1
     code, report = doctor(damaged, capsys)

@@ -1,6 +1,6 @@
-"""The dataset-wide checks: the metadata as every dataset reads it (``_format.versions.load_metadata``:
-info.json, meta/episodes' lengths, row ranges and video spans, the tasks), and its stats as
-``dataset.meta.stats`` loads them, each value finite."""
+"""The stats check: the dataset's stats as ``dataset.meta.stats`` loads them (v3.0 and v2.0
+``meta/stats.json``, v2.1 its episodes' stats aggregated), present, every value finite. (The other
+dataset-wide check, the metadata, is ``_format.versions.load_metadata`` itself.)"""
 
 from __future__ import annotations
 
@@ -40,10 +40,14 @@ def check_stats(files: DatasetFiles, meta: DatasetMeta) -> None:
 
 
 def _leaves(stats: Mapping[str, Any]) -> list[tuple[str, str, np.ndarray]]:
+    """(feature, statistic, values) of every leaf; a statistic nested deeper is named by its path."""
     out = []
     for key, entry in stats.items():
+        if not isinstance(entry, Mapping):  # a feature given one array, not its statistics by name
+            out.append((key, "", entry))
+            continue
         for name, value in entry.items():
-            if isinstance(value, Mapping):  # nested statistics: named by their path
+            if isinstance(value, Mapping):
                 out += [(key, f"{name}/{inner}", leaf) for _, inner, leaf in _leaves({key: value})]
             else:
                 out.append((key, name, value))
