@@ -17,8 +17,8 @@ import pytest
 from episodestream.tools.cli import main
 
 from .conftest import built_once
-from .test_corruption import (DATA, EPISODES, INCONSISTENT, INFO, SHAPES_THAT_DISAGREE, STATS, TASKS, VIDEOS,
-                              _edit_info, _garble_footer, _setter, tiny_root)
+from .test_corruption import (CUTS, DATA, EPISODES, FILES, HARMLESS, INCONSISTENT, INFO, SHAPES_THAT_DISAGREE, STATS,
+                              TASKS, VIDEOS, _edit_info, _garble_footer, _setter, _spans, tiny_root)
 from .test_v2x_corruption import AT_CONSTRUCTION, EPISODES_STATS, _edit_line, tiny_v20, tiny_v21
 
 __all__ = ["tiny_root", "tiny_v20", "tiny_v21"]  # the fixtures, shared with the corruption tests
@@ -154,17 +154,36 @@ def _truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
-# (file, how, check, episodes): each file of the tiny dataset cut in half, removed, or its footer garbled.
+# What each file of the tiny dataset fails when damaged: the check, and the episodes (None: dataset-wide).
+FAILS_WHEN_DAMAGED = {INFO: ("metadata", {None}), TASKS: ("metadata", {None}), EPISODES: ("metadata", {None}),
+                      STATS: ("stats", {None}), DATA[0]: ("files", {0, 1}), DATA[1]: ("files", {2, 3}),
+                      VIDEOS[0]: ("video", {0, 1}), VIDEOS[1]: ("video", {2, 3})}
+
+
+def test_every_file_of_the_tiny_dataset_has_an_expectation():
+    assert set(FAILS_WHEN_DAMAGED) == set(FILES)
+
+
+@pytest.mark.parametrize("cut", list(CUTS))
+@pytest.mark.parametrize("relpath", FILES)
+def test_truncated_file(damaged, capsys, relpath, cut):
+    """test_corruption's truncations: every file kind cut at several points."""
+    path = damaged / relpath
+    data = path.read_bytes()
+    path.write_bytes(data[:CUTS[cut](len(data))])
+    code, report = doctor(damaged, capsys)
+    assert code == 1
+    assert_found(report, *FAILS_WHEN_DAMAGED[relpath], names=relpath)
+    if FAILS_WHEN_DAMAGED[relpath][0] == "metadata":  # nothing else can run without it
+        assert [c["name"] for c in report["checks"] if not c["ran"]] == [c["name"] for c in report["checks"][1:]]
+
+
+# (file, how, check, episodes): files removed, or their parquet footer garbled (test_corruption's).
 FILE_DAMAGE = [
-    (INFO, "truncated", "metadata", {None}), (TASKS, "truncated", "metadata", {None}),
-    (EPISODES, "truncated", "metadata", {None}), (STATS, "truncated", "stats", {None}),
-    (STATS, "removed", "stats", {None}), (TASKS, "garbled", "metadata", {None}),
-    (EPISODES, "garbled", "metadata", {None}),
-    (DATA[0], "truncated", "files", {0, 1}), (DATA[1], "removed", "files", {2, 3}),
-    (DATA[1], "garbled", "files", {2, 3}),
-    (VIDEOS[0], "truncated", "video", {0, 1}), (VIDEOS[1], "removed", "files", {2, 3}),
+    (STATS, "removed", "stats", {None}), (TASKS, "garbled", "metadata", {None}), (EPISODES, "garbled", "metadata", {None}),
+    (DATA[1], "removed", "files", {2, 3}), (DATA[1], "garbled", "files", {2, 3}), (VIDEOS[1], "removed", "files", {2, 3}),
 ]
-HOW: dict[str, Callable[[Path], None]] = {"truncated": _truncate, "removed": Path.unlink, "garbled": _garble_footer}
+HOW: dict[str, Callable[[Path], None]] = {"removed": Path.unlink, "garbled": _garble_footer}
 
 
 @pytest.mark.parametrize("relpath,how,check,episodes", FILE_DAMAGE, ids=[f"{how}-{p}" for p, how, *_ in FILE_DAMAGE])
@@ -173,8 +192,26 @@ def test_damaged_files(damaged, capsys, relpath, how, check, episodes):
     code, report = doctor(damaged, capsys, jobs=2)  # failures come back from worker processes
     assert code == 1
     assert_found(report, check, episodes, names=relpath)
-    if check == "metadata":  # nothing else can run without it
-        assert [c["name"] for c in report["checks"] if not c["ran"]] == [c["name"] for c in report["checks"][1:]]
+
+
+@pytest.mark.parametrize("case", [case for case in HARMLESS if case != "stats_json_missing"])
+def test_harmless_changes_are_clean(damaged, capsys, case):
+    """test_corruption's changes a valid dataset may have (the stream's samples stay exact)."""
+    relpath, change = HARMLESS[case]
+    change(damaged / relpath)
+    code, report = doctor(damaged, capsys)
+    assert (code, failed(report)) == (0, {})
+
+
+def test_a_video_file_whose_episodes_start_later_than_their_frames(damaged, capsys):
+    """Spans moved 10 s later in file-001.mp4, back to back still: the metadata passes (LeRobot's merges
+    write such files), and the frames are not where the spans say, as the stream's decoder finds."""
+    later = 10 * 30  # frames
+    _spans(2, start=later, end=later)(damaged / EPISODES)
+    _spans(3, start=later, end=later)(damaged / EPISODES)
+    code, report = doctor(damaged, capsys)
+    assert code == 1
+    assert_found(report, "video", {2, 3}, names=VIDEOS[1])
 
 
 def test_a_video_shorter_than_its_spans_fails_at_the_last_frame(damaged, capsys):
