@@ -49,7 +49,7 @@ class EpisodeChecker:
     def check_run(self, episodes: Sequence[EpisodeInfo]) -> list[EpisodeOutcome]:
         """Each episode's outcome; the rows of up to ``MATES_PER_READ`` episodes of one data file read
         in one call, as the stream's pool reads file-mates (about half the time of a read each)."""
-        outcomes = []
+        outcomes, video = [], []
         for _, same_file in itertools.groupby(episodes, key=lambda episode: episode.data_relpath):
             group = list(same_file)
             for start in range(0, len(group), MATES_PER_READ):
@@ -58,11 +58,17 @@ class EpisodeChecker:
                     rows: list[EpisodeRows | None] = list(self._reader.read_many(part)) if len(part) > 1 else [None]
                 except Exception:  # noqa: BLE001 - a damaged file-mate: each is read alone, so an error names its own
                     rows = [None] * len(part)
-                outcomes += [self.check(episode, read) for episode, read in zip(part, rows)]
+                for episode, read in zip(part, rows):
+                    outcome, for_video = self._check(episode, read)
+                    outcomes.append(outcome)
+                    if for_video is not None:
+                        video.append((outcome, for_video))
+        self._check_videos(video)
         return outcomes
 
-    def check(self, episode: EpisodeInfo, rows: EpisodeRows | None = None) -> EpisodeOutcome:
-        """Every check of ``episode`` (its ``rows`` read here unless given, read and checked already)."""
+    def _check(self, episode: EpisodeInfo, rows: EpisodeRows | None) -> tuple[EpisodeOutcome, EpisodeRows | None]:
+        """Every check of ``episode`` but its video's (its ``rows`` read here unless given, read and
+        checked already), and its rows where its video is to be checked."""
         outcome = EpisodeOutcome(episode.episode_index)
         relpaths = (episode.data_relpath, *(span.relpath for span in episode.videos.values()))
 
@@ -75,7 +81,7 @@ class EpisodeChecker:
         except Exception as error:  # noqa: BLE001 - the source could not say (a download error, named)
             failed("files", error)
             outcome.skipped.update(c for c in (*ROW_CHECKS, "tasks", "images", "video") if c != "files")
-            return outcome
+            return outcome, None
         missing = self._missing_videos(episode)
         try:
             rows = self._reader.read(episode) if rows is None else rows
@@ -84,23 +90,25 @@ class EpisodeChecker:
             outcome.results.setdefault("files", missing)  # read past its footer, the data file is there
             # The read stops at its first error: what it had not checked yet, and what needs the rows, is not known.
             outcome.skipped.update(c for c in (*ROW_CHECKS, "tasks", "images", "video") if c not in outcome.results)
-            return outcome
+            return outcome, None
         outcome.results.update({check: None for check in ROW_CHECKS})
         outcome.results["files"] = missing
-        frames = range(episode.length) if self._decode == "all" else sorted({0, episode.length - 1})
         for check, run in (("tasks", lambda: check_task_indices(self.meta, episode.episode_index,
                                                                  rows.columns["task_index"])),
-                           ("images", lambda: self._images(rows, frames)),
-                           ("video", lambda: self._video(rows, frames))):
-            if check == "video" and missing is not None:
-                outcome.skipped.add(check)  # its file is missing: said once, under files
-                continue
+                           ("images", lambda: self._images(rows, self._frames(episode)))):
             try:
                 run()
                 outcome.results[check] = None
             except Exception as error:  # noqa: BLE001 - reported, with its type and message
                 failed(check, error)
-        return outcome
+        if missing is not None:
+            outcome.skipped.add("video")  # its file is missing: said once, under files
+            return outcome, None
+        outcome.results["video"] = None  # until a frame fails to decode
+        return outcome, (rows if episode.videos else None)
+
+    def _frames(self, episode: EpisodeInfo) -> Sequence[int]:
+        return range(episode.length) if self._decode == "all" else sorted({0, episode.length - 1})
 
     def _missing_videos(self, episode: EpisodeInfo) -> Failure | None:
         """The first of the episode's video files that is not there (the stream's decoder would fail
@@ -122,33 +130,48 @@ class EpisodeChecker:
                 decode_image(values[frame], f"{self.meta.description} episode {rows.episode.episode_index} "
                                             f"frame {frame} key {key!r}")
 
-    def _video(self, rows: EpisodeRows, frames: Sequence[int]) -> None:
-        if not rows.episode.videos:
-            return
-        if self._decode == "all":
-            self._decode_frames(rows, frames)
-            return
-        for frame in frames:
-            # Each frame's own bytes: a remote source fetches the span of this frame alone (from the
-            # keyframe before it), never the episode's whole span or a v2.x episode's whole file; a
-            # local one reads in place and ignores the span.
-            self._decode_frames(dataclasses.replace(rows, episode=_narrowed(rows.episode, frame, self.meta.fps)),
-                                [frame])
+    def _check_videos(self, pending: list[tuple[EpisodeOutcome, EpisodeRows]]) -> None:
+        """Decode the frames of ``pending`` episodes, their failures into their outcomes. With
+        ``decode="ends"`` every episode's first frames, then every episode's last frames, each as the
+        episode narrowed to that frame's bytes: a remote source fetches the span of that frame alone
+        (from the keyframe before it), never the episode's whole span or a v2.x episode's whole file,
+        and with a phase's episodes all admitted first, fetches them on its threads while the frames
+        before are decoded (a check waits on the link). A local source reads in place."""
+        phases: list[list[tuple[EpisodeOutcome, EpisodeRows, Sequence[int]]]]
+        if self._decode == "all":  # one episode at a time: its whole span is in the cache meanwhile
+            phases = [[(outcome, rows, self._frames(rows.episode))] for outcome, rows in pending]
+        else:
+            phases = [[(outcome, self._at(rows, 0), [0]) for outcome, rows in pending],
+                      [(outcome, self._at(rows, rows.length - 1), [rows.length - 1]) for outcome, rows in pending
+                       if rows.length > 1]]
+        for phase in phases:
+            for _, rows, _ in phase:
+                self._videos.admit(rows.episode)  # a remote source starts fetching now, in the background
+            for outcome, rows, frames in phase:
+                try:
+                    if outcome.results.get("video") is None:  # one failure an episode: its first
+                        self._decode_frames(rows, frames)
+                except Exception as error:  # noqa: BLE001 - reported, with its type and message
+                    episode = rows.episode
+                    outcome.results["video"] = Failure.of("video", error, episode=episode.episode_index, files=(
+                        episode.data_relpath, *(span.relpath for span in episode.videos.values())))
+                finally:
+                    self._videos.evict(rows.episode)
+
+    def _at(self, rows: EpisodeRows, frame: int) -> EpisodeRows:
+        """``rows`` of the episode narrowed to ``frame``'s video bytes (``_narrowed``)."""
+        return dataclasses.replace(rows, episode=_narrowed(rows.episode, frame, self.meta.fps))
 
     def _decode_frames(self, rows: EpisodeRows, frames: Sequence[int]) -> None:
-        """Decode ``frames`` of every camera as the stream decodes a sample's, the episode admitted
-        (its video bytes made local) meanwhile."""
-        episode = rows.episode
-        self._videos.admit(episode)
+        """Decode ``frames`` of every camera of an admitted episode as the stream decodes a sample's."""
         try:
-            self._videos.check(episode)
+            self._videos.check(rows.episode)
             for start in range(0, len(frames), FRAMES_PER_DECODE):
                 queries = self._builder.frame_queries(rows, frames[start:start + FRAMES_PER_DECODE], self._videos)
                 decode_files(self._decoders, queries, fps=self.meta.fps, tolerance_s=self._tolerance_s)
         finally:
             if not self.files.videos_stay_in_place:
                 self._decoders.close()  # their files are the cache's, which may drop them once evicted
-            self._videos.evict(episode)
 
     def close(self) -> None:
         self._decoders.close()
