@@ -105,7 +105,10 @@ class EpisodeChecker:
             outcome.skipped.add("video")  # its file is missing: said once, under files
             return outcome, None
         outcome.results["video"] = None  # until a frame fails to decode
-        return outcome, (rows if episode.videos else None)
+        if not episode.videos:
+            return outcome, None
+        # Held until the run's video is checked, which needs only the times: not a run's PNG images.
+        return outcome, dataclasses.replace(rows, columns={"timestamp": rows.columns["timestamp"]}, strings={})
 
     def _frames(self, episode: EpisodeInfo) -> Sequence[int]:
         return range(episode.length) if self._decode == "all" else sorted({0, episode.length - 1})
