@@ -364,6 +364,20 @@ def test_usage_errors_exit_2(tiny_root, argv):
     assert code == 2
 
 
+def test_a_worker_process_that_dies_is_one_line_and_exit_2(tiny_root, capsys, monkeypatch):
+    """A worker killed (out of memory) or crashed in native code (a decoder) leaves no result: the
+    command says so in one line, and how to find the episode."""
+    import os
+
+    from episodestream.tools.doctor import _episode
+
+    monkeypatch.setattr(_episode.EpisodeChecker, "check_run", lambda self, episodes: os._exit(3))  # in the fork
+    assert main(["doctor", str(tiny_root), "--no-progress", "--jobs", "2"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "WorkerDied: a worker process ended without its result" in err, err
+    assert "--jobs 1" in err
+
+
 def test_a_folder_that_is_not_there_exits_2(tmp_path, capsys):
     assert main(["doctor", str(tmp_path / "nothing"), "--no-progress"]) == 2
     assert "is neither an existing local folder" in capsys.readouterr().err

@@ -491,20 +491,21 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    """0: no defects; 1: defects (the report says which); 2: the command was used wrongly (as argparse)."""
+    """0: no defects; 1: defects (the report says which); 2: no report: the command was used wrongly (as
+    argparse), the source could not be opened, or a worker process died."""
     import sys
 
     from episodestream._base.errors import CacheFullError
     from episodestream._remote.transport.request import DownloadError
-    from episodestream.tools.doctor import run_doctor
+    from episodestream.tools.doctor import WorkerDied, run_doctor
 
     try:
         report = run_doctor(args.source, episodes=args.episodes, decode=args.decode, jobs=args.jobs,
                             tolerance_s=args.tolerance_s, revision=args.revision, cache_dir=args.cache_dir,
                             hub_endpoint=args.hub_endpoint, storage_options=args.storage_options,
                             progress=not args.no_progress)
-    except (OSError, ValueError, CacheFullError, DownloadError) as error:  # no such dataset, an episode it lacks
-        _user_error("doctor", error)
+    except (OSError, ValueError, CacheFullError, DownloadError, WorkerDied) as error:  # no such dataset, ...
+        _user_error("doctor", error)  # ... an episode it lacks, a worker that died: nothing to report
         return 2
     print(json.dumps(report.as_json(), indent=2) if args.json else report.text(), file=sys.stdout)
     return report.exit_code

@@ -8,6 +8,6 @@
 
 from episodestream.tools.doctor._checks import CHECKS, Check
 from episodestream.tools.doctor._report import CheckResult, DoctorReport, Failure
-from episodestream.tools.doctor._run import run_doctor
+from episodestream.tools.doctor._run import WorkerDied, run_doctor
 
-__all__ = ["CHECKS", "Check", "CheckResult", "DoctorReport", "Failure", "run_doctor"]
+__all__ = ["CHECKS", "Check", "CheckResult", "DoctorReport", "Failure", "WorkerDied", "run_doctor"]

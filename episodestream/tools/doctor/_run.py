@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -39,6 +40,10 @@ from episodestream.tools.doctor._episode import DECODE_MODES, Decode, EpisodeChe
 from episodestream.tools.doctor._report import CheckResult, DoctorReport, Failure
 
 RUN_EPISODES_MAX = 64  # consecutive episodes a thread takes at a time
+
+
+class WorkerDied(RuntimeError):
+    """A worker process ended without a result (killed, or crashed in native code)."""
 
 
 class EpisodeList(Protocol):
@@ -161,7 +166,13 @@ def _check_episodes(selection: EpisodeSelection, make_checker: Callable[[], Epis
                 while pending:
                     done, pending = wait(pending, return_when=FIRST_COMPLETED)
                     for future in done:
-                        outcomes, pid, stats = future.result()
+                        try:
+                            outcomes, pid, stats = future.result()
+                        except BrokenProcessPool as error:  # which episode it was checking died with it
+                            raise WorkerDied(
+                                f"a worker process ended without its result ({error}): killed (out of memory?) or "
+                                f"crashed (in a video decoder?). Run again with --jobs 1 to meet the crash in this "
+                                f"process, at its episode (the progress bar says how far it got).") from error
                         if pid is not None:
                             fetched[pid] = stats
                         bar.update(len(outcomes))
