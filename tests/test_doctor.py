@@ -58,10 +58,22 @@ def depth_and_language_root(tmp_path_factory) -> Path:
         max_episodes_per_video_file=2, seed=0))
 
 
-@pytest.mark.parametrize("fixture", ["tiny_root", "dataset_root", "tiny_v21", "tiny_v20", "depth_and_language_root"])
+@pytest.fixture(scope="session")
+def hevc_root(tmp_path_factory) -> Path:
+    """HEVC with B-frames and open GOPs (LeRobot's depth and vcodec="hevc" cameras): presentation order
+    is not decode order, and the mp4's edit list shifts every frame's time."""
+    from episodestream.tools.synthetic import write_synthetic_dataset
+
+    return built_once(tmp_path_factory, "doctor-hevc", lambda root: write_synthetic_dataset(
+        root, num_episodes=3, episode_length=[9, 14, 5], cameras=("observation.images.front",), codec="hevc",
+        max_episodes_per_video_file=2, seed=0))
+
+
+@pytest.mark.parametrize("fixture", ["tiny_root", "dataset_root", "tiny_v21", "tiny_v20", "depth_and_language_root",
+                                     "hevc_root"])
 def test_clean_datasets_exit_0(fixture, request, capsys):
     root = request.getfixturevalue(fixture)
-    code, report = doctor(root, capsys, jobs=2)
+    code, report = doctor(root, capsys, "--decode", "all", jobs=2)  # every frame decoded, its time as the index says
     assert (code, failed(report)) == (0, {})
     assert report["clean"] and report["episodes"] > 0
     episode_checks = [c for c in report["checks"] if c["scope"] == "episode" and not c["absent"]]
@@ -115,16 +127,20 @@ def test_every_inconsistency_case_has_an_expectation():
     assert set(INCONSISTENT_FOUND) == set(INCONSISTENT)
 
 
-def assert_found(report: dict, check: str, episodes: set, *, names: str | None = None) -> None:
-    """Only ``check`` fails, for exactly ``episodes``; its first failure names the file ``names``."""
+def assert_found(report: dict, check: str, episodes: set, *, names: str | None = None,
+                 also: dict[str, set] | None = None) -> None:
+    """Only ``check`` fails (and the checks ``also`` names), for exactly ``episodes`` (each of ``also``
+    for its own); each first failure names the file ``names``."""
     found = failed(report)
-    assert set(found) == {check}, {name: c["failures"][:1] for name, c in found.items()}
-    assert failing_episodes(found[check]) == episodes, found[check]["failures"]
-    if found[check]["scope"] == "episode":
-        assert found[check]["episodes_failed"] == len(episodes)
-    if names is not None:
-        assert found[check]["failures"][0]["file"] == names, found[check]["failures"][0]
-    assert found[check]["what_to_do"]
+    expected = {check: episodes, **(also or {})}
+    assert set(found) == set(expected), {name: c["failures"][:1] for name, c in found.items()}
+    for name, episodes in expected.items():
+        assert failing_episodes(found[name]) == episodes, found[name]["failures"]
+        if found[name]["scope"] == "episode":
+            assert found[name]["episodes_failed"] == len(episodes)
+        if names is not None:
+            assert found[name]["failures"][0]["file"] == names, found[name]["failures"][0]
+        assert found[name]["what_to_do"]
 
 
 @pytest.mark.parametrize("case", list(INCONSISTENT))
@@ -211,7 +227,30 @@ def test_a_video_file_whose_episodes_start_later_than_their_frames(damaged, caps
     _spans(3, start=later, end=later)(damaged / EPISODES)
     code, report = doctor(damaged, capsys)
     assert code == 1
-    assert_found(report, "video", {2, 3}, names=VIDEOS[1])
+    assert_found(report, "video", {2, 3}, names=VIDEOS[1], also={"frames": {2, 3}})
+
+
+@pytest.fixture(scope="session")
+def video_at_15_fps(tmp_path_factory) -> Path:
+    """One camera at 15 fps, 0.47 s: as long as file-000.mp4 of the tiny dataset (13 frames at 30 fps)."""
+    from episodestream.tools.synthetic import write_synthetic_dataset
+
+    root = built_once(tmp_path_factory, "doctor-15-fps", lambda root: write_synthetic_dataset(
+        root, num_episodes=1, episode_length=7, fps=15, cameras=("observation.images.front",), seed=0))
+    return next(root.rglob("*.mp4"))
+
+
+def test_a_video_at_another_frame_rate_fails_at_frames_the_ends_do_not_show(damaged, video_at_15_fps, capsys):
+    """file-000.mp4 re-encoded at 15 fps: every other frame of episodes 0 and 1 has no frame at its time.
+    Episode 0's first and last frames (0 and 4: 0 and 2/15 s) do, so decoding them passes: its video's
+    frame times (the mp4's index) fail it at frame 1, with no decoding."""
+    shutil.copyfile(video_at_15_fps, damaged / VIDEOS[0])
+    code, report = doctor(damaged, capsys)
+    assert code == 1
+    assert_found(report, "frames", {0, 1}, names=VIDEOS[0], also={"video": {1}})
+    first = failed(report)["frames"]["failures"][0]["message"]
+    assert "2 of the 5 frames of episode 0 key 'observation.images.front' have no frame" in first, first
+    assert "(1, 0.033333, 0.0)" in first, first
 
 
 def test_a_video_shorter_than_its_spans_fails_at_the_last_frame(damaged, capsys):
@@ -221,7 +260,7 @@ def test_a_video_shorter_than_its_spans_fails_at_the_last_frame(damaged, capsys)
     shutil.copyfile(damaged / VIDEOS[1], damaged / VIDEOS[0])
     code, report = doctor(damaged, capsys)
     assert code == 1
-    assert_found(report, "video", {1}, names=VIDEOS[0])
+    assert_found(report, "video", {1}, names=VIDEOS[0], also={"frames": {1}})  # the index says so too
     assert "for episode 1 key 'observation.images.front'" in failed(report)["video"]["failures"][0]["message"]
 
 

@@ -45,6 +45,10 @@ CHECKS: tuple[Check, ...] = (
           "Add the missing task to the tasks file, or fix the rows' task_index."),
     Check("images", "episode", "parquet images decode (first and last frame; --decode all: every frame)",
           "Re-encode the image bytes named (PNG, or TIFF for depth)."),
+    Check("frames", "episode", "every frame's time has a frame of its video within tolerance_s, by the video's "
+                               "own frame times (its mp4 index; no decoding)",
+          "Re-encode the video named at the dataset's fps with every frame, or fix its episode's from/to_timestamp "
+          "in meta/episodes if the video is right and the span is not."),
     Check("video", "episode", "each camera decodes at the frames' times, within tolerance_s (first and last "
                               "frame; --decode all: every frame), depth too",
           "Re-encode the video file named, or fix its episode's from/to_timestamp in meta/episodes if the video "
@@ -53,6 +57,8 @@ CHECKS: tuple[Check, ...] = (
 BY_NAME = {check.name: check for check in CHECKS}
 # Checks made by reading an episode's rows: one reader call passes (or skips) them all.
 ROW_CHECKS = ("files", "rows", "timestamps", "dtypes", "language")
+# Checks that need the rows read: not checked where they could not be.
+AFTER_ROWS = ("tasks", "images", "frames", "video")
 
 # The reader functions whose errors belong to a check; the innermost one in a traceback decides.
 _RAISED_IN = {

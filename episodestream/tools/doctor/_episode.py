@@ -18,8 +18,10 @@ from episodestream._format.metadata import DatasetMeta, EpisodeInfo
 from episodestream._format.rows import EpisodeRows, RowReader
 from episodestream._sample.builder import SampleBuilder, check_task_indices
 from episodestream._sample.images import decode_image
+from episodestream._format.mp4 import Mp4LayoutError
 from episodestream._sample.video.decoder_cache import DecoderCache, decode_files
-from episodestream.tools.doctor._checks import ROW_CHECKS, check_of
+from episodestream.tools.doctor._checks import AFTER_ROWS, ROW_CHECKS, check_of
+from episodestream.tools.doctor._frame_times import FrameTimes
 from episodestream.tools.doctor._report import Failure
 
 Decode = Literal["ends", "all"]
@@ -45,6 +47,7 @@ class EpisodeChecker:
         self._videos = files.episode_videos()
         self._decoders = decoders
         self._decode, self._tolerance_s = decode, tolerance_s
+        self._frame_times = FrameTimes(fps=meta.fps, tolerance_s=tolerance_s)
 
     def check_run(self, episodes: Sequence[EpisodeInfo]) -> list[EpisodeOutcome]:
         """Each episode's outcome; the rows of up to ``MATES_PER_READ`` episodes of one data file read
@@ -80,7 +83,7 @@ class EpisodeChecker:
                 self.files.look_up(relpaths)
         except Exception as error:  # noqa: BLE001 - the source could not say (a download error, named)
             failed("files", error)
-            outcome.skipped.update(c for c in (*ROW_CHECKS, "tasks", "images", "video") if c != "files")
+            outcome.skipped.update(c for c in (*ROW_CHECKS, *AFTER_ROWS) if c != "files")
             return outcome, None
         missing = self._missing_videos(episode)
         try:
@@ -89,7 +92,7 @@ class EpisodeChecker:
             failed(check_of(error, "rows"), error)
             outcome.results.setdefault("files", missing)  # read past its footer, the data file is there
             # The read stops at its first error: what it had not checked yet, and what needs the rows, is not known.
-            outcome.skipped.update(c for c in (*ROW_CHECKS, "tasks", "images", "video") if c not in outcome.results)
+            outcome.skipped.update(c for c in (*ROW_CHECKS, *AFTER_ROWS) if c not in outcome.results)
             return outcome, None
         outcome.results.update({check: None for check in ROW_CHECKS})
         outcome.results["files"] = missing
@@ -102,10 +105,11 @@ class EpisodeChecker:
             except Exception as error:  # noqa: BLE001 - reported, with its type and message
                 failed(check, error)
         if missing is not None:
-            outcome.skipped.add("video")  # its file is missing: said once, under files
+            outcome.skipped.update(("frames", "video"))  # its file is missing: said once, under files
             return outcome, None
         outcome.results["video"] = None  # until a frame fails to decode
         if not episode.videos:
+            outcome.results["frames"] = None
             return outcome, None
         # Held until the run's video is checked, which needs only the times: not a run's PNG images.
         return outcome, dataclasses.replace(rows, columns={"timestamp": rows.columns["timestamp"]}, strings={})
@@ -152,6 +156,8 @@ class EpisodeChecker:
                 self._videos.admit(rows.episode)  # a remote source starts fetching now, in the background
             for outcome, rows, frames in phase:
                 try:
+                    if "frames" not in outcome.results and "frames" not in outcome.skipped:
+                        self._check_frame_times(outcome, rows)  # once an episode, in its first phase
                     if outcome.results.get("video") is None:  # one failure an episode: its first
                         self._decode_frames(rows, frames)
                 except Exception as error:  # noqa: BLE001 - reported, with its type and message
@@ -160,6 +166,21 @@ class EpisodeChecker:
                         episode.data_relpath, *(span.relpath for span in episode.videos.values())))
                 finally:
                     self._videos.evict(rows.episode)
+
+    def _check_frame_times(self, outcome: EpisodeOutcome, rows: EpisodeRows) -> None:
+        """Every frame's time against each camera's frame times (``_frame_times``), the index read from
+        the admitted episode's file; not checked where the index cannot be read (the decode says why)."""
+        episode = rows.episode
+        try:
+            queries = self._builder.frame_queries(rows, range(episode.length), self._videos)
+            for span, query in zip(episode.videos.values(), queries):
+                self._frame_times.check(span.relpath, query)
+            outcome.results["frames"] = None
+        except Mp4LayoutError:
+            outcome.skipped.add("frames")
+        except Exception as error:  # noqa: BLE001 - reported, with its type and message
+            outcome.results["frames"] = Failure.of("frames", error, episode=episode.episode_index, files=(
+                episode.data_relpath, *(span.relpath for span in episode.videos.values())))
 
     def _at(self, rows: EpisodeRows, frame: int) -> EpisodeRows:
         """``rows`` of the episode narrowed to ``frame``'s video bytes (``_narrowed``)."""
