@@ -45,12 +45,12 @@ CHECKS: tuple[Check, ...] = (
           "Add the missing task to the tasks file, or fix the rows' task_index."),
     Check("images", "episode", "parquet images decode (first and last frame; --decode all: every frame)",
           "Re-encode the image bytes named (PNG, or TIFF for depth)."),
-    Check("frames", "episode", "every frame's time has a frame of its video within tolerance_s, by the video's "
-                               "own frame times (its mp4 index; no decoding)",
+    Check("frames", "episode", "every frame's time has a video frame within tolerance_s, by the mp4's index "
+                               "(no decoding)",
           "Re-encode the video named at the dataset's fps with every frame, or fix its episode's from/to_timestamp "
           "in meta/episodes if the video is right and the span is not."),
-    Check("video", "episode", "each camera decodes at the frames' times, within tolerance_s (first and last "
-                              "frame; --decode all: every frame), depth too",
+    Check("video", "episode", "each camera decodes at its frames' times, within tolerance_s (first and last "
+                              "frame; --decode all: all), depth too",
           "Re-encode the video file named, or fix its episode's from/to_timestamp in meta/episodes if the video "
           "is right and the span is not."),
 )
