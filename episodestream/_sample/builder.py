@@ -187,11 +187,18 @@ class SampleBuilder:
             queries.append(FrameQuery(videos.path(episode, key), times, episode.episode_index, key,
                                       self._depth.get(key)))
         item.update(pads)
-        task_index = int(rows.columns["task_index"][frame])
-        if not 0 <= task_index < len(self._meta.tasks):
-            raise ValueError(f"{self._meta.description} episode {episode.episode_index} frame {frame}: task_index "
-                             f"{task_index} is not in {self._meta.tasks_where} ({len(self._meta.tasks)} tasks).")
-        return PendingSample(item, video_keys, windowed, queries, self._meta.tasks[task_index])
+        return PendingSample(item, video_keys, windowed, queries,
+                             task_of(self._meta, episode.episode_index, frame, int(rows.columns["task_index"][frame])))
+
+    def frame_queries(self, rows: EpisodeRows, frames: Sequence[int], videos: EpisodeVideos) -> list[FrameQuery]:
+        """One query per camera for the episode's ``frames``, at the file times ``plan`` asks for
+        (the episode's start in its file plus each row's own timestamp): ``episodestream doctor``
+        decodes an episode's frames as a sample would, without building samples."""
+        episode, timestamps = rows.episode, rows.columns["timestamp"]
+        at = np.asarray(frames, dtype=np.int64)
+        return [FrameQuery(videos.path(episode, key), (span.from_timestamp_s + timestamps[at].astype(np.float64)).tolist(),
+                           episode.episode_index, key, self._depth.get(key))
+                for key, span in episode.videos.items()]
 
     @staticmethod
     def _window(offsets: np.ndarray, frame: int, length: int) -> tuple[np.ndarray, np.ndarray]:
@@ -223,6 +230,23 @@ class SampleBuilder:
 
 
 _UINT8 = (np.uint8, torch.uint8)
+
+
+def task_of(meta: DatasetMeta, episode_index: int, frame: int, task_index: int) -> str:
+    """The task string of a frame whose row says ``task_index``; ValueError when no task has it."""
+    if not 0 <= task_index < len(meta.tasks):
+        raise ValueError(f"{meta.description} episode {episode_index} frame {frame}: task_index "
+                         f"{task_index} is not in {meta.tasks_where} ({len(meta.tasks)} tasks).")
+    return meta.tasks[task_index]
+
+
+def check_task_indices(meta: DatasetMeta, episode_index: int, task_index: np.ndarray) -> None:
+    """Every frame's ``task_index`` names a task: the error ``plan`` raises at the first frame that
+    does not, raised before any sample is planned."""
+    task_index = np.ravel(task_index)  # (frames,), or (frames, 1) where stored as one-value lists
+    bad = np.flatnonzero((task_index < 0) | (task_index >= len(meta.tasks)))
+    if bad.size:
+        task_of(meta, episode_index, int(bad[0]), int(task_index[bad[0]]))
 
 
 def as_tensor(value: Any) -> Any:

@@ -1,6 +1,6 @@
 """The ``episodestream`` command line. ``demo`` is the main job: write, stream, report throughput.
 
-``info`` describes a dataset, ``stats`` computes exact statistics of a selection of its episodes, ``bench`` runs the streaming benchmark, ``cache ls|unpin|clear`` inspects,
+``info`` describes a dataset, ``doctor`` checks every episode of one before training, ``stats`` computes exact statistics of a selection of its episodes, ``bench`` runs the streaming benchmark, ``cache ls|unpin|clear`` inspects,
 unpins and empties the caches (the node cache of remote sources, the column and stats caches) and ``prewarm``
 fills the node cache (pinned) ahead of training.
 ``lerobot-train ARGS`` runs LeRobot's trainer on these datasets (``tools/lerobot_train``).
@@ -490,6 +490,37 @@ def _stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    """0: no defects; 1: defects (the report says which); 2: no report: the command was used wrongly (as
+    argparse), the source could not be opened, or a worker process died."""
+    import sys
+
+    from episodestream._base.errors import CacheFullError
+    from episodestream._remote.transport.request import DownloadError
+    from episodestream.tools.doctor import WorkerDied, run_doctor
+
+    try:
+        report = run_doctor(args.source, episodes=args.episodes, decode=args.decode, jobs=args.jobs,
+                            tolerance_s=args.tolerance_s, revision=args.revision, cache_dir=args.cache_dir,
+                            hub_endpoint=args.hub_endpoint, storage_options=args.storage_options,
+                            progress=not args.no_progress)
+    except (OSError, ValueError, CacheFullError, DownloadError, WorkerDied) as error:  # no such dataset, ...
+        _user_error("doctor", error)  # ... an episode it lacks, a worker that died: nothing to report
+        return 2
+    print(json.dumps(report.as_json(), indent=2) if args.json else report.text(), file=sys.stdout)
+    return report.exit_code
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
 def _frame_offsets(text: str) -> list[int]:
     try:
         return [int(part) for part in text.split(",") if part.strip()]
@@ -568,6 +599,32 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--json", action="store_true", help="print JSON instead of text")
     stats.add_argument("--no-progress", action="store_true", help="no progress bar")
     stats.set_defaults(run=_stats)
+
+    doctor = commands.add_parser(
+        "doctor", help="check a dataset before training: every check the readers make, on every episode, in "
+                       "parallel (rows against meta/episodes, timestamps, dtypes and shapes, stats, tasks, files, "
+                       "video at each episode's first and last frames); exit code 0 clean, 1 defects")
+    doctor.add_argument("source", type=_source, help="a LeRobot dataset (v3.0, v2.1 or v2.0): folder, URL or Hub "
+                                                     "repo id (remote: metadata, row groups and the decoded frames' "
+                                                     "bytes are fetched, never whole videos unless --decode all)")
+    doctor.add_argument("--revision", help="Hub branch, tag or commit (default: main)")
+    doctor.add_argument("--cache-dir", help="a remote source's node cache folder (default: "
+                                            "$EPISODESTREAM_CACHE_DIR, else ~/.cache/episodestream)")
+    doctor.add_argument("--hub-endpoint", help="Hub endpoint (default: $HF_ENDPOINT, else huggingface.co)")
+    doctor.add_argument("--storage-options", type=_json_object,
+                        help='fsspec options for bucket URLs as JSON, e.g. \'{"anon": true}\'')
+    doctor.add_argument("--episodes", type=_episode_list, help="episode indices, e.g. 0,3,5-9 (default: all)")
+    doctor.add_argument("--decode", choices=("ends", "all"), default="ends",
+                        help="ends: decode each camera (and parquet image) at every episode's first and last "
+                             "frames (default); all: at every frame (slow: decodes the whole dataset)")
+    doctor.add_argument("--jobs", type=_positive_int, help="worker processes checking episodes (default: the cores "
+                                                           "this process may use; 1: in this process)")
+    doctor.add_argument("--tolerance-s", type=float, default=1e-4,
+                        help="how far a timestamp or decoded frame may be from its time, as the datasets' "
+                             "tolerance_s (default 1e-4)")
+    doctor.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    doctor.add_argument("--no-progress", action="store_true", help="no progress bar (it is drawn on stderr)")
+    doctor.set_defaults(run=_doctor)
 
     bench = commands.add_parser("bench", add_help=False,
                                 help="run benchmarks/streaming/benchmark_streaming.py: with no options a quick look (about "
