@@ -12,8 +12,8 @@ decoder cache holds at most ``video_decoder_limit`` (a memory budget, ``_sample.
 and an open per sample and camera costs about half a decode (docs/benchmarks.md, "Shuffle over
 training windows"). So:
 
-- where the selection's video files (every camera's) fit that limit (v3.0's shared files, up to
-  DROID's size), a wide pool reopens no decoder: the pool is the selection's episodes + 1 (at least
+- where the selection's video files (every camera's) fit that limit split between two decode
+  threads (v3.0's shared files; ~290 files at 240x320), a wide pool reopens no decoder: the pool is the selection's episodes + 1 (at least
   any consumer's share, so each consumer shuffles its whole share), at most what
   ``ROWS_BUDGET_BYTES`` of rows hold;
 - elsewhere (a file per episode and camera, v2.x, or more files than that) it is the *spread* pool:
