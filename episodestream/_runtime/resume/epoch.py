@@ -70,6 +70,7 @@ TRANSITIONS: tuple[tuple[str, str, str], ...] = (
     (RESUMING, "set-same", RESUMING),
     (RESUMING, "set-other", EMPTY),
     (LOADED, "claim-main", LOADED),
+    (RESUMING, "claim-main", RESUMING),
     (LOADED, "claim-first", RESUMING),
     (RESUMING, "claim-first", RESUMING),  # a pass stopped early, started again: passing counts afresh
     (RESUMING, "claim-sibling", RESUMING),
@@ -84,6 +85,8 @@ TRANSITIONS: tuple[tuple[str, str, str], ...] = (
     (OWN, "set-other", EMPTY),
     (OWN, "load", EMPTY),  # a load in the main process replaces every worker's own
 )
+# A claim or an end of another epoch than the entry's, or a worker's end outside the DataLoader iteration
+# that claimed the entry, leaves the record as it is.
 _NEXT_STATE = {(state, event): after for state, event, after in TRANSITIONS}
 
 
