@@ -184,7 +184,7 @@ class SharedEpoch:
         with self._lock:
             record = self.record.read()
             own = record.workers.get(worker) if worker is not None else None
-            if own is not None and own.consumer is not None:
+            if worker is not None and own is not None and own.consumer is not None:
                 self._step(own, "claim-own")
                 workers = {**record.workers, worker: Loaded(OWN, own.epoch, own.request)}
                 self.record.write(record.replace(workers=workers))
