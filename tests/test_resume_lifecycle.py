@@ -206,9 +206,9 @@ def test_a_workers_own_snapshot(camera_less_root, walked):
     assert _ids(loader) == rest
     assert sorted(walked()) == sorted([(EMPTY, "load-own", OWN), (OWN, "claim-own", OWN)] * 2)
     dataset.set_epoch(0)
-    assert walked()[-2:] == [(OWN, "set-same", OWN)] * 2
+    assert sorted(walked()[-3:]) == sorted([(OWN, "set-same", OWN)] * 2 + [(EMPTY, "set-other", EMPTY)])
     dataset.set_epoch(1)
-    assert walked()[-2:] == [(OWN, "set-other", EMPTY)] * 2
+    assert sorted(walked()[-3:]) == sorted([(OWN, "set-other", EMPTY)] * 2 + [(EMPTY, "set-other", EMPTY)])
     loader.load_state_dict(state)
     list(itertools.islice(iter(loader), 1))  # the workers load their snapshots again
     mid, _ = _state(camera_less_root, 5)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing import sharedctypes
 from multiprocessing.context import get_spawning_popen
 from typing import Any
@@ -145,10 +145,12 @@ class SharedEpoch:
         with self._lock:
             self._select(epoch)
             record = self.record.read()
-            main = self._step(record.main, "set-same" if record.main and record.main.epoch == epoch else "set-other")
-            workers = {w: e for w, e in record.workers.items()
-                       if self._step(e, "set-same" if e.epoch == epoch else "set-other") is not None}
-            self.record.write(record.replace(main=main, workers=workers))
+
+            def select(entry: Loaded | None) -> Loaded | None:
+                return self._step(entry, "set-same" if entry is not None and entry.epoch == epoch else "set-other")
+
+            workers = {w: kept for w, own in record.workers.items() if (kept := select(own)) is not None}
+            self.record.write(record.replace(main=select(record.main), workers=workers))
 
     def load(self, loaded: Loaded | None, epoch: int) -> int:
         """A state was loaded in the main process (``loaded``: what it resumes; None: nothing, a finished epoch
@@ -156,18 +158,18 @@ class SharedEpoch:
         with self._lock:
             self._select(epoch)
             record = self.record.read()
-            event = "load" if loaded is not None else "load-nothing"
-            self._step(record.main, event)
+            next_state(EMPTY if record.main is None else record.main.state, "load-nothing" if loaded is None else "load")
             for own in record.workers.values():
-                self._step(own, "load")
-            self.record.write(Record(record.loads + 1, None if loaded is None else loaded, {}))
+                self._step(own, "load")  # every worker's own entry goes
+            self.record.write(Record(record.loads + 1, loaded, {}))
             return record.loads + 1
 
     def load_own(self, worker: int, loaded: Loaded) -> None:
         """Worker ``worker`` loaded its own snapshot (a StatefulDataLoader's): for its next claim only."""
         with self._lock:
             record = self.record.read()
-            self._step(record.workers.get(worker), "load-own")
+            own = record.workers.get(worker)
+            next_state(EMPTY if own is None else own.state, "load-own")
             self.record.write(record.replace(workers={**record.workers, worker: loaded}))
 
     def claim(self, worker: int | None, num_workers: int) -> Claim:
@@ -185,19 +187,15 @@ class SharedEpoch:
             record = self.record.read()
             own = record.workers.get(worker) if worker is not None else None
             if worker is not None and own is not None and own.consumer is not None:
-                self._step(own, "claim-own")
-                workers = {**record.workers, worker: Loaded(OWN, own.epoch, own.request)}
-                self.record.write(record.replace(workers=workers))
+                read = self._step(own, "claim-own", consumer=None)  # its position is read once
+                self.record.write(record.replace(workers={**record.workers, worker: read}))
                 return Claim(own.epoch, None, own.request, own.consumer)
             main = record.main
             if worker is None:
                 epoch = self._slots[_NEXT]
                 if main is None or main.epoch != epoch:
                     return Claim(epoch)
-                self._step(main, "claim-main")
-                if main.consumer is not None:  # read once
-                    self.record.write(record.replace(main=Loaded(main.state, main.epoch, main.request,
-                                                                  announce=main.announce, passing=main.passing)))
+                self.record.write(record.replace(main=self._step(main, "claim-main", consumer=None)))
                 return Claim(epoch, None, main.request, main.consumer, main.announce)
             slots = self._slots
             first = slots[_CLAIMS_LEFT] <= 0 or slots[_CLAIM_WORKERS] != num_workers
@@ -208,12 +206,12 @@ class SharedEpoch:
             epoch, iteration = slots[_CLAIM_EPOCH], slots[_ITERATIONS]
             if main is None or main.epoch != epoch:
                 return Claim(epoch, iteration)
-            state = next_state(main.state, "claim-first" if first else "claim-sibling")
+            # A per-consumer position is read by the workers of the first iteration that claims it.
             bound = iteration if first and main.consumer is not None and main.bound is None else main.bound
             consumer = main.consumer if bound == iteration else None
-            passing = num_workers if first else main.passing
-            self.record.write(record.replace(main=Loaded(state, main.epoch, main.request, main.consumer if
-                                                         bound == iteration else None, main.announce, bound, passing)))
+            self.record.write(record.replace(main=self._step(
+                main, "claim-first" if first else "claim-sibling", consumer=consumer, bound=bound,
+                passing=num_workers if first else main.passing)))
             return Claim(epoch, iteration, main.request, consumer, main.announce)
 
     def finished(self, epoch: int) -> None:
@@ -230,25 +228,17 @@ class SharedEpoch:
             main = record.main
             if main is None or main.epoch != epoch:
                 return
-            if not in_worker:
-                self._step(main, "finish-main")
-                self.record.write(record.replace(main=None))
+            if not in_worker:  # the main process is its pass's one consumer
+                self.record.write(record.replace(main=self._step(main, "finish-main")))
             elif main.state == RESUMING and self._slots[_CLAIM_EPOCH] == epoch:
-                last = main.passing <= 1
-                state = next_state(main.state, "finish-last" if last else "finish-worker")
-                self.record.write(record.replace(main=None if state == EMPTY else
-                                                 Loaded(state, main.epoch, main.request, main.consumer,
-                                                        main.announce, main.bound, main.passing - 1)))
+                event = "finish-last" if main.passing <= 1 else "finish-worker"
+                self.record.write(record.replace(main=self._step(main, event, passing=main.passing - 1)))
 
     @staticmethod
-    def _step(entry: Loaded | None, event: str) -> Loaded | None:
-        """``entry`` after ``event`` as far as its state goes (None where the table says EMPTY); the
-        caller writes the fields the event changes."""
+    def _step(entry: Loaded | None, event: str, **changes: Any) -> Loaded | None:
+        """``entry`` after ``event``: in the state ``TRANSITIONS`` gives (None for EMPTY), with ``changes``."""
         state = next_state(EMPTY if entry is None else entry.state, event)
-        if entry is None or state == EMPTY:
-            return None
-        return entry if state == entry.state else Loaded(state, entry.epoch, entry.request, entry.consumer,
-                                                         entry.announce, entry.bound, entry.passing)
+        return None if entry is None or state == EMPTY else replace(entry, state=state, **changes)
 
     # -- what the record says, for lookups outside a claim ----------------------------------------
 
@@ -267,12 +257,6 @@ class SharedEpoch:
         """How many states were loaded in the main process (``Record.loads``)."""
         with self._lock:
             return self.record.read().loads
-
-    def state(self) -> str:
-        """The main entry's state (``TRANSITIONS``)."""
-        with self._lock:
-            main = self.record.read().main
-        return EMPTY if main is None else main.state
 
     def __getstate__(self) -> dict:
         # Shared memory can travel only to a process being started (DataLoader workers, fork or
