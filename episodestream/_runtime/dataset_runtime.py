@@ -2,7 +2,7 @@
 
 Per consumer and epoch it makes the schedule (``_plan``), runs it through the pool of held episodes
 (rows read, video admitted ahead, samples planned in groups) and hands the groups to a loader as a
-``ConsumerStream``; it holds the shared epoch and the loaded resume point, and checks and applies
+``ConsumerStream``; it holds the shared block (epoch and resume record), and checks and applies
 resume states. A mixture drives its components through the same object.
 """
 

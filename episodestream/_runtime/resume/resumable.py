@@ -44,7 +44,7 @@ from episodestream._runtime.stream import CheckedState
 
 logger = logging.getLogger("episodestream")
 
-_POINTS_KEPT = 16  # resume points memoised per copy (by request and consumer count)
+_POINTS_KEPT = 16  # resume points (``_plan_point``) memoised per copy, by request and consumer count
 
 
 class Resumable(ABC):
@@ -88,7 +88,7 @@ class Resumable(ABC):
         """For ``world`` in ``epoch`` from ``point`` (None: the epoch's start): the worker role it
         plays, the samples of that role's share consumed before it, and the share's size."""
 
-    # -- the loaded request and its resume point --------------------------------------------------
+    # -- the loaded request, as the shared record holds it ------------------------------------------
 
     def _init_resume(self) -> None:
         # A memo of ``_plan_point`` by (request, consumers): what it holds follows from the key alone.
@@ -227,8 +227,8 @@ class Resumable(ABC):
 
     def _announce_resume(self, world: World, claim: Claim) -> None:
         """Log what the loaded trainer's state resumes, now that its consumers are known: called as
-        ``world`` opens a pass over ``epoch``, each pass that starts from the resume point (a pass stopped
-        early leaves it in place). The main process's pass (EpisodeLoader, a DataLoader without workers)
+        ``world`` opens a pass over ``claim``'s epoch, at each pass that claims the loaded request (a pass
+        stopped early leaves it in place). The main process's pass (EpisodeLoader, a DataLoader without workers)
         logs it; under a DataLoader with workers, worker 0 of each rank does, in its own process (seen
         where the workers inherit the trainer's logging set-up, as forked workers do)."""
         if claim.announce is None or claim.request is None or world.worker != 0:
