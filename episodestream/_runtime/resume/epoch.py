@@ -3,8 +3,8 @@ the process that built it and its DataLoader workers (forked, spawned or persist
 
 DataLoader workers iterate copies of the dataset, so an epoch counter advanced inside a worker would be
 lost when the workers are re-created for the next epoch, ``set_epoch`` in the main process would not
-reach persistent workers, and neither would a ``load_state_dict``. A few bytes of shared memory fix all
-three: six counter slots, and one record of the loaded request (``resume.record``).
+reach persistent workers, and neither would a ``load_state_dict``. Shared memory fixes all three: six
+counter slots, and one record of the loaded request (``resume.record``).
 
 The resume lifecycle is one table, ``TRANSITIONS`` (state, event, next state), which every change of the
 record goes through (``_step``); ``tests/test_resume_lifecycle.py`` walks each row through the public API.
@@ -20,10 +20,11 @@ A worker's own snapshot (a StatefulDataLoader's, loaded inside worker w) is an e
 which only worker w reads. A per-consumer state's position (``consumer``) is read once: by the main
 process's next claim, or by the claims of the first DataLoader iteration after the load (``bound``).
 
-The walk of a saved state to its first sample (docs/resume.md, "How resume works"): ``load_state_dict``
-parses and checks it (``Resumable``), then ``load`` writes the record (LOAD); each consumer's ``iter()``
-claims (``claim``: the epoch and what it resumes, the record's one read); its pass plans from the claimed
-request and skips the claimed consumer's samples; the end of the pass (``finished``) uses the record up.
+The walk of a saved state to its first sample (docs/resume.md, "From ``load_state_dict`` to the first
+sample"): ``load_state_dict`` parses and checks it (``Resumable``), then ``load`` writes the record; each
+consumer's ``iter()`` claims (``claim``: the epoch and what it resumes, the record's one read); its pass
+plans from the claimed request and skips the claimed consumer's samples; the end of the pass
+(``finished``) uses the record up.
 """
 
 from __future__ import annotations
