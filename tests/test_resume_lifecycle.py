@@ -252,3 +252,16 @@ def test_persistent_spawned_workers_read_a_later_load(camera_less_root):
     fresh = _dataset(camera_less_root)
     fresh.load_state_dict(mid)
     assert resumed == _ids(_loader(fresh, 1)) and len(resumed) < len(first)
+
+
+def test_a_request_larger_than_the_record_is_refused_at_the_load():
+    """The record is a fixed buffer of shared memory (it must exist before the workers start): a request
+    that does not fit is refused where it is written, saying why, and the record keeps what it held."""
+    from episodestream._plan.resume import Leg
+    from episodestream._runtime.resume.record import CAPACITY_BYTES, Loaded, LoadedRequest, Record, SharedRecord
+
+    record = SharedRecord()
+    legs = tuple(Leg(1, 2, (3,) * 50, 4, 5) for _ in range(CAPACITY_BYTES // 100))
+    with pytest.raises(ValueError, match="more than the .* the shared resume record holds"):
+        record.write(Record(1, Loaded(LOADED, 0, LoadedRequest(0, legs))))
+    assert record.read() == Record()
