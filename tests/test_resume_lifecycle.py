@@ -265,3 +265,7 @@ def test_a_request_larger_than_the_record_is_refused_at_the_load():
     with pytest.raises(ValueError, match="more than the .* the shared resume record holds"):
         record.write(Record(1, Loaded(LOADED, 0, LoadedRequest(0, legs))))
     assert record.read() == Record()
+    shared = lifecycle.SharedEpoch(3)
+    with pytest.raises(ValueError, match="shared resume record"):
+        shared.load(Loaded(LOADED, 0, LoadedRequest(0, legs)), 0)
+    assert shared.get() == 3 and shared.loads() == 0  # nothing changed: the epoch either

@@ -157,12 +157,12 @@ class SharedEpoch:
         """A state was loaded in the main process (``loaded``: what it resumes; None: nothing, a finished epoch
         or one that took nothing): ``epoch`` streams next. Returns the new count of loads."""
         with self._lock:
-            self._select(epoch)
             record = self.record.read()
             next_state(EMPTY if record.main is None else record.main.state, "load-nothing" if loaded is None else "load")
             for own in record.workers.values():
                 self._step(own, "load")  # every worker's own entry goes
-            self.record.write(Record(record.loads + 1, loaded, {}))
+            self.record.write(Record(record.loads + 1, loaded, {}))  # first: one too large changes nothing
+            self._select(epoch)
             return record.loads + 1
 
     def load_own(self, worker: int, loaded: Loaded) -> None:
