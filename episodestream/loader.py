@@ -149,15 +149,17 @@ class EpisodeLoader:
         """
         self._close_current(superseded_by="a newer iter(loader)")
         source = self._runtime
-        epoch = source.epoch
-        stream = source.consumer_stream(World(source.rank, source.world_size), epoch)
+        world = World(source.rank, source.world_size)
+        claim = source.claim(world)
+        epoch = claim.epoch
+        stream = source.consumer_stream(world, claim)
         if self._memory is None:
             # Batches being built or ready, the one the trainer holds and the one it just let go
             # of, per camera: enough to reuse memory in a steady loop without holding more.
             in_flight = math.ceil(self._samples_ahead(stream) / self.batch_size) + 1
             self._memory = BatchMemory(capacity=(in_flight + 2) * max(1, stream.num_cameras))
         base = self._resume_base(epoch)
-        self._consumed = (epoch, base, source.loads_seen)
+        self._consumed = (epoch, base, source.loads())
         iteration = _Iteration(self, epoch, stream, base, self._memory, self._spares)
         self._current = weakref.ref(iteration)
         return iteration
@@ -190,7 +192,7 @@ class EpisodeLoader:
     # -- position ---------------------------------------------------------------------------------
 
     def _handed(self, epoch: int, batches: int) -> None:
-        self._consumed = (epoch, batches, self._runtime.loads_seen)
+        self._consumed = (epoch, batches, self._runtime.loads())
 
     def _resume_base(self, epoch: int) -> int:
         """Batches of ``epoch`` consumed before this loader's next pass: what the loaded state (into
@@ -217,7 +219,7 @@ class EpisodeLoader:
         """
         saved = self._runtime.saved_state()
         consumed = self._consumed
-        if consumed is not None and consumed[0] == saved.epoch and consumed[2] == self._runtime.loads_seen:
+        if consumed is not None and consumed[0] == saved.epoch and consumed[2] == self._runtime.loads():
             batches = consumed[1]
         else:
             batches = self._resume_base(saved.epoch)

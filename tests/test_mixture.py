@@ -491,16 +491,20 @@ def test_episode_loaders_resume_elastically_on_more_ranks(tabular):
     assert sum(seen.values()) - len(seen) <= 2 + 3  # fill-ins: at most one per rank per leg
 
 
-def test_persistent_workers_loaded_after_start_are_detected(tabular):
+def test_a_load_after_persistent_workers_started_reaches_them(tabular):
+    """The loaded request is in the mixture's shared record, which persistent workers read at their next
+    claim: the same DataLoader resumes as one built after the load does."""
     mixture = _mixture([tabular["a"], tabular["b"]])
     loader = torch.utils.data.DataLoader(mixture, batch_size=4, num_workers=1, persistent_workers=True)
-    first = list(loader)
-    state = json.loads(json.dumps(stream_state(loader, 1)))
-    mixture.load_state_dict({**state, "epoch": 1})
-    with pytest.raises(RuntimeError, match="persistent_workers"):
-        list(loader)
+    assert list(loader)
+    state = {**json.loads(json.dumps(stream_state(loader, 1))), "epoch": 1}
+    mixture.load_state_dict(state)
+    resumed = _batch_ids(list(loader))
     shut_down_workers(loader)
-    assert first
+    fresh = _mixture([tabular["a"], tabular["b"]])
+    fresh.load_state_dict(state)
+    assert len(resumed) == len(fresh) > 0  # the rest of epoch 1 after its first batch
+    assert resumed == _batch_ids(list(torch.utils.data.DataLoader(fresh, batch_size=4, num_workers=1)))
 
 
 def test_frames_of_one_dtype_are_required(many_episodes_root):

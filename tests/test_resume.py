@@ -247,20 +247,22 @@ def test_malformed_state_fields_are_named(many_episodes_root, change, message):
         make(many_episodes_root).load_state_dict({**state, **change}, strict=False)
 
 
-def test_load_after_persistent_workers_started_is_detected(many_episodes_root):
-    """Regression: persistent workers kept their copy of the dataset and ignored a later load."""
+def test_a_load_after_persistent_workers_started_reaches_them(many_episodes_root):
+    """Persistent workers keep their copy of the dataset, but the loaded request is in the dataset's
+    shared record, which they read at their next claim: the same DataLoader resumes the loaded state
+    (it used to raise, and before that to ignore the load), as a DataLoader built after the load does."""
     dataset = make(many_episodes_root)
     loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=2, persistent_workers=True)
     list(loader)
     state = {**dataset.state_dict(), "epoch": 1, "batches_consumed": 2, "batch_size": BATCH, "num_workers": 2}
     dataset.load_state_dict(state)
-    with pytest.raises(RuntimeError, match="load_state_dict\\(\\) was called after this DataLoader's worker"):
-        list(loader)
-    shut_down_workers(loader)
-    # A DataLoader made after the load resumes.
     expected = len(dataset)
-    resumed = [s for batch in loader_for(dataset, 2) for s in unbatch(batch)]
-    assert len(resumed) == expected == dataset.num_frames - 2 * BATCH
+    resumed = ids(loader)
+    shut_down_workers(loader)
+    assert sum(map(len, resumed)) == expected == dataset.num_frames - 2 * BATCH
+    fresh = make(many_episodes_root)
+    fresh.load_state_dict(state)
+    assert ids(loader_for(fresh, 2)) == resumed
 
 
 def test_out_of_order_delivery_is_refused(camera_less_root):
@@ -292,31 +294,6 @@ def test_a_resumed_epoch_is_whole_again_once_every_worker_ran_it_to_its_end(many
     assert ids(loader_for(resumed, 2)) == whole
     resumed.load_state_dict(state)  # a new load sets a resume point afresh
     assert len(resumed) == remainder and ids(loader_for(resumed, 2)) == again
-
-
-def test_one_workers_end_does_not_use_up_the_resume_point_of_its_siblings(monkeypatch):
-    """The pass is done when its last worker finishes: a worker that starts after a sibling ran its
-    share to the end still finds the resume point (it used to stream the whole epoch)."""
-    from types import SimpleNamespace
-
-    from episodestream._runtime.resume.epoch import SharedEpoch
-
-    shared = SharedEpoch(4)
-    shared.set_resume_point(4)
-    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: SimpleNamespace(num_workers=2))
-    assert shared.claim(2) == 4
-    shared.finished(4)  # the first worker is done before its sibling claims
-    assert shared.get() == 5 and shared.resume_point(4)
-    assert shared.claim(2) == 4
-    shared.finished(4)
-    assert not shared.resume_point(4)
-    shared.set_resume_point(5)
-    assert shared.claim(2) == 5  # the next iteration: a pass over epoch 5 that ends early
-    shared.finished(5)
-    assert shared.resume_point(5)
-    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: None)
-    shared.finished(5)  # in the main process, its one consumer's end is the pass's
-    assert not shared.resume_point(5)
 
 
 # -- the resume point's lifetime and the checks where a state enters (issue 50) -----------------------

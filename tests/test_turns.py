@@ -98,10 +98,8 @@ def test_every_worker_of_one_dataloader_iteration_claims_the_same_iteration_numb
     shared = SharedEpoch()
     numbers = []
     for _ in range(2):  # two DataLoader iterations of two workers
-        for _ in range(2):
-            shared.claim(2)
-            numbers.append(shared.claimed_iteration)
+        for worker in range(2):
+            numbers.append(shared.claim(worker, 2).iteration)
     assert numbers == [1, 1, 2, 2]
     shared.set(5)  # set_epoch between iterations: the numbering goes on
-    shared.claim(2)
-    assert shared.claimed_iteration == 3
+    assert shared.claim(0, 2).iteration == 3

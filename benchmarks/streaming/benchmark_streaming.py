@@ -73,6 +73,7 @@ from episodestream._base.world import World
 from episodestream._plan.shuffle_quality import shuffle_quality
 from episodestream._runtime.face import runtime_of
 from episodestream._runtime.pool_size import choose_pool_size
+from episodestream._runtime.resume.epoch import Claim
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # `episodestream bench` runs this file by path
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -288,7 +289,7 @@ def decode_calls(dataset: EpisodeStreamingDataset, num_workers: int) -> list[lis
     for worker in range(max(1, num_workers)):
         world = World(rank=0, world_size=1, worker=worker, num_workers=max(1, num_workers))
         calls = []
-        stream = runtime_of(dataset).consumer_stream(world, epoch=0)
+        stream = runtime_of(dataset).consumer_stream(world, Claim(0))  # epoch 0 from its start
         for group in stream.groups():
             wanted: dict[str, set[float]] = {}
             for pending in group.pendings:

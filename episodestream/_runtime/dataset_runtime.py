@@ -2,7 +2,7 @@
 
 Per consumer and epoch it makes the schedule (``_plan``), runs it through the pool of held episodes
 (rows read, video admitted ahead, samples planned in groups) and hands the groups to a loader as a
-``ConsumerStream``; it holds the shared epoch and the loaded resume point, and checks and applies
+``ConsumerStream``; it holds the shared block (epoch and resume record), and checks and applies
 resume states. A mixture drives its components through the same object.
 """
 
@@ -22,11 +22,11 @@ from episodestream._format.metadata import DatasetMeta, EpisodeInfo
 from episodestream._plan.resume import STATE_FORMAT, Leg, ResumePoint, consumer_steps, fingerprint_digest, plan_resume
 from episodestream._plan.sampling import ADMIT, EMIT, EpochPlan, Segment, Step
 from episodestream._runtime.core import DatasetCore
-from episodestream._runtime.resume.epoch import SharedEpoch
+from episodestream._runtime.resume.epoch import Claim, SharedEpoch
 from episodestream._runtime.resume.position import StreamPosition
 from episodestream._runtime.lookahead.rows_ahead import RowsAhead
 from episodestream._plan.saved_state import DATASET_IDENTITY, SavedState, StateSpec
-from episodestream._runtime.resume.resumable import LoadedRequest
+from episodestream._runtime.resume.record import LoadedRequest
 from episodestream._runtime.stream import ConsumerStream, PlannedGroup
 from episodestream._runtime.stream_runtime import StreamRuntime
 from episodestream._runtime.lookahead.worker_turns import WorkerTurns
@@ -71,7 +71,6 @@ class DatasetRuntime(StreamRuntime):
         self.rank, self.world_size = rank, world_size
         self.shared_epoch = SharedEpoch()
         self.turns = WorkerTurns()  # the order DataLoader workers start downloading in (``_base.turns``)
-        self.loads_seen = 0  # resume states loaded when this copy was made (see SharedEpoch.for_iteration)
         self.position = StreamPosition()  # this copy's own iteration, for state_dict (``position``)
         self._init_resume()
 
@@ -112,7 +111,7 @@ class DatasetRuntime(StreamRuntime):
         request = self._loaded_request(self.epoch)
         if request is None:
             return -(-self.core.num_anchors // self.world_size)
-        point = self._point(request.legs[-1].num_workers)
+        point = self._point(request, request.legs[-1].num_workers)
         return 0 if point is None else point.samples_left(self.world_size, self.rank)
 
     # -- streams ----------------------------------------------------------------------------------
@@ -123,25 +122,27 @@ class DatasetRuntime(StreamRuntime):
         In the epoch a state was loaded for, this continues from the resume point: exact resume
         skips what was consumed without reading rows or video; elastic resume splits what is left.
         """
-        return self._steps(world, epoch)[0]
+        return self._steps(world, Claim(epoch, request=self._loaded_request(epoch)))[0]
 
-    def _steps(self, world: World, epoch: int) -> tuple[Iterator[Step], int]:
-        """``schedule(world, epoch)`` and how many samples it emits."""
-        point = self._point(world.num_workers) if self._loaded_request(epoch) is not None else None
+    def _steps(self, world: World, claim: Claim) -> tuple[Iterator[Step], int]:
+        """The steps of ``world``'s pass over ``claim``'s epoch, from what the claim resumes, and how many
+        samples they emit."""
+        epoch, request = claim.epoch, claim.request
+        point = self._point(request, world.num_workers) if request is not None else None
         plan = (point.plan(self.world_size) if point is not None else
                 EpochPlan(self.segments(epoch), seed=self.settings.seed, epoch=epoch,
                           shuffle=self.settings.shuffle, world_size=self.world_size))
         if world.consumer == 0 and (message := plan.uneven_warning(world.num_workers)):
             warn_user(message, RuntimeWarning)
         return consumer_steps(plan, world, pool_size=self.settings.episode_pool_size, point=point,
-                              then_skip=self.position.begin(world, epoch))
+                              then_skip=self.position.begin(world, epoch, claim.consumer))
 
-    def consumer_stream(self, world: World, epoch: int) -> ConsumerStream:
-        self.shared_epoch.start(epoch)
-        self._announce_resume(world, epoch)
-        steps, num_samples = self._steps(world, epoch)
-        turn = self.turns.turn(world, self.shared_epoch.claimed_iteration)
-        return self.stream(steps, num_samples, epoch, turn=turn)
+    def consumer_stream(self, world: World, claim: Claim) -> ConsumerStream:
+        self.shared_epoch.start(claim.epoch)
+        self._announce_resume(world, claim)
+        steps, num_samples = self._steps(world, claim)
+        turn = self.turns.turn(world, claim.iteration)
+        return self.stream(steps, num_samples, claim.epoch, turn=turn)
 
     def stream(self, steps: Iterator[Step], num_samples: int, epoch: int, *,
                turn: Turn | None = None) -> ConsumerStream:

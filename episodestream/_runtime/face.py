@@ -12,7 +12,7 @@ import torch.utils.data
 
 from episodestream._base.options import check_bool, check_int
 from episodestream._base.tracing import set_process_name, tracer_enabled
-from episodestream._runtime.resume.epoch import StaleWorkerCopy, raising
+from episodestream._runtime.resume.epoch import raising
 from episodestream._runtime.lookahead.pipeline import stream_samples
 from episodestream._runtime.placement import current_world
 from episodestream._runtime.stream import ConsumerStream
@@ -86,15 +86,11 @@ class StreamingFace(torch.utils.data.IterableDataset):
         world = current_world(source.rank, source.world_size)
         if (refused := self._refusal()) is not None:
             return raising(refused)
-        try:
-            epoch = source.position.pending_epoch()  # a worker given its own snapshot (StatefulDataLoader)
-            epoch = source.shared_epoch.for_iteration(source.loads_seen, self._face) if epoch is None else epoch
-        except StaleWorkerCopy as error:
-            return raising(error)  # from the first next(), where the trainer hears of it
+        claim = source.claim(world)  # the epoch and what it resumes, read once from the shared record
         if tracer_enabled():
             name = "" if self._face == "dataset" else f"{self._face} "
             set_process_name(f"episodestream {name}rank {world.rank} worker {world.worker}")
-        return self._samples(source.consumer_stream(world, epoch))
+        return self._samples(source.consumer_stream(world, claim))
 
     def _samples(self, stream: ConsumerStream) -> Iterator[dict[str, Any]]:
         position = self._runtime.position

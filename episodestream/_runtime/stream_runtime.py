@@ -13,6 +13,7 @@ from __future__ import annotations
 from abc import abstractmethod
 
 from episodestream._base.world import World
+from episodestream._runtime.resume.epoch import Claim
 from episodestream._runtime.resume.resumable import Resumable
 from episodestream._runtime.stream import ConsumerStream
 
@@ -33,6 +34,6 @@ class StreamRuntime(Resumable):
         """Samples this rank yields in the next iteration (what ``len(face)`` says)."""
 
     @abstractmethod
-    def consumer_stream(self, world: World, epoch: int) -> ConsumerStream:
-        """Open ``world``'s pass over ``epoch`` (from the resume point in a resumed epoch), marking
-        the epoch started."""
+    def consumer_stream(self, world: World, claim: Claim) -> ConsumerStream:
+        """Open ``world``'s pass over ``claim``'s epoch (``claim``: what ``Resumable.claim`` read of the
+        resume record), marking the epoch started."""

@@ -1,7 +1,7 @@
 """``WorkerTurns``: the turns (``_base.turns``) of one dataset's DataLoader workers, in shared memory.
 
 One slot per worker holds the number of the latest DataLoader iteration in which that worker
-passed its turn on (``SharedEpoch.claimed_iteration`` numbers them, the same for all workers of
+passed its turn on (``SharedEpoch.claim`` numbers them, ``Claim.iteration``, the same for all workers of
 one iteration); worker ``w``'s head start waits for slot ``w - 1`` to reach its own iteration, its
 other downloads for the last worker's slot. Each slot has one
 writer (its worker) and a reader polling it, so no lock: an aligned 64-bit store is seen whole.

@@ -18,12 +18,12 @@ from episodestream._plan.mixing import LegPlan, MixResume, ComponentEpoch, initi
 from episodestream._plan.resume import Leg
 from episodestream._plan.sampling import Step
 from episodestream._runtime.dataset_runtime import DatasetRuntime
-from episodestream._runtime.resume.epoch import SharedEpoch
+from episodestream._runtime.resume.epoch import Claim, SharedEpoch
 from episodestream._runtime.mixture.schema import MixtureSchema
 from episodestream._runtime.mixture.stream import MixtureStream
 from episodestream._runtime.resume.position import StreamPosition
 from episodestream._plan.saved_state import SavedState, StateSpec, mixture_identity
-from episodestream._runtime.resume.resumable import LoadedRequest
+from episodestream._runtime.resume.record import LoadedRequest
 from episodestream._runtime.stream import ConsumerStream
 from episodestream._runtime.stream_runtime import StreamRuntime
 
@@ -48,8 +48,7 @@ class MixtureRuntime(StreamRuntime):
         self.stop = stop
         self.renames = list(renames)
         self.shared_epoch = SharedEpoch()
-        self.loads_seen = 0
-        self._legs: dict[tuple, LegPlan] = {}
+        self._legs: dict[tuple, LegPlan] = {}  # a memo by (epoch, consumers, request, leg)
         self.position = StreamPosition()  # this copy's own iteration, for state_dict (``position``)
         self._init_resume()
 
@@ -77,16 +76,18 @@ class MixtureRuntime(StreamRuntime):
         if request is None:
             return sum(self.rank_counts())
         workers = request.legs[-1].num_workers
-        point = self._point(workers)
+        point = self._point(request, workers)
         if point is None:
             return 0
-        leg = self._leg(point, epoch, workers)
+        leg = self._leg(point, epoch, workers, request)
         skipped = sum(point.skips[self.rank][0]) if point.skips is not None else 0
         return leg.samples_per_rank - skipped
 
-    def _leg(self, point: MixResume | None, epoch: int, num_workers: int) -> LegPlan:
-        key = (epoch, max(1, num_workers), None if point is None else point.leg_index)
+    def _leg(self, point: MixResume | None, epoch: int, num_workers: int, request: LoadedRequest | None) -> LegPlan:
+        key = (epoch, max(1, num_workers), None if point is None else (request, point.leg_index))
         if key not in self._legs:
+            if len(self._legs) >= 16:
+                self._legs.clear()
             sources = self._sources(epoch)
             passes = (initial_passes(sources, self.rank_counts(), self.world_size) if point is None
                       else point.passes)
@@ -95,29 +96,30 @@ class MixtureRuntime(StreamRuntime):
                                       num_workers=num_workers, pool_sizes=self.pool_sizes)
         return self._legs[key]
 
-    def consumer_plan(self, world: World, epoch: int, *,
+    def consumer_plan(self, world: World, epoch: int, request: LoadedRequest | None, *,
                       then_skip: int = 0) -> tuple[np.ndarray, list[Iterator[Step]]]:
         """One consumer's interleave order (the component of each sample it yields) and each
-        component's steps, tabular-free; in the epoch a state was loaded for, what is left.
+        component's steps, tabular-free; resuming ``request`` (its claim's), what is left.
         ``then_skip``: samples to skip as well (what a per-consumer state says this consumer
         yielded, ``_runtime.resume.position``)."""
-        request = self._loaded_request(epoch)
-        point = self._point(world.num_workers) if request else None
+        point = self._point(request, world.num_workers) if request else None
         if request and point is None:
             return np.zeros(0, np.int64), [iter(()) for _ in self.components]
-        leg = self._leg(point, epoch, world.num_workers)
+        leg = self._leg(point, epoch, world.num_workers, request)
         role, skip = point.role_for(world) if point else (world, 0)
         skip += then_skip
         consumer = leg.consumer(role)
         skips = consumer.counts_before(skip)
         return consumer.order()[skip:], [consumer.steps(i, skips[i]) for i in range(len(self.components))]
 
-    def consumer_stream(self, world: World, epoch: int) -> ConsumerStream:
-        """Open ``world``'s pass over ``epoch`` for a loader to pull (see ``_runtime.stream``); marks the
-        epoch started."""
+    def consumer_stream(self, world: World, claim: Claim) -> ConsumerStream:
+        """Open ``world``'s pass over ``claim``'s epoch for a loader to pull (see ``_runtime.stream``); marks
+        the epoch started."""
+        epoch = claim.epoch
         self.shared_epoch.start(epoch)
-        self._announce_resume(world, epoch)
-        order, steps = self.consumer_plan(world, epoch, then_skip=self.position.begin(world, epoch))
+        self._announce_resume(world, claim)
+        order, steps = self.consumer_plan(world, epoch, claim.request,
+                                          then_skip=self.position.begin(world, epoch, claim.consumer))
         counts = np.bincount(order, minlength=len(self.components)).tolist()
         streams = [c.stream(s, count, epoch) for c, s, count in zip(self.components, steps, counts)]
         return MixtureStream(streams, order, renames=self.renames,
@@ -156,7 +158,3 @@ class MixtureRuntime(StreamRuntime):
                       world_size=world.world_size, num_workers=world.num_workers, pool_sizes=pools)
         role, skip = point.role_for(world) if point is not None else (world, 0)
         return role.worker, skip, leg.consumer(role).num_samples
-
-    def _set_request(self, request: LoadedRequest | None, epoch: int, *, consumer: bool = False) -> None:
-        self._legs = {}  # leg plans made for the request before
-        super()._set_request(request, epoch, consumer=consumer)

@@ -9,11 +9,12 @@ Where things happen (docs/resume.md):
   by ``check_state`` (a trainer's) or ``load_consumer_state`` (a per-consumer one), and
   ``position_under`` says where any layout stands under it (for ``_runtime.resume.loader_state``'s torchdata
   conversion); the legs' arithmetic is ``_plan.resume``'s and ``_plan.mixing``'s;
-- a checked state is applied by ``apply_state`` / ``load_consumer_state``: it becomes the loaded
-  request (the epoch and its legs);
-- the resume point lives for one pass of that epoch (``SharedEpoch.set_resume_point``): it is gone
-  when that pass ran to its end or another epoch was selected, and ``_loaded_request`` says whether
-  it is still there, in the main process and every DataLoader worker alike.
+- a checked state is applied by ``apply_state`` / ``load_consumer_state``: it is written into the
+  dataset's shared block as the loaded request (``resume.record``: the epoch, its legs, a consumer's
+  position), which every consumer's ``iter()`` reads once when it claims its epoch (``claim``:
+  ``resume.epoch.SharedEpoch.claim``) and the pass then plans from; the record's lifecycle (until that
+  pass ran to its end or another epoch was selected) is ``resume.epoch.TRANSITIONS``, the same for the
+  main process and every DataLoader worker (forked, spawned or persistent).
 
 The protocol (what differs between a dataset and a mixture): what its states look like
 (``state_spec``) and what identifies its stream now (``_identity``), its pool sizes (``pools``),
@@ -26,7 +27,6 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from episodestream._base.warn import warn_user
@@ -35,24 +35,16 @@ from episodestream._plan.resume import BeyondEpochError, Leg
 from episodestream._plan.saved_state import (TRAINER_FIELDS, SavedState, StateSpec, check_consumer_share,
                                              identity_differences, lacks_trainer_field, parse_state,
                                              refuse_mismatches)
-from episodestream._runtime.resume.epoch import SharedEpoch
-from episodestream._runtime.placement import in_dataloader_worker
+from episodestream._runtime.placement import current_world, in_dataloader_worker
+from episodestream._runtime.resume.epoch import LOADED, OWN, Claim, SharedEpoch
+from episodestream._runtime.resume.record import Loaded, LoadedRequest
 from episodestream._runtime.private_apis import TORCHDATA_KEYS
 from episodestream._runtime.resume.position import StreamPosition
 from episodestream._runtime.stream import CheckedState
 
 logger = logging.getLogger("episodestream")
 
-
-@dataclass(frozen=True)
-class LoadedRequest:
-    """A loaded state's epoch and the legs it was streamed in (the last: the one it was saved in), and
-    the seed and shuffle it was saved with (a dataset replays its legs with those)."""
-
-    epoch: int
-    legs: tuple[Leg, ...]
-    seed: int | None = None
-    shuffle: bool | None = None
+_POINTS_KEPT = 16  # resume points (``_plan_point``) memoised per copy, by request and consumer count
 
 
 class Resumable(ABC):
@@ -62,8 +54,7 @@ class Resumable(ABC):
 
     rank: int
     world_size: int
-    loads_seen: int  # resume states loaded into this runtime (a position counted before a load is stale)
-    shared_epoch: SharedEpoch  # the epoch counter this runtime's copies (main process, workers) share
+    shared_epoch: SharedEpoch  # the shared block this runtime's copies (main process, workers) share
     position: StreamPosition  # this copy's own iteration, for ``state_dict()["consumer"]``
 
     # -- the protocol -----------------------------------------------------------------------------
@@ -97,41 +88,42 @@ class Resumable(ABC):
         """For ``world`` in ``epoch`` from ``point`` (None: the epoch's start): the worker role it
         plays, the samples of that role's share consumed before it, and the share's size."""
 
-    # -- the loaded request and its resume point --------------------------------------------------
+    # -- the loaded request, as the shared record holds it ------------------------------------------
 
     def _init_resume(self) -> None:
-        self._loaded: LoadedRequest | None = None
-        self._points: dict[int, Any] = {}
-        self._announce: CheckedState | None = None  # a loaded state whose line waits for its consumers
+        # A memo of ``_plan_point`` by (request, consumers): what it holds follows from the key alone.
+        self._points: dict[tuple[LoadedRequest, int], Any] = {}
+
+    def _this_worker(self) -> int | None:
+        """This process's DataLoader worker number (None: the main process), whose entry lookups read."""
+        return current_world(self.rank, self.world_size).worker if in_dataloader_worker() else None
+
+    def _loaded(self, epoch: int) -> Loaded | None:
+        """The record's entry that this process's lookups of ``epoch`` read (``SharedEpoch.loaded``)."""
+        return self.shared_epoch.loaded(epoch, self._this_worker())
 
     def _loaded_request(self, epoch: int) -> LoadedRequest | None:
-        """The loaded request of ``epoch`` while its resume point lives (see the module docstring)."""
-        loaded = self._loaded
-        if loaded is None or loaded.epoch != epoch or not self.shared_epoch.resume_point(epoch):
-            return None
-        return loaded
+        """The loaded request of ``epoch`` while the record holds it (see the module docstring)."""
+        loaded = self._loaded(epoch)
+        return None if loaded is None else loaded.request
 
-    def _point(self, num_workers: int) -> Any:
-        """Where the loaded request resumes with ``num_workers`` (asked only while it lives)."""
-        if self._loaded is None:
-            raise RuntimeError("no resume state is loaded (a bug: please report it)")
-        key = max(1, num_workers)
+    def loads(self) -> int:
+        """How many states were loaded into this runtime (``resume.record.Record.loads``)."""
+        return self.shared_epoch.loads()
+
+    def claim(self, world: World) -> Claim:
+        """``world``'s iteration: its epoch and what it resumes, read once from the record."""
+        return self.shared_epoch.claim(world.worker if in_dataloader_worker() else None, world.num_workers)
+
+    def _point(self, request: LoadedRequest, num_workers: int) -> Any:
+        """Where ``request`` resumes with ``num_workers``."""
+        key = (request, max(1, num_workers))
         if key not in self._points:
-            self._points[key] = self._plan_point(self._loaded, world_size=self.world_size, num_workers=key,
+            if len(self._points) >= _POINTS_KEPT:
+                self._points.clear()
+            self._points[key] = self._plan_point(request, world_size=self.world_size, num_workers=key[1],
                                                  pools=self.pools)
         return self._points[key]
-
-    def _set_request(self, request: LoadedRequest | None, epoch: int, *, consumer: bool = False) -> None:
-        """Make ``request`` the loaded one (None: nothing to resume) and ``epoch`` the one the next
-        iteration streams; positions counted before the load are stale then. After a per-consumer
-        load (``consumer``) in a DataLoader worker, the worker reads its epoch from its snapshot
-        (``position``) and the shared counter stays the main process's to move."""
-        self._loaded, self._points = request, {}
-        self.shared_epoch.set_resume_point(request.epoch if request is not None else -1)
-        if consumer and in_dataloader_worker():
-            return
-        self.shared_epoch.set(epoch)
-        self.loads_seen = self.shared_epoch.state_loaded()
 
     def resumed_batches(self, epoch: int) -> tuple[int, int] | None:
         """For a loaded state of ``epoch`` still to resume: (its batch size, the batches it consumed
@@ -152,7 +144,8 @@ class Resumable(ABC):
         # the saving run continued the last of them or started a new one.
         return SavedState(format=self.state_spec.format, epoch=epoch, identity=self._identity(),
                           world_size=self.world_size, pools=self.pools,
-                          legs=request.legs if request is not None else (), consumer=self.position.state(epoch))
+                          legs=request.legs if request is not None else (),
+                          consumer=self.position.state(epoch, self._loaded(epoch)))
 
     def state_dict(self) -> dict[str, Any]:
         return self.saved_state().to_state(self.state_spec)
@@ -216,29 +209,31 @@ class Resumable(ABC):
         unless the caller says who they will be (``num_workers``: a trainer that builds its DataLoader
         itself); a finished epoch or one that took nothing resumes the same for any consumers."""
         request: LoadedRequest = checked.request
+        logged_now = checked.finished or not checked.consumed_batches or num_workers is not None
         if checked.finished:
-            self._set_request(None, request.epoch + 1)
-        else:
+            self.shared_epoch.load(None, request.epoch + 1)
+        elif not checked.consumed_batches:
             # A state that took nothing of its epoch resumes nothing: the epoch streams afresh, in any layout.
-            self._set_request(request if checked.consumed_batches else None, request.epoch)
-        self._announce = None
-        if checked.finished or not checked.consumed_batches or num_workers is not None:
+            self.shared_epoch.load(None, request.epoch)
+        else:
+            self.shared_epoch.load(Loaded(LOADED, request.epoch, request,
+                                          announce=None if logged_now else checked.consumed_batches), request.epoch)
+        if logged_now:
             if logger.isEnabledFor(logging.INFO):  # an elastic count replays the legs: not when nobody reads it
                 logger.info("%s", self._resumed(checked, num_workers))
         else:
-            self._announce = checked
             logger.debug("loaded a state of epoch %d after batch %d: the first iteration logs whether it resumes "
                          "exactly", request.epoch, checked.consumed_batches)
 
-    def _announce_resume(self, world: World, epoch: int) -> None:
+    def _announce_resume(self, world: World, claim: Claim) -> None:
         """Log what the loaded trainer's state resumes, now that its consumers are known: called as
-        ``world`` opens a pass over ``epoch``, each pass that starts from the resume point (a pass stopped
-        early leaves it in place). The main process's pass (EpisodeLoader, a DataLoader without workers)
+        ``world`` opens a pass over ``claim``'s epoch, at each pass that claims the loaded request (a pass
+        stopped early leaves it in place). The main process's pass (EpisodeLoader, a DataLoader without workers)
         logs it; under a DataLoader with workers, worker 0 of each rank does, in its own process (seen
         where the workers inherit the trainer's logging set-up, as forked workers do)."""
-        checked = self._announce
-        if checked is None or world.worker != 0 or self._loaded_request(epoch) is None:
+        if claim.announce is None or claim.request is None or world.worker != 0:
             return
+        checked = CheckedState(claim.epoch, False, claim.request, claim.announce)
         if logger.isEnabledFor(logging.INFO):
             logger.info("%s", self._resumed(checked, world.num_workers))
 
@@ -256,7 +251,7 @@ class Resumable(ABC):
         layout = f"{self.world_size} rank(s) x {max(1, workers)} consumer(s)"
         if saved.same_stream(Leg(self.world_size, workers, self.pools, saved.batch_size, 0)):
             return f"resumed epoch {epoch} at batch {checked.consumed_batches} (exact; {layout})"
-        point = self._point(workers)
+        point = self._point(request, workers)
         left = 0 if point is None else sum(
             size - skip for _, skip, size in (
                 self._world_position(epoch, point, World(self.rank, self.world_size, worker, max(1, workers)), self.pools)
@@ -282,9 +277,15 @@ class Resumable(ABC):
         check_consumer_share(loaded.samples_yielded, left, epoch=loaded.epoch,
                              who=f"consumer {loaded.worker} of {loaded.num_workers} (rank {loaded.rank} of "
                                  f"{loaded.world_size})")
-        self.position.load(loaded)
-        self._announce = None  # its own line below: a trainer's state loaded before is replaced
-        self._set_request(self._request(saved, saved.legs) if saved.legs else None, loaded.epoch, consumer=True)
+        request = self._request(saved, saved.legs) if saved.legs else None
+        # Its own line below: a trainer's state loaded before (and its line) is replaced. Inside a DataLoader
+        # worker (torchdata hands each its own snapshot) the entry is that worker's, and the shared counter
+        # stays the main process's to move.
+        if in_dataloader_worker():
+            self.shared_epoch.load_own(current_world(self.rank, self.world_size).worker,
+                                       Loaded(OWN, loaded.epoch, request, consumer=loaded))
+        else:
+            self.shared_epoch.load(Loaded(LOADED, loaded.epoch, request, consumer=loaded), loaded.epoch)
         # In each DataLoader worker torchdata hands its snapshot to: one line per consumer.
         logger.info("resumed epoch %d for consumer %d of %d (rank %d of %d) after %d sample(s) it yielded (exact: its "
                     "own state, as StatefulDataLoader saved it)", loaded.epoch, loaded.worker, loaded.num_workers,
