@@ -150,8 +150,9 @@ def wrap_episode_videos(dataset: Dataset, wrap: Callable[[EpisodeVideos], Any]) 
 def replace_decoder_cache(dataset: Dataset, make: Callable[[int], DecoderCache]) -> None:
     """Each consumer (or decode thread) gets its decoders from ``make(working_set)`` from now on,
     ``working_set`` being the episodes whose files it keeps open (see ``DatasetCore.decoder_cache``);
-    ``make`` may raise, as a thread that cannot start its decoders would."""
-    _core(dataset).decoder_cache = make  # type: ignore[method-assign]
+    ``make`` may raise, as a thread that cannot start its decoders would (how many threads share
+    the consumer's decoder budget is not passed on)."""
+    _core(dataset).decoder_cache = lambda working_set, threads=1: make(working_set)  # type: ignore[method-assign]
 
 
 def open_episode_videos(dataset: Dataset) -> EpisodeVideos:
