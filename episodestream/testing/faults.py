@@ -152,7 +152,10 @@ def replace_decoder_cache(dataset: Dataset, make: Callable[[int], DecoderCache])
     ``working_set`` being the episodes whose files it keeps open (see ``DatasetCore.decoder_cache``);
     ``make`` may raise, as a thread that cannot start its decoders would (how many threads share
     the consumer's decoder budget is not passed on)."""
-    _core(dataset).decoder_cache = lambda working_set, threads=1: make(working_set)  # type: ignore[method-assign]
+    def decoder_cache(working_set: int, *, threads: int = 1) -> DecoderCache:
+        return make(working_set)
+
+    _core(dataset).decoder_cache = decoder_cache  # type: ignore[method-assign]
 
 
 def open_episode_videos(dataset: Dataset) -> EpisodeVideos:
