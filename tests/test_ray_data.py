@@ -4,8 +4,10 @@ once, the datasets' values, an order fixed by (seed, epoch, num_tasks)."""
 from __future__ import annotations
 
 import collections
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -114,3 +116,26 @@ def test_an_unknown_keyword_is_refused_before_ray_runs(camera_less_root):
 def test_importing_the_package_imports_no_ray():
     code = "import sys, episodestream, episodestream.ray; assert 'ray' not in sys.modules, 'ray imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.slow
+def test_the_usage_pages_ray_example_runs(dataset_root, ray_cluster):
+    """docs/usage.md's Ray example (fenced ``python ray``: test_cli runs the page's plain python blocks
+    where Ray may be absent) runs as pasted."""
+    page = Path(__file__).resolve().parents[1] / "docs" / "usage.md"
+    blocks = re.findall(r"```python ray\n(.*?)```", page.read_text(), flags=re.S)
+    assert blocks
+    for block in blocks:
+        exec(compile(block.replace("path/to/lerobot_dataset", str(dataset_root)), "docs/usage.md", "exec"), {})
+
+
+def test_the_public_functions_document_their_arguments():
+    import inspect
+
+    from .test_docstrings import check_args, check_raises
+
+    for function in (read_episodes, collate_fn):
+        signature = inspect.signature(function)
+        variadic = {p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD}
+        check_args(function.__name__, function.__doc__, signature, variadic)
+        check_raises(function.__name__, function.__doc__)
