@@ -14,8 +14,8 @@ import torch
 
 pytest.importorskip("ray", reason="Ray is not installed: pip install 'episodestream[ray]' (in the test extra)")
 
-from episodestream import EpisodeDataset, EpisodeStreamingDataset  # noqa: E402
-from episodestream.ray import collate_fn, read_episodes  # noqa: E402
+from episodestream import EpisodeDataset, EpisodeLoader, EpisodeMixture, EpisodeStreamingDataset  # noqa: E402
+from episodestream.ray import collate_fn, read_episodes, read_mixture  # noqa: E402
 
 from .conftest import EPISODE_LENGTHS  # noqa: E402
 
@@ -92,6 +92,35 @@ def test_more_tasks_than_frames(camera_less_root, ray_cluster):
     assert sorted(got) == [(1, 0), (5, 0)]
 
 
+def test_a_mixture_streams_what_its_ranks_would(dataset_root, many_episodes_root, ordered):
+    """read_mixture: task t yields rank t's mixture, the same samples in the same order, values and all."""
+    components = [{"source": dataset_root, "episodes": [0, 2, 4], "seed": 1},
+                  {"source": many_episodes_root, "episodes": [1, 3, 5, 7], "seed": 2}]
+    options = {"weights": [0.6, 0.4], "keys": "intersection", "seed": 3}
+    dataset = read_mixture(components, num_tasks=2, rows_per_block=8, **options)
+    got = list(dataset.iter_torch_batches(batch_size=1000, collate_fn=collate_fn()))
+    assert len(got) == 1
+    got = got[0]
+    expected = []
+    for rank in range(2):
+        mixture = EpisodeMixture([EpisodeStreamingDataset(rank=rank, world_size=2, **c) for c in components], **options)
+        expected += list(EpisodeLoader(mixture, batch_size=1000))
+    assert list(got) == list(expected[0])
+    for key, value in got.items():
+        want = [v for batch in expected for v in (batch[key] if isinstance(batch[key], list) else batch[key])]
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, torch.stack(want)), key
+        else:
+            assert value == want, key
+
+
+def test_read_mixture_refuses_what_is_not_a_list_of_sources(camera_less_root):
+    with pytest.raises(TypeError, match="source"):
+        read_mixture([{"episodes": [0]}])
+    with pytest.raises(TypeError, match="rank"):
+        read_mixture([{"source": camera_less_root, "rank": 0}])
+
+
 def test_collate_keeps_uint8_on_request(dataset_root, ray_cluster):
     dataset = read_episodes(dataset_root, num_tasks=2, episodes=[2])
     batch = next(iter(dataset.iter_torch_batches(batch_size=4, collate_fn=collate_fn(return_uint8=True))))
@@ -134,7 +163,7 @@ def test_the_public_functions_document_their_arguments():
 
     from .test_docstrings import check_args, check_raises
 
-    for function in (read_episodes, collate_fn):
+    for function in (read_episodes, read_mixture, collate_fn):
         signature = inspect.signature(function)
         variadic = {p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD}
         check_args(function.__name__, function.__doc__, signature, variadic)

@@ -29,8 +29,7 @@ class EpisodeDatasource(Datasource):
                        data_context: object = None) -> list[ReadTask]:
         spec = self._spec
         tasks = []
-        for task in range(spec.tasks):
-            rows = spec.rows(task)
+        for task, rows in enumerate(spec.rows):
             size = None if self._bytes_per_row is None else self._bytes_per_row * rows
             tasks.append(ReadTask(functools.partial(read_share, spec, task),
                                   BlockMetadata(num_rows=rows, size_bytes=size, input_files=None, exec_stats=None),

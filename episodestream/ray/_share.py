@@ -16,40 +16,74 @@ import torch
 
 from episodestream._plan.sampling import part_bounds
 from episodestream.loader import EpisodeLoader
+from episodestream.mixture import EpisodeMixture
 from episodestream.streaming import EpisodeStreamingDataset
 
 
 @dataclass(frozen=True)
-class ShareSpec:
-    """What every read task of one ``read_episodes`` needs: the dataset's arguments and the split.
-
-    ``frames`` is the epoch's anchors (its samples without fill-ins), counted once on the driver;
-    task ``t`` of ``tasks`` emits ``part_bounds(frames, tasks)[t:t + 2]``'s difference, which is its
-    consumer's share before the fill-in a short rank adds (a Ray dataset has no ranks to keep in
-    step, so every frame of the epoch comes exactly once across the tasks)."""
+class DatasetStream:
+    """Builds a read task's ``EpisodeStreamingDataset``: ``source`` with ``options`` at ``rank`` of
+    ``world_size``."""
 
     source: Any
-    dataset_options: Mapping[str, Any]
+    options: Mapping[str, Any]
+
+    def __call__(self, rank: int, world_size: int) -> EpisodeStreamingDataset:
+        return EpisodeStreamingDataset(self.source, rank=rank, world_size=world_size, **self.options)
+
+
+@dataclass(frozen=True)
+class MixtureStream:
+    """Builds a read task's ``EpisodeMixture``: its components (``EpisodeStreamingDataset``'s keywords
+    each, ``source`` among them) at ``rank`` of ``world_size``, mixed with ``options``."""
+
+    components: tuple[Mapping[str, Any], ...]
+    options: Mapping[str, Any]
+
+    def __call__(self, rank: int, world_size: int) -> EpisodeMixture:
+        datasets = [EpisodeStreamingDataset(rank=rank, world_size=world_size, **component)
+                    for component in self.components]
+        return EpisodeMixture(datasets, **self.options)
+
+
+@dataclass(frozen=True)
+class ShareSpec:
+    """What every read task of one read needs: how to build its stream, the epoch and the split.
+
+    ``rows`` holds each task's rows: for a dataset its consumer's share without the fill-in a short
+    rank adds (``part_bounds`` of the epoch's anchors: a Ray dataset has no ranks to keep in step, so
+    every frame of the epoch comes exactly once across the tasks); for a mixture the rank's count."""
+
+    build: DatasetStream | MixtureStream
     epoch: int
-    tasks: int
-    frames: int
+    rows: tuple[int, ...]
     rows_per_block: int
     threads_per_task: int
 
-    def rows(self, task: int) -> int:
-        bounds = part_bounds(self.frames, self.tasks)
-        return bounds[task + 1] - bounds[task]
+    @property
+    def tasks(self) -> int:
+        return len(self.rows)
+
+    @property
+    def frames(self) -> int:
+        return sum(self.rows)
+
+
+def dataset_rows(frames: int, tasks: int) -> tuple[int, ...]:
+    """Each task's frames of an epoch of ``frames`` anchors split across ``tasks`` consumers."""
+    bounds = part_bounds(frames, tasks)
+    return tuple(bounds[task + 1] - bounds[task] for task in range(tasks))
 
 
 def read_share(spec: ShareSpec, task: int) -> Iterator[pa.Table]:
     """Task ``task``'s rows of the epoch, in its consumer's order, as blocks of up to
     ``rows_per_block`` rows."""
-    left = spec.rows(task)
+    left = spec.rows[task]
     if left == 0:
         return
-    dataset = EpisodeStreamingDataset(spec.source, rank=task, world_size=spec.tasks, **spec.dataset_options)
-    dataset.set_epoch(spec.epoch)
-    loader = EpisodeLoader(dataset, batch_size=spec.rows_per_block, num_threads=spec.threads_per_task)
+    stream = spec.build(task, spec.tasks)
+    stream.set_epoch(spec.epoch)
+    loader = EpisodeLoader(stream, batch_size=spec.rows_per_block, num_threads=spec.threads_per_task)
     try:
         for batch in loader:
             block = to_block(batch, min(left, spec.rows_per_block))
@@ -59,7 +93,7 @@ def read_share(spec: ShareSpec, task: int) -> Iterator[pa.Table]:
                 break  # what follows is the fill-in of a short rank
     finally:
         loader.close()
-        dataset.close()
+        stream.close()
 
 
 def to_block(batch: Mapping[str, Any], rows: int) -> pa.Table:
