@@ -14,7 +14,8 @@ run this in a LeRobot 0.6 environment with Ray installed and this checkout on PY
 
 Each row runs in a fresh process (its own Ray instance); rows alternate over ``--rounds`` rounds. Each
 reports samples/s over ``--samples`` rows after the first batch (batches of ``--batch-size``: numpy
-batches, uint8 frames, for the first three rows), the first batch's time from the dataset's creation
+batches, uint8 frames, for the first three rows), samples per CPU-second of the driver and Ray's
+processes over the same rows (what a busy machine changes least), the first batch's time from the dataset's creation
 (Ray's start not counted), and the peak memory of the driver and Ray's processes together (the sum of
 their proportional set sizes, so the object store's shared pages count once). Before the rounds a
 fresh process checks a few samples of each reader against ``LeRobotDataset[i]``: ours as float32
@@ -78,6 +79,22 @@ def _pss_mb(pid: int) -> float:
     return total
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its descendants so far (Ray's workers live as long as
+    the instance, so none of the timed window's CPU leaves with an exited process)."""
+    total = 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as children:
+                total += sum(_cpu_s(int(child)) for child in children.read().split())
+    except (OSError, IndexError, ValueError):  # a process that just exited
+        pass
+    return total
+
+
 class _PeakMemory:
     def __init__(self) -> None:
         self.peak_mb = 0.0
@@ -120,15 +137,17 @@ def run_row(row: str, root: Path, args) -> dict:
     iterator = iter(_batches(row, root, args))
     first = next(iterator)
     first_s = time.perf_counter() - start
-    began, samples = time.perf_counter(), 0
+    began, samples, cpu_before = time.perf_counter(), 0, _cpu_s(os.getpid())
     key = next(k for k in first if k.startswith("observation.images."))
     for batch in iterator:
         samples += len(batch[key])
         if samples >= args.samples:
             break
     rate = samples / (time.perf_counter() - began)
+    per_cpu_s = samples / max(1e-9, _cpu_s(os.getpid()) - cpu_before)
     peak = memory.stop()
-    return {"row": row, "samples_per_s": rate, "first_batch_s": first_s, "peak_mb": peak, "samples": samples}
+    return {"row": row, "samples_per_s": rate, "samples_per_cpu_s": per_cpu_s, "first_batch_s": first_s,
+            "peak_mb": peak, "samples": samples, "load_average": os.getloadavg()[0]}
 
 
 def check_frames(root: Path) -> dict:
@@ -198,10 +217,11 @@ def main(argv=None) -> int:
             result = json.loads(done.stdout.strip().splitlines()[-1])
             results.setdefault(row, []).append(result)
             print(json.dumps(result), flush=True)
-    print(f"\n| reader (num_cpus={args.cpus}) | samples/s | first batch (s) | peak memory (MB) |")
-    print("| --- | --- | --- | --- |")
+    print(f"\n| reader (num_cpus={args.cpus}) | samples/s | samples per CPU-s | first batch (s) | peak memory (MB) |")
+    print("| --- | --- | --- | --- | --- |")
     for row, runs in results.items():
         print(f"| {row} | {statistics.median(r['samples_per_s'] for r in runs):.0f} "
+              f"| {statistics.median(r['samples_per_cpu_s'] for r in runs):.1f} "
               f"| {statistics.median(r['first_batch_s'] for r in runs):.1f} "
               f"| {statistics.median(r['peak_mb'] for r in runs):.0f} |")
     return 0
