@@ -10,7 +10,9 @@ run this in a LeRobot 0.6 environment with Ray installed and this checkout on PY
   - read_lerobot episode: the same with ``read_granularity="episode"``;
   - read_episodes: ``episodestream.ray.read_episodes(root)`` (one task per CPU, one decode thread each);
   - read_episodes + collate_fn: the same through ``iter_torch_batches(collate_fn=collate_fn())``, i.e.
-    float32 frames as ``EpisodeStreamingDataset`` gives them.
+    float32 frames as ``EpisodeStreamingDataset`` gives them;
+  - one task without Ray: what read task 0 of 2 runs (its blocks), called in this process, no Ray: the
+    cost of our part alone, to tell it from Ray's.
 
 Each row runs in a fresh process (its own Ray instance); rows alternate over ``--rounds`` rounds. Each
 reports samples/s over ``--samples`` rows after the first batch (batches of ``--batch-size``: numpy
@@ -39,7 +41,7 @@ import threading
 import time
 from pathlib import Path
 
-ROWS = ("read_lerobot", "read_lerobot episode", "read_episodes", "read_episodes + collate_fn")
+ROWS = ("read_lerobot", "read_lerobot episode", "read_episodes", "read_episodes + collate_fn", "one task without Ray")
 CAMERAS = ("observation.images.front", "observation.images.wrist")
 
 
@@ -127,14 +129,33 @@ def _batches(row: str, root: Path, args):
     return dataset.iter_batches(batch_size=args.batch_size, batch_format="numpy")
 
 
-def run_row(row: str, root: Path, args) -> dict:
-    import ray
+def _task_alone(root: Path, args):
+    """Read task 0 of ``args.cpus``'s blocks as numpy batches, in this process (no Ray)."""
+    from episodestream import EpisodeStreamingDataset
+    from episodestream.ray._share import DatasetStream, ShareSpec, dataset_rows, read_share
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
+    frames = len(EpisodeStreamingDataset(root, rank=0, world_size=1))
+    spec = ShareSpec(build=DatasetStream(root, {"return_uint8": True, "seed": 0}), epoch=0,
+                     rows=dataset_rows(frames, args.cpus), rows_per_block=64, threads_per_task=1)
+    blocks = read_share(spec, 0)
+    try:
+        for block in blocks:
+            yield {name: block.column(name).to_numpy() for name in block.column_names}
+    finally:
+        blocks.close()
+
+
+def run_row(row: str, root: Path, args) -> dict:
+    if row == "one task without Ray":
+        batches = _task_alone(root, args)
+    else:
+        import ray
+
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
     memory = _PeakMemory()
     start = time.perf_counter()
-    iterator = iter(_batches(row, root, args))
+    iterator = iter(batches if row == "one task without Ray" else _batches(row, root, args))
     first = next(iterator)
     first_s = time.perf_counter() - start
     began, samples, cpu_before = time.perf_counter(), 0, _cpu_s(os.getpid())
@@ -144,6 +165,8 @@ def run_row(row: str, root: Path, args) -> dict:
         if samples >= args.samples:
             break
     rate = samples / (time.perf_counter() - began)
+    if row == "one task without Ray":
+        iterator.close()  # joins the loader's threads before the process exits
     per_cpu_s = samples / max(1e-9, _cpu_s(os.getpid()) - cpu_before)
     peak = memory.stop()
     return {"row": row, "samples_per_s": rate, "samples_per_cpu_s": per_cpu_s, "first_batch_s": first_s,
