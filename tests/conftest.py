@@ -236,3 +236,15 @@ def thread_police():
         thread.join(timeout=5)
     leaked = [t.name for t in leaked if t.is_alive()]
     assert not leaked, f"test left threads running: {leaked}"
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local Ray instance of 2 CPUs for the tests of episodestream.ray and examples/ray, started once
+    per test process and shut down at its end; the tests that use it skip where Ray is not installed
+    (it is in the test extra)."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'episodestream[ray]' (in the test extra)")
+    os.environ["RAY_AUTH_MODE"] = "disabled"  # no token notice: a local instance only this process uses
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()

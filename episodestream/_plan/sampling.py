@@ -180,14 +180,21 @@ class ConsumerShare:
         return frames + self.fill_ins
 
 
+def part_bounds(total: int, parts: int) -> list[int]:
+    """Where ``total`` frames laid end to end are cut into ``parts`` equal parts: part ``p`` is
+    ``[bounds[p], bounds[p + 1])``, so parts differ by at most one frame (the shorter ones are the
+    ranks that emit a fill-in). The one definition of the split; ``episodestream.ray`` reads a read
+    task's own frames (its share without the fill-in) from it."""
+    return [p * total // parts for p in range(parts + 1)]
+
+
 def _cut(segments: Sequence[Segment], parts: int,
          lengths: np.ndarray) -> tuple[list[list[Segment]], list[np.ndarray], list[int]]:
     """Cut the concatenated frames of ``segments`` (of ``lengths`` frames) into ``parts``
     contiguous, equal-sized parts: each part's segments, their lengths and the part's frame count.
     Whole segments inside a part are shared, not copied; only the two ends are cut."""
     starts = np.concatenate([[0], np.cumsum(lengths)])
-    total = int(starts[-1])
-    bounds = [p * total // parts for p in range(parts + 1)]
+    bounds = part_bounds(int(starts[-1]), parts)
     out: list[list[Segment]] = []
     out_lengths: list[np.ndarray] = []
     for p in range(parts):
