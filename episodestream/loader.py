@@ -148,18 +148,18 @@ class EpisodeLoader:
             ValueError: the dataset resumes an epoch saved with another ``batch_size``.
         """
         self._close_current(superseded_by="a newer iter(loader)")
-        source = self._runtime
-        world = World(source.rank, source.world_size)
-        claim = source.claim(world)
+        runtime = self._runtime
+        world = World(runtime.rank, runtime.world_size)
+        claim = runtime.claim(world)
         epoch = claim.epoch
-        stream = source.consumer_stream(world, claim)
+        stream = runtime.consumer_stream(world, claim)
         if self._memory is None:
             # Batches being built or ready, the one the trainer holds and the one it just let go
             # of, per camera: enough to reuse memory in a steady loop without holding more.
             in_flight = math.ceil(self._samples_ahead(stream) / self.batch_size) + 1
             self._memory = BatchMemory(capacity=(in_flight + 2) * max(1, stream.num_cameras))
         base = self._resume_base(epoch)
-        self._consumed = (epoch, base, source.loads())
+        self._consumed = (epoch, base, runtime.loads())
         iteration = _Iteration(self, epoch, stream, base, self._memory, self._spares)
         self._current = weakref.ref(iteration)
         return iteration
@@ -414,7 +414,7 @@ class _BatchWriter:
                 index, slot = divmod(first_sample + offset, self._batch_size)
                 self.buffer(index).items[slot] = finish_decoded(builder, pending, decoded)
             return
-        sources: dict[str, np.ndarray | torch.Tensor] = {}  # per file: its decoded (N, H, W, C) frames
+        file_frames: dict[str, np.ndarray | torch.Tensor] = {}  # per file: its decoded (N, H, W, C) frames
         # Per (batch, camera, file): the batch's frames of that camera and the writes from that
         # file into them, set up once (shape and layout checks included), not once per frame, and
         # written in one call per group, every camera and batch together (``chw.flush_all``).
@@ -433,17 +433,17 @@ class _BatchWriter:
                 file = decoded[path]
                 target = targets.get((index, key, path))
                 if target is None:
-                    source = sources.get(path)
-                    if source is None:
+                    frames = file_frames.get(path)
+                    if frames is None:
                         # numpy on CPU: indexing it costs a fraction of torch's per frame
-                        source = sources[path] = file.frames.numpy() if file.frames.device.type == "cpu" else file.frames
-                    chw = (source.shape[3], source.shape[1], source.shape[2])
+                        frames = file_frames[path] = file.frames.numpy() if file.frames.device.type == "cpu" else file.frames
+                    chw = (frames.shape[3], frames.shape[1], frames.shape[2])
                     shape = (len(query.timestamps_s), *chw) if windowed else chw
                     # uint8 frames become the builder's dtype; a depth camera's float32 depth stays float32.
                     dtype = builder.frame_dtype if file.frames.dtype == torch.uint8 else file.frames.dtype
                     out_all = buffer.frame_out(key, shape, dtype, file.frames.device,
                                                memory=self._memory, pin_memory=self._pin_memory, query=query)
-                    writes = builder.frame_writer(out_all, source)
+                    writes = builder.frame_writer(out_all, frames)
                     targets[index, key, path] = (out_all, writes)
                 else:
                     if windowed and target[0].shape[1] != len(query.timestamps_s):

@@ -82,15 +82,15 @@ class StreamingFace(torch.utils.data.IterableDataset):
         """
         # Not a generator itself: the epoch is marked started when the DataLoader asks for the
         # iterator, so a checkpoint taken before the first batch already names this epoch.
-        source = self._runtime
-        world = current_world(source.rank, source.world_size)
+        runtime = self._runtime
+        world = current_world(runtime.rank, runtime.world_size)
         if (refused := self._refusal()) is not None:
             return raising(refused)
-        claim = source.claim(world)  # the epoch and what it resumes, read once from the shared record
+        claim = runtime.claim(world)  # the epoch and what it resumes, read once from the shared record
         if tracer_enabled():
             name = "" if self._face == "dataset" else f"{self._face} "
             set_process_name(f"episodestream {name}rank {world.rank} worker {world.worker}")
-        return self._samples(source.consumer_stream(world, claim))
+        return self._samples(runtime.consumer_stream(world, claim))
 
     def _samples(self, stream: ConsumerStream) -> Iterator[dict[str, Any]]:
         position = self._runtime.position

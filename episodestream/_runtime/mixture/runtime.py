@@ -62,7 +62,7 @@ class MixtureRuntime(StreamRuntime):
 
     pools = pool_sizes
 
-    def _sources(self, epoch: int) -> list[ComponentEpoch]:
+    def _component_epochs(self, epoch: int) -> list[ComponentEpoch]:
         return [ComponentEpoch(tuple(c.segments(epoch)), c.settings.seed, c.settings.shuffle) for c in self.components]
 
     def rank_counts(self) -> list[int]:
@@ -88,10 +88,10 @@ class MixtureRuntime(StreamRuntime):
         if key not in self._legs:
             if len(self._legs) >= 16:
                 self._legs.clear()
-            sources = self._sources(epoch)
-            passes = (initial_passes(sources, self.rank_counts(), self.world_size) if point is None
+            components = self._component_epochs(epoch)
+            passes = (initial_passes(components, self.rank_counts(), self.world_size) if point is None
                       else point.passes)
-            self._legs[key] = LegPlan(sources, passes, seed=self.seed, epoch=epoch,
+            self._legs[key] = LegPlan(components, passes, seed=self.seed, epoch=epoch,
                                       leg=0 if point is None else point.leg_index, world_size=self.world_size,
                                       num_workers=num_workers, pool_sizes=self.pool_sizes)
         return self._legs[key]
@@ -144,17 +144,17 @@ class MixtureRuntime(StreamRuntime):
 
     def _plan_point(self, request: LoadedRequest, *, world_size: int, num_workers: int,
                     pools: tuple[int, ...]) -> MixResume | None:
-        return plan_mixture_resume(self._sources(request.epoch), seed=self.seed, epoch=request.epoch,
+        return plan_mixture_resume(self._component_epochs(request.epoch), seed=self.seed, epoch=request.epoch,
                                    weights=self.weights, stop=self.stop, legs=request.legs, world_size=world_size,
                                    num_workers=num_workers, pool_sizes=pools)
 
     def _world_position(self, epoch: int, point: MixResume | None, world: World,
                         pools: tuple[int, ...]) -> tuple[int, int, int]:
-        sources = self._sources(epoch)
+        components = self._component_epochs(epoch)
         counts = rank_counts([c.num_anchors() for c in self.components], world_size=world.world_size,
                              weights=self.weights, stop=self.stop)
-        passes = initial_passes(sources, counts, world.world_size) if point is None else point.passes
-        leg = LegPlan(sources, passes, seed=self.seed, epoch=epoch, leg=0 if point is None else point.leg_index,
+        passes = initial_passes(components, counts, world.world_size) if point is None else point.passes
+        leg = LegPlan(components, passes, seed=self.seed, epoch=epoch, leg=0 if point is None else point.leg_index,
                       world_size=world.world_size, num_workers=world.num_workers, pool_sizes=pools)
         role, skip = point.role_for(world) if point is not None else (world, 0)
         return role.worker, skip, leg.consumer(role).num_samples
