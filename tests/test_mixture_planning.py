@@ -52,7 +52,7 @@ def _consumer_samples(leg: LegPlan, world: World, skip: int = 0) -> list[tuple[i
     consumer = leg.consumer(world)
     skips = consumer.counts_before(skip)
     per_component = []
-    for i in range(len(leg.sources)):
+    for i in range(len(leg.components)):
         emits, held = [], Counter()
         for kind, episode, frame in consumer.steps(i, skips[i]):
             if kind == ADMIT:

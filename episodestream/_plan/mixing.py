@@ -162,15 +162,15 @@ def _check_passes(counts: Sequence[int], lengths: Sequence[int], weights: Sequen
                 f"passes of one dataset. Raise the smallest weights, or give stop= a smaller number of samples.")
 
 
-def initial_passes(sources: Sequence[ComponentEpoch], counts: Sequence[int], world_size: int) -> tuple[tuple[Pass, ...], ...]:
+def initial_passes(components: Sequence[ComponentEpoch], counts: Sequence[int], world_size: int) -> tuple[tuple[Pass, ...], ...]:
     """Each component's passes in an epoch's first leg, from its per-rank count."""
     out = []
-    for source, count in zip(sources, counts):
-        per_rank = -(-source.frames // world_size)
+    for component, count in zip(components, counts):
+        per_rank = -(-component.frames // world_size)
         whole, rest = divmod(count, per_rank) if per_rank else (0, 0)
-        passes = [Pass(p, source.segments, None) for p in range(whole)]
+        passes = [Pass(p, component.segments, None) for p in range(whole)]
         if rest:
-            passes.append(Pass(whole, source.segments, rest * world_size))
+            passes.append(Pass(whole, component.segments, rest * world_size))
         out.append(tuple(passes))
     return tuple(out)
 
@@ -192,14 +192,14 @@ def _interleave_rng(seed: int, epoch: int, leg: int, world: World) -> np.random.
 class LegPlan:
     """One leg of a mixture epoch under one layout (ranks, workers, pool sizes)."""
 
-    def __init__(self, sources: Sequence[ComponentEpoch], passes: Sequence[Sequence[Pass]], *, seed: int, epoch: int,
+    def __init__(self, components: Sequence[ComponentEpoch], passes: Sequence[Sequence[Pass]], *, seed: int, epoch: int,
                  leg: int, world_size: int, num_workers: int, pool_sizes: Sequence[int]) -> None:
-        self.sources, self.passes = tuple(sources), tuple(tuple(p) for p in passes)
+        self.components, self.passes = tuple(components), tuple(tuple(p) for p in passes)
         self.seed, self.epoch, self.leg = seed, epoch, leg
         self.world_size, self.workers, self.pool_sizes = world_size, max(1, num_workers), tuple(pool_sizes)
-        self.plans = [[EpochPlan(p.segments, seed=pass_seed(seed, epoch, i, source.seed, p.number), epoch=0,
-                                 shuffle=source.shuffle, world_size=world_size, leg=leg) for p in component]
-                      for i, (source, component) in enumerate(zip(self.sources, self.passes))]
+        self.plans = [[EpochPlan(p.segments, seed=pass_seed(seed, epoch, i, component.seed, p.number), epoch=0,
+                                 shuffle=component.shuffle, world_size=world_size, leg=leg) for p in its_passes]
+                      for i, (component, its_passes) in enumerate(zip(self.components, self.passes))]
         # Per rank from each pass: a whole pass its length, the partial pass its owed count split
         # over the ranks (rounded up: at most world_size - 1 extra draws, never a truncated whole pass).
         self.rank_demand = [[plan.samples_per_rank if p.owed is None else min(-(-p.owed // world_size),
@@ -371,7 +371,7 @@ def _available_batches(leg: LegPlan, spec: MixLeg) -> int:
                    for c in leg.worker_counts(rank)) for rank in range(leg.world_size))
 
 
-def plan_mixture_resume(sources: Sequence[ComponentEpoch], *, seed: int, epoch: int, weights: Sequence[float] | None,
+def plan_mixture_resume(components: Sequence[ComponentEpoch], *, seed: int, epoch: int, weights: Sequence[float] | None,
                         stop: str | int, legs: Sequence[MixLeg], world_size: int, num_workers: int,
                         pool_sizes: Sequence[int]) -> MixResume | None:
     """Where to restart ``epoch`` after ``legs`` (the last one holding the batches consumed so far)
@@ -380,10 +380,10 @@ def plan_mixture_resume(sources: Sequence[ComponentEpoch], *, seed: int, epoch: 
     it had."""
     new = MixLeg(world_size, num_workers, tuple(pool_sizes), 1, 0)
     first = legs[0].world_size
-    passes = initial_passes(sources, rank_counts([s.frames for s in sources], world_size=first, weights=weights,
+    passes = initial_passes(components, rank_counts([s.frames for s in components], world_size=first, weights=weights,
                                                  stop=stop), first)
     for index, spec in enumerate(legs):
-        leg = LegPlan(sources, passes, seed=seed, epoch=epoch, leg=index, world_size=spec.world_size,
+        leg = LegPlan(components, passes, seed=seed, epoch=epoch, leg=index, world_size=spec.world_size,
                       num_workers=spec.num_workers, pool_sizes=spec.pool_sizes)
         available = _available_batches(leg, spec)
         if spec.batches > available:
