@@ -30,6 +30,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -136,9 +137,17 @@ def _video_bytes_of(root: Path, episodes_table, selection: set[int]) -> int:
 
 
 def run(args: argparse.Namespace) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="episodestream-many-nodes-"))
+    try:
+        return _run_in(work, args)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_in(work: Path, args: argparse.Namespace) -> dict:
     from episodestream.testing import FakeHub, LinkSettings, ShapingProxy
 
-    work = Path(tempfile.mkdtemp(prefix="episodestream-many-nodes-"))
     root = _write_dataset(work / "data" / "many_nodes", args)
     nodes, ranks = args.nodes, args.ranks
     world_size = nodes * ranks
@@ -167,7 +176,7 @@ def run(args: argparse.Namespace) -> dict:
             out = work / f"rank-{rank}.json"
             process = ctx.Process(target=_rank_main, args=(
                 rank, world_size, node, node_links[node].url, source, str(work / f"node-{node}" / "cache"),
-                str(work / f"node-{node}" / "permits"), launch_s, not args.no_frame_check, str(out)))
+                str(work / f"node-{node}" / ("permits" if args.permits == "node" else f"permits-{rank}")), launch_s, not args.no_frame_check, str(out)))
             process.start()
             processes.append((rank, process, out))
         for _, process, _ in processes:
@@ -198,7 +207,7 @@ def run(args: argparse.Namespace) -> dict:
     first = [r["first_batch_s"] for r in ok if "first_batch_s" in r]
     summary = {
         "nodes": nodes, "ranks_per_node": ranks, "world_size": world_size, "episodes": args.episodes,
-        "hub_requests_per_s": args.hub_requests_per_s, "dataset_video_bytes": video_total,
+        "hub_requests_per_s": args.hub_requests_per_s, "permits": args.permits, "dataset_video_bytes": video_total,
         "mp4_file_bytes": mp4_total,
         "video_bytes_all_nodes": sum(n["video_bytes"] for n in per_node),
         "video_vs_dataset": sum(n["video_bytes"] for n in per_node) / video_total,
@@ -232,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=900.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-frame-check", action="store_true")
+    parser.add_argument("--permits", choices=("node", "rank"), default="node",
+                        help="download controller state (budget, Retry-After pause) per node, as on a real node, "
+                             "or per rank (each rank backs off alone: the comparison)")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (dataset, caches, rank results)")
     parser.add_argument("--output-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     report = run(args)

@@ -20,7 +20,7 @@ from episodestream._base.world import World
 from episodestream._format.files import EpisodeVideos
 from episodestream._format.metadata import DatasetMeta, EpisodeInfo
 from episodestream._plan.resume import STATE_FORMAT, Leg, ResumePoint, consumer_steps, fingerprint_digest, plan_resume
-from episodestream._plan.sampling import ADMIT, EMIT, ConsumerShare, EpochPlan, Segment, Step
+from episodestream._plan.sampling import ADMIT, EMIT, ConsumerSchedule, EpochPlan, Segment, Step
 from episodestream._runtime.core import DatasetCore
 from episodestream._runtime.needed_spans import ShareEpisodes
 from episodestream._runtime.resume.epoch import SharedEpoch
@@ -126,8 +126,8 @@ class DatasetRuntime(StreamRuntime):
         """
         return self._steps(world, epoch)[0]
 
-    def _steps(self, world: World, epoch: int) -> tuple[Iterator[Step], int, ConsumerShare]:
-        """``schedule(world, epoch)``, how many samples it emits and the share it comes from."""
+    def _steps(self, world: World, epoch: int) -> tuple[Iterator[Step], int, ConsumerSchedule]:
+        """``schedule(world, epoch)``, how many samples it emits and the schedule they come from."""
         point = self._point(world.num_workers) if self._loaded_request(epoch) is not None else None
         plan = (point.plan(self.world_size) if point is not None else
                 EpochPlan(self.segments(epoch), seed=self.settings.seed, epoch=epoch,
@@ -140,30 +140,30 @@ class DatasetRuntime(StreamRuntime):
     def consumer_stream(self, world: World, epoch: int) -> ConsumerStream:
         self.shared_epoch.start(epoch)
         self._announce_resume(world, epoch)
-        steps, num_samples, share = self._steps(world, epoch)
+        steps, num_samples, schedule = self._steps(world, epoch)
         turn = self.turns.turn(world, self.shared_epoch.claimed_iteration)
-        return self.stream(steps, num_samples, epoch, turn=turn, share=share)
+        return self.stream(steps, num_samples, epoch, turn=turn, schedule=schedule)
 
     def stream(self, steps: Iterator[Step], num_samples: int, epoch: int, *,
-               turn: Turn | None = None, share: ConsumerShare | None = None) -> ConsumerStream:
+               turn: Turn | None = None, schedule: ConsumerSchedule | None = None) -> ConsumerStream:
         """The stream of ``steps`` (a consumer's schedule, or any other, e.g. a mixture's pass),
-        starting its downloads in ``turn`` (``_base.turns``; None: at once). ``share``: the
-        consumer's share the steps come from, when they do (each episode's video is then fetched
-        for the frames the share can read, ``ShareEpisodes``; None: for the whole episode)."""
-        return _DatasetStream(self, steps, num_samples, epoch, turn, share)
+        starting its downloads in ``turn`` (``_base.turns``; None: at once). ``schedule``: the
+        consumer's schedule the steps come from, when they do (each episode's video is then fetched
+        for the frames its share and fill-ins can read, ``ShareEpisodes``; None: the whole episode's)."""
+        return _DatasetStream(self, steps, num_samples, epoch, turn, schedule)
 
     def planned_groups(self, steps: Iterator[Step], videos: EpisodeVideos, *,
-                       share: ConsumerShare | None = None) -> Iterator[PlannedGroup]:
+                       schedule: ConsumerSchedule | None = None) -> Iterator[PlannedGroup]:
         """Run the pool over ``steps``: groups of up to ``decode_group_size`` samples whose tabular
         part is built and whose video is still to decode, with the episodes to evict once they are
         decoded."""
         builder = self.core.builder
         episodes = self.core.fetched_episodes
-        if share is not None and videos.prefetches:
+        if schedule is not None and videos.prefetches:
             # A consumer holding only part of an episode (its share's first and last segments are
             # cut where the epoch's frames are split between consumers) fetches that part's video:
             # the consumer holding the rest fetches the rest, not the whole episode again.
-            episodes = ShareEpisodes(episodes, share, self.core.offsets, self.core.meta.fps)
+            episodes = ShareEpisodes(episodes, schedule, self.core.offsets, self.core.meta.fps)
         group_size = self.settings.decode_group_size
         # Prefetching sources admit video ahead of the pool (_admit_ahead), and start reading the
         # rows then (RowsAhead); the rest admit video on first hold.
@@ -256,7 +256,7 @@ class _DatasetStream(ConsumerStream):
     """One consumer's pass over a dataset's steps (see ``stream.ConsumerStream``)."""
 
     def __init__(self, source: DatasetRuntime, steps: Iterator[Step], num_samples: int, epoch: int,
-                 turn: Turn | None, share: ConsumerShare | None = None) -> None:
+                 turn: Turn | None, schedule: ConsumerSchedule | None = None) -> None:
         self.num_samples = num_samples
         self.num_cameras = len(source.core.meta.video_keys)
         self.builder = source.core.builder
@@ -266,7 +266,7 @@ class _DatasetStream(ConsumerStream):
         self._epoch = epoch
         self._steps = steps
         self._turn = turn
-        self._share = share
+        self._schedule = schedule
         # Opened by the first groups() call, so that a stream nobody pulls holds nothing.
         self._videos: EpisodeVideos | None = None
         self._groups: Iterator[PlannedGroup] | None = None
@@ -274,7 +274,7 @@ class _DatasetStream(ConsumerStream):
     def groups(self) -> Iterator[PlannedGroup]:
         if self._groups is None:
             self._videos = self._runtime.core.episode_videos(turn=self._turn)
-            self._groups = self._runtime.planned_groups(self._steps, self._videos, share=self._share)
+            self._groups = self._runtime.planned_groups(self._steps, self._videos, schedule=self._schedule)
         return self._groups
 
     def open_decoders(self) -> DecoderCache:

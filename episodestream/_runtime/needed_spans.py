@@ -28,7 +28,7 @@ import numpy as np
 
 from episodestream._format.episodes import EpisodeInfo, EpisodeTable
 from episodestream._plan.curation import Anchors
-from episodestream._plan.sampling import ConsumerShare, as_array
+from episodestream._plan.sampling import ConsumerSchedule, as_array
 
 
 def _reach(offsets: Mapping[str, np.ndarray]) -> dict[str, tuple[int, int]]:
@@ -72,14 +72,14 @@ class NeededEpisodes:
 
 class ShareEpisodes:
     """``episodes[episode_index]`` as one consumer fetches it: video spans narrowed to the frames
-    its share (``ConsumerShare``: its segments, and its fill-ins' pool) can emit, for the episodes
-    it holds only part of; other episodes as ``episodes`` gives them."""
+    its schedule (``ConsumerSchedule``: its share's segments, and its fill-ins) can emit, for the
+    episodes it holds only part of; other episodes as ``episodes`` gives them."""
 
-    def __init__(self, episodes: EpisodeTable | NeededEpisodes, share: ConsumerShare,
+    def __init__(self, episodes: EpisodeTable | NeededEpisodes, schedule: ConsumerSchedule,
                  offsets: Mapping[str, np.ndarray], fps: int) -> None:
         self._episodes, self._fps = episodes, fps
         self._reach = _reach(offsets)
-        self._frames = _share_frames(share)
+        self._frames = _schedule_frames(schedule)
 
     def __getitem__(self, episode_index: int) -> EpisodeInfo:
         episode = self._episodes[episode_index]
@@ -89,12 +89,20 @@ class ShareEpisodes:
         return _narrowed(episode, frames[0], frames[1], self._reach, self._fps)
 
 
-def _share_frames(share: ConsumerShare) -> dict[int, tuple[int, int]]:
-    """Each episode's first and last frame that ``share`` can emit (a weighted episode's copies
-    may emit any of its frames: the whole episode)."""
+def _schedule_frames(schedule: ConsumerSchedule) -> dict[int, tuple[int, int]]:
+    """Each episode's first and last frame that ``schedule`` can emit (a weighted episode's copies
+    may emit any of its frames: the whole episode). A fill-in (one frame, repeated from the
+    rank's part so that every rank emits as many samples) needs that frame only: fetched for the
+    whole segment it comes from, each cost an episode's video for one sample."""
     frames: dict[int, tuple[int, int]] = {}
-    segments = share.segments + (share.fill_pool if share.fill_ins else ())
-    for segment in segments:
+
+    def add(episode_index: int, lo: int, hi: int) -> None:
+        known = frames.get(episode_index)
+        frames[episode_index] = (lo, hi) if known is None else (min(known[0], lo), max(known[1], hi))
+
+    for episode_index, frame in schedule.fill_frames():
+        add(episode_index, frame, frame)
+    for segment in schedule.share.segments:
         if not segment.length:
             continue
         if segment.period:
@@ -104,6 +112,5 @@ def _share_frames(share: ConsumerShare) -> dict[int, tuple[int, int]]:
         else:
             array = as_array(segment.frames)
             lo, hi = int(array.min()), int(array.max())
-        known = frames.get(segment.episode_index)
-        frames[segment.episode_index] = (lo, hi) if known is None else (min(known[0], lo), max(known[1], hi))
+        add(segment.episode_index, lo, hi)
     return frames

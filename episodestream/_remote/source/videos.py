@@ -367,8 +367,17 @@ class RemoteVideos(EpisodeVideos):
         name = files.cache_name("headers", relpath, ".hdr")
         size = files.size_bytes(relpath)
         found: dict[str, Mp4Header] = {}
+        tail: list[tuple[int, bytes]] = []  # the file's tail, once read
 
         def read(start: int, end: int) -> bytes:
+            if tail:
+                # A moov longer than the tail read starts before it: only the part before the tail
+                # crosses the link again (asked whole, it cost the tail's bytes twice per file).
+                tail_start, data = tail[0]
+                if start >= tail_start:
+                    return data[start - tail_start:end - tail_start]
+                if end > tail_start:
+                    return files.read_range(relpath, start, tail_start, exact=True) + data[:end - tail_start]
             # Small blocks: box headers sit just before megabytes of mdat that are not wanted here.
             return files.read_range(relpath, start, end, block_bytes=HEADER_BLOCK_BYTES)
 
@@ -378,7 +387,10 @@ class RemoteVideos(EpisodeVideos):
             # for together with its start, and the walk then finds both in the reader's pieces.
             tail_start = max(HEADER_BLOCK_BYTES, size - _tail_bytes(size))
             if tail_start < size:
-                _read_both(lambda: read(0, HEADER_BLOCK_BYTES), lambda: read(tail_start, size))
+                def read_tail() -> None:
+                    tail.append((tail_start, read(tail_start, size)))
+
+                _read_both(lambda: read(0, HEADER_BLOCK_BYTES), read_tail)
             header = read_header(read, size)
             stored = tmp.write_bytes(header.to_bytes())
             found["header"] = header
