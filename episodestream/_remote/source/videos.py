@@ -44,6 +44,11 @@ HEADER_BLOCK_BYTES = 4096
 # its usual reads, no more. At least a block (a small file's moov), at most the reader's largest
 # kept piece (the walk must find it there).
 _TAIL_FRACTION = 256
+# The start of the file, read with its tail: ftyp and the box headers after it (LeRobot's mp4s open
+# with ftyp, free and mdat's header in 48 bytes). A whole block here cost 4 KiB per file and node
+# of which the walk needed a few dozen bytes; a layout reaching further costs the walk its usual
+# block reads.
+_HEAD_BYTES = 512
 RAMP_ADMISSIONS = 4  # the pool's first slots draw from 1, 2 and 4 episodes
 # The head start passed on to the next DataLoader worker (``turn``): a first batch of two decode
 # groups draws from the pool's first two slots, one episode then two.
@@ -390,7 +395,7 @@ class RemoteVideos(EpisodeVideos):
                 def read_tail() -> None:
                     tail.append((tail_start, read(tail_start, size)))
 
-                _read_both(lambda: read(0, HEADER_BLOCK_BYTES), read_tail)
+                _read_both(lambda: files.read_range(relpath, 0, _HEAD_BYTES, block_bytes=_HEAD_BYTES), read_tail)
             header = read_header(read, size)
             stored = tmp.write_bytes(header.to_bytes())
             found["header"] = header
