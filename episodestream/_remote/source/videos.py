@@ -383,6 +383,10 @@ class RemoteVideos(EpisodeVideos):
                     return data[start - tail_start:end - tail_start]
                 if end > tail_start:
                     return files.read_range(relpath, start, tail_start, exact=True) + data[:end - tail_start]
+                if start >= _HEAD_BYTES:
+                    # A box header between the head and the tail (moov's, before a moov longer than
+                    # the tail): its bytes only, since a block here is fetched again with that moov.
+                    return files.read_range(relpath, start, end, exact=True)
             # Small blocks: box headers sit just before megabytes of mdat that are not wanted here.
             return files.read_range(relpath, start, end, block_bytes=HEADER_BLOCK_BYTES)
 
