@@ -92,8 +92,9 @@ class ShareEpisodes:
 def _schedule_frames(schedule: ConsumerSchedule) -> dict[int, tuple[int, int]]:
     """Each episode's first and last frame that ``schedule`` can emit (a weighted episode's copies
     may emit any of its frames: the whole episode). A fill-in (one frame, repeated from the
-    rank's part so that every rank emits as many samples) needs that frame only: fetched for the
-    whole segment it comes from, each cost an episode's video for one sample."""
+    rank's part so that every rank emits as many samples) needs that frame only; an episode is
+    fetched for one span per consumer, so a fill-in from one of the consumer's own segments
+    widens nothing and one from another's part of the rank adds its frame."""
     frames: dict[int, tuple[int, int]] = {}
 
     def add(episode_index: int, lo: int, hi: int) -> None:
