@@ -455,15 +455,16 @@ def _left_segments(segments: tuple[Segment, ...], plan: EpochPlan, leg: Leg, ind
     return tuple(out)
 
 
-def consumer_steps(plan: EpochPlan, world: World, *, pool_size: int,
-                   point: ResumePoint | None = None, then_skip: int = 0) -> tuple[Iterator[Step], int]:
+def consumer_steps(plan: EpochPlan, world: World, *, pool_size: int, point: ResumePoint | None = None,
+                   then_skip: int = 0) -> tuple[Iterator[Step], int, ConsumerSchedule]:
     """The one place a consumer's schedule is made: its steps for ``plan`` (from ``point`` when the
-    epoch is resumed: the worker role it takes over and the samples it skips, tabular-free) and
-    how many samples they emit. ``then_skip``: samples of those steps to skip as well (what a
+    epoch is resumed: the worker role it takes over and the samples it skips, tabular-free), how
+    many samples they emit, and the schedule they come from (its share and fill-ins: what a
+    remote source narrows each episode's video bytes to). ``then_skip``: samples of those steps to skip as well (what a
     per-consumer state says this consumer yielded, ``_runtime.resume.position``)."""
     role, skip = point.share_for(plan, world) if point is not None else (world, 0)
     skip += then_skip
     share = plan.share(role)
     steps = consumer_schedule(share, pool_size=pool_size, shuffle=plan.shuffle,
                               rng=consumer_rng(plan.seed, plan.epoch, role, leg=plan.leg))
-    return (skip_emits(steps, skip) if skip else steps), share.num_samples - skip
+    return (skip_emits(steps, skip) if skip else steps), share.num_samples - skip, steps

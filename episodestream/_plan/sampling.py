@@ -674,6 +674,11 @@ class ConsumerSchedule:
         for i in live:
             yield Step(EVICT, segments[i].episode_index, NO_FRAME)
 
+    def fill_frames(self) -> list[tuple[int, int]]:
+        """``(episode_index, frame)`` each fill-in emits (what a remote source fetches for them)."""
+        return [(seg.episode_index, anchor % seg.period if seg.period else anchor)
+                for seg, anchor in self._fill_picks()]
+
     def _fill_picks(self) -> Iterator[tuple[Segment, int]]:
         """The fill-ins: each one's segment and anchor."""
         share = self.share

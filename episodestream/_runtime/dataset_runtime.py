@@ -20,8 +20,9 @@ from episodestream._base.world import World
 from episodestream._format.files import EpisodeVideos
 from episodestream._format.metadata import DatasetMeta, EpisodeInfo
 from episodestream._plan.resume import STATE_FORMAT, Leg, ResumePoint, consumer_steps, fingerprint_digest, plan_resume
-from episodestream._plan.sampling import ADMIT, EMIT, EpochPlan, Segment, Step
+from episodestream._plan.sampling import ADMIT, EMIT, ConsumerSchedule, EpochPlan, Segment, Step
 from episodestream._runtime.core import DatasetCore
+from episodestream._runtime.needed_spans import ShareEpisodes
 from episodestream._runtime.resume.epoch import Claim, SharedEpoch
 from episodestream._runtime.resume.position import StreamPosition
 from episodestream._runtime.lookahead.rows_ahead import RowsAhead
@@ -124,9 +125,9 @@ class DatasetRuntime(StreamRuntime):
         """
         return self._steps(world, Claim(epoch, request=self._loaded_request(epoch)))[0]
 
-    def _steps(self, world: World, claim: Claim) -> tuple[Iterator[Step], int]:
-        """The steps of ``world``'s pass over ``claim``'s epoch, from what the claim resumes, and how many
-        samples they emit."""
+    def _steps(self, world: World, claim: Claim) -> tuple[Iterator[Step], int, ConsumerSchedule]:
+        """The steps of ``world``'s pass over ``claim``'s epoch, from what the claim resumes, how many
+        samples they emit and the schedule they come from."""
         epoch, request = claim.epoch, claim.request
         point = self._point(request, world.num_workers) if request is not None else None
         plan = (point.plan(self.world_size) if point is not None else
@@ -140,22 +141,30 @@ class DatasetRuntime(StreamRuntime):
     def consumer_stream(self, world: World, claim: Claim) -> ConsumerStream:
         self.shared_epoch.start(claim.epoch)
         self._announce_resume(world, claim)
-        steps, num_samples = self._steps(world, claim)
+        steps, num_samples, schedule = self._steps(world, claim)
         turn = self.turns.turn(world, claim.iteration)
-        return self.stream(steps, num_samples, claim.epoch, turn=turn)
+        return self.stream(steps, num_samples, claim.epoch, turn=turn, schedule=schedule)
 
     def stream(self, steps: Iterator[Step], num_samples: int, epoch: int, *,
-               turn: Turn | None = None) -> ConsumerStream:
+               turn: Turn | None = None, schedule: ConsumerSchedule | None = None) -> ConsumerStream:
         """The stream of ``steps`` (a consumer's schedule, or any other, e.g. a mixture's pass),
-        starting its downloads in ``turn`` (``_base.turns``; None: at once)."""
-        return _DatasetStream(self, steps, num_samples, epoch, turn)
+        starting its downloads in ``turn`` (``_base.turns``; None: at once). ``schedule``: the
+        consumer's schedule the steps come from, when they do (each episode's video is then fetched
+        for the frames its share and fill-ins can read, ``ShareEpisodes``; None: the whole episode's)."""
+        return _DatasetStream(self, steps, num_samples, epoch, turn, schedule)
 
-    def planned_groups(self, steps: Iterator[Step], videos: EpisodeVideos) -> Iterator[PlannedGroup]:
+    def planned_groups(self, steps: Iterator[Step], videos: EpisodeVideos, *,
+                       schedule: ConsumerSchedule | None = None) -> Iterator[PlannedGroup]:
         """Run the pool over ``steps``: groups of up to ``decode_group_size`` samples whose tabular
         part is built and whose video is still to decode, with the episodes to evict once they are
         decoded."""
         builder = self.core.builder
         episodes = self.core.fetched_episodes
+        if schedule is not None and videos.prefetches:
+            # A consumer holding only part of an episode (its share's first and last segments are
+            # cut where the epoch's frames are split between consumers) fetches that part's video:
+            # the consumer holding the rest fetches the rest, not the whole episode again.
+            episodes = ShareEpisodes(episodes, schedule, self.core.offsets, self.core.meta.fps)
         group_size = self.settings.decode_group_size
         # Prefetching sources admit video ahead of the pool (_admit_ahead), and start reading the
         # rows then (RowsAhead); the rest admit video on first hold.
@@ -248,7 +257,7 @@ class _DatasetStream(ConsumerStream):
     """One consumer's pass over a dataset's steps (see ``stream.ConsumerStream``)."""
 
     def __init__(self, runtime: DatasetRuntime, steps: Iterator[Step], num_samples: int, epoch: int,
-                 turn: Turn | None) -> None:
+                 turn: Turn | None, schedule: ConsumerSchedule | None = None) -> None:
         self.num_samples = num_samples
         self.num_cameras = len(runtime.core.meta.video_keys)
         self.builder = runtime.core.builder
@@ -258,6 +267,7 @@ class _DatasetStream(ConsumerStream):
         self._epoch = epoch
         self._steps = steps
         self._turn = turn
+        self._schedule = schedule
         # Opened by the first groups() call, so that a stream nobody pulls holds nothing.
         self._videos: EpisodeVideos | None = None
         self._groups: Iterator[PlannedGroup] | None = None
@@ -265,7 +275,7 @@ class _DatasetStream(ConsumerStream):
     def groups(self) -> Iterator[PlannedGroup]:
         if self._groups is None:
             self._videos = self._runtime.core.episode_videos(turn=self._turn)
-            self._groups = self._runtime.planned_groups(self._steps, self._videos)
+            self._groups = self._runtime.planned_groups(self._steps, self._videos, schedule=self._schedule)
         return self._groups
 
     def open_decoders(self, threads: int = 1) -> DecoderCache:

@@ -4,7 +4,7 @@ Kernel traffic shaping (``tc netem``, ``tbf``) is not available on the project's
 link is shaped in user space: the proxy relays each request to the upstream server and paces the
 response bodies through a global token bucket (shared by all connections, like the link) and a
 per-connection one (like a single TCP stream's ceiling), adds latency, answers 429 beyond a number of
-requests in flight, injects 503s and resets connections part-way through a body.
+requests in flight or a number of requests per second (as the Hub does), injects 503s and resets connections part-way through a body.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import struct
 import threading
 import time
 import urllib.parse
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,8 +36,10 @@ class LinkSettings:
             min(rate, connections x per-connection rate).
         burst_bytes: how much an idle bucket may save up and then send at once.
     Delay: ``latency_s`` plus a uniform draw in [0, ``jitter_s``] before each request is forwarded.
-    Load shedding: beyond ``max_in_flight`` requests in flight the proxy answers 429, with
-        ``Retry-After`` (whole seconds, rounded up) when ``retry_after_s`` is set.
+    Load shedding: beyond ``max_in_flight`` requests in flight, or beyond ``max_requests_per_s``
+        requests started in the last second (a rate limit like the Hub's; answered 429s do not
+        count), the proxy answers 429, with ``Retry-After`` (whole seconds, rounded up) when
+        ``retry_after_s`` is set.
     Faults: ``error_503_rate`` of requests are answered 503 without reaching upstream;
         ``reset_rate`` of responses with a Content-Length of 2+ bytes are cut part-way through the
         body by a TCP reset. Both draw from RNGs seeded by ``seed``, so a run is repeatable.
@@ -49,6 +51,7 @@ class LinkSettings:
     latency_s: float = 0.0
     jitter_s: float = 0.0
     max_in_flight: int | None = None
+    max_requests_per_s: int | None = None
     retry_after_s: float | None = None
     error_503_rate: float = 0.0
     reset_rate: float = 0.0
@@ -63,6 +66,8 @@ class LinkSettings:
             ("latency_s", self.latency_s, "a non-negative number", lambda v: v >= 0),
             ("jitter_s", self.jitter_s, "a non-negative number", lambda v: v >= 0),
             ("max_in_flight", self.max_in_flight, "a positive integer or None", lambda v: v is None or v >= 1),
+            ("max_requests_per_s", self.max_requests_per_s, "a positive integer or None",
+             lambda v: v is None or v >= 1),
             ("retry_after_s", self.retry_after_s, "a non-negative number or None", lambda v: v is None or v >= 0),
             ("error_503_rate", self.error_503_rate, "a fraction in [0, 1]", lambda v: 0 <= v <= 1),
             ("reset_rate", self.reset_rate, "a fraction in [0, 1]", lambda v: 0 <= v <= 1),
@@ -77,7 +82,8 @@ class LinkSettings:
 class ProxyStats:
     """Counters since start or the last ``reset_stats()``.
 
-    ``bytes_sent`` counts response bytes relayed to clients (bodies only, as they leave the proxy).
+    ``bytes_sent`` counts response bytes relayed to clients (bodies only, as they leave the proxy);
+    ``bytes_by_path`` splits them by request path (no query string).
     ``in_flight_series`` holds ``(seconds since start, requests in flight)`` at every change. A request
     leaves flight once its last byte is handed to the socket, which can trail the client's read by a
     moment: poll before asserting ``in_flight == 0``.
@@ -89,6 +95,7 @@ class ProxyStats:
     injected_503: int
     resets: int
     bytes_sent: int
+    bytes_by_path: dict[str, int]
     in_flight: int
     peak_in_flight: int
     in_flight_series: list[tuple[float, int]]
@@ -152,6 +159,7 @@ class _Connection:
 
     def __init__(self) -> None:
         self.bucket = _Bucket()
+        self.path = ""  # the request being answered (its path, no query): bytes are counted by it
         self.upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
 
     def close_upstream(self) -> None:
@@ -186,6 +194,7 @@ class ShapingProxy:
         self._port: int | None = None
         self._start_error: BaseException | None = None
         self._t0_s = time.monotonic()
+        self._recent_starts: deque[float] = deque()  # forwarded requests' start times, last second
         self.reset_stats()
 
     # -- control (any thread) ----------------------------------------------------------------------
@@ -217,15 +226,29 @@ class ShapingProxy:
             return ProxyStats(
                 requests=self._requests, responses_by_status=dict(self._statuses),
                 throttled_429=self._statuses[429] - self._upstream_429, injected_503=self._injected_503,
-                resets=self._resets, bytes_sent=self._bytes_sent, in_flight=self._in_flight,
+                resets=self._resets, bytes_sent=self._bytes_sent,
+                bytes_by_path=dict(self._bytes_by_path), in_flight=self._in_flight,
                 peak_in_flight=self._peak_in_flight, in_flight_series=list(self._series))
 
     def reset_stats(self) -> None:
         with self._lock:
             self._requests = self._injected_503 = self._resets = self._bytes_sent = self._upstream_429 = 0
             self._statuses: Counter[int] = Counter()
+            self._bytes_by_path: Counter[str] = Counter()
             self._in_flight = self._peak_in_flight = getattr(self, "_in_flight", 0)
             self._series = [(time.monotonic() - self._t0_s, self._in_flight)]
+
+    def _over_rate(self, limit: int | None) -> bool:
+        # Called under the lock. A sliding one-second window of the requests let through.
+        if limit is None:
+            return False
+        now_s = time.monotonic()
+        while self._recent_starts and self._recent_starts[0] <= now_s - 1.0:
+            self._recent_starts.popleft()
+        if len(self._recent_starts) >= limit:
+            return True
+        self._recent_starts.append(now_s)
+        return False
 
     def _add_in_flight(self, delta: int) -> None:
         with self._lock:
@@ -326,7 +349,8 @@ class ShapingProxy:
         with self._lock:
             settings = self._settings
             rejection = None
-            if settings.max_in_flight is not None and self._in_flight >= settings.max_in_flight:
+            if settings.max_in_flight is not None and self._in_flight >= settings.max_in_flight \
+                    or self._over_rate(settings.max_requests_per_s):
                 # Whole seconds: huggingface_hub ignores a Retry-After that is not all digits.
                 retry_after = settings.retry_after_s
                 extra = {} if retry_after is None else {"Retry-After": str(math.ceil(retry_after))}
@@ -358,6 +382,7 @@ class ShapingProxy:
             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             await writer.drain()
         body = await _read_body(reader, request.headers)
+        conn.path = urllib.parse.urlsplit(request.target).path
         host = f"{self._upstream[0]}:{self._upstream[1]}"
         headers = [(k, host if k.lower() == "host" else v) for k, v in request.headers if k.lower() != "expect"]
         original_host = request.header("host")
@@ -438,6 +463,7 @@ class ShapingProxy:
         await self._pace(conn, len(data))
         with self._lock:  # counted first, so a client that has the bytes already sees them counted
             self._bytes_sent += len(data)
+            self._bytes_by_path[conn.path] += len(data)
         writer.write(data)
         await writer.drain()
 

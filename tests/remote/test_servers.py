@@ -313,6 +313,21 @@ def test_429_beyond_max_in_flight_with_retry_after(hub_root):
         assert times == sorted(times)
 
 
+def test_429_beyond_requests_per_second_and_bytes_by_path(hub_root):
+    # The Hub's rate limit: requests started in the last second, 429s not counted.
+    settings = LinkSettings(max_requests_per_s=3, retry_after_s=1)
+    with FakeHub(hub_root) as hub, ShapingProxy(hub.url, settings=settings) as proxy:
+        start_s = time.monotonic()
+        answers = [_request(proxy.url, BIG, headers={"Range": "bytes=0-9"}) for _ in range(5)]
+        if time.monotonic() - start_s < 1.0:  # all inside one second: the window held
+            assert [status for status, _, _ in answers] == [206, 206, 206, 429, 429]
+            assert [headers.get("Retry-After") for _, headers, _ in answers[3:]] == ["1", "1"]
+        time.sleep(1.05)
+        assert _request(proxy.url, BIG, headers={"Range": "bytes=0-9"})[0] == 206  # the window moved on
+        stats = proxy.stats()
+        assert stats.bytes_by_path[urllib.parse.urlsplit(proxy.url + BIG).path] == 10 * stats.responses_by_status[206]
+
+
 def test_503_rate_is_seeded_and_repeatable(hub_root):
     path = f"/datasets/{REPO}/resolve/main/meta/info.json"
     outcomes = []

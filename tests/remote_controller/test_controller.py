@@ -343,12 +343,13 @@ def test_429_and_retry_after_cut_budget_and_pause(make_controller, clock):
     warm_up(controller, clock)
     controller.record_throttle(status=429, retry_after_s=3.0)
     assert controller.budget() == 8
-    assert controller.pause_remaining_s() == pytest.approx(3.0)
+    pause_s = controller.pause_remaining_s()  # Retry-After, plus jitter so that nodes do not return together
+    assert 3.0 <= pause_s <= 3.0 + controller.config.base_backoff_s
     controller.record_throttle(status=429)  # the same burst, inside the cooldown: no second cut
     controller.record_timeout()
     assert controller.budget() == 8
     with controller.permit():  # waits out Retry-After before any new request starts
-        assert clock.naps == [pytest.approx(3.0)]
+        assert clock.naps == [pytest.approx(pause_s)]
     clock.advance(2.0)
     controller.record_throttle(status=503)
     assert controller.budget() == 4
@@ -941,3 +942,31 @@ def test_controller_pickles_for_worker_processes(make_controller, clock):
     clone = pickle.loads(pickle.dumps(controller))
     assert clone.budget() == controller.budget() == 6
     assert clone.estimate() == controller.estimate()
+
+
+def test_throttles_with_retry_after_are_waited_out_not_counted_as_failed_attempts(clock):
+    # A rate limit shared by a launch's ranks answers 429 with Retry-After for longer than
+    # max_attempts last; the server said when to come back, so each wait is no failed attempt,
+    # up to max_throttle_wait_s per request.
+    policy = RetryPolicy(config=ControllerConfig(max_attempts=3, max_throttle_wait_s=30.0), seed=0,
+                         sleep=clock.sleep)
+    calls = []
+
+    def throttled_then_ok(timeout_s):
+        calls.append(timeout_s)
+        if len(calls) <= 6:
+            raise HTTPError(429, {"Retry-After": "1"})
+        return b"ok"
+
+    assert policy.call(throttled_then_ok, url="https://hub/x", controller=None) == b"ok"
+    assert len(calls) == 7 and len(clock.naps) == 6 and all(1.0 <= nap <= 1.5 for nap in clock.naps)
+
+    calls.clear()
+    strict = RetryPolicy(config=ControllerConfig(max_attempts=3, max_throttle_wait_s=0.0), seed=0, sleep=clock.sleep)
+    with pytest.raises(DownloadError, match="failed after 3 attempts"):
+        strict.call(throttled_then_ok, url="https://hub/x", controller=None)
+
+    calls.clear()
+    bounded = RetryPolicy(config=ControllerConfig(max_attempts=3, max_throttle_wait_s=1.6), seed=0, sleep=clock.sleep)
+    with pytest.raises(DownloadError, match=r"failed after 4 attempts \(last HTTP status: 429\)"):
+        bounded.call(throttled_then_ok, url="https://hub/x", controller=None)  # one 1-1.5 s wait fits, 3 count

@@ -112,3 +112,49 @@ def test_rows_fetch_the_row_group_and_the_footer_once(hub_root, rows_root, tmp_p
     assert sent[1] <= 1.05 * third and sent[2] <= 1.05 * third, (sent, size)
     assert requests <= 2 + 2 * len(sent), requests  # footer + one or two per row group
     assert cache_files(tmp_path / "cache") == []
+
+
+def test_ranks_of_two_nodes_fetch_each_cut_episode_once(hub_root, spans_root, tmp_path):
+    # 2 nodes x 2 ranks, one process: the epoch's frames are cut into 4 equal parts, so 3 episodes
+    # are split between two ranks. Each rank fetches the video of the part it streams (plus a
+    # keyframe and two frames), not the whole cut episode: fetched whole, the 3 cut episodes of 9
+    # cost a third more video than the epoch's.
+    options = dict(episode_pool_size=3, seed=3, shuffle=True, world_size=4)
+    with RangeLoggingHub(hub_root) as hub:
+        hub.reset_stats()
+        for rank in range(4):
+            node_cache = tmp_path / f"node-{rank // 2}"
+            local = list(EpisodeStreamingDataset(spans_root, rank=rank, **options))
+            with remote_dataset(EpisodeStreamingDataset, SPANS_REPO, cache_dir=node_cache, hub_endpoint=hub.url,
+                                token=False, rank=rank, **options) as dataset:
+                assert_same_samples(list(dataset), local)
+                meta = dataset.typed_meta
+            assert cache_files(node_cache) == []
+        stats, gets = hub.stats(), list(hub.gets)
+    by_file: dict[str, list] = {}
+    for episode in meta.episodes.values():
+        for span in episode.videos.values():
+            by_file.setdefault(span.relpath, []).append((span.from_timestamp_s, span.to_timestamp_s))
+    own = sum(sum(episode_video_bytes(spans_root / relpath, spans)) for relpath, spans in by_file.items())
+    # Span reads: ranges inside mdat. The header's reads: the file's start, its tail (read with
+    # it) and what lies from moov on. (A span starts past ftyp and mdat's header.)
+    moov = {relpath: moov_offset(spans_root / relpath) for relpath in by_file}
+    span_bytes = 0
+    for relpath, header in gets:
+        if relpath in moov and header is not None:
+            start, end = (int(v) for v in header.removeprefix("bytes=").split("-"))
+            size = (spans_root / relpath).stat().st_size
+            if start > 0 and end != size - 1 and start < moov[relpath]:
+                span_bytes += end + 1 - start
+    assert sum(s.bytes_sent for key, s in stats.by_file.items() if key.endswith(".mp4")) > span_bytes > own
+    assert span_bytes <= 1.2 * own, (span_bytes, own)
+
+
+def moov_offset(path: Path) -> int:
+    data, offset = path.read_bytes(), 0
+    while offset < len(data):
+        size, kind = struct.unpack_from(">I4s", data, offset)
+        if kind == b"moov":
+            return offset
+        offset += size
+    raise AssertionError(f"no moov in {path}")

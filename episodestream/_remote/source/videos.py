@@ -44,6 +44,11 @@ HEADER_BLOCK_BYTES = 4096
 # its usual reads, no more. At least a block (a small file's moov), at most the reader's largest
 # kept piece (the walk must find it there).
 _TAIL_FRACTION = 256
+# The start of the file, read with its tail: ftyp and the box headers after it (LeRobot's mp4s open
+# with ftyp, free and mdat's header in 48 bytes). A whole block here cost 4 KiB per file and node
+# of which the walk needed a few dozen bytes; a layout reaching further costs the walk its usual
+# block reads.
+_HEAD_BYTES = 512
 RAMP_ADMISSIONS = 4  # the pool's first slots draw from 1, 2 and 4 episodes
 # The head start passed on to the next DataLoader worker (``turn``): a first batch of two decode
 # groups draws from the pool's first two slots, one episode then two.
@@ -367,8 +372,21 @@ class RemoteVideos(EpisodeVideos):
         name = files.cache_name("headers", relpath, ".hdr")
         size = files.size_bytes(relpath)
         found: dict[str, Mp4Header] = {}
+        tail: list[tuple[int, bytes]] = []  # the file's tail, once read
 
         def read(start: int, end: int) -> bytes:
+            if tail:
+                # A moov longer than the tail read starts before it: only the part before the tail
+                # crosses the link again (asked whole, it cost the tail's bytes twice per file).
+                tail_start, data = tail[0]
+                if start >= tail_start:
+                    return data[start - tail_start:end - tail_start]
+                if end > tail_start:
+                    return files.read_range(relpath, start, tail_start, exact=True) + data[:end - tail_start]
+                if start >= _HEAD_BYTES:
+                    # A box header between the head and the tail (moov's, before a moov longer than
+                    # the tail): its bytes only, since a block here is fetched again with that moov.
+                    return files.read_range(relpath, start, end, exact=True)
             # Small blocks: box headers sit just before megabytes of mdat that are not wanted here.
             return files.read_range(relpath, start, end, block_bytes=HEADER_BLOCK_BYTES)
 
@@ -378,7 +396,10 @@ class RemoteVideos(EpisodeVideos):
             # for together with its start, and the walk then finds both in the reader's pieces.
             tail_start = max(HEADER_BLOCK_BYTES, size - _tail_bytes(size))
             if tail_start < size:
-                _read_both(lambda: read(0, HEADER_BLOCK_BYTES), lambda: read(tail_start, size))
+                def read_tail() -> None:
+                    tail.append((tail_start, read(tail_start, size)))
+
+                _read_both(lambda: files.read_range(relpath, 0, _HEAD_BYTES, block_bytes=_HEAD_BYTES), read_tail)
             header = read_header(read, size)
             stored = tmp.write_bytes(header.to_bytes())
             found["header"] = header

@@ -52,7 +52,9 @@ class ControllerConfig:
         smallest round trip we believe (a transfer-free round trip can compute to ~0).
     Retrying one request:
         ``max_attempts``, ``base_backoff_s``, ``max_backoff_s``, ``max_retry_after_s`` (longest
-        ``Retry-After`` honoured), ``request_timeout_s`` (given to the HTTP client per attempt).
+        ``Retry-After`` honoured), ``max_throttle_wait_s`` (how long one request may wait as
+        throttles with ``Retry-After`` ask before those count as failed attempts),
+        ``request_timeout_s`` (given to the HTTP client per attempt).
     Sharing across processes:
         ``permits_dir``: where node-wide permits and state live (node-local; default
         ``/dev/shm/episodestream-<uid>/permits`` where /dev/shm is writable, else under the
@@ -83,6 +85,7 @@ class ControllerConfig:
     base_backoff_s: float = _knob("float", 0.5, low=0, open_low=True)
     max_backoff_s: float = _knob("float", 30.0, low=0, open_low=True)
     max_retry_after_s: float = _knob("float", 120.0, low=0, open_low=True)
+    max_throttle_wait_s: float = _knob("float", 300.0, low=0)
     request_timeout_s: float = _knob("float", 30.0, low=0, open_low=True)
     idle_reset_s: float = _knob("float", 300.0, low=0, open_low=True)
     permits_dir: str | None = _knob("path", None)

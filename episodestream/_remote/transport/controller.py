@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import random
 import threading
 import time
 from collections import deque
@@ -245,7 +246,8 @@ class DownloadController:
         """The server throttled a request (also when a client library retried it internally).
 
         429 and 503 (and any response with ``Retry-After``) cut the budget; 408 and 504 count as
-        timeouts. ``retry_after_s`` pauses new permits node-wide (up to ``max_retry_after_s``).
+        timeouts. ``retry_after_s`` pauses new permits node-wide (up to ``max_retry_after_s``, plus
+        up to ``base_backoff_s`` of jitter).
         Other statuses are not throttling and change nothing.
         """
         if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
@@ -259,7 +261,10 @@ class DownloadController:
             reason = f"HTTP {status}" + ("" if retry_after_s is None else f", Retry-After {retry_after_s:g} s")
             self._cut(now, record, estimator, reason)
             if retry_after_s:  # "Retry-After: 0" is throttling, but asks for no pause
-                until = now + min(retry_after_s, self.config.max_retry_after_s)
+                # Jittered by up to base_backoff_s: nodes throttled in the same second (a launch)
+                # would otherwise all come back at the same instant and be throttled together again.
+                jitter_s = random.uniform(0.0, self.config.base_backoff_s)
+                until = now + min(retry_after_s, self.config.max_retry_after_s) + jitter_s
                 if until > record.pause_until_s:
                     record.pause_until_s = until
                     self._log.info("download permits paused for %.1f s (%s)", until - now, reason)

@@ -117,11 +117,16 @@ def request(attempt: Callable[[float], T], *, url: str, policy: RetryPolicy,
     """Run ``attempt(timeout_s)`` (one complete request) until it succeeds or attempts run out.
 
     Each attempt holds a permit of ``controller`` (if any) and is timed; ``count(name)`` is told
-    of each attempt (``"attempts"``) and failure (``COUNTER_OF_KIND``). Raises ``DownloadError``
+    of each attempt (``"attempts"``) and failure (``COUNTER_OF_KIND``). A throttle that says when
+    to come back (``Retry-After``) is waited out without counting as a failed attempt, for up to
+    ``max_throttle_wait_s`` per request. Raises ``DownloadError``
     (``method`` and ``url`` named, redacted) when the link failed ``max_attempts`` times, or the
     client's own error after one attempt when the failure is fatal (see the module docstring).
     """
-    for number in range(1, policy.config.max_attempts + 1):
+    attempts = failed = 0
+    throttled_s = 0.0  # time waited as throttles with Retry-After asked, not counted as failures
+    while True:
+        attempts += 1
         if count is not None:
             count("attempts")
         try:
@@ -135,10 +140,18 @@ def request(attempt: Callable[[float], T], *, url: str, policy: RetryPolicy,
                 controller.record_failure(failure)
             if failure.kind == "fatal":
                 raise
-            if number == policy.config.max_attempts:
-                raise DownloadError(url, failure.status, number, normalised, method) from error
-            policy.sleep(policy.delay_s(number, retry_after_s=failure.retry_after_s))
-    raise AssertionError("unreachable: the loop returns or raises")
+            failed += 1
+            delay_s = policy.delay_s(failed, retry_after_s=failure.retry_after_s)
+            if failure.kind == "throttle" and failure.retry_after_s is not None \
+                    and throttled_s + delay_s <= policy.config.max_throttle_wait_s:
+                # The server said when to come back: a rate limit shared by many ranks answers a
+                # launch with 429s for longer than max_attempts allow, and a rank that gave up
+                # after 5 of them failed its run (6 of 32 ranks at 8 nodes x 4, 15 requests/s).
+                failed -= 1
+                throttled_s += delay_s
+            elif failed == policy.config.max_attempts:
+                raise DownloadError(url, failure.status, attempts, normalised, method) from error
+            policy.sleep(delay_s)
 
 
 def _attempt(attempt: Callable[[float], T], timeout_s: float, controller: DownloadController | None) -> T:
