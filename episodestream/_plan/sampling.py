@@ -515,27 +515,13 @@ class ConsumerSchedule:
         opened = int(np.searchsorted(self._a, slot, side="right"))
         if opened <= done:
             return pieces, []
-        # Every open segment's keys and frames in key order at once (a pool of the whole share opens
-        # every segment): its frames with keys below the slot are consumed, and the slot's first
-        # ``offset`` emits in emission order (by key; ties in segment order, as emitted).
-        keys = self._window_keys(done, opened)
-        lengths = self._lengths[done:opened]
-        frames = _concatenated_frames(self._segments[done:opened], lengths)
-        segment = np.repeat(np.arange(len(lengths)), lengths)
-        if self.shuffle:
-            bits = self._order_bits(int(self._before[done]), int(self._before[opened]))
-            if len(lengths) < 2**(64 - _ORDER_BITS):
-                order = np.argsort(segment.astype(np.uint64) << np.uint64(_ORDER_BITS) | bits, kind="stable")
-            else:  # too many segments for the bits above: the same order, slower
-                order = np.lexsort((bits, segment))
-            frames = frames[order]
+        keys, lengths, segment, order, first = self._open_keys(slot, offset, done, opened)
+        frames = _concatenated_frames(self._segments[done:opened], lengths)[order]
         cuts = np.bincount(segment, weights=keys < slot, minlength=len(lengths)).astype(np.int64)
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         episodes = [s.episode_index for s in self._segments[done:opened]]
         pieces += [(episode, frames[start:start + cut]) for episode, start, cut in zip(episodes, starts.tolist(),
                                                                                       cuts.tolist())]
-        in_slot = np.flatnonzero((keys >= slot) & (keys < slot + 1))
-        first = in_slot[np.argsort(keys[in_slot], kind="stable")[:offset]]
         pieces += [(episodes[k], np.array([frame])) for k, frame in zip(segment[first].tolist(), frames[first].tolist())]
         return pieces, []
 
@@ -560,21 +546,9 @@ class ConsumerSchedule:
         opened = int(np.searchsorted(self._a, slot, side="right"))
         out: list[tuple[int, Frames]] = []
         if opened > done:
-            keys = self._window_keys(done, opened)
-            lengths = self._lengths[done:opened]
-            segment = np.repeat(np.arange(len(lengths)), lengths)
-            # Key j of the concatenation emits frame order[j] of it (``consumed``'s permutation).
-            if not self.shuffle:
-                order = np.arange(len(keys))
-            elif len(lengths) < 2**(64 - _ORDER_BITS):
-                bits = self._order_bits(int(self._before[done]), int(self._before[opened]))
-                order = np.argsort(segment.astype(np.uint64) << np.uint64(_ORDER_BITS) | bits, kind="stable")
-            else:
-                bits = self._order_bits(int(self._before[done]), int(self._before[opened]))
-                order = np.lexsort((bits, segment))
+            keys, lengths, segment, order, first = self._open_keys(slot, offset, done, opened)
             taken = keys < slot
-            in_slot = np.flatnonzero((keys >= slot) & (keys < slot + 1))
-            taken[in_slot[np.argsort(keys[in_slot], kind="stable")[:offset]]] = True
+            taken[first] = True
             kept = np.ones(len(keys), dtype=bool)
             kept[order[taken]] = False
             frames = _concatenated_frames(self._segments[done:opened], lengths)
@@ -589,6 +563,29 @@ class ConsumerSchedule:
                     out.append((done + k, rest[end - left_k:end]))
         out += [(i, self._segments[i].frames) for i in range(max(opened, done), n)]
         return out
+
+    def _open_keys(self, slot: int, offset: int, done: int,
+                   opened: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """What ``consumed`` and ``left`` need of segments ``done..opened-1``, open at the position
+        (``slot``, ``offset``), all at once (a pool of the whole share opens every segment): their keys
+        (``_window_keys``), lengths, each key's segment (0-based among them), ``order`` (key j emits
+        frame ``order[j]`` of their frames laid end to end) and ``first``, the keys of ``slot`` emitted
+        before the position (its first ``offset`` by key, ties in segment order, as emitted). Frames
+        with keys below ``slot``, and ``first``, are what was consumed of them."""
+        keys = self._window_keys(done, opened)
+        lengths = self._lengths[done:opened]
+        segment = np.repeat(np.arange(len(lengths)), lengths)
+        if not self.shuffle:
+            order = np.arange(len(keys))
+        else:
+            bits = self._order_bits(int(self._before[done]), int(self._before[opened]))
+            if len(lengths) < 2**(64 - _ORDER_BITS):
+                order = np.argsort(segment.astype(np.uint64) << np.uint64(_ORDER_BITS) | bits, kind="stable")
+            else:  # too many segments for the bits above: the same order, slower
+                order = np.lexsort((bits, segment))
+        in_slot = np.flatnonzero((keys >= slot) & (keys < slot + 1))
+        first = in_slot[np.argsort(keys[in_slot], kind="stable")[:offset]]
+        return keys, lengths, segment, order, first
 
     def _pool_steps(self, first_slot: int, offset: int) -> Iterator[Step]:
         a, b, segments = self._a, self._b, self._segments

@@ -35,11 +35,11 @@ from episodestream._format.episode_filters import (
 )
 from episodestream._plan.curation import Anchors, anchor_counts, check_epoch_size, check_keep_frames, check_weights
 from episodestream._runtime.needed_spans import NeededEpisodes
-from episodestream._runtime.pool_size import video_decoder_limit
+from episodestream._runtime.pool_size import decoders_per_thread
 from episodestream._runtime.dataset_stats import exact_stats
 from episodestream._runtime.source_options import SourceOptions, takes_source_options
 from episodestream._runtime.sources import open_source
-from episodestream._sample.video.decoder_cache import MAX_DECODERS, DecoderCache
+from episodestream._sample.video.decoder_cache import DecoderCache
 from episodestream._sample.video.backends import resolve_backend
 
 if TYPE_CHECKING:
@@ -205,8 +205,7 @@ class DatasetCore:
         (``_sample.video.decoder_cache``), each keeping at least ``MAX_DECODERS``, so that a consumer's
         decoders stay within its memory budget (or what 128 per thread held before it) however many
         threads decode."""
-        per_thread = max(MAX_DECODERS, video_decoder_limit(self.meta) // max(1, threads))
-        capacity = max(1, min(per_thread, working_set * max(1, len(self.meta.video_keys))))
+        capacity = max(1, min(decoders_per_thread(self.meta, threads), working_set * max(1, len(self.meta.video_keys))))
         return DecoderCache(self.open_video, capacity=capacity)
 
 

@@ -101,6 +101,13 @@ def video_decoder_limit(meta: DatasetMeta) -> int:
     return decoder_limit(pixels)
 
 
+def decoders_per_thread(meta: DatasetMeta, threads: int) -> int:
+    """The decoders each of a consumer's ``threads`` decode threads may keep open: the consumer's
+    ``video_decoder_limit`` split between them, and at least ``MAX_DECODERS`` (what each kept before
+    decoders were sized by memory)."""
+    return max(MAX_DECODERS, video_decoder_limit(meta) // max(1, threads))
+
+
 def spread_pool(meta: DatasetMeta) -> int:
     """The pool whose episodes' files (one per camera each, at worst) a decoder cache keeps open."""
     cameras = len(meta.video_keys)
@@ -122,9 +129,8 @@ def choose_pool_size(meta: DatasetMeta, selection: EpisodeSelection, *, remote: 
     # Nor need it pass the selection's episodes + 1 (a consumer owns at most those); never below 16.
     spread = max(NARROW_POOL, min(spread, by_rows, len(selection) + 1))
     files = selection.video_files() if cameras else 0
-    # Every file open in each of the decode threads the choice allows for (the consumer's budget
-    # split between them, ``DatasetCore.decoder_cache``); at least what 128 a thread held before.
-    cap = max(MAX_DECODERS, video_decoder_limit(meta) // AUTO_DECODE_THREADS) if cameras else 0
+    # Every file open in each of the decode threads the choice allows for (``DatasetCore.decoder_cache``).
+    cap = decoders_per_thread(meta, AUTO_DECODE_THREADS) if cameras else 0
     bytes_of = pool_bytes() if remote and pool_bytes is not None else None
     if bytes_of is not None:
         # A remote episode's video is a file of its own per camera (its span of the shared file, in

@@ -101,12 +101,10 @@ def minimum_cache_bytes(files: CachedFiles, meta: EpisodesOf, episodes_in_flight
     largest episodes' video (``episode_cache_bytes``; where files are looked up by name, of the
     ``episodes_in_flight`` longest episodes)."""
     if files.knows_every_file:
-        largest = sorted(episode_cache_bytes(files, meta).values(), reverse=True)
-    else:
-        table = meta.episodes
-        longest = [table.at(int(row)) for row in np.argsort(-table.length, kind="stable")[:episodes_in_flight]]
-        largest = sorted(episode_cache_bytes(files, meta, longest).values(), reverse=True)
-    return metadata_bytes(files) + sum(largest[:episodes_in_flight])
+        return pool_cache_bytes(files, meta, 0)(episodes_in_flight)
+    table = meta.episodes
+    longest = [table.at(int(row)) for row in np.argsort(-table.length, kind="stable")[:episodes_in_flight]]
+    return metadata_bytes(files) + sum(episode_cache_bytes(files, meta, longest).values())
 
 
 def pool_cache_bytes(files: CachedFiles, meta: EpisodesOf, extra_episodes: int) -> Callable[[int], int]:
