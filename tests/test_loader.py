@@ -117,8 +117,9 @@ class _ThreadCheckingReader:
 
 
 def test_many_threads_many_epochs_same_stream_and_no_shared_decoder(many_episodes_root):
-    """A decoder is never used by two threads at once, and within a pass by one thread only; a
-    local dataset's decoders serve the next pass's threads (not reopened per pass)."""
+    """A decoder is never used by two threads at once (the threads share one cache, lending each
+    decoder to one at a time); a local dataset's decoders serve the next pass's threads (not
+    reopened per pass)."""
     expected = reference_batches(many_episodes_root, 6, epochs=3, seed=9, decode_group_size=1, return_uint8=True)
     dataset = EpisodeStreamingDataset(many_episodes_root, seed=9, decode_group_size=1, return_uint8=True)
     users, overlaps = defaultdict(set), []
@@ -129,7 +130,6 @@ def test_many_threads_many_epochs_same_stream_and_no_shared_decoder(many_episode
         users.clear()
         assert_same_batches(list(loader), expected[epoch])
         passes.append({key: set(threads) for key, threads in users.items()})
-        assert all(len(u) == 1 for u in users.values()), f"pass {epoch}: a decoder was used by more than one thread"
     loader.close()
     assert overlaps == [], f"decoders {sorted(set(overlaps))} were used by two threads at once"
     threads_used = set().union(*passes[0].values())

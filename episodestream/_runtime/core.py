@@ -35,7 +35,7 @@ from episodestream._format.episode_filters import (
 )
 from episodestream._plan.curation import Anchors, anchor_counts, check_epoch_size, check_keep_frames, check_weights
 from episodestream._runtime.needed_spans import NeededEpisodes
-from episodestream._runtime.pool_size import decoders_per_thread
+from episodestream._runtime.pool_size import video_decoder_limit
 from episodestream._runtime.dataset_stats import exact_stats
 from episodestream._runtime.source_options import SourceOptions, takes_source_options
 from episodestream._runtime.sources import open_source
@@ -200,12 +200,12 @@ class DatasetCore:
         return self.files.episode_videos(turn=turn)
 
     def decoder_cache(self, working_set: int, *, threads: int = 1) -> DecoderCache:
-        """A decoder cache for one of a consumer's ``threads`` decode threads, holding ``working_set``
-        episodes' files of every camera: the threads share the consumer's ``decoder_limit``
-        (``_sample.video.decoder_cache``), each keeping at least ``MAX_DECODERS``, so that a consumer's
-        decoders stay within its memory budget (or what 128 per thread held before it) however many
-        threads decode."""
-        capacity = max(1, min(decoders_per_thread(self.meta, threads), working_set * max(1, len(self.meta.video_keys))))
+        """A consumer's decoder cache, shared by its ``threads`` decode threads, for ``working_set``
+        episodes' files of every camera: within the consumer's ``decoder_limit``
+        (``_sample.video.decoder_cache``) however many threads decode, and no wider than those files
+        open in every thread at once (the most it may need: each thread reading each at once)."""
+        cameras = max(1, len(self.meta.video_keys))
+        capacity = max(1, min(video_decoder_limit(self.meta), working_set * cameras * max(1, threads)))
         return DecoderCache(self.open_video, capacity=capacity)
 
 

@@ -8,6 +8,8 @@ resume states. A mixture drives its components through the same object.
 
 from __future__ import annotations
 
+import threading
+
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +35,7 @@ from episodestream._runtime.stream_runtime import StreamRuntime
 from episodestream._runtime.lookahead.worker_turns import WorkerTurns
 from episodestream._sample.builder import PendingSample, SampleBuilder
 from episodestream._sample.holds import HeldEpisodes
-from episodestream._sample.video.decoder_cache import DecoderCache
+from episodestream._sample.video.decoder_cache import DecoderCache, DecoderShare
 
 
 
@@ -271,6 +273,8 @@ class _DatasetStream(ConsumerStream):
         # Opened by the first groups() call, so that a stream nobody pulls holds nothing.
         self._videos: EpisodeVideos | None = None
         self._groups: Iterator[PlannedGroup] | None = None
+        self._decoders: DecoderCache | None = None  # opened by the first thread that decodes
+        self._decoders_lock = threading.Lock()
 
     def groups(self) -> Iterator[PlannedGroup]:
         if self._groups is None:
@@ -278,8 +282,12 @@ class _DatasetStream(ConsumerStream):
             self._groups = self._runtime.planned_groups(self._steps, self._videos, schedule=self._schedule)
         return self._groups
 
-    def open_decoders(self, threads: int = 1) -> DecoderCache:
-        return self._runtime.core.decoder_cache(self._runtime.settings.episode_pool_size, threads=threads)
+    def open_decoders(self, threads: int = 1) -> DecoderShare:
+        with self._decoders_lock:  # the pass's threads start at once; they share one cache
+            if self._decoders is None:
+                self._decoders = self._runtime.core.decoder_cache(self._runtime.settings.episode_pool_size,
+                                                                  threads=threads)
+            return self._decoders.share()
 
     def release(self, group: PlannedGroup) -> None:
         for episode in group.evicted:

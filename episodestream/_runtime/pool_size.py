@@ -7,16 +7,17 @@ episode) distinct episodes, where a global shuffle gives nearly min(W, episodes)
 wide as a consumer's share is a global shuffle of that share (``_plan.sampling``: every episode
 emits at an even pace over the whole stream), over batches and over hundreds of steps alike
 (``_plan.shuffle_quality``, docs/benchmarks.md). What a wide pool costs is not rows (tabular, small)
-but decoders: every pooled episode's video files stay in reach of every decode thread, whose
-decoder cache holds at most ``video_decoder_limit`` (a memory budget, ``_sample.video.decoder_cache``),
+but decoders: every pooled episode's video files stay in reach of the consumer's decode threads, whose
+shared decoder cache holds at most ``video_decoder_limit`` (a memory budget, ``_sample.video.decoder_cache``),
 and an open per sample and camera costs about half a decode (docs/benchmarks.md, "Shuffle over
 training windows"). So:
 
-- where the selection's video files (every camera's) fit that limit split between two decode
-  threads (v3.0's shared files; ~290 files at 240x320), a wide pool reopens no decoder: the pool is the selection's episodes + 1 (at least
+- where the selection's video files (every camera's) fit that limit (v3.0's shared files, and v2.x's
+  file per episode and camera up to ~580 files at 240x320), a wide pool reopens no decoder: the pool
+  is the selection's episodes + 1 (at least
   any consumer's share, so each consumer shuffles its whole share), at most what
   ``ROWS_BUDGET_BYTES`` of rows hold;
-- elsewhere (a file per episode and camera, v2.x, or more files than that) it is the *spread* pool:
+- elsewhere (more files than that) it is the *spread* pool:
   96, or fewer where 96 x cameras would pass ``MAX_DECODERS`` (2 cameras: 64, 3: 42), where the rows
   budget holds fewer, or where the selection has fewer episodes (at least 16);
 - a remote source keeps each pooled episode's video in the node cache as a file of its own per
@@ -61,9 +62,10 @@ REMOTE_SPREAD_POOL = 64
 # episode: ~1,300 episodes, a global shuffle's diversity over 100 steps for 4 workers per rank on 8
 # ranks) on a node's local disk; a cache_limit narrows it (docs/benchmarks.md, "Remote sources").
 REMOTE_POOL_BYTES = 4 * 2**30
-# Decode threads per consumer a wide pool keeps every file open in: DataLoader workers decode on one,
-# EpisodeLoader on 2 cores on two. More threads share the same decoder budget, each keeping fewer
-# files open (a wide pool then reopens some: slower, never more memory).
+# Decode threads per consumer a wide pool is sized for: DataLoader workers decode on one,
+# EpisodeLoader on 2 cores on two. A consumer's threads share one decoder cache, each file open once
+# plus a decoder lent to each other thread at once (``DatasetCore.decoder_cache``); more threads
+# than this lend a few more, which the cache makes room for by closing idle ones.
 AUTO_DECODE_THREADS = 2
 ROWS_BUDGET_BYTES = 256 * 2**20  # a consumer's pooled rows, estimated from the features' shapes
 _TEXT_BYTES = 64  # a string or language row's guess: their sizes are not in info.json
@@ -101,11 +103,10 @@ def video_decoder_limit(meta: DatasetMeta) -> int:
     return decoder_limit(pixels)
 
 
-def decoders_per_thread(meta: DatasetMeta, threads: int) -> int:
-    """The decoders each of a consumer's ``threads`` decode threads may keep open: the consumer's
-    ``video_decoder_limit`` split between them, and at least ``MAX_DECODERS`` (what each kept before
-    decoders were sized by memory)."""
-    return max(MAX_DECODERS, video_decoder_limit(meta) // max(1, threads))
+def pool_decoders(meta: DatasetMeta) -> int:
+    """The decoders a consumer's pool may keep open, one per file: its ``video_decoder_limit`` less
+    one lent to each other of ``AUTO_DECODE_THREADS`` threads reading a file at once."""
+    return video_decoder_limit(meta) - (AUTO_DECODE_THREADS - 1)
 
 
 def spread_pool(meta: DatasetMeta) -> int:
@@ -129,8 +130,8 @@ def choose_pool_size(meta: DatasetMeta, selection: EpisodeSelection, *, remote: 
     # Nor need it pass the selection's episodes + 1 (a consumer owns at most those); never below 16.
     spread = max(NARROW_POOL, min(spread, by_rows, len(selection) + 1))
     files = selection.video_files() if cameras else 0
-    # Every file open in each of the decode threads the choice allows for (``DatasetCore.decoder_cache``).
-    cap = decoders_per_thread(meta, AUTO_DECODE_THREADS) if cameras else 0
+    # Every file open once in the cache the consumer's decode threads share (``DatasetCore.decoder_cache``).
+    cap = pool_decoders(meta) if cameras else 0
     bytes_of = pool_bytes() if remote and pool_bytes is not None else None
     if bytes_of is not None:
         # A remote episode's video is a file of its own per camera (its span of the shared file, in

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from episodestream._sample.builder import PendingSample
 from episodestream._sample.chw import FrameWrites
+from episodestream._sample.video.decoder_cache import DecoderCache
 
 
 @dataclass
@@ -28,10 +29,10 @@ class PlannedGroup:
 
 
 class DecoderSet(Protocol):
-    """One decode thread's decoders, as the stream's builder uses them (a ``DecoderCache``, or a
-    mixture's caches of every component); never shared between threads."""
+    """One decode thread's decoders, as the stream's builder uses them (its share of the consumer's
+    ``DecoderCache``, or a mixture's shares of every component's); one thread's at a time."""
 
-    def stats(self) -> dict[str, int]: ...
+    def caches(self) -> list[DecoderCache]: ...  # the caches it reads through, for their stats
 
     def close(self) -> None: ...
 
@@ -55,10 +56,13 @@ class GroupBuilder(Protocol):
 
 
 def summed_stats(decoder_sets: Sequence[DecoderSet]) -> dict[str, int]:
-    """The decoder sets' ``stats()`` (hits, misses, evictions), summed key by key."""
+    """The stats (hits, misses, evictions, open, capacity) of the caches the decoder sets read
+    through, each cache counted once (a consumer's threads share theirs), summed key by key."""
+    caches = {id(cache): cache for decoders in list(decoder_sets)  # a copy: threads append theirs as they start
+              for cache in decoders.caches()}
     totals: dict[str, int] = {}
-    for decoders in list(decoder_sets):  # a copy: decode threads append theirs as they start
-        for key, value in decoders.stats().items():
+    for cache in caches.values():
+        for key, value in cache.stats().items():
             totals[key] = totals.get(key, 0) + value
     return totals
 
@@ -85,8 +89,9 @@ class ConsumerStream(ABC):
 
     @abstractmethod
     def open_decoders(self, threads: int = 1) -> DecoderSet:
-        """Fresh decoders for one of ``threads`` decode threads (they share the consumer's decoder
-        budget, ``_runtime.core.DatasetCore.decoder_cache``)."""
+        """One of ``threads`` decode threads' share of the pass's decoders (one cache the threads
+        share, within the consumer's budget: ``_runtime.core.DatasetCore.decoder_cache``); called
+        from each thread as it starts."""
 
     @abstractmethod
     def release(self, group: PlannedGroup) -> None:

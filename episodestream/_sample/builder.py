@@ -21,7 +21,7 @@ from episodestream._format.metadata import DatasetMeta
 from episodestream._format.rows import EpisodeRows
 from episodestream._sample.depth import DepthDecoding
 from episodestream._sample.images import decode_image
-from episodestream._sample.video.decoder_cache import DecodedFile, DecoderCache, FrameQuery, decode_files
+from episodestream._sample.video.decoder_cache import DecodedFile, DecoderCache, DecoderShare, FrameQuery, decode_files
 
 
 def delta_indices(meta: DatasetMeta, delta_timestamps: Mapping[str, Sequence[float]] | None,
@@ -223,7 +223,7 @@ class SampleBuilder:
                     item[key] = self._image_transforms(item[key])
         return item
 
-    def decode(self, cache: DecoderCache, pendings: Sequence[PendingSample]) -> dict[str, DecodedFile]:
+    def decode(self, cache: DecoderCache | DecoderShare, pendings: Sequence[PendingSample]) -> dict[str, DecodedFile]:
         """Decode the frames of several samples together: one decoder call per file."""
         return decode_files(cache, [q for p in pendings for q in p.queries], fps=self._meta.fps,
                             tolerance_s=self._tolerance_s)

@@ -23,8 +23,8 @@ import torch
 from episodestream._sample.builder import PendingSample, as_tensor
 from episodestream._format.metadata import EpisodeInfo
 from episodestream._runtime.mixture.schema import ComponentAdapter
-from episodestream._runtime.stream import ConsumerStream, DecoderSet, GroupBuilder, PlannedGroup, summed_stats
-from episodestream._sample.video.decoder_cache import DecodedFile, FrameQuery
+from episodestream._runtime.stream import ConsumerStream, DecoderSet, GroupBuilder, PlannedGroup
+from episodestream._sample.video.decoder_cache import DecodedFile, DecoderCache, FrameQuery
 
 
 class _Renamer:
@@ -77,7 +77,7 @@ class ComponentBuilder:
 
 
 class ComponentDecoders:
-    """One decode thread's decoders: a ``DecoderCache`` of each component, by component."""
+    """One decode thread's decoders: its share of each component's ``DecoderCache``, by component."""
 
     def __init__(self, caches: Sequence[DecoderSet]) -> None:
         self._caches = list(caches)
@@ -85,8 +85,8 @@ class ComponentDecoders:
     def __getitem__(self, component: int) -> DecoderSet:
         return self._caches[component]
 
-    def stats(self) -> dict[str, int]:
-        return summed_stats(self._caches)
+    def caches(self) -> list[DecoderCache]:
+        return [cache for decoders in self._caches for cache in decoders.caches()]
 
     def close(self) -> None:
         for cache in self._caches:

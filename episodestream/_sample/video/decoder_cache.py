@@ -1,9 +1,13 @@
-"""A per-consumer LRU of open video decoders, and grouped, tolerance-checked frame queries."""
+"""A per-consumer LRU of open video decoders its decode threads share, and grouped, tolerance-checked
+frame queries."""
 
 from __future__ import annotations
 
+import itertools
+import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,10 +65,15 @@ class FrameQuery:
 
 
 class DecoderCache:
-    """Open decoders by file path, least recently used closed first.
+    """Open decoders by file path, the least recently used closed first; one per consumer, shared by
+    its decode threads.
 
-    One per consumer (DataLoader worker or main process), never module-level: decoders hold FFmpeg
-    state that must not be shared across processes.
+    Never module-level: decoders hold FFmpeg state that must not cross processes. A decoder is lent
+    to one thread at a time (``reading``: FFmpeg's state is not thread-safe), and a file that two
+    threads read at once gets a second decoder. So a consumer keeps each file of a wide pool open
+    once, not once per thread, and its decoders never pass ``capacity`` (its memory budget, lent
+    ones included) however many threads decode. Each thread holds it through ``share()``; the last
+    to close closes it.
     """
 
     def __init__(self, open_reader: Callable[[str], VideoReader], *, capacity: int) -> None:
@@ -72,34 +81,126 @@ class DecoderCache:
             raise ValueError(f"decoder cache capacity must be in 1..{DECODERS_CEILING}, got {capacity!r}.")
         self._open_reader = open_reader
         self.capacity = capacity
-        self._readers: OrderedDict[str, VideoReader] = OrderedDict()
+        self._lock = threading.Lock()  # the threads sharing it lend and return at once
+        # Idle decoders by a token, least recently returned first; the tokens of each file's.
+        self._idle: OrderedDict[int, tuple[_Key, VideoReader]] = OrderedDict()
+        self._idle_of: dict[_Key, list[int]] = {}
+        self._tokens = itertools.count()
+        self._lent = 0
+        self._shares = 0
+        self._closed = False
         self._hits = self._misses = self._evictions = 0
 
-    def get(self, path: str, *, depth: bool = False) -> VideoReader:
-        """The open decoder of ``path``; a depth camera's (``depth``) decodes its 12-bit planes with
-        PyAV whatever the backend, as LeRobot does (torchcodec hands over RGB frames only)."""
-        reader = self._readers.get(path)
-        if reader is not None:
-            self._hits += 1
-            self._readers.move_to_end(path)
-            return reader
-        self._misses += 1
-        reader = PyAVReader(path, pixel_format="gray12le") if depth else self._open_reader(path)
-        self._readers[path] = reader
-        if len(self._readers) > self.capacity:
-            _, old = self._readers.popitem(last=False)
+    @contextmanager
+    def reading(self, path: str, *, depth: bool = False) -> Iterator[VideoReader]:
+        """An open decoder of ``path``, this thread's until the block ends; a depth camera's
+        (``depth``) decodes its 12-bit planes with PyAV whatever the backend, as LeRobot does
+        (torchcodec hands over RGB frames only). One that raised is closed, not kept."""
+        key = (path, depth)
+        reader = self._lend(key)
+        kept = False
+        try:
+            yield reader
+            kept = True
+        finally:
+            self._give_back(key, reader, keep=kept)
+
+    def _lend(self, key: _Key) -> VideoReader:
+        with self._lock:
+            tokens = self._idle_of.get(key)
+            if tokens:
+                token = tokens.pop()
+                if not tokens:
+                    del self._idle_of[key]
+                self._hits += 1
+                self._lent += 1
+                return self._idle.pop(token)[1]
+            self._misses += 1
+            self._lent += 1
+        try:  # outside the lock: an open is slow, and other threads' files are open already
+            path, depth = key
+            return PyAVReader(path, pixel_format="gray12le") if depth else self._open_reader(path)
+        except BaseException:
+            with self._lock:
+                self._lent -= 1
+            raise
+
+    def _give_back(self, key: _Key, reader: VideoReader, *, keep: bool) -> None:
+        with self._lock:
+            self._lent -= 1
+            keep = keep and not self._closed
+            closing = [] if keep else [reader]
+            if keep:
+                token = next(self._tokens)
+                self._idle[token] = (key, reader)
+                self._idle_of.setdefault(key, []).append(token)
+            while self._idle and len(self._idle) + self._lent > self.capacity:
+                token, (old_key, old) = self._idle.popitem(last=False)
+                tokens = self._idle_of[old_key]
+                tokens.remove(token)
+                if not tokens:
+                    del self._idle_of[old_key]
+                closing.append(old)
+                self._evictions += 1
+        for old in closing:
             old.close()
-            self._evictions += 1
-        return reader
+
+    def share(self) -> DecoderShare:
+        """One decode thread's hold on this cache (its ``DecoderSet``)."""
+        with self._lock:
+            self._shares += 1
+        return DecoderShare(self)
+
+    def _unshare(self) -> None:
+        with self._lock:
+            self._shares -= 1
+            last = self._shares == 0
+        if last:
+            self.close()
+
+    def caches(self) -> list[DecoderCache]:
+        return [self]
 
     def stats(self) -> dict[str, int]:
-        return {"hits": self._hits, "misses": self._misses, "evictions": self._evictions,
-                "open": len(self._readers), "capacity": self.capacity}
+        with self._lock:
+            return {"hits": self._hits, "misses": self._misses, "evictions": self._evictions,
+                    "open": len(self._idle) + self._lent, "capacity": self.capacity}
 
     def close(self) -> None:
-        for reader in self._readers.values():
+        """Close the idle decoders (a lent one is closed when its thread returns it: it is no
+        longer kept)."""
+        with self._lock:
+            readers = [reader for _, reader in self._idle.values()]
+            self._idle.clear()
+            self._idle_of.clear()
+            self._closed = True  # whatever is returned after this is closed, not kept
+        for reader in readers:
             reader.close()
-        self._readers.clear()
+
+
+_Key = tuple[str, bool]  # (path, depth)
+
+
+class DecoderShare:
+    """One decode thread's hold on its consumer's ``DecoderCache``: reads through it, and closing
+    lets go (the cache closes with its last share; its counts stay readable)."""
+
+    def __init__(self, cache: DecoderCache) -> None:
+        self._cache = cache
+        self._closed = False
+
+    def reading(self, path: str, *, depth: bool = False) -> AbstractContextManager[VideoReader]:
+        if self._closed:
+            raise RuntimeError("This thread's decoders were closed.")
+        return self._cache.reading(path, depth=depth)
+
+    def caches(self) -> list[DecoderCache]:
+        return [self._cache]
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._cache._unshare()
 
 
 @dataclass
@@ -115,7 +216,7 @@ class DecodedFile:
         return gather_chw(self.frames, [self.row_of[t] for t in query.timestamps_s])
 
 
-def decode_files(cache: DecoderCache, queries: Sequence[FrameQuery], *, fps: float,
+def decode_files(cache: DecoderCache | DecoderShare, queries: Sequence[FrameQuery], *, fps: float,
                  tolerance_s: float) -> dict[str, DecodedFile]:
     """Decode every query; all timestamps wanted from one file are decoded in one call, and every
     frame is checked to be within ``tolerance_s`` of its query."""
@@ -134,8 +235,8 @@ def decode_files(cache: DecoderCache, queries: Sequence[FrameQuery], *, fps: flo
             # to it, so float32 timestamps a hair below a frame's pts do not land on the previous one.
             with trace_span("decode", cat="video", file=path, frames=len(seconds)):
                 depth = depth_of.get(path)
-                frames, pts_s = cache.get(path, depth=depth is not None).frames_played_at(
-                    [t + half_frame_s for t in seconds])
+                with cache.reading(path, depth=depth is not None) as reader:
+                    frames, pts_s = reader.frames_played_at([t + half_frame_s for t in seconds])
                 if depth is not None:
                     frames = depth.values(frames)
         except Exception as error:
