@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -38,15 +37,9 @@ from episodestream._sample.collate import collate as collate_samples
 from episodestream._runtime.face import StreamingFace, runtime_of
 from episodestream._base.world import World
 from episodestream._sample.video.decoder_cache import FrameQuery
+from episodestream._base.cores import usable_cores
 
 _MAX_DEFAULT_THREADS = 16
-
-
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 class EpisodeLoader:
@@ -98,7 +91,7 @@ class EpisodeLoader:
         self._runtime = runtime_of(dataset)
         self.dataset = dataset
         self.batch_size = check_int("batch_size", batch_size, minimum=1)
-        self.num_threads = (min(_usable_cores(), _MAX_DEFAULT_THREADS) if num_threads is None
+        self.num_threads = (min(usable_cores(), _MAX_DEFAULT_THREADS) if num_threads is None
                             else check_int("num_threads", num_threads, minimum=1))
         self.drop_last = check_bool("drop_last", drop_last)
         self.language_columns = check_language_columns(language_columns)

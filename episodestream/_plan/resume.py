@@ -20,15 +20,18 @@ start of the epoch across legs, so a state saved during a resumed epoch resumes 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from episodestream._base.cores import usable_cores
 from episodestream._base.gc_pause import gc_paused
 from episodestream._base.options import check_bool, check_int
 from episodestream._plan.sampling import (
@@ -51,6 +54,10 @@ from episodestream._base.world import World
 # segment's keys are stratified over its window. /5: all at one point of their strata (systematic). Each
 # time the same (seed, epoch, rank, worker) emits another order, so an older state cannot be resumed exactly.
 STATE_FORMAT = "episodestream.stream_state/6"
+# Threads replaying old consumers' schedules at once on an elastic re-plan: each holds a share's
+# keys (tens of MB at DROID size), so not one per core on a large node.
+_REPLAY_THREADS = 8
+_T = TypeVar("_T")
 
 
 def refuse_other_format(state: object, expected: str, what: str) -> None:
@@ -395,13 +402,12 @@ def _plan_resume(segments: tuple[Segment, ...], *, seed: int, epoch: int, shuffl
             continue
         consumed: list[tuple[int, Frames]] = []
         repeated: list[tuple[int, np.ndarray]] = []
-        for rank, (taken, _) in per_rank.items():
-            for worker, count in enumerate(taken):
-                if count:
-                    world = World(rank, leg.world_size, worker, leg.workers)
-                    pieces, fills = consumer_schedule_of(plan, world, pool_size=leg.pool_size, leg=index).consumed(count)
-                    consumed += pieces
-                    repeated += fills
+        takers = [(World(rank, leg.world_size, worker, leg.workers), count)
+                  for rank, (taken, _) in per_rank.items() for worker, count in enumerate(taken) if count]
+        consumed_by = functools.partial(_consumed_by, plan, pool_size=leg.pool_size, leg=index)
+        for pieces, fills in _each_consumer(consumed_by, takers):
+            consumed += pieces
+            repeated += fills
         segments = tuple(remaining_segments(segments, consumed, repeated))
     if not segments:
         return None
@@ -421,22 +427,22 @@ def _left_segments(segments: tuple[Segment, ...], plan: EpochPlan, leg: Leg, ind
     episodes = np.fromiter(map(attrgetter("episode_index"), segments), np.int64, len(segments))
     if len(np.unique(episodes)) != len(episodes):
         return None
+    def left_of(world: World, count: int) -> list[tuple[int, Frames]] | None:
+        if not count:
+            return [(seg.episode_index, seg.frames) for seg in plan.share(world).segments]
+        schedule = consumer_schedule_of(plan, world, pool_size=leg.pool_size, leg=index)
+        pieces = schedule.left(count)
+        share = schedule.share.segments
+        return None if pieces is None else [(share[i].episode_index, frames) for i, frames in pieces]
+
+    consumers = [(World(rank, leg.world_size, worker, leg.workers), per_rank[rank][0][worker])
+                 for rank in range(leg.world_size) for worker in range(leg.workers)]
     left: dict[int, list[Frames]] = {}
-    for rank in range(leg.world_size):
-        taken = per_rank[rank][0]
-        for worker in range(leg.workers):
-            world = World(rank, leg.world_size, worker, leg.workers)
-            if taken[worker]:
-                schedule = consumer_schedule_of(plan, world, pool_size=leg.pool_size, leg=index)
-                pieces = schedule.left(taken[worker])
-                if pieces is None:
-                    return None
-                share = schedule.share.segments
-                for i, frames in pieces:
-                    left.setdefault(share[i].episode_index, []).append(frames)
-            else:
-                for seg in plan.share(world).segments:
-                    left.setdefault(seg.episode_index, []).append(seg.frames)
+    for pieces in _each_consumer(left_of, consumers):  # in consumer order, as the segments cut them
+        if pieces is None:
+            return None
+        for episode, frames in pieces:
+            left.setdefault(episode, []).append(frames)
     out = []
     for seg in segments:
         parts = left.get(seg.episode_index)
@@ -453,6 +459,22 @@ def _left_segments(segments: tuple[Segment, ...], plan: EpochPlan, leg: Leg, ind
         else:
             out.append(Segment(seg.episode_index, np.concatenate([as_array(part) for part in parts]), seg.period))
     return tuple(out)
+
+
+def _consumed_by(plan: EpochPlan, world: World, count: int, *, pool_size: int,
+                 leg: int) -> tuple[list[tuple[int, Frames]], list[tuple[int, np.ndarray]]]:
+    return consumer_schedule_of(plan, world, pool_size=pool_size, leg=leg).consumed(count)
+
+
+def _each_consumer(work: Callable[[World, int], _T], consumers: Sequence[tuple[World, int]]) -> list[_T]:
+    """``work(world, count)`` of every old consumer, in their order, on threads: each replays a
+    share's keys in large numpy arrays (which release the GIL), and an elastic re-plan of a
+    DROID-sized epoch replays every old consumer's (docs/resume.md, "Elastic resume at scale")."""
+    threads = min(usable_cores(), len(consumers), _REPLAY_THREADS)
+    if threads <= 1:
+        return [work(world, count) for world, count in consumers]
+    with ThreadPoolExecutor(threads, thread_name_prefix="episodestream-replan") as pool:
+        return list(pool.map(lambda consumer: work(*consumer), consumers))
 
 
 def consumer_steps(plan: EpochPlan, world: World, *, pool_size: int, point: ResumePoint | None = None,

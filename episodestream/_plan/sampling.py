@@ -83,11 +83,18 @@ def counter_bits(seed: int, counters: np.ndarray) -> np.ndarray:
     own and a whole share's in one numpy pass: a resume draws the keys of every pooled segment at
     once, where a generator per segment (numpy's Philox re-pointed, ``stream_state/5``) cost a Python
     call each, too slow for a pool of the whole share (docs/resume.md)."""
+    # In place, one scratch array: a resume runs this over a share's frames (millions) per consumer.
+    x = np.array(counters, dtype=np.uint64)
+    scratch = np.empty_like(x)
     with np.errstate(over="ignore"):  # uint64 arithmetic wraps, as SplitMix64 means it to
-        x = np.uint64(seed) + (np.asarray(counters).astype(np.uint64) + np.uint64(1)) * _GOLDEN_GAMMA
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+        x += np.uint64(1)
+        x *= _GOLDEN_GAMMA
+        x += np.uint64(seed)
+        for shift, multiplier in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+            x ^= np.right_shift(x, np.uint64(shift), out=scratch)
+            x *= np.uint64(multiplier)
+        x ^= np.right_shift(x, np.uint64(31), out=scratch)
+    return x
 
 
 def counter_uniform(seed: int, counters: np.ndarray) -> np.ndarray:
@@ -310,6 +317,7 @@ class ConsumerSchedule:
         self._phase = (counter_uniform(self._phase_seed, np.arange(n)) if shuffle
                        else np.full(n, 0.5))
         self._steps: Iterator[Step] | None = None
+        self._drawn: tuple[int, int, np.ndarray] | None = None  # (lo, hi, keys of segments lo..hi-1)
         # A pool that holds the whole share: every window is the whole schedule (``_windows``).
         self.share_wide = shuffle and pool_size >= n
         self._a, self._b = self._windows(n, pool_size if shuffle else 1)
@@ -382,6 +390,9 @@ class ConsumerSchedule:
         and a random point per stratum (``stream_state/4``) still let two keys of a stratum pair meet
         (docs/resume.md, "Systematic keys"). Unshuffled, each key is mid-stratum of a one-slot window.
         """
+        if self._drawn is not None and self._drawn[0] <= lo and hi <= self._drawn[1]:
+            first, keys = self._drawn[0], self._drawn[2]
+            return keys[self._before[lo] - self._before[first]:self._before[hi] - self._before[first]]
         lengths = self._lengths[lo:hi]
         within = np.arange(int(lengths.sum()), dtype=np.float64)
         within -= np.repeat(self._before[lo:hi] - self._before[lo], lengths)
@@ -425,7 +436,11 @@ class ConsumerSchedule:
         if len(partial):
             # Keys are >= 0, so key < k (an int) iff int(key) <= k - 1: bucket t counts the keys
             # below candidate k_lo + t, and its prefix sums every candidate's count.
-            buckets = self._window_keys(partial.start, partial.stop).astype(np.int64) - (k_lo - 1)
+            keys = self._window_keys(partial.start, partial.stop)
+            # Kept for what follows a position (``_open_keys``, a resumed stream's admits): the same
+            # segments' keys or some of them, a share's frames long in a pool of the whole share.
+            self._drawn = (partial.start, partial.stop, keys)
+            buckets = keys.astype(np.int64) - (k_lo - 1)
             np.clip(buckets, 0, len(candidates), out=buckets)
             below = np.cumsum(np.bincount(buckets, minlength=len(candidates) + 1))[:len(candidates)]
             # b is non-decreasing: the partial segments closed by k are a prefix of them.

@@ -34,6 +34,7 @@ from episodestream._runtime.sources import open_source
 from episodestream._sample.builder import SampleBuilder
 from episodestream._sample.video.backends import resolve_backend
 from episodestream._sample.video.decoder_cache import MAX_DECODERS, DecoderCache
+from episodestream._base.cores import usable_cores
 from episodestream.tools.doctor._checks import CHECKS
 from episodestream.tools.doctor._dataset import check_stats
 from episodestream.tools.doctor._episode import DECODE_MODES, Decode, EpisodeChecker, EpisodeOutcome
@@ -53,7 +54,7 @@ class EpisodeList(Protocol):
 
 
 def default_jobs() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return usable_cores()
 
 
 def run_doctor(source: str | os.PathLike, *, episodes: Sequence[int] | EpisodeList | None = None,
