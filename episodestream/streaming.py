@@ -149,7 +149,7 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
             # The widest pool is asked about first: the longest episodes' files it looks up cover
             # every narrower pool's, so a source whose files are looked up by name is asked once.
             choice = choose_pool_size(
-                core.meta, core.episodes, remote=not core.files.videos_stay_in_place,
+                core.meta, core.episodes, remote=not core.files.videos_stay_in_place, world_size=world_size,
                 cache_holds=lambda pool: core.files.cache_holds(core.meta, episodes_in_flight=pool + prefetch_episodes + 1),
                 pool_bytes=lambda: core.files.pool_cache_bytes(core.meta, extra_episodes=prefetch_episodes + 1))
             given_pool = choice.size

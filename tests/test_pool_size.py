@@ -3,11 +3,11 @@ decoder cache holds) elsewhere, and why."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-
-import numpy as np
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from episodestream import EpisodeStreamingDataset
@@ -139,6 +139,22 @@ def test_the_decoder_limit_is_a_memory_budget_within_open_files():
         assert decoder_limit([64 * 96]) == 300
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_rank_counts_its_own_episodes_files_where_each_episode_has_its_own(many_episodes_root):
+    """v2.x (a file per episode and camera): a rank's share is its episodes' files, so ranks widen
+    the pool to their whole share where one consumer of every file could not; shared files (v3.0)
+    are in every rank's share."""
+    meta = EpisodeStreamingDataset(many_episodes_root, episode_pool_size=1).typed_meta
+    cap = video_decoder_limit(meta) - (AUTO_DECODE_THREADS - 1)
+    own_files = dataclasses.replace(meta, episodes_share_video_files=False)
+    selection = _Selection(1000, 2 * cap)
+    assert choose_pool_size(own_files, selection, remote=False).size == SPREAD_POOL
+    assert choose_pool_size(own_files, selection, remote=False, world_size=2).size == SPREAD_POOL  # the cut one
+    assert choose_pool_size(own_files, selection, remote=False, world_size=3).size == 1001
+    assert choose_pool_size(meta, selection, remote=False, world_size=3).size == SPREAD_POOL
+    reason = choose_pool_size(own_files, selection, remote=False, world_size=2).reason
+    assert f"a rank's share of the selection (2 ranks) is in {cap + 1} video files" in reason
 
 
 @pytest.mark.parametrize("threads", [1, 2, 8])

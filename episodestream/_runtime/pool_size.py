@@ -115,11 +115,12 @@ def spread_pool(meta: DatasetMeta) -> int:
     return max(NARROW_POOL, min(SPREAD_POOL, MAX_DECODERS // cameras)) if cameras else SPREAD_POOL
 
 
-def choose_pool_size(meta: DatasetMeta, selection: EpisodeSelection, *, remote: bool,
+def choose_pool_size(meta: DatasetMeta, selection: EpisodeSelection, *, remote: bool, world_size: int = 1,
                      cache_holds: Callable[[int], bool] | None = None,
                      pool_bytes: Callable[[], Callable[[int], int] | None] | None = None) -> PoolChoice:
-    """What ``episode_pool_size="auto"`` is for this selection of this source (module docstring);
-    ``cache_holds(pool)``: whether a remote source's ``cache_limit`` holds what that pool keeps;
+    """What ``episode_pool_size="auto"`` is for this selection of this source (module docstring),
+    read by each of ``world_size`` ranks (a rank's share of a file-per-episode layout is its
+    episodes' files); ``cache_holds(pool)``: whether a remote source's ``cache_limit`` holds what that pool keeps;
     ``pool_bytes()``: what a pool keeps in a remote source's node cache, by pool size
     (``DatasetFiles.pool_cache_bytes``), asked for only where a wide pool may be chosen."""
     cameras = len(meta.video_keys)
@@ -130,6 +131,9 @@ def choose_pool_size(meta: DatasetMeta, selection: EpisodeSelection, *, remote: 
     # Nor need it pass the selection's episodes + 1 (a consumer owns at most those); never below 16.
     spread = max(NARROW_POOL, min(spread, by_rows, len(selection) + 1))
     files = selection.video_files() if cameras else 0
+    if not meta.episodes_share_video_files and world_size > 1:
+        # A rank's share: its episodes' files, and one more episode's where a share's edge cuts one.
+        files = -(-files // world_size) + cameras
     # Every file open once in the cache the consumer's decode threads share (``DatasetCore.decoder_cache``).
     cap = pool_decoders(meta) if cameras else 0
     bytes_of = pool_bytes() if remote and pool_bytes is not None else None
@@ -148,7 +152,8 @@ def choose_pool_size(meta: DatasetMeta, selection: EpisodeSelection, *, remote: 
                + ("" if size == spread else f", and cache_limit holds a pool of {size}, not {spread}"))
         return PoolChoice(size, why + _run_of_steps(size, selection.lengths))
     if files > cap:
-        return PoolChoice(spread, f"the selection's frames are in {files} video files ({cameras} camera(s)), "
+        where = "the selection's frames are" if world_size == 1 else f"a rank's share of the selection ({world_size} ranks) is"
+        return PoolChoice(spread, f"{where} in {files} video files ({cameras} camera(s)), "
                                   f"more than the {cap} decoders a consumer may keep open"
                                   + _run_of_steps(spread, selection.lengths))
     wide = min(len(selection) + 1, by_rows)
