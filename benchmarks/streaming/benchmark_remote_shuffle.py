@@ -13,7 +13,9 @@ reports:
 - window diversity: distinct episodes over 3,200 and 32,000 consecutive samples against a uniform
   permutation of the same frames (``_plan.shuffle_quality``), from the episodes the batches held;
 - bytes through the link against the epoch's video bytes (the mp4 files' sizes);
-- the node cache's peak size on disk (sampled every 0.1 s) and ``cache_limit`` (none by default).
+- the node cache's peak size on disk (sampled every 0.25 s by a process of its own: a walk of a
+  wide pool's thousand files in the loader's process held its GIL long enough to slow the loader
+  by ~10%) and ``cache_limit`` (none by default).
 
     python benchmarks/streaming/benchmark_remote_shuffle.py --rounds 2
     python benchmarks/streaming/benchmark_remote_shuffle.py --pool-sizes 64,auto --cache-limit 20MB
@@ -25,11 +27,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -46,6 +48,13 @@ def dataset_root(cache_dir: str, episodes: int) -> Path:
         write_synthetic_dataset(root, num_episodes=episodes, episode_length=(30, 60), texture=True,
                                 overwrite=True, progress=True)
     return root
+
+
+def _watch_disk(folder: str, peak, done) -> None:
+    """In a process of its own: the largest ``_disk_bytes`` of ``folder`` until ``done`` is set."""
+    while not done.wait(0.25):
+        peak.value = max(peak.value, _disk_bytes(Path(folder)))
+    peak.value = max(peak.value, _disk_bytes(Path(folder)))
 
 
 def _disk_bytes(folder: Path) -> int:
@@ -76,14 +85,9 @@ def _one(root: str, pool: str, args: argparse.Namespace) -> dict:
     video_bytes = sum(p.stat().st_size for p in Path(root, "videos").rglob("*.mp4"))
     with (serve("hub", root, latency_s=args.latency_ms / 1000, rate_bytes_per_s=args.bandwidth_mb_per_s * 1e6) as remote,
           tempfile.TemporaryDirectory(prefix="episodestream-remote-shuffle-") as cache_dir):
-        peak = [0]
-        done = threading.Event()
-
-        def watch() -> None:
-            while not done.wait(0.1):
-                peak[0] = max(peak[0], _disk_bytes(Path(cache_dir)))
-
-        watcher = threading.Thread(target=watch, daemon=True)
+        spawn = multiprocessing.get_context("spawn")  # a fork would copy the servers' threads' locks
+        peak, done = spawn.Value("q", 0), spawn.Event()
+        watcher = spawn.Process(target=_watch_disk, args=(cache_dir, peak, done), daemon=True)
         watcher.start()
         remote.reset_link_stats()
         start = time.perf_counter()
@@ -105,7 +109,7 @@ def _one(root: str, pool: str, args: argparse.Namespace) -> dict:
     diversity = {w: window_diversity(ids, w) for w in WINDOWS}
     return {"pool": dataset.episode_pool_size, "first_batch_s": first_batch_s, "samples": len(ids),
             "samples_per_s": len(ids) / elapsed_s, "link_bytes": link["bytes"], "requests": link["requests"],
-            "video_bytes": video_bytes, "peak_cache_bytes": peak[0],
+            "video_bytes": video_bytes, "peak_cache_bytes": peak.value,
             "windows": {w: [d.distinct, d.uniform_distinct, d.windows] for w, d in diversity.items()}}
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import enum
 import errno
 import fcntl
+import glob
 import logging
 import os
 import secrets
@@ -339,10 +340,16 @@ class NodeCache:
 
     def _remove_partial(self, name: str) -> None:
         path = self._path(name)
-        if path.parent.is_dir():
-            for stale in path.parent.glob(f"{path.name}.tmp-*"):
+        reservation = self._path(name + ".bytes")
+        # A ``.tmp-`` file is written only after its reservation and renamed before the reservation
+        # is rewritten, and the lock (held) keeps downloads of one entry apart: a reservation
+        # without the complete file is the only sign of one left by a dead process. Looked for only
+        # then, since listing the folder (every span of one mp4, thousands in a wide pool) on
+        # every acquire and delete cost more than the stream's own bookkeeping.
+        if reservation.exists() and not path.exists() and path.parent.is_dir():
+            for stale in path.parent.glob(f"{glob.escape(path.name)}.tmp-*"):
                 stale.unlink(missing_ok=True)
-        self._path(name + ".bytes").unlink(missing_ok=True)
+        reservation.unlink(missing_ok=True)
 
     def _delete(self, name: str) -> None:
         """Delete an entry and its bookkeeping (called under its lock)."""
