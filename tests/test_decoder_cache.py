@@ -94,3 +94,27 @@ def test_a_decoder_lent_when_the_cache_closes_is_closed_on_return():
     done.set()
     thread.join(5)
     assert opened[0].closed and cache.stats()["open"] == 0
+
+
+def test_a_second_decoder_of_a_file_is_closed_before_any_files_only_one():
+    """Closing a file's only decoder where a pool reads every file at an even pace would take the
+    one needed soonest: a duplicate (two threads read its file at once) goes first."""
+    cache, opened = _cache(capacity=3)
+    share, other = cache.share(), cache.share()
+    with share.reading("a"):
+        pass
+    with share.reading("b"), other.reading("b"):
+        pass
+    with share.reading("c"):  # over capacity: one of b's two closes, not a (the least recent)
+        pass
+    assert [r.path for r in opened if r.closed] == ["b"] and not opened[0].closed
+
+
+def test_forgotten_files_decoders_are_closed():
+    cache, opened = _cache(capacity=4)
+    share = cache.share()
+    for path in ("a", "b", "c"):
+        with share.reading(path):
+            pass
+    cache.forget(["b", "not open"])
+    assert [r.path for r in opened if r.closed] == ["b"] and cache.stats()["open"] == 2

@@ -15,7 +15,7 @@ import abc
 import io
 import os
 import posixpath
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -86,8 +86,10 @@ class EpisodeVideos(abc.ABC):
         dataset was built have nothing left to check."""
 
     @abc.abstractmethod
-    def evict(self, episode: EpisodeInfo) -> None:
-        """The episode's samples are decoded: release what one ``admit`` took."""
+    def evict(self, episode: EpisodeInfo) -> Sequence[str]:
+        """The episode's samples are decoded: release what one ``admit`` took. Returns the local
+        files it let go of that no later sample reads (a remote episode's spans; none where files
+        are read in place), whose decoders the caller may close."""
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -256,8 +258,8 @@ class LocalVideos(EpisodeVideos):
     def path(self, episode: EpisodeInfo, key: str) -> str:
         return self._files.local_path(episode.videos[key].relpath)
 
-    def evict(self, episode: EpisodeInfo) -> None:
-        pass
+    def evict(self, episode: EpisodeInfo) -> Sequence[str]:
+        return ()
 
     def close(self) -> None:
         pass

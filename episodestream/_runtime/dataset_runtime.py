@@ -291,7 +291,9 @@ class _DatasetStream(ConsumerStream):
 
     def release(self, group: PlannedGroup) -> None:
         for episode in group.evicted:
-            self._videos.evict(episode)  # type: ignore[union-attr]  # a group comes from groups()
+            gone = self._videos.evict(episode)  # type: ignore[union-attr]  # a group comes from groups()
+            if gone and self._decoders is not None:
+                self._decoders.forget(gone)
 
     def finished(self) -> None:
         self._runtime.shared_epoch.finished(self._epoch)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     Dataset = EpisodeStreamingDataset | EpisodeDataset
 
 __all__ = ["ReaderCounts", "count_row_reads", "count_video_readers", "download_fetch", "open_episode_videos",
-           "planned_samples", "replace_decoder_cache", "source_files", "wrap_episode_videos", "wrap_row_readers",
+           "planned_samples", "replace_decoder_cache", "resize_decoder_cache", "source_files", "wrap_episode_videos", "wrap_row_readers",
            "wrap_video_readers"]
 
 
@@ -156,6 +156,19 @@ def replace_decoder_cache(dataset: Dataset, make: Callable[[int], DecoderCache])
         return make(working_set)
 
     _core(dataset).decoder_cache = decoder_cache  # type: ignore[method-assign]
+
+
+def resize_decoder_cache(dataset: Dataset, capacity: int) -> None:
+    """Each consumer's decoder cache holds at most ``capacity`` decoders from now on, whatever its
+    pool and thread count (readers still opened as the dataset opens them)."""
+    from episodestream._sample.video.decoder_cache import DecoderCache
+
+    core = _core(dataset)
+
+    def decoder_cache(working_set: int, *, threads: int = 1) -> DecoderCache:
+        return DecoderCache(core.open_video, capacity=capacity)
+
+    core.decoder_cache = decoder_cache  # type: ignore[method-assign]
 
 
 def open_episode_videos(dataset: Dataset) -> EpisodeVideos:

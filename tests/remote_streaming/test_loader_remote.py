@@ -63,3 +63,19 @@ def test_a_pass_dropped_midway_releases_its_cache_references(hub_root, tmp_path)
         assert any(name.endswith(".mp4") for name in cache_files(tmp_path / "cache")), "spans are cached"
         del iterator
     assert cache_files(tmp_path / "cache") == []
+
+
+def test_a_remote_episodes_decoders_close_when_it_leaves_the_pool(hub_root, tmp_path):
+    """A remote episode's span is deleted from the node cache once it leaves the pool: its decoder
+    is closed then, not kept until the cache needs room (where it would have been the most
+    recently used, and a pooled episode's decoder closed in its place)."""
+    with RangeLoggingHub(hub_root) as hub, \
+            remote_dataset(EpisodeStreamingDataset, SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url,
+                           token=False, **{**OPTIONS, "episode_pool_size": 2}) as dataset:
+        readers = faults.count_video_readers(dataset)
+        faults.resize_decoder_cache(dataset, 20)  # room for every span: none closed to make room
+        closed_while_streaming = 0
+        for _ in dataset:  # one decode thread: the last sample comes before the pass closes its decoders
+            closed_while_streaming = len(readers.closed)
+        assert len(readers.opened) == dataset.num_episodes  # 9 episodes, a span file each
+        assert closed_while_streaming >= dataset.num_episodes - 2 - 1  # all but the pool's, and one admitted

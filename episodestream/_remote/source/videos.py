@@ -220,13 +220,13 @@ class RemoteVideos(EpisodeVideos):
             raise task.error
         return task.path
 
-    def evict(self, episode: EpisodeInfo) -> None:
-        releases = []
+    def evict(self, episode: EpisodeInfo) -> list[str]:
+        releases, paths = [], []
         with self._lock:
             count = self._admitted.get(episode.episode_index, 0) - 1
             if count > 0:
                 self._admitted[episode.episode_index] = count
-                return
+                return []
             self._admitted.pop(episode.episode_index, None)
             for key in episode.videos:
                 task = self._tasks.pop((episode.episode_index, key), None)
@@ -236,8 +236,11 @@ class RemoteVideos(EpisodeVideos):
                 if task.done.is_set() and task.entry is not None:
                     releases.append(task.entry)
                     task.entry = None
+                    if task.path is not None:
+                        paths.append(task.path)
         for name in releases:
             self._unhold(name)
+        return paths
 
     def close(self) -> None:
         """Stop fetching; release every entry this consumer holds (the last user deletes it)."""

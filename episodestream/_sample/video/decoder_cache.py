@@ -135,15 +135,42 @@ class DecoderCache:
                 self._idle[token] = (key, reader)
                 self._idle_of.setdefault(key, []).append(token)
             while self._idle and len(self._idle) + self._lent > self.capacity:
-                token, (old_key, old) = self._idle.popitem(last=False)
-                tokens = self._idle_of[old_key]
-                tokens.remove(token)
-                if not tokens:
-                    del self._idle_of[old_key]
-                closing.append(old)
+                closing.append(self._evict_one())
                 self._evictions += 1
         for old in closing:
             old.close()
+
+    def _evict_one(self) -> VideoReader:
+        """Take out the idle decoder to close (under the lock): a second one of a file first (made
+        for two threads reading it at once: the file stays open), else the least recently used.
+        Closing a file's only decoder where the pool cycles through every file at an even pace
+        takes the one needed soonest, and its reopen takes the next: each duplicate would start
+        that cascade."""
+        doubled = next((key for key, tokens in self._idle_of.items() if len(tokens) > 1), None) \
+            if len(self._idle) > len(self._idle_of) else None
+        if doubled is not None:
+            token = self._idle_of[doubled].pop(0)
+            return self._idle.pop(token)[1]
+        token, (old_key, old) = self._idle.popitem(last=False)
+        tokens = self._idle_of[old_key]
+        tokens.remove(token)
+        if not tokens:
+            del self._idle_of[old_key]
+        return old
+
+    def forget(self, paths: Sequence[str]) -> None:
+        """Close the idle decoders of ``paths``: files no later sample of the pass reads (a remote
+        episode's spans once it left the pool, deleted from the node cache). Left open, they would
+        be the most recently used, and the least recently used closed in their place would be a
+        pooled episode's, reopened soon after."""
+        closing = []
+        with self._lock:
+            for path in paths:
+                for key in ((path, False), (path, True)):
+                    for token in self._idle_of.pop(key, []):
+                        closing.append(self._idle.pop(token)[1])
+        for reader in closing:
+            reader.close()
 
     def share(self) -> DecoderShare:
         """One decode thread's hold on this cache (its ``DecoderSet``)."""
