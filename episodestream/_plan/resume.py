@@ -469,7 +469,7 @@ def _consumed_by(plan: EpochPlan, world: World, count: int, *, pool_size: int,
 def _each_consumer(work: Callable[[World, int], _T], consumers: Sequence[tuple[World, int]]) -> list[_T]:
     """``work(world, count)`` of every old consumer, in their order, on threads: each replays a
     share's keys in large numpy arrays (which release the GIL), and an elastic re-plan of a
-    DROID-sized epoch replays every old consumer's (docs/resume.md, "Elastic resume at scale")."""
+    DROID-sized epoch replays every old consumer's (docs/resume.md, "Cost")."""
     threads = min(usable_cores(), len(consumers), _REPLAY_THREADS)
     if threads <= 1:
         return [work(world, count) for world, count in consumers]

@@ -25,7 +25,7 @@ DECODERS_CEILING = 1024
 # One consumer's open decoders, estimated (``decoder_limit``): what lets a wide pool over many shared
 # files keep every file open. An open decoder holds ~0.6 MB plus ~4 bytes per pixel of its frames
 # after decoding (torchcodec, one FFmpeg thread; measured at 64x96, 240x320 and 480x640:
-# docs/benchmarks.md, "Decoders by memory").
+# docs/benchmarks.md, "Decoders by memory, shared by a consumer's threads").
 DECODER_BUDGET_BYTES = 512 * 2**20
 _DECODER_BASE_BYTES = 600 * 2**10
 _DECODER_BYTES_PER_PIXEL = 4
