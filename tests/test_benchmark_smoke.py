@@ -114,3 +114,20 @@ def test_the_ceiling_reports_a_decode_process_killed_outright():
     bench._decode_worker = decode
     with pytest.raises(RuntimeError, match=r"died without reporting \(exit codes \[-9\]"):
         bench.ceiling(["killed", "waits at the barrier"])
+
+
+@pytest.mark.slow
+def test_the_remote_shuffle_benchmark_runs_and_samples_disk_from_its_own_process(tmp_path):
+    """Its node cache's peak on disk is sampled by a process of its own (a walk in the loader's
+    process held its GIL): the peak it reports must be what the spans and headers took."""
+    import subprocess
+    import sys
+
+    script = SCRIPT.parent / "benchmark_remote_shuffle.py"
+    done = subprocess.run([sys.executable, str(script), "--episodes", "4", "--pool-sizes", "auto", "--rounds", "1",
+                           "--cache-dir", str(tmp_path)], capture_output=True, text=True, timeout=300, check=True)
+    line = done.stdout.strip().splitlines()[-1]
+    peak_mb = float(re.search(r"peak cache ([\d.]+) MB", line).group(1))
+    video_mb = float(re.search(r"\(video ([\d.]+) MB\)", line).group(1))
+    assert "round 0 pool auto" in line and re.search(r"link [\d.]+x the video bytes", line)
+    assert video_mb > 0 and peak_mb >= video_mb  # every span was on disk at the end, its header beside it
