@@ -5,7 +5,9 @@ A dataset reads its source through a ``DatasetFiles``: ``LocalFiles`` for a fold
 ``RemoteFiles`` through the node cache. Tests and benchmarks of that layer (listings, ranged reads,
 the cache budget, the bytes and requests a build costs, download errors) open one here instead of
 importing where it is built, so this module is the one place outside the package that knows. What
-they return are the package's own objects; close the files you open.
+they return are the package's own objects, of the types named here (``DatasetFiles`` the seam,
+``LocalFiles`` and ``RemoteFiles`` its two sides, ``EpisodeVideos`` a consumer's videos), for tests
+that check which they got; close the files you open.
 
     from episodestream.testing import source_files
 
@@ -15,16 +17,36 @@ they return are the package's own objects; close the files you open.
 
 from __future__ import annotations
 
+import importlib
 import os
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from episodestream._format.files import DatasetFiles
-    from episodestream._format.metadata import DatasetMeta
+    from episodestream._format.files import DatasetFiles, EpisodeVideos, LocalFiles
+    from episodestream._format.metadata import DatasetMeta, EpisodeInfo
     from episodestream._format.rows import RowReader
     from episodestream._remote.source.files import RemoteFiles
+    from episodestream._remote.source.prewarm import PrewarmReport
 
-__all__ = ["open_files", "open_remote_files", "read_metadata", "row_reader"]
+__all__ = ["DatasetFiles", "EpisodeVideos", "LocalFiles", "RemoteFiles", "open_files", "open_remote_files", "prewarm",
+           "read_metadata", "row_reader", "video_share_bytes"]
+
+# The types, each from where it is defined; they load on first use, so that importing this module
+# loads neither fsspec nor the rest of the remote source.
+_TYPES = {
+    "DatasetFiles": "episodestream._format.files",
+    "EpisodeVideos": "episodestream._format.files",
+    "LocalFiles": "episodestream._format.files",
+    "RemoteFiles": "episodestream._remote.source.files",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _TYPES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 
 def open_files(source: str | os.PathLike, **options: Any) -> DatasetFiles:
@@ -60,3 +82,22 @@ def row_reader(files: DatasetFiles, meta: DatasetMeta, **options: Any) -> RowRea
     from episodestream._format.rows import RowReader
 
     return RowReader(files, meta, **options)
+
+
+def prewarm(files: RemoteFiles, episodes: Sequence[EpisodeInfo], *, progress: bool = False,
+            meta: DatasetMeta | None = None) -> PrewarmReport:
+    """Fetch and pin the metadata and the video bytes of ``episodes`` in the node cache, as
+    ``episodestream prewarm`` does (a progress bar only with ``progress``: a test's output stays
+    its own); under a ``cache_limit``, ``CacheFullError`` first where they cannot fit (checked from
+    above with ``meta``, by the episodes' share of their files without)."""
+    from episodestream._remote.source.prewarm import prewarm as prewarm_files
+
+    return prewarm_files(files, episodes, progress=progress, meta=meta)
+
+
+def video_share_bytes(files: RemoteFiles, episodes: Iterable[EpisodeInfo]) -> int:
+    """The episodes' share of their mp4s, by duration: what a ``prewarm`` without ``meta`` expects
+    their video to cost, and checks against the cache limit."""
+    from episodestream._remote.source.budget import video_share_bytes as share_bytes
+
+    return share_bytes(files, episodes)
