@@ -1,0 +1,46 @@
+"""The test seam into the download path, without a dataset: the parts a remote source's reads go
+through, for tests that drive one alone (with a fake clock and sleep, a permits directory of their
+own) or watch what passes through it.
+
+- ``DownloadFetch``: ``fetch(fs, path, start, end)``, each read through retries and the node-wide
+  budget (what ``faults.download_fetch`` returns for a dataset; subclass it to watch its requests);
+- ``DownloadController``: a node's download budget, raised and cut from the transfers it records;
+- ``NodePermits``: the permits that budget hands out, counted across the processes of a node;
+- ``RetryPolicy``: which failures a request retries, and how long it waits between attempts.
+
+Their settings are a ``remote.ControllerConfig``; a request that gives up raises
+``remote.DownloadError``. This module is the one place outside the package that knows where they
+live; importing it loads none of them (nor fsspec) until a name is used.
+
+    from episodestream.testing import downloads
+
+    controller = downloads.DownloadController(config=config, clock=clock, sleep=clock.sleep)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from episodestream._remote.transport.controller import DownloadController
+    from episodestream._remote.transport.download import DownloadFetch
+    from episodestream._remote.transport.permits import NodePermits
+    from episodestream._remote.transport.request import RetryPolicy
+
+__all__ = ["DownloadController", "DownloadFetch", "NodePermits", "RetryPolicy"]
+
+# Each name and the module that defines it; they load on first use.
+_DEFINED_IN = {
+    "DownloadController": "episodestream._remote.transport.controller",
+    "DownloadFetch": "episodestream._remote.transport.download",
+    "NodePermits": "episodestream._remote.transport.permits",
+    "RetryPolicy": "episodestream._remote.transport.request",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _DEFINED_IN.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
