@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from episodestream._base.turns import Turn
     from episodestream._format.files import DatasetFiles, EpisodeVideos, LocalFiles
     from episodestream._format.metadata import DatasetMeta, EpisodeInfo
     from episodestream._format.rows import RowReader
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from episodestream._remote.source.prewarm import PrewarmReport
 
 __all__ = ["DatasetFiles", "EpisodeVideos", "LocalFiles", "RemoteFiles", "open_files", "open_remote_files", "prewarm",
-           "read_metadata", "row_reader", "video_share_bytes"]
+           "read_metadata", "row_reader", "video_share_bytes", "worker_turns"]
 
 # The types, each from where it is defined; they load on first use, so that importing this module
 # loads neither fsspec nor the rest of the remote source.
@@ -101,3 +102,22 @@ def video_share_bytes(files: RemoteFiles, episodes: Iterable[EpisodeInfo]) -> in
     from episodestream._remote.source.budget import video_share_bytes as share_bytes
 
     return share_bytes(files, episodes)
+
+
+def worker_turns(*, num_workers: int) -> Callable[..., list[Turn | None]]:
+    """The turns in which a rank's ``num_workers`` DataLoader workers start downloading, as a dataset
+    hands them out: ``turns(iteration, wait_s=...)`` is each worker's turn (in worker order) in
+    DataLoader iteration number ``iteration``, to pass to ``files.episode_videos(turn=...)``; a
+    worker's head start waits (at most ``wait_s``) for the worker before it to pass its turn on.
+    Every call's turns share one record of who passed on, as one dataset's workers do."""
+    from episodestream._base.turns import TURN_WAIT_S
+    from episodestream._base.world import World
+    from episodestream._runtime.lookahead.worker_turns import WorkerTurns
+
+    shared = WorkerTurns()
+
+    def turns(iteration: int, *, wait_s: float = TURN_WAIT_S) -> list[Turn | None]:
+        return [shared.turn(World(0, 1, worker=worker, num_workers=num_workers), iteration, wait_s=wait_s)
+                for worker in range(num_workers)]
+
+    return turns
