@@ -14,9 +14,10 @@ own) or watch what passes through it.
 - ``HubLink``: the filesystem a Hugging Face Hub source is read through (the package's own
   requests, not ``huggingface_hub``'s ``HfFileSystem``).
 
-Their settings are a ``remote.ControllerConfig``; a request that gives up raises
-``remote.DownloadError``. This module is the one place outside the package that knows where they
-live; importing it loads none of them (nor fsspec) until a name is used.
+Their settings are a ``remote.ControllerConfig`` (``ControllerConfig.from_env()`` reads each knob
+from ``env_var(knob)`` too); a request that gives up raises ``remote.DownloadError``. This module is
+the one place outside the package that knows where they live; importing it loads none of them (nor
+fsspec) until a name is used.
 
     from episodestream.testing import downloads
 
@@ -29,6 +30,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from episodestream._remote.transport.config import env_var
     from episodestream._remote.transport.controller import DownloadController
     from episodestream._remote.transport.download import DownloadFetch, default_fetch, link_name
     from episodestream._remote.transport.estimator import LinkEstimator
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
     from episodestream._remote.transport.request import RetryPolicy
 
 __all__ = ["DownloadController", "DownloadFetch", "HubLink", "LinkEstimator", "NodePermits", "RetryPolicy",
-           "default_fetch", "link_name"]
+           "default_fetch", "env_var", "link_name"]
 
 # Each name and the module that defines it; they load on first use.
 _DEFINED_IN = {
@@ -48,6 +50,7 @@ _DEFINED_IN = {
     "NodePermits": "episodestream._remote.transport.permits",
     "RetryPolicy": "episodestream._remote.transport.request",
     "default_fetch": "episodestream._remote.transport.download",
+    "env_var": "episodestream._remote.transport.config",
     "link_name": "episodestream._remote.transport.download",
 }
 

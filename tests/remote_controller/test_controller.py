@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 
 from episodestream.remote import ControllerConfig, DownloadError
-from episodestream.testing.downloads import DownloadController, LinkEstimator, NodePermits, RetryPolicy
-from episodestream._remote.transport.config import env_var
+from episodestream.testing.downloads import DownloadController, LinkEstimator, NodePermits, RetryPolicy, env_var
 from episodestream._remote.transport.controller import LOGGER_NAME, STATE_FLUSH_INTERVAL_S, STATE_FLUSH_TRANSFERS
 from episodestream._remote.transport.failures import parse_retry_after
 from episodestream._base.redact import redact_url
