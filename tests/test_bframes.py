@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from episodestream import EpisodeDataset, EpisodeLoader, EpisodeStreamingDataset
-from episodestream._sample.video.backends import PyAVReader, TorchCodecReader
+from episodestream.testing.video_readers import open_video_reader
 from episodestream.testing import HttpServer
 from episodestream.tools.synthetic import decode_frame_ids, write_synthetic_dataset
 
@@ -99,10 +99,10 @@ def test_episode_loader_batches(hevc_root, backend):
     assert seen == sum(LENGTHS)
 
 
-@pytest.mark.parametrize("reader", [TorchCodecReader, PyAVReader])
-def test_readers_at_sorted_random_batches(hevc_root, reader):
+@pytest.mark.parametrize("backend", ["torchcodec", "pyav"])
+def test_readers_at_sorted_random_batches(hevc_root, backend):
     path = str(next(hevc_root.glob(f"videos/{CAMERAS[1]}/chunk-000/file-000.mp4")))
-    decoder, rng = reader(path), random.Random(2)
+    decoder, rng = open_video_reader(path, backend=backend), random.Random(2)
     try:
         for _ in range(40):
             wanted = sorted(rng.sample(range(sum(LENGTHS)), rng.randint(1, 6)))
@@ -130,7 +130,7 @@ def test_pyav_gray12le_depth_random_access(tmp_path):
             frame.pts = i
             container.mux(stream.encode(frame))
         container.mux(stream.encode(None))
-    reader = PyAVReader(str(path), pixel_format="gray12le")
+    reader = open_video_reader(path, backend="pyav", pixel_format="gray12le")
     order = list(range(len(levels)))
     random.Random(3).shuffle(order)
     try:

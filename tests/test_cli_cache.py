@@ -133,8 +133,7 @@ def test_prewarm_arguments_and_local_folders(dataset_root, capsys):
 def _prewarm_needs(source: str, cache_dir, hub_url: str) -> tuple[int, int, int]:
     """Metadata bytes; metadata + every episode's video as estimated from above (what `prewarm`
     checks) and from the episodes' share of their files only (what `prewarm()` without meta checks)."""
-    from episodestream.testing.source_files import read_metadata
-    from episodestream._remote.source.budget import video_share_bytes
+    from episodestream.testing.source_files import read_metadata, video_share_bytes
 
     files = open_remote_files(source, cache_dir=cache_dir, hub_endpoint=hub_url, token=False)
     try:
@@ -147,8 +146,7 @@ def _prewarm_needs(source: str, cache_dir, hub_url: str) -> tuple[int, int, int]
 
 
 def test_prewarm_beyond_cache_limit_ends_with_a_clear_error(hub_root, tmp_path, capsys):
-    from episodestream.testing.source_files import read_metadata
-    from episodestream._remote.source.prewarm import prewarm
+    from episodestream.testing.source_files import prewarm, read_metadata
 
     cache_dir = tmp_path / "cache"
     with FakeHub(hub_root) as hub:

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from episodestream import EpisodeDataset, EpisodeStreamingDataset
-from episodestream._format import stats_pass
+from episodestream.testing import faults
 from episodestream._format.exact_stats import QUANTILES, feature_stats, weighted_feature_stats, weighted_quantiles
 from episodestream._runtime.mixture.meta import aggregate_stats
 
@@ -129,7 +129,7 @@ def test_the_whole_dataset_agrees_with_stats_json_where_it_is_exact(camera_less_
         np.testing.assert_allclose(stats[key]["mean"], lerobot[key]["mean"], rtol=1e-9)
 
 
-def test_the_cache_is_read_back_and_follows_the_data(camera_less_root, tmp_path, monkeypatch):
+def test_the_cache_is_read_back_and_follows_the_data(camera_less_root, tmp_path):
     root = tmp_path / "data"
     import shutil
 
@@ -142,8 +142,7 @@ def test_the_cache_is_read_back_and_follows_the_data(camera_less_root, tmp_path,
     def refuse(*args, **kwargs):
         raise AssertionError("computed again instead of read from the cache")
 
-    with monkeypatch.context() as patch:
-        patch.setattr(stats_pass, "compute_exact_stats", refuse)
+    with faults.refusing_stats_pass(refuse):
         again = EpisodeStreamingDataset(root, episodes=[1, 2, 3], cache_dir=tmp_path / "cache").compute_stats()
         for key in first:
             for name in first[key]:

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from episodestream import EpisodeDataset, EpisodeLoader, EpisodeMixture, EpisodeStreamingDataset
-from episodestream._format import stats_pass
+from episodestream.testing import faults
 from episodestream.tools.synthetic import write_synthetic_dataset
 
 FRONT, WRIST, STATE, ACTION = "observation.images.front", "observation.images.wrist", "observation.state", "action"
@@ -257,8 +257,8 @@ def test_mixture_stats_are_exact_for_the_weighted_rows(robots, monkeypatch):
     with monkeypatch.context() as patch:
         patch.setattr("episodestream._runtime.mixture.stats.read_columns",
                       lambda *a, **k: pytest.fail("mixture stats computed again instead of read from the cache"))
-        patch.setattr(stats_pass, "compute_exact_stats", lambda *a, **k: pytest.fail("component stats computed again"))
-        again = _mix(roots, [0.3, 0.7], keys="union").meta.stats
+        with faults.refusing_stats_pass(lambda *a, **k: pytest.fail("component stats computed again")):
+            again = _mix(roots, [0.3, 0.7], keys="union").meta.stats
     for key in stats:
         for name in stats[key]:
             np.testing.assert_array_equal(again[key][name], stats[key][name])

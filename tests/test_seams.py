@@ -9,6 +9,7 @@ expected answers come from the folder on disk, never from the implementation und
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from contextlib import ExitStack
@@ -22,13 +23,13 @@ import numpy as np  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 import pytest  # noqa: E402
 
-from episodestream._format.files import DatasetFiles, EpisodeVideos, LocalFiles, SourceStats  # noqa: E402
+from episodestream import SourceStats  # noqa: E402
+from episodestream.testing.source_files import DatasetFiles, EpisodeVideos, LocalFiles, RemoteFiles  # noqa: E402
 from episodestream.tools.cli import dataset_info  # noqa: E402
-from episodestream._remote.source.files import RemoteFiles  # noqa: E402
 from episodestream.testing.source_files import open_remote_files
 from episodestream.testing import FakeHub, HttpServer, S3Server  # noqa: E402
 from episodestream.testing.source_files import read_metadata  # noqa: E402
-from episodestream._sample.video.backends import resolve_backend  # noqa: E402
+from episodestream.testing.video_readers import open_video_reader  # noqa: E402
 
 REPO = "lerobot/main"
 SOURCES = ["local", "file", "hub", "s3", "http"]
@@ -125,7 +126,7 @@ def test_metadata_and_cache_budget_through_the_seam(files, dataset_root):
 
 def test_episode_videos_decode_as_the_local_files(files, dataset_root):
     meta = read_metadata(files)
-    open_video = resolve_backend("pyav", "cpu", has_video=True)
+    open_video = functools.partial(open_video_reader, backend="pyav")
     videos = files.episode_videos()
     try:
         episodes = [meta.episodes[i] for i in sorted(meta.episodes)[:3]]

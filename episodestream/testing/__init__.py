@@ -8,8 +8,10 @@ starts nothing and imports neither moto nor huggingface_hub.
 
 ``episodestream.testing.faults`` (imported on its own) is the test seam into a dataset: where it opens
 video readers, row readers, episode videos, decoder caches and downloads, for tests that inject faults
-there, and what a consumer's schedule plans. ``episodestream.testing.source_files`` (imported on its
-own too) opens a source's files without a dataset, for tests of that layer.
+there, and what a consumer's schedule plans. Three more, each imported on its own, do the same
+without a dataset, for tests of one layer: ``episodestream.testing.source_files`` opens a source's
+files, ``episodestream.testing.downloads`` names the parts of the download path and
+``episodestream.testing.video_readers`` opens a backend's video reader.
 """
 
 from episodestream.testing._fake_hub import FakeHub, HubStats, PathStats

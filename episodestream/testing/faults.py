@@ -1,6 +1,7 @@
 """The package's test seam: where a dataset opens video readers, row readers, episode videos, decoder
 caches and downloads, for tests that inject faults there or watch what passes through, and what a
-consumer's schedule plans (``planned_samples``).
+consumer's schedule plans (``planned_samples``); and, for every dataset of the process at once, its
+exact-statistics pass (``refusing_stats_pass``).
 
 Tests and benchmarks call these instead of reaching into a dataset's private parts, so this module
 is the one place outside the datasets that knows where those parts live. Each function takes an
@@ -18,8 +19,9 @@ breaks the dataset.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     Dataset = EpisodeStreamingDataset | EpisodeDataset
 
 __all__ = ["ReaderCounts", "count_row_reads", "count_video_readers", "download_fetch", "open_episode_videos",
-           "planned_samples", "replace_decoder_cache", "resize_decoder_cache", "source_files", "wrap_episode_videos", "wrap_row_readers",
+           "planned_samples", "refusing_stats_pass", "replace_decoder_cache", "resize_decoder_cache", "source_files", "wrap_episode_videos", "wrap_row_readers",
            "wrap_video_readers"]
 
 
@@ -192,3 +194,19 @@ def download_fetch(dataset: Dataset) -> FetchFn:
     if not isinstance(files, RemoteFiles):
         raise TypeError(f"{files.description} is read in place: it has no downloads.")
     return files.download
+
+
+@contextlib.contextmanager
+def refusing_stats_pass(refuse: Callable[..., Any]) -> Iterator[None]:
+    """Within it, wherever a dataset (or a mixture's component) would compute its exact statistics
+    from its rows, it calls ``refuse`` instead, with what the pass was given, which raises: for tests
+    that check statistics come from the stats cache. Process-wide (no dataset is named: the pass is
+    one function for all), and undone on leaving."""
+    from episodestream._format import stats_pass
+
+    compute = stats_pass.compute_exact_stats
+    stats_pass.compute_exact_stats = refuse
+    try:
+        yield
+    finally:
+        stats_pass.compute_exact_stats = compute

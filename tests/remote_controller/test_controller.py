@@ -19,12 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from episodestream.remote import ControllerConfig
-from episodestream._remote.transport.controller import DownloadController
-from episodestream._remote.transport.request import DownloadError, RetryPolicy
-from episodestream._remote.transport.estimator import LinkEstimator
-from episodestream._remote.transport.permits import NodePermits
-from episodestream._remote.transport.config import env_var
+from episodestream.remote import ControllerConfig, DownloadError
+from episodestream.testing.downloads import DownloadController, LinkEstimator, NodePermits, RetryPolicy, env_var
 from episodestream._remote.transport.controller import LOGGER_NAME, STATE_FLUSH_INTERVAL_S, STATE_FLUSH_TRANSFERS
 from episodestream._remote.transport.failures import parse_retry_after
 from episodestream._base.redact import redact_url

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from episodestream._remote.transport.permits import NodePermits
+from episodestream.testing.downloads import NodePermits
 
 FORK = multiprocessing.get_context("fork")  # children must not re-import torch (spawn would)
 

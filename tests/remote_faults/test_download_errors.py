@@ -156,7 +156,7 @@ def test_a_listing_retries_under_the_one_policy_and_the_controller_sees_it(fault
     # no throttle seen by the controller); now it is our request path's: max_attempts, cuts.
     from episodestream._remote.source.resolve import list_source, resolve_source
     from episodestream.remote import ControllerConfig
-    from episodestream._remote.transport.controller import DownloadController
+    from episodestream.testing.downloads import DownloadController
 
     download_knobs(**{**FAST_KNOBS, "max_attempts": 3})
     with FakeHub(faults_hub_root) as hub, ShapingProxy(hub.url) as proxy:

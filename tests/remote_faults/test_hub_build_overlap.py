@@ -8,8 +8,7 @@ import threading
 import pytest
 
 from episodestream._remote.source.open import _resolve_and_list_meta, open_remote_source
-from episodestream._remote.transport.download import DownloadFetch
-from episodestream._remote.transport.hub_link import HubLink
+from episodestream.testing.downloads import DownloadFetch, HubLink
 from episodestream.testing import FakeHub
 
 from ..remote_streaming.conftest import REPO

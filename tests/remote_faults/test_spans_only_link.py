@@ -6,8 +6,7 @@ as "slower than its best" and the budget never rose again (found by benchmarks/n
 from __future__ import annotations
 
 from episodestream.remote import ControllerConfig
-from episodestream._remote.transport.controller import DownloadController
-from episodestream._remote.transport.permits import NodePermits
+from episodestream.testing.downloads import DownloadController, NodePermits
 
 from ..remote_controller.test_controller import saturate
 

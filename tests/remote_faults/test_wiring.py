@@ -15,7 +15,7 @@ import fsspec
 import pytest
 
 from episodestream.remote import ControllerConfig
-from episodestream._remote.transport.download import DownloadFetch, default_fetch, link_name
+from episodestream.testing.downloads import DownloadFetch, default_fetch, link_name
 from episodestream.testing.source_files import open_remote_files
 from episodestream.testing import FakeHub
 

@@ -17,11 +17,9 @@ import fsspec
 import pytest
 
 from episodestream import EpisodeStreamingDataset
-from episodestream._base.world import World
 from episodestream._remote.source import resolve
-from episodestream.testing.source_files import open_remote_files, read_metadata
+from episodestream.testing.source_files import open_remote_files, read_metadata, worker_turns
 from episodestream._remote.source.videos import RAMP_ADMISSIONS
-from episodestream._runtime.lookahead.worker_turns import WorkerTurns
 from episodestream.testing import FakeHub, S3Server, ShapingProxy
 
 from .conftest import REPO, SPANS_REPO, assert_same_samples, cache_files, remote_dataset
@@ -311,15 +309,15 @@ def test_a_remote_consumer_reads_rows_ahead_on_their_own_thread(hub_root, spans_
     assert cache_files(tmp_path / "cache") == []
 
 
-def _worker_turns(turns: WorkerTurns, *, iteration: int = 1, wait_s: float = 30.0):
-    return [turns.turn(World(0, 1, worker=w, num_workers=2), iteration, wait_s=wait_s) for w in (0, 1)]
+def _worker_turns(turns, *, iteration: int = 1, wait_s: float = 30.0):
+    return turns(iteration, wait_s=wait_s)
 
 
 def test_dataloader_workers_download_their_head_starts_in_turn_and_the_rest_after(hub_root, tmp_path):
     """Worker 1's first batch is taken after worker 0's: its downloads wait until worker 0's first
     two admissions are local (its turn, ``_base.turns``), and worker 0's other downloads wait for
     worker 1's first two, so each head start crosses the link alone."""
-    first_turn, second_turn = _worker_turns(WorkerTurns())
+    first_turn, second_turn = _worker_turns(worker_turns(num_workers=2))
     with _slow_files(hub_root, tmp_path) as (files, meta, cdn):
         first, second = files.episode_videos(turn=first_turn), files.episode_videos(turn=second_turn)
         try:
@@ -352,7 +350,7 @@ def test_dataloader_workers_download_their_head_starts_in_turn_and_the_rest_afte
 
 
 def test_a_turn_is_passed_on_after_a_lone_first_admission_and_its_wait_is_bounded(hub_root, tmp_path):
-    turns = WorkerTurns()
+    turns = worker_turns(num_workers=2)
     first_turn, second_turn = _worker_turns(turns)
     with _slow_files(hub_root, tmp_path) as (files, meta, cdn):
         first = files.episode_videos(turn=first_turn)

@@ -17,7 +17,7 @@ from episodestream._format.metadata import EpisodeInfo, VideoSpan
 from episodestream.remote import Mp4LayoutError
 from episodestream.testing.source_files import open_remote_files
 from episodestream._format.mp4 import Mp4Header, VideoTrack, read_header
-from episodestream._sample.video.backends import PyAVReader, TorchCodecReader
+from episodestream.testing.video_readers import open_video_reader
 
 from .conftest import cache_files
 
@@ -96,12 +96,12 @@ def _episode(index: int, name: str, first: int, end: int) -> EpisodeInfo:
     return EpisodeInfo(index, end - first, first, end, "data/none.parquet", (), {KEY: span})
 
 
-@pytest.mark.parametrize("reader", [TorchCodecReader, PyAVReader], ids=["torchcodec", "pyav"])
+@pytest.mark.parametrize("backend", ["torchcodec", "pyav"])
 @pytest.mark.parametrize("name", ["av1", "h264", "h264-bframes", "fragmented"])
-def test_sparse_spans_decode_like_the_whole_file(videos, tmp_path, name, reader):
+def test_sparse_spans_decode_like_the_whole_file(videos, tmp_path, name, backend):
     files = open_remote_files(f"file://{videos}", cache_dir=tmp_path / "cache")
     consumer = files.episode_videos()
-    whole = reader(str(videos / "videos" / f"{name}.mp4"))
+    whole = open_video_reader(videos / "videos" / f"{name}.mp4", backend=backend)
     try:
         for index, (first, end) in enumerate(SEGMENTS):
             episode = _episode(index, name, first, end)
@@ -111,7 +111,7 @@ def test_sparse_spans_decode_like_the_whole_file(videos, tmp_path, name, reader)
                 (videos / "videos" / f"{name}.mp4").stat().st_size
             # Every frame of the episode, in one call, as the decode path asks (half a frame late).
             seconds = [(f + 0.5) / FPS for f in range(first, end)]
-            sparse = reader(local)
+            sparse = open_video_reader(local, backend=backend)
             got, want = sparse.frames_played_at(seconds), whole.frames_played_at(seconds)
             sparse.close()
             assert torch.equal(got[0], want[0]) and np.array_equal(got[1], want[1]), (name, first, end)
