@@ -186,7 +186,7 @@ def source_files(dataset: Dataset) -> DatasetFiles:
 
 def download_fetch(dataset: Dataset) -> FetchFn:
     """The ``fetch`` every remote read of the dataset goes through: by default a
-    ``remote.DownloadFetch``, whose ``stats()`` counts attempts, throttles and retries and whose
+    ``testing.downloads.DownloadFetch``, whose ``stats()`` counts attempts, throttles and retries and whose
     ``controllers()`` are the node-wide budgets. TypeError for a local folder (nothing is fetched)."""
     from episodestream._remote.source.files import RemoteFiles  # already loaded when the source is remote
 
