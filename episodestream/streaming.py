@@ -214,7 +214,7 @@ def stream_state(loader: torch.utils.data.DataLoader, batches_consumed: int) -> 
         TypeError: the loader's dataset does not stream.
         ValueError: ``batches_consumed`` is negative, or the loader delivers out of order.
     """
-    source = runtime_of(loader.dataset, needs="stream_state needs a DataLoader over")
+    runtime = runtime_of(loader.dataset, needs="stream_state needs a DataLoader over")
     if loader.num_workers > 1 and not getattr(loader, "in_order", True):
         # Resume replays the in-order round robin to find each worker's consumed samples; out of
         # order, batches come as workers finish them and the count no longer says whose they were.
@@ -224,7 +224,7 @@ def stream_state(loader: torch.utils.data.DataLoader, batches_consumed: int) -> 
     count = TrainerCount(batches_consumed=check_int("batches_consumed", batches_consumed, minimum=0),
                          # batch_size=None hands out single samples: the same round robin as batches of one.
                          batch_size=loader.batch_size or 1, num_workers=loader.num_workers, drop_last=loader.drop_last)
-    return source.saved_state().with_trainer(count).to_state(source.state_spec)
+    return runtime.saved_state().with_trainer(count).to_state(runtime.state_spec)
 
 
 def load_loader_state(loader: torch.utils.data.DataLoader, state: Mapping[str, Any], *, strict: bool = True) -> None:
@@ -250,19 +250,19 @@ def load_loader_state(loader: torch.utils.data.DataLoader, state: Mapping[str, A
         ValueError: ``state`` is not a StatefulDataLoader's, or does not fit this loader.
     """
     strict = check_bool("strict", strict)
-    source = runtime_of(loader.dataset, needs="load_loader_state needs a StatefulDataLoader over")
+    runtime = runtime_of(loader.dataset, needs="load_loader_state needs a StatefulDataLoader over")
     if not callable(getattr(loader, "load_state_dict", None)):
         raise TypeError(f"load_loader_state needs a torchdata StatefulDataLoader, got a {type(loader).__name__}; for "
                         f"a plain DataLoader save stream_state(loader, batches_consumed) and load it into the dataset.")
     if not is_loader_state(state):
         raise ValueError(f"load_loader_state needs a StatefulDataLoader's state_dict(), got {state!r:.200}.")
-    saved = read_loader_state(state, source)
-    if saved.num_workers == loader.num_workers and saved.consumers[0].world_size == source.world_size:
+    saved = read_loader_state(state, runtime)
+    if saved.num_workers == loader.num_workers and saved.consumers[0].world_size == runtime.world_size:
         loader.load_state_dict(state)  # type: ignore[attr-defined]
         return
     if loader.num_workers > 1 and not getattr(loader, "in_order", True):
         raise ValueError(f"load_loader_state resumes another worker count only with in-order delivery, got "
                          f"num_workers={loader.num_workers}, in_order=False.")
-    resumed = trainer_state(source, saved, batch_size=loader.batch_size or 1, drop_last=loader.drop_last)
-    source.apply_state(source.check_state(resumed, strict=strict))
+    resumed = trainer_state(runtime, saved, batch_size=loader.batch_size or 1, drop_last=loader.drop_last)
+    runtime.apply_state(runtime.check_state(resumed, strict=strict))
 

@@ -45,10 +45,10 @@ class SavedLoader:
     batches_after: int
 
 
-def read_loader_state(state: Mapping[str, Any], source: StreamRuntime) -> SavedLoader:
-    """The consumers of a StatefulDataLoader ``state_dict()`` over ``source``, every part checked."""
+def read_loader_state(state: Mapping[str, Any], runtime: StreamRuntime) -> SavedLoader:
+    """The consumers of a StatefulDataLoader ``state_dict()`` over ``runtime``, every part checked."""
     if _keys()["single_yielded"] in state:  # num_workers=0: the main process's dataset state, current
-        return SavedLoader((_dataset_state(state, "state", source),), 0, 0)
+        return SavedLoader((_dataset_state(state, "state", runtime),), 0, 0)
     snapshot = state.get(_keys()["snapshot"])
     if not isinstance(snapshot, Mapping) or not isinstance(snapshot.get(_keys()["main"]), Mapping):
         raise ValueError(f"Not a StatefulDataLoader state: state[{_keys()['snapshot']!r}][{_keys()['main']!r}] is "
@@ -58,7 +58,7 @@ def read_loader_state(state: Mapping[str, Any], source: StreamRuntime) -> SavedL
     if not isinstance(num_workers, int) or not isinstance(workers, Mapping) or len(workers) != num_workers:
         raise ValueError(f"The StatefulDataLoader state names num_workers={num_workers!r} but holds "
                          f"{len(workers) if isinstance(workers, Mapping) else workers!r} worker snapshots.")
-    consumers = tuple(_dataset_state(workers.get(f"worker_{w}"), f"worker_{w}'s snapshot", source)
+    consumers = tuple(_dataset_state(workers.get(f"worker_{w}"), f"worker_{w}'s snapshot", runtime)
                       for w in range(num_workers))
     steps = state.get(_keys()["steps_since"], 0)
     if not isinstance(steps, int) or steps < 0:
@@ -66,18 +66,18 @@ def read_loader_state(state: Mapping[str, Any], source: StreamRuntime) -> SavedL
     return SavedLoader(consumers, num_workers, steps)
 
 
-def _dataset_state(part: Any, where: str, source: StreamRuntime) -> SavedState:
+def _dataset_state(part: Any, where: str, runtime: StreamRuntime) -> SavedState:
     dataset_state = part.get(_keys()["dataset"]) if isinstance(part, Mapping) else None
     # A per-consumer state (``dataset.state_dict()``): a consumer's position, no trainer's count.
     if (not isinstance(dataset_state, Mapping) or "consumer" not in dataset_state
             or "batches_consumed" in dataset_state):
         raise ValueError(f"The StatefulDataLoader state's {where} holds no EpisodeStreamingDataset state "
                          f"(got {dataset_state!r:.200}): was it saved by a loader over another dataset?")
-    return source.parse(dataset_state)
+    return runtime.parse(dataset_state)
 
 
-def trainer_state(source: StreamRuntime, saved: SavedLoader, *, batch_size: int, drop_last: bool) -> SavedState:
-    """``saved`` as a trainer's state of ``source``: the batches its loader took this epoch, with
+def trainer_state(runtime: StreamRuntime, saved: SavedLoader, *, batch_size: int, drop_last: bool) -> SavedState:
+    """``saved`` as a trainer's state of ``runtime``: the batches its loader took this epoch, with
     ``batch_size`` and ``drop_last`` (the resuming loader's), checked against every consumer."""
     common = saved.consumers[0].stream()
     for w, other in enumerate(saved.consumers[1:], start=1):
@@ -91,7 +91,7 @@ def trainer_state(source: StreamRuntime, saved: SavedLoader, *, batch_size: int,
                 for p in positions)
     count = TrainerCount(batches_consumed=common.earlier_batches + taken, batch_size=batch_size,
                          num_workers=saved.num_workers, drop_last=drop_last)
-    _check_positions(source, common.with_trainer(count), common, placed, saved.num_workers)
+    _check_positions(runtime, common.with_trainer(count), common, placed, saved.num_workers)
     # Round robin as well: whole batches after the snapshots.
     return common.with_trainer(replace(count, batches_consumed=count.batches_consumed + saved.batches_after))
 
@@ -109,7 +109,7 @@ def _placed(positions: Sequence[ConsumerPosition], num_workers: int) -> list[Con
     return placed
 
 
-def _check_positions(source: StreamRuntime, state: SavedState, snapshot: SavedState,
+def _check_positions(runtime: StreamRuntime, state: SavedState, snapshot: SavedState,
                      placed: Sequence[ConsumerPosition], num_workers: int) -> None:
     """The trainer's ``state`` must put every consumer where its ``snapshot`` (the legs its iteration
     continued, and what it yielded since) says it is, under the saving run's layout; else the batch
@@ -119,10 +119,10 @@ def _check_positions(source: StreamRuntime, state: SavedState, snapshot: SavedSt
     rank, world_size = placed[0].rank, placed[0].world_size
     workers = max(1, num_workers)
     # The trainer's state: what each worker role's share had given when the snapshots were taken.
-    trainer = [source.position_under(state, World(rank, world_size, w, workers)) for w in range(workers)]
+    trainer = [runtime.position_under(state, World(rank, world_size, w, workers)) for w in range(workers)]
     consumed_by_role = {at[0]: at[1] for at in trainer if at is not None}
     for p in placed:
-        at = source.position_under(snapshot, World(rank, world_size, p.worker, workers))
+        at = runtime.position_under(snapshot, World(rank, world_size, p.worker, workers))
         role, consumed, share = (p.worker, p.samples_yielded, p.samples_yielded) if at is None else \
             (at[0], at[1] + p.samples_yielded, at[2])
         expected = share if trainer[0] is None else consumed_by_role.get(role)
