@@ -26,8 +26,9 @@ fsspec) until a name is used.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from episodestream._base.lazy_names import lazy_getattr
 
 if TYPE_CHECKING:
     from episodestream._remote.transport.config import env_var
@@ -54,9 +55,4 @@ _DEFINED_IN = {
     "link_name": "episodestream._remote.transport.download",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _DEFINED_IN.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _DEFINED_IN)

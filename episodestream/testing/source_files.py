@@ -17,10 +17,11 @@ that check which they got; close the files you open.
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
+
+from episodestream._base.lazy_names import lazy_getattr
 
 if TYPE_CHECKING:
     from episodestream._base.turns import Turn
@@ -42,12 +43,7 @@ _TYPES = {
     "RemoteFiles": "episodestream._remote.source.files",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _TYPES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _TYPES)
 
 
 def open_files(source: str | os.PathLike, **options: Any) -> DatasetFiles:
