@@ -64,10 +64,10 @@ def remote_dataset(cls, source, *, cache_dir, revision=None, cache_limit=None, s
 
 
 def cache_files(cache_dir) -> list[str]:
-    """Files left in a cache folder, but its permanent budget lock."""
+    """Files left in a cache folder, but its permanent budget lock and ledger."""
     cache_dir = Path(cache_dir)
     return sorted(p.relative_to(cache_dir).as_posix() for p in cache_dir.rglob("*")
-                  if p.is_file() and p.name != ".budget.lock")
+                  if p.is_file() and p.name not in (".budget.lock", ".budget.used"))
 
 
 def assert_same_samples(got: list[dict], expected: list[dict]) -> None:

@@ -187,6 +187,32 @@ def _payload(size: int):
     return lambda tmp: tmp.write_bytes(b"p" * size)
 
 
+def test_downloads_under_a_limit_read_the_budgets_ledger_and_a_stale_one_is_walked(tmp_path, monkeypatch):
+    """A download under a cache_limit checks the ledger the budget keeps, not every entry's
+    reservation (a wide pool keeps thousands); the cache is walked again once the ledger is stale,
+    so a reservation it never counted (a killed process's, an older version's) is counted then."""
+    root = tmp_path / "cache"
+    cache = NodeCache(root, limit_bytes=1_000_000, timeout_s=5, wait_s=0.5)
+    walks = []
+    walk = NodeCache._reservations
+    monkeypatch.setattr(NodeCache, "_reservations", lambda self: (walks.append(1), walk(self))[1])
+    for i in range(40):  # a pool's steady state: one in, one out
+        cache.acquire(f"e{i}.bin", "a", _payload(4000), size_bytes=4000)
+        if i >= 4:
+            cache.release(f"e{i - 4}.bin", "a")
+    assert len(walks) == 1, "walked once, for the first download (no ledger yet)"
+    ledger_bytes = int((root / ".budget.used").read_text().split()[0])
+    assert ledger_bytes == cache.usage_bytes() == 4 * 4096  # what releases and completions changed, kept
+    # A reservation the ledger never counted, with a user that never goes (a pin):
+    (root / "ghost.bin").write_bytes(b"g")
+    (root / "ghost.bin.bytes").write_text("990000")
+    (root / "ghost.bin.refs").mkdir()
+    cache.pin("ghost.bin")
+    monkeypatch.setattr("episodestream._remote.cache.node_cache._LEDGER_FRESH_S", 0.0)
+    with pytest.raises(CacheFullError, match="pinned"):
+        cache.acquire("late.bin", "a", _payload(8000), size_bytes=8000)
+
+
 def test_pinned_entries_fail_fast_and_waits_are_bounded_and_logged(tmp_path, caplog):
     root = tmp_path / "cache"
     # wait_s is long: only the pins can make this fail at once.

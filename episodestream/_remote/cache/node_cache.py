@@ -55,6 +55,14 @@ _WAIT_LOG_EVERY_S = 30.0  # ... and again this often
 _PINS_SHOWN = 5  # sources named in a message, the largest first
 _POLL_S = (0.005, 0.2)  # lock polling: first and longest sleep (doubling in between)
 _BUDGET_LOCK = ".budget.lock"
+# The bytes reserved on the node, as the last walk of the cache found them plus what reservations
+# and deletions changed since ("<bytes> <time of the walk>"), written under the budget lock: a
+# download checks it rather than walking every entry's ``NAME.bytes`` (a wide pool keeps thousands;
+# a walk per download halved a remote stream's rate under a cache_limit). A ledger older than
+# ``_LEDGER_FRESH_S`` is walked again, so what a killed process or an older version left uncounted
+# is counted within that time; one absent or unreadable is walked at once.
+_LEDGER = ".budget.used"
+_LEDGER_FRESH_S = 5.0
 _BLOCK_BYTES = 4096  # reservations round up to filesystem blocks
 _SUFFIXES = (".lock", ".bytes", ".refs")
 
@@ -303,14 +311,17 @@ class NodeCache:
                 return path
             try:
                 self._remove_partial(name)  # FETCHING left by a dead process
-                self._reserve(name, size_bytes, deadline, what, stop)
+                reserved = self._reserve(name, size_bytes, deadline, what, stop)
                 tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
                 try:
                     downloaded = fetch(tmp)
                     os.replace(tmp, path)
                     # From here on the budget counts what the file really takes on disk (a
                     # sparse file takes its written blocks only).
-                    self._path(name + ".bytes").write_text(str(os.stat(path).st_blocks * 512))
+                    taken = os.stat(path).st_blocks * 512
+                    with self._locked(self.root / _BUDGET_LOCK, deadline, "the cache budget"):
+                        self._path(name + ".bytes").write_text(str(taken))
+                        self._ledger_change(taken - reserved)
                 finally:
                     if tmp.exists():
                         tmp.unlink()
@@ -351,10 +362,16 @@ class NodeCache:
                 stale.unlink(missing_ok=True)
         reservation.unlink(missing_ok=True)
 
-    def _delete(self, name: str) -> None:
-        """Delete an entry and its bookkeeping (called under its lock)."""
+    def _delete(self, name: str, *, ledger: bool = True) -> None:
+        """Delete an entry and its bookkeeping (called under its lock); ``ledger``: take its bytes
+        off the budget's ledger (False where the caller holds the budget lock and counts them, or
+        leaves them to the next walk)."""
         path = self._path(name)
+        reserved = self._reserved_bytes(name) if ledger else 0
         self._remove_partial(name)
+        if reserved:
+            with self._locked(self.root / _BUDGET_LOCK, time.monotonic() + self.timeout_s, "the cache budget"):
+                self._ledger_change(-reserved)
         path.unlink(missing_ok=True)
         refs = self._path(name + ".refs")
         if refs.is_dir():
@@ -436,7 +453,9 @@ class NodeCache:
         return found
 
     def _reserve(self, name: str, size_bytes: int, deadline: float, what: str,
-                 stop: Callable[[], bool] | None = None) -> None:
+                 stop: Callable[[], bool] | None = None) -> int:
+        """Reserve ``size_bytes`` (rounded up to blocks, returned) for ``name`` within the limit,
+        waiting for room as the module docstring says."""
         reservation = self._path(name + ".bytes")
         size_bytes = -(-size_bytes // _BLOCK_BYTES) * _BLOCK_BYTES  # files take whole blocks
         limit = self.limit_bytes
@@ -450,8 +469,9 @@ class NodeCache:
         while True:
             with self._locked(self.root / _BUDGET_LOCK, max(deadline, wait_until), "the cache budget"):
                 if limit is None or self._fits(size_bytes):
+                    self._ledger_change(size_bytes)  # first: a crash in between over-counts, never under
                     reservation.write_text(str(size_bytes))
-                    return
+                    return size_bytes
                 used, pins = self.usage_bytes(), self.pinned()
             pinned_bytes = sum(total for _, total in pins.values())
             full = (f"cache_limit={limit} bytes ({limit / 1e6:.1f} MB) of the cache {self.root} is full "
@@ -478,21 +498,60 @@ class NodeCache:
             sleep_s = min(_POLL_S[1], sleep_s * 2)
 
     def _fits(self, size_bytes: int) -> bool:
-        """Whether ``size_bytes`` fit now, after deleting entries that no live process uses
-        (left behind by killed processes), oldest first."""
+        """Whether ``size_bytes`` fit now (under the budget lock), by the ledger where it is fresh
+        and says so, else by a walk of every reservation, after deleting entries that no live
+        process uses (left behind by killed processes), oldest first."""
+        assert self.limit_bytes is not None
+        used = self._ledger_used()
+        if used is not None and used + size_bytes <= self.limit_bytes:
+            return True
+        walked_at = time.time()
         held = list(self._reservations())
         used = sum(size for _, size in held)
         if used + size_bytes <= self.limit_bytes:
+            self._write_ledger(used, walked_at)
             return True
         unused = sorted((name for name, _ in held if not any(self._live(m) for m in self._users(name))),
                         key=lambda n: self._mtime(n))
         sizes = dict(held)
+        fits = False
         for name in unused:
-            if self._try_delete_unused(name):
+            if self._try_delete_unused(name):  # under the budget lock: counted here, not in the ledger
                 used -= sizes[name]
                 if used + size_bytes <= self.limit_bytes:
-                    return True
-        return False
+                    fits = True
+                    break
+        self._write_ledger(used, walked_at)
+        return fits
+
+    def _reserved_bytes(self, name: str) -> int:
+        try:
+            return int(self._path(name + ".bytes").read_text() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def _ledger_used(self) -> int | None:
+        """The ledger's bytes, where its walk is fresh (under the budget lock); None: walk."""
+        try:
+            used, walked_at = (self.root / _LEDGER).read_text().split()
+            if 0 <= time.time() - float(walked_at) <= _LEDGER_FRESH_S:
+                return int(used)
+        except (OSError, ValueError):
+            pass
+        return None
+
+    def _write_ledger(self, used: int, walked_at: float) -> None:
+        (self.root / _LEDGER).write_text(f"{max(0, used)} {walked_at!r}")
+
+    def _ledger_change(self, delta: int) -> None:
+        """Add ``delta`` bytes to the ledger (under the budget lock); none yet: the next walk counts them."""
+        if not delta:
+            return
+        try:
+            used, walked_at = (self.root / _LEDGER).read_text().split()
+            self._write_ledger(int(used) + delta, float(walked_at))
+        except (OSError, ValueError):
+            pass
 
     def _mtime(self, name: str) -> float:
         try:
@@ -518,7 +577,9 @@ class NodeCache:
                 return False
             if any(self._live(m) for m in self._users(name)):
                 return False
-            self._delete(name)
+            # Called under the budget lock by _fits, which counts it, and by prune, whose deletions
+            # the ledger over-counts until its next walk: never less than is on disk.
+            self._delete(name, ledger=False)
             return True
         finally:
             os.close(fd)
