@@ -27,7 +27,9 @@ start, the process group, opening the dataset, the first batches) is excluded. S
 apart: from the launch of the route's command to the end of the first step on the latest rank.
 Checkpoints are not taken (the example's ``ray.train.report`` of a checkpoint every 5 steps would add
 Ray-only work to one side): this measures the loop. Each rank also reports its torch intra-op threads.
-The run fails if a route did not train ``--steps`` x ``--batch-size`` x ``--workers`` samples.
+A route's run that fails, times out (``--timeout``) or trains other than ``--steps`` x ``--batch-size``
+x ``--workers`` samples is reported on stderr and left out (its round has no ratio); the other runs go
+on, and the benchmark exits 1.
 
 The dataset: ``write_synthetic_dataset`` (``--episodes`` x ``--length`` frames, 2 cameras 64x96, AV1,
 the example's defaults), written once under ``--cache-dir``.
@@ -169,9 +171,23 @@ def run_route(route: str, args, config: dict, scratch: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "ACCELERATE_USE_CPU")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     launched = time.time()
-    done = subprocess.run(command, env={**env, **extra}, capture_output=True, text=True, timeout=args.timeout)
-    if done.returncode != 0:
-        raise RuntimeError(f"{route} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    process = subprocess.Popen(command, env={**env, **extra}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        stdout, stderr = process.communicate(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        import psutil  # Ray's and Accelerate's dependency
+
+        # A run past --timeout is killed with its workers (torchrun puts each in its own session).
+        for child in [*psutil.Process(process.pid).children(recursive=True), psutil.Process(process.pid)]:
+            try:
+                child.kill()
+            except psutil.NoSuchProcess:
+                pass
+        process.communicate()
+        raise
+    if process.returncode != 0:
+        raise RuntimeError(f"{route} failed ({process.returncode}):\n{stdout[-2000:]}\n{stderr[-4000:]}")
     ranks = [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(args.workers)]
     result = {"route": route, **measure(ranks, launched, args.warmup), "load_average": os.getloadavg()[0]}
     expected = args.steps * args.batch_size * args.workers
@@ -218,25 +234,36 @@ def main(argv=None) -> int:
                 prefix = " ".join(f"{k}={v}" for k, v in extra.items())
                 print(f"{route}: {prefix + ' ' if prefix else ''}{shlex.join(command)}")
         results: dict[str, list[dict]] = {route: [] for route in routes}
+        ratios: list[float] = []
+        failures = 0
         for index in range(args.rounds):
+            done: dict[str, dict] = {}
             for route in routes:
-                result = run_route(route, args, config, Path(scratch))
-                results[route].append(result)
-                print(json.dumps({"round": index + 1, **result}), flush=True)
-            if set(ROUTES) <= set(routes):
-                ratio = results["ray"][-1]["samples_per_s"] / results["accelerate"][-1]["samples_per_s"]
-                print(f"round {index + 1}: ray / accelerate = {ratio:.3f}", flush=True)
+                try:
+                    done[route] = run_route(route, args, config, Path(scratch))
+                except (RuntimeError, subprocess.TimeoutExpired) as error:  # the other runs still count
+                    failures += 1
+                    print(f"round {index + 1}: {route} failed: {error}", file=sys.stderr, flush=True)
+                    continue
+                results[route].append(done[route])
+                print(json.dumps({"round": index + 1, **done[route]}), flush=True)
+            if set(ROUTES) <= set(done):
+                ratios.append(done["ray"]["samples_per_s"] / done["accelerate"]["samples_per_s"])
+                print(f"round {index + 1}: ray / accelerate = {ratios[-1]:.3f}", flush=True)
     print(f"\n| route ({args.workers} workers, batch {args.batch_size}, {args.steps} steps, {args.warmup} warm-up) "
           "| samples/s per round | median | start-up per round (s) |")
     print("| --- | --- | --- | --- |")
     for route, runs in results.items():
-        rates = ", ".join(f"{r['samples_per_s']:.0f}" for r in runs)
-        startups = ", ".join(f"{r['startup_s']:.1f}" for r in runs)
-        print(f"| {route} | {rates} | {statistics.median(r['samples_per_s'] for r in runs):.0f} | {startups} |")
-    if set(ROUTES) <= set(routes):
-        ratios = [ray["samples_per_s"] / acc["samples_per_s"] for ray, acc in zip(results["ray"], results["accelerate"])]
+        if runs:
+            rates = ", ".join(f"{r['samples_per_s']:.0f}" for r in runs)
+            startups = ", ".join(f"{r['startup_s']:.1f}" for r in runs)
+            print(f"| {route} | {rates} | {statistics.median(r['samples_per_s'] for r in runs):.0f} | {startups} |")
+    if ratios:
         print(f"\nray / accelerate per round: {', '.join(f'{r:.3f}' for r in ratios)}; "
               f"median {statistics.median(ratios):.3f}")
+    if failures:
+        print(f"{failures} run(s) failed: see above", file=sys.stderr)
+        return 1
     return 0
 
 
