@@ -44,20 +44,36 @@ class TinyPolicy(nn.Module):
         return self.head(torch.cat([self.vision(image), state], dim=-1))
 
 
-def train_loop(config: dict) -> None:
-    """What each Ray Train worker runs."""
-    import ray.train
-    import ray.train.torch
-
+def build(config: dict) -> tuple:
+    """This rank's dataset, loader, model and the camera it reads: ``(dataset, loader, model, camera)``.
+    Rank and world size come from the process group the launcher set up (TorchTrainer's, or
+    ``accelerate launch``'s in benchmarks/ray/benchmark_ray_train.py): no sampler, no sharding here."""
     from episodestream import EpisodeLoader, EpisodeStreamingDataset
 
-    rank = ray.train.get_context().get_world_rank()
-    # Rank and world size from the process group TorchTrainer set up: no sampler, no sharding here.
     dataset = EpisodeStreamingDataset(config["dataset"], seed=config["seed"])
     loader = EpisodeLoader(dataset, config["batch_size"], num_threads=config["num_threads"])
     camera = dataset.meta.video_keys[0]
     features = dataset.meta.features
     model = TinyPolicy(features["observation.state"]["shape"][0], features["action"]["shape"][0])
+    return dataset, loader, model, camera
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict, camera: str) -> torch.Tensor:
+    """One optimizer step on ``batch`` (DDP all-reduces the gradients in ``backward``); returns the loss."""
+    loss = nn.functional.mse_loss(model(batch[camera], batch["observation.state"]), batch["action"])
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def train_loop(config: dict) -> None:
+    """What each Ray Train worker runs."""
+    import ray.train
+    import ray.train.torch
+
+    rank = ray.train.get_context().get_world_rank()
+    dataset, loader, model, camera = build(config)
     step = 0
     checkpoint = ray.train.get_checkpoint()  # the latest one: after a restart, or a rerun of the same run
     if checkpoint is not None:
@@ -90,10 +106,7 @@ def train_loop(config: dict) -> None:
         for batch in loader:
             step += 1
             trained += zip(batch["episode_index"].tolist(), batch["frame_index"].tolist())
-            loss = nn.functional.mse_loss(model(batch[camera], batch["observation.state"]), batch["action"])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+            train_step(model, optimizer, batch, camera)
             if step == config["fail_at_step"] and rank == config["fail_rank"]:
                 marker = Path(config["storage_path"]) / f"{config['name']}.failed-once"
                 if not marker.exists():  # once: the restarted worker goes past this step
