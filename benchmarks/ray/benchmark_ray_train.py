@@ -101,6 +101,7 @@ def ray_worker(config: dict) -> None:
 
 def accelerate_worker(config: dict) -> None:
     """What each process under ``accelerate launch`` runs."""
+    import torch
     from accelerate import Accelerator
 
     accelerator = Accelerator(cpu=True)
@@ -114,6 +115,11 @@ def accelerate_worker(config: dict) -> None:
     (Path(config["out"]) / f"rank{accelerator.process_index}.json").write_text(json.dumps(result))
     accelerator.wait_for_everyone()
     accelerator.end_training()
+    # As examples/scaling does: a gloo group left to the interpreter's exit now and then aborted a rank
+    # there ("terminate called without an active exception", SIGABRT) after its steps were done: gloo
+    # frees a finished collective's work on its own thread, which needs the GIL.
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 def run_ray(config: dict) -> None:
