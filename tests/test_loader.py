@@ -116,7 +116,7 @@ class _ThreadCheckingReader:
         self.inner.close()
 
 
-def test_many_threads_many_epochs_same_stream_and_no_shared_decoder(many_episodes_root):
+def test_many_threads_many_epochs_same_stream_and_no_decoder_used_by_two_threads_at_once(many_episodes_root):
     """A decoder is never used by two threads at once (the threads share one cache, lending each
     decoder to one at a time); a local dataset's decoders serve the next pass's threads (not
     reopened per pass)."""

@@ -166,11 +166,7 @@ def resize_decoder_cache(dataset: Dataset, capacity: int) -> None:
     from episodestream._sample.video.decoder_cache import DecoderCache
 
     core = _core(dataset)
-
-    def decoder_cache(working_set: int, *, threads: int = 1) -> DecoderCache:
-        return DecoderCache(core.open_video, capacity=capacity)
-
-    core.decoder_cache = decoder_cache  # type: ignore[method-assign]
+    replace_decoder_cache(dataset, lambda working_set: DecoderCache(core.open_video, capacity=capacity))
 
 
 def open_episode_videos(dataset: Dataset) -> EpisodeVideos:

@@ -319,9 +319,12 @@ class NodeCache:
                     # From here on the budget counts what the file really takes on disk (a
                     # sparse file takes its written blocks only).
                     taken = os.stat(path).st_blocks * 512
-                    with self._locked(self.root / _BUDGET_LOCK, deadline, "the cache budget"):
+                    if self._ledger_kept():
+                        with self._locked(self.root / _BUDGET_LOCK, deadline, "the cache budget"):
+                            self._path(name + ".bytes").write_text(str(taken))
+                            self._ledger_change(taken - reserved)
+                    else:
                         self._path(name + ".bytes").write_text(str(taken))
-                        self._ledger_change(taken - reserved)
                 finally:
                     if tmp.exists():
                         tmp.unlink()
@@ -367,7 +370,7 @@ class NodeCache:
         off the budget's ledger (False where the caller holds the budget lock and counts them, or
         leaves them to the next walk)."""
         path = self._path(name)
-        reserved = self._reserved_bytes(name) if ledger else 0
+        reserved = self._reserved_bytes(name) if ledger and self._ledger_kept() else 0
         self._remove_partial(name)
         if reserved:
             with self._locked(self.root / _BUDGET_LOCK, time.monotonic() + self.timeout_s, "the cache budget"):
@@ -529,6 +532,12 @@ class NodeCache:
             return int(self._path(name + ".bytes").read_text() or 0)
         except (OSError, ValueError):
             return 0
+
+    def _ledger_kept(self) -> bool:
+        """Whether a process with a limit keeps the ledger on this node: where none does, a
+        completion or a release takes no budget lock for it. One that starts keeping it meanwhile
+        misses that change until its next walk (at most ``_LEDGER_FRESH_S`` later)."""
+        return (self.root / _LEDGER).exists()
 
     def _ledger_used(self) -> int | None:
         """The ledger's bytes, where its walk is fresh (under the budget lock); None: walk."""
