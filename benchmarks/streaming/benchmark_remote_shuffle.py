@@ -81,7 +81,9 @@ def _one(root: str, pool: str, args: argparse.Namespace) -> dict:
     from _servers import serve
 
     torch.set_num_threads(1)
+    pool, _, prefetch = pool.partition(":")
     pool_size: int | str = pool if pool == "auto" else int(pool)
+    more = {"prefetch_episodes": int(prefetch)} if prefetch else {}
     video_bytes = sum(p.stat().st_size for p in Path(root, "videos").rglob("*.mp4"))
     with (serve("hub", root, latency_s=args.latency_ms / 1000, rate_bytes_per_s=args.bandwidth_mb_per_s * 1e6) as remote,
           tempfile.TemporaryDirectory(prefix="episodestream-remote-shuffle-") as cache_dir):
@@ -92,7 +94,7 @@ def _one(root: str, pool: str, args: argparse.Namespace) -> dict:
         remote.reset_link_stats()
         start = time.perf_counter()
         dataset = EpisodeStreamingDataset(remote.source, cache_dir=cache_dir, cache_limit=args.cache_limit,
-                                          episode_pool_size=pool_size, seed=0, **remote.options)
+                                          episode_pool_size=pool_size, seed=0, **more, **remote.options)
         loader = EpisodeLoader(dataset, 32, num_threads=args.threads)
         episodes, first_batch_s = [], None
         for batch in loader:
@@ -117,7 +119,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache-dir", default=os.path.join(tempfile.gettempdir(), "episodestream-bench"))
     parser.add_argument("--episodes", type=int, default=1000)
-    parser.add_argument("--pool-sizes", default="64,auto")
+    parser.add_argument("--pool-sizes", default="64,auto",
+                        help="POOL[:PREFETCH] by commas (PREFETCH: prefetch_episodes; default the dataset's)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--latency-ms", type=float, default=50.0)
     parser.add_argument("--bandwidth-mb-per-s", type=float, default=50.0)

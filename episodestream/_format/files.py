@@ -75,6 +75,12 @@ class EpisodeVideos(abc.ABC):
     def admit(self, episode: EpisodeInfo) -> None:
         """Start making the episode's video bytes local (may return before they are)."""
 
+    def admit_many(self, episodes: Sequence[EpisodeInfo]) -> None:
+        """``admit`` each of ``episodes``, which are needed in this order (a fetcher that can order
+        or join their downloads overrides this)."""
+        for episode in episodes:
+            self.admit(episode)
+
     @abc.abstractmethod
     def path(self, episode: EpisodeInfo, key: str) -> str:
         """A local file the decoder can read this episode's frames of camera ``key`` from (admits
@@ -131,6 +137,10 @@ class DatasetFiles(abc.ABC):
     def open_input(self, relpath: str) -> str | io.IOBase:
         """What pyarrow should read a data parquet from: a local path, or a file object that
         reads byte ranges on demand (so an episode's row group is fetched without the file)."""
+
+    def read_ahead(self, relpath: str, ranges: Sequence[tuple[int, int]]) -> None:  # noqa: B027 - local files: nothing to do
+        """Byte ranges of ``relpath`` that reads through ``open_input`` want next: a source whose
+        reads cross a link fetches them now, joined into as few requests as their gaps allow."""
 
     @abc.abstractmethod
     def episode_videos(self, *, turn: Turn | None = None) -> EpisodeVideos:

@@ -140,6 +140,10 @@ class RowReader:
             self._files.look_up([relpath, *(v.relpath for e in episodes for v in e.videos.values())])
         handle = self._parquet(relpath, where, episodes[0].episode_index)
         groups = sorted({g for e in episodes for g in self._row_groups(relpath, handle, e)})
+        if len(groups) > 1:
+            # The row groups' bytes in as few requests as their gaps allow, where reads cross a
+            # link: pyarrow asks for each row group's chunks apart, a round trip per row group.
+            self._files.read_ahead(relpath, _row_group_bytes(handle, groups))
         with parquet_errors(where):
             table = handle.read_row_groups(groups, columns=self._columns).sort_by("index")
         index = table.column("index").to_numpy()
@@ -240,6 +244,25 @@ def check_file_rows(files: DatasetFiles, meta: DatasetMeta, relpath: str, num_ro
         raise DatasetFormatError(
             f"{files.description}/{relpath}: holds {num_rows} rows, but its episodes in {meta.episodes_where} "
             f"({_preview(episodes)}) have {expected} frames in all (sum of their 'length')")
+
+
+def _row_group_bytes(handle: pq.ParquetFile, groups: list[int]) -> list[tuple[int, int]]:
+    """The byte range of each of ``groups`` (its column chunks', dictionary pages included)."""
+    metadata = handle.metadata
+    ranges = []
+    for g in groups:
+        row_group = metadata.row_group(g)
+        starts, ends = [], []
+        for c in range(row_group.num_columns):
+            column = row_group.column(c)
+            start = column.data_page_offset
+            if column.has_dictionary_page and column.dictionary_page_offset:
+                start = min(start, column.dictionary_page_offset)
+            starts.append(start)
+            ends.append(start + column.total_compressed_size)
+        if starts:
+            ranges.append((min(starts), max(ends)))
+    return ranges
 
 
 def _index_ranges(handle: pq.ParquetFile) -> tuple[np.ndarray, np.ndarray] | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 
-from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,7 @@ from episodestream._runtime.core import DatasetCore
 from episodestream._runtime.needed_spans import ShareEpisodes
 from episodestream._runtime.resume.epoch import Claim, SharedEpoch
 from episodestream._runtime.resume.position import StreamPosition
-from episodestream._runtime.lookahead.rows_ahead import RowsAhead
+from episodestream._runtime.lookahead.stage import LookAhead
 from episodestream._plan.saved_state import DATASET_IDENTITY, SavedState, StateSpec
 from episodestream._runtime.resume.record import LoadedRequest
 from episodestream._runtime.stream import ConsumerStream, PlannedGroup
@@ -168,18 +167,18 @@ class DatasetRuntime(StreamRuntime):
             # the consumer holding the rest fetches the rest, not the whole episode again.
             episodes = ShareEpisodes(episodes, schedule, self.core.offsets, self.core.meta.fps)
         group_size = self.settings.decode_group_size
-        # Prefetching sources admit video ahead of the pool (_admit_ahead), and start reading the
-        # rows then (RowsAhead); the rest admit video on first hold.
-        depth = self.settings.prefetch_episodes
-        rows = RowsAhead(self.core.row_reader(), keep=2 * (depth + 1)) if videos.prefetches else None
+        # Prefetching sources start each admission's rows and video ahead of the pool (the
+        # look-ahead stage); the rest admit video on first hold.
+        ahead = (LookAhead(self.core.row_reader(), videos, episodes, pool_size=self.settings.episode_pool_size,
+                           admissions_ahead=self.settings.prefetch_episodes) if videos.prefetches else None)
         # Local rows wait for their first emit (``HeldEpisodes``): a wide pool's admissions before
         # its first batch would otherwise all read first. Prefetched rows are read ahead anyway.
-        pool = HeldEpisodes(rows or self.core.row_reader(), videos, admit_video=not videos.prefetches,
+        pool = HeldEpisodes(ahead or self.core.row_reader(), videos, admit_video=not videos.prefetches,
                             rows_at_first_use=not videos.prefetches)
         pending: list[PendingSample] = []
         evicted: list[EpisodeInfo] = []
-        if videos.prefetches:
-            steps = _admit_ahead(steps, videos, episodes, depth=depth, rows=rows)
+        if ahead is not None:
+            steps = ahead.steps(steps)
         try:
             for kind, episode_index, frame in steps:
                 if kind == EMIT:
@@ -200,8 +199,8 @@ class DatasetRuntime(StreamRuntime):
             if pending or evicted:
                 yield PlannedGroup(pending, evicted)
         finally:
-            if rows is not None:
-                rows.close()
+            if ahead is not None:
+                ahead.close()
 
     # -- resume (``_runtime.resume.resumable``'s protocol) -------------------------------------------------
 
@@ -233,26 +232,6 @@ class DatasetRuntime(StreamRuntime):
         plan = point.plan(world.world_size)
         role, skip = point.share_for(plan, world)
         return role.worker, skip, plan.share(role).num_samples
-
-
-def _admit_ahead(steps: Iterator[Step], videos: EpisodeVideos, episodes,
-                 *, depth: int, rows: RowsAhead | None = None) -> Iterator[Step]:
-    """Pass ``steps`` through, calling ``videos.admit`` (and ``rows.ahead``) for each ADMIT as soon
-    as it is among the next ``depth`` admissions, so fetching runs ahead of the pool's need."""
-    buffered: deque[Step] = deque()
-    admits_buffered = 0
-    for step in steps:
-        buffered.append(step)
-        if step[0] == ADMIT:
-            videos.admit(episodes[step[1]])
-            if rows is not None:
-                rows.ahead(episodes[step[1]])
-            admits_buffered += 1
-        while admits_buffered > depth:
-            out = buffered.popleft()
-            admits_buffered -= out[0] == ADMIT
-            yield out
-    yield from buffered
 
 
 class _DatasetStream(ConsumerStream):

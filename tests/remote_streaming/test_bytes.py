@@ -158,3 +158,4 @@ def moov_offset(path: Path) -> int:
             return offset
         offset += size
     raise AssertionError(f"no moov in {path}")
+

@@ -18,11 +18,11 @@ import pytest
 
 from episodestream import EpisodeStreamingDataset
 from episodestream._remote.source import resolve
-from episodestream.testing.source_files import open_remote_files, read_metadata, worker_turns
+from episodestream.testing.source_files import open_files, open_remote_files, read_metadata, row_reader, worker_turns
 from episodestream._remote.source.videos import RAMP_ADMISSIONS
 from episodestream.testing import FakeHub, S3Server, ShapingProxy
 
-from .conftest import REPO, SPANS_REPO, assert_same_samples, cache_files, remote_dataset
+from .conftest import REPO, ROWS_REPO, SPANS_REPO, assert_same_samples, cache_files, remote_dataset
 
 LATENCY_S = 0.3  # per request on the CDN's link
 TOGETHER_S = LATENCY_S / 2  # arrivals closer than this were sent together (one after another: >= LATENCY_S)
@@ -50,12 +50,12 @@ def _until_idle(proxy: ShapingProxy, *, timeout_s: float = 10.0) -> None:
 
 
 @contextlib.contextmanager
-def _slow_files(hub_root, tmp_path):
-    """``SPANS_REPO``'s files and metadata, with the CDN's link slowed from here on and its counters
+def _slow_files(hub_root, tmp_path, repo=SPANS_REPO):
+    """``repo``'s files and metadata, with the CDN's link slowed from here on and its counters
     reset; closed and stopped after."""
     hub, cdn = _hub_with_slow_files(hub_root)
     try:
-        files = open_remote_files(SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False,
+        files = open_remote_files(repo, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False,
                                    download_config=_fresh_budget(tmp_path))
         try:
             meta = read_metadata(files)
@@ -289,13 +289,17 @@ def test_a_remote_consumer_reads_rows_ahead_on_their_own_thread(hub_root, spans_
     threads: list[str] = []
 
     def recording(reader):
-        read = reader.read
+        read, read_many = reader.read, reader.read_many
 
         def recorded(episode):
             threads.append(threading.current_thread().name)
             return read(episode)
 
-        reader.read = recorded
+        def recorded_many(episodes):
+            threads.extend([threading.current_thread().name] * len(episodes))
+            return read_many(episodes)
+
+        reader.read, reader.read_many = recorded, recorded_many
         return reader
 
     with FakeHub(hub_root) as hub:
@@ -402,3 +406,50 @@ def test_dataloader_workers_stream_the_same_samples_through_a_fast_and_a_slow_li
     finally:
         cdn.stop()
         hub.stop()
+
+
+def test_rows_of_one_file_read_together_cross_the_link_at_once(hub_root, rows_root, tmp_path):
+    """``read_many``'s row groups are asked for together (``DatasetFiles.read_ahead``): pyarrow
+    alone asks for each after the one before, a round trip each."""
+    with _slow_files(hub_root, tmp_path, ROWS_REPO) as (files, meta, cdn):
+        episodes = list(meta.episodes.values())
+        reader = row_reader(files, meta)
+        reader.read(episodes[1])  # the footer, and the middle row group, out of the count
+        _until_idle(cdn)
+        cdn.reset_stats()
+        got = reader.read_many([episodes[0], episodes[2]])  # ~130 KB each, ~130 KB apart
+        arrivals = _arrivals(cdn.stats())
+    local = row_reader(open_files(rows_root), meta)
+    for rows, episode in zip(got, [episodes[0], episodes[2]]):
+        expected = local.read(episode)
+        for name in expected.columns:
+            assert (rows.columns[name] == expected.columns[name]).all()
+    assert len(arrivals) == 2 and arrivals[1] - arrivals[0] < TOGETHER_S, arrivals
+
+
+def test_spans_of_one_mp4_admitted_together_come_in_one_request(hub_root, spans_root, tmp_path):
+    """Episodes admitted together (a pool filling up, ``LookAhead``) past the head start: the spans
+    of one mp4 are read in as few requests as their gaps allow, and each episode's sparse copy
+    holds the same bytes as one fetched alone."""
+    with _slow_videos(hub_root, tmp_path) as (videos, meta, cdn):
+        second_file, first_file = [meta.episodes[i] for i in (5, 6, 7, 8)], [meta.episodes[i] for i in range(5)]
+        key = next(iter(first_file[0].videos))
+        assert len({e.videos[key].relpath for e in first_file}) == 1
+        assert len({e.videos[key].relpath for e in second_file}) == 1
+        videos.admit_many(second_file + first_file)  # the head start is the second file's four
+        paths = [videos.path(episode, key) for episode in second_file + first_file]
+        requests = cdn.stats().requests
+        copies = []
+        for episode, path in zip(second_file + first_file, paths):
+            start, end = (int(v) for v in path.rsplit("/", 1)[-1].removesuffix(".mp4").split("-"))
+            with open(path, "rb") as copy, open(spans_root / episode.videos[key].relpath, "rb") as original:
+                copy.seek(start)
+                original.seek(start)
+                copies.append(copy.read(end - start) == original.read(end - start))
+        for episode in second_file + first_file:
+            videos.evict(episode)
+    assert all(copies)
+    # Each file's header (its start and tail: 2 requests), the head start's 4 spans one by one,
+    # then the first file's 5 neighbouring spans in one request: 9, where apart they are 13.
+    assert requests == 2 + 4 + 2 + 1, requests
+    assert cache_files(tmp_path / "cache") == []

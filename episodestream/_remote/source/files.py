@@ -25,10 +25,11 @@ import os
 import secrets
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from episodestream._base.byte_ranges import coalesce
 from episodestream._base.turns import Turn
 from episodestream._format.files import DatasetFiles, SourceStats, check_relpath
 from episodestream._remote.source import budget as _budget
@@ -37,7 +38,8 @@ from episodestream._remote.source.lookup import look_up
 from episodestream._format.mp4 import Mp4LayoutError
 from episodestream._remote.cache.node_cache import NodeCache, release_all
 from episodestream._remote.transport.process import process_state
-from episodestream._remote.transport.reader import LARGE_READ_BYTES, ChunkedReader, FetchFn, RangedFile
+from episodestream._remote.transport.reader import (BLOCK_BYTES, CACHED_PIECE_MAX_BYTES, LARGE_READ_BYTES, ChunkedReader,
+                                                    FetchFn, RangedFile)
 from episodestream._remote.source.videos import RemoteVideos
 from episodestream._remote.source.resolve import FileEntry, ResolvedSource
 from episodestream._remote.transport.download import DownloadFetch
@@ -296,6 +298,12 @@ class RemoteFiles(DatasetFiles):
     def open_input(self, relpath: str) -> RangedFile:
         relpath, _ = self._entry(relpath)
         return self.reader.open(self._remote_path(relpath))
+
+    def read_ahead(self, relpath: str, ranges: Sequence[tuple[int, int]]) -> None:
+        reads = coalesce(ranges, hole_bytes=BLOCK_BYTES, max_bytes=CACHED_PIECE_MAX_BYTES)
+        if len(reads) > 1:  # one range is one read anyway
+            remote = self._remote_path(relpath)
+            self._translate_errors(lambda: self.reader.keep(remote, reads), relpath)
 
     def episode_videos(self, *, turn: Turn | None = None) -> RemoteVideos:
         return RemoteVideos(self, threads=self.fetch_threads, turn=turn)

@@ -18,11 +18,12 @@ import secrets
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from episodestream._base.byte_ranges import coalesce
 from episodestream._base.turns import Turn
 from episodestream._format.files import EpisodeVideos
 from episodestream._remote.source.budget import DISK_SLACK_BYTES
@@ -54,6 +55,12 @@ RAMP_ADMISSIONS = 4  # the pool's first slots draw from 1, 2 and 4 episodes
 # groups draws from the pool's first two slots, one episode then two.
 TURN_ADMISSIONS = 2
 _SPAN_PAD_FRACTION = 128  # pad each side by 1/128 of the span, at most SPAN_PAD_MAX_BYTES
+# One read of neighbouring spans (``admit_many``) at most: a few of them are in memory at once,
+# one per fetch thread.
+NEIGHBOURS_READ_MAX_BYTES = 8 * 1024 * 1024
+# The gap between two neighbours' spans read rather than split at: bytes nobody asked for, for a
+# round trip less (docs/remote.md has the trade measured).
+NEIGHBOURS_HOLE_BYTES = 16 * 1024
 _CLOSE_JOIN_S = 60.0
 
 
@@ -106,6 +113,7 @@ class _Task:
         self.entry: str | None = None
         self.error: BaseException | None = None
         self.admission: _Admission | None = None  # one of the head start's, if it is
+        self.neighbours: _Neighbours | None = None  # the spans of its file admitted with it
 
 
 class _Admission:
@@ -115,6 +123,62 @@ class _Admission:
         self.tasks = tasks
         self.place = place  # in the head start's order
         self.done = threading.Event()
+
+
+class _Run:
+    """One read of neighbouring spans: its bytes, fetched by the first member that needs them."""
+
+    def __init__(self, start: int, end: int) -> None:
+        self.start, self.end = start, end
+        self.lock = threading.Lock()
+        self.data: bytes | None = None
+        self.members = 0
+
+
+class _Neighbours:
+    """The tasks of one mp4 admitted together (``admit_many``), whose spans are read in as few
+    requests as their gaps allow (``_base.byte_ranges.coalesce``): the first task of a run that
+    needs its bytes fetches the whole run, the others copy their span from it. The runs are
+    planned once the file's header is known (by the first task to run); a run's bytes are dropped
+    when its last member has run."""
+
+    def __init__(self, tasks: list[_Task]) -> None:
+        self._tasks = tasks
+        self._lock = threading.Lock()
+        self._runs: dict[int, _Run] | None = None  # by id(task)
+
+    def plan(self, spans: Callable[[_Task], tuple[int, int] | None]) -> None:
+        with self._lock:
+            if self._runs is not None:
+                return
+            ranges = {id(task): span for task in self._tasks if (span := spans(task)) is not None}
+            runs = [_Run(start, end) for start, end in coalesce(
+                ranges.values(), hole_bytes=NEIGHBOURS_HOLE_BYTES, max_bytes=NEIGHBOURS_READ_MAX_BYTES)]
+            self._runs = {}
+            for key, (start, end) in ranges.items():
+                run = next((r for r in runs if r.start <= start and end <= r.end), None)
+                if run is not None:  # a span cut by an overlap too long to join is read alone
+                    run.members += 1
+                    self._runs[key] = run
+
+    def read(self, task: _Task, start: int, end: int, fetch: Callable[[int, int], bytes]) -> bytes:
+        """Bytes ``[start, end)`` of ``task``'s span: from its run's one read where it has one."""
+        run = None if self._runs is None else self._runs.get(id(task))
+        if run is None or not (run.start <= start and end <= run.end) or run.members < 2:
+            return fetch(start, end)
+        with run.lock:
+            if run.data is None:
+                run.data = fetch(run.start, run.end)
+            return run.data[start - run.start:end - run.start]
+
+    def ran(self, task: _Task) -> None:
+        """``task`` has run (or was cancelled): its run's bytes go with its last member."""
+        with self._lock:
+            run = None if self._runs is None else self._runs.pop(id(task), None)
+            if run is not None:
+                run.members -= 1
+                if run.members <= 0:
+                    run.data = None
 
 
 class RemoteVideos(EpisodeVideos):
@@ -193,6 +257,27 @@ class RemoteVideos(EpisodeVideos):
         for task in tasks:
             job = self._run if after is None else functools.partial(self._run_after, after)
             self._pool.submit(functools.partial(job, task))
+
+    def admit_many(self, episodes: Sequence[EpisodeInfo]) -> None:
+        """``admit`` each; the spans of one mp4 among them (past the head start, which crosses
+        the link one episode at a time) are read in as few requests as their gaps allow."""
+        for episode in episodes:
+            self.admit(episode)
+        if len(episodes) < 2:
+            return
+        by_file: dict[str, list[_Task]] = {}
+        with self._lock:
+            for episode in episodes:
+                for key, video in episode.videos.items():
+                    task = self._tasks.get((episode.episode_index, key))
+                    if (task is not None and task.episode is episode and not task.started and task.admission is None
+                            and task.neighbours is None and not video.whole_file):
+                        by_file.setdefault(video.relpath, []).append(task)
+            for tasks in by_file.values():
+                if len(tasks) > 1:
+                    neighbours = _Neighbours(tasks)
+                    for task in tasks:
+                        task.neighbours = neighbours
 
     def path(self, episode: EpisodeInfo, key: str) -> str:
         with self._lock:
@@ -314,14 +399,19 @@ class RemoteVideos(EpisodeVideos):
             task.started = True
             skip = task.cancelled
         if skip:
+            if task.neighbours is not None:
+                task.neighbours.ran(task)
             task.done.set()
             self._note_done(task)
             return
         entry = path = error = None
         try:
-            entry, path = self._fetch(task.episode, task.key, stop=lambda: task.cancelled)
+            entry, path = self._fetch(task, stop=lambda: task.cancelled)
         except BaseException as caught:  # handed to path(); this thread must keep serving
             error = caught
+        finally:
+            if task.neighbours is not None:
+                task.neighbours.ran(task)
         with self._lock:
             task.error, task.path = error, path
             orphan = entry if task.cancelled else None
@@ -429,8 +519,9 @@ class RemoteVideos(EpisodeVideos):
             self._header_entries.add(name)
         return parsed
 
-    def _fetch(self, episode: EpisodeInfo, key: str, stop: Callable[[], bool]) -> tuple[str, str]:
+    def _fetch(self, task: _Task, stop: Callable[[], bool]) -> tuple[str, str]:
         files = self._files
+        episode, key = task.episode, task.key
         video = episode.videos[key]
         relpath = video.relpath
         if not files.knows_every_file:
@@ -453,8 +544,10 @@ class RemoteVideos(EpisodeVideos):
             with self._lock:
                 self._counts_by_kind["whole_files"] += 1
             return name, str(path)
-        pad = min(SPAN_PAD_MAX_BYTES, span.size_bytes // _SPAN_PAD_FRACTION)
-        start, end = max(0, span.start - pad), min(header.file_size, span.end + pad)
+        start, end = _padded(span, header)
+        neighbours = task.neighbours
+        if neighbours is not None:
+            neighbours.plan(lambda mate: _padded_span(mate, track, header))
         name = files.cache_name("spans", relpath, f"/{start}-{end}.mp4")
         def build(tmp: Path) -> int:
             # A sparse file of the original size: the header regions and this span at their
@@ -467,7 +560,11 @@ class RemoteVideos(EpisodeVideos):
                 out.seek(start)
                 for piece in range(start, end, LARGE_READ_BYTES):
                     piece_end = min(end, piece + LARGE_READ_BYTES)
-                    out.write(files.read_range(relpath, piece, piece_end, exact=True))
+                    if neighbours is None:
+                        out.write(files.read_range(relpath, piece, piece_end, exact=True))
+                    else:
+                        out.write(neighbours.read(task, piece, piece_end, lambda a, b: files.read_range(
+                            relpath, a, b, exact=True)))
             return end - start  # the span's byte range (the header regions are counted with the header)
 
         path = self._hold(name, lambda: self._cache.acquire(
@@ -477,6 +574,21 @@ class RemoteVideos(EpisodeVideos):
         with self._lock:
             self._counts_by_kind["spans"] += 1
         return name, str(path)
+
+
+def _padded(span, header: Mp4Header) -> tuple[int, int]:
+    """A span's byte range as fetched: padded each side (a decoder reading slightly past a
+    sample's bytes finds them), within the file."""
+    pad = min(SPAN_PAD_MAX_BYTES, span.size_bytes // _SPAN_PAD_FRACTION)
+    return max(0, span.start - pad), min(header.file_size, span.end + pad)
+
+
+def _padded_span(task: _Task, track: VideoTrack, header: Mp4Header) -> tuple[int, int] | None:
+    """``task``'s byte range as ``_fetch`` computes it (None where its span cannot be mapped)."""
+    try:
+        return _padded(track.span(*task.episode.videos[task.key].needed_s), header)
+    except Mp4LayoutError:
+        return None
 
 
 def _episode_files(episode: EpisodeInfo) -> list[str]:

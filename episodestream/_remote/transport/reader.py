@@ -26,6 +26,7 @@ BLOCK_BYTES = 64 * 1024  # a small read fetches this much from its offset on (fo
 CACHED_PIECE_MAX_BYTES = 1024 * 1024  # larger reads are not kept: they are video spans or row groups
 CACHE_BYTES = 16 * 1024 * 1024  # per process
 LARGE_READ_BYTES = 32 * 1024 * 1024  # a larger range is fetched in pieces of this size (memory)
+KEEP_CONCURRENT_READS = 8  # ``keep``'s requests in flight at once (the node's request budget starts at 8)
 
 
 def fetch_range(fs: fsspec.AbstractFileSystem, path: str, start: int, end: int) -> bytes:
@@ -147,6 +148,41 @@ class ChunkedReader:
         if not exact and len(data) <= CACHED_PIECE_MAX_BYTES:
             self._put(path, start, data)
         return data
+
+    def keep(self, path: str, reads: list[tuple[int, int]]) -> None:
+        """Fetch ``reads`` (byte ranges, one request each, ``KEEP_CONCURRENT_READS`` at once) and
+        keep them as pieces, for the reads that follow inside them (a parquet reader's row groups,
+        ``RowReader.read_many``). Ranges longer than a kept piece are skipped: the read that wants
+        them fetches them itself. The first error is raised once all reads ended."""
+        wanted = [(start, end) for start, end in reads
+                  if 0 < end - start <= CACHED_PIECE_MAX_BYTES and self._get(path, start, end) is None]
+        pending = iter(wanted)
+        lock = threading.Lock()
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            while not errors:
+                with lock:
+                    read = next(pending, None)
+                if read is None:
+                    return
+                try:
+                    self._put(path, read[0], self._fetch_counted(path, *read))
+                except BaseException as error:  # raised below, in the caller
+                    errors.append(error)
+
+        # Daemon threads, not an executor's (``DaemonPool``'s reason): a stalled read must not
+        # hold the interpreter's exit. Their round trips overlap; the request budget is the
+        # download controller's.
+        threads = [threading.Thread(target=run, name="episodestream-read-ahead", daemon=True)
+                   for _ in range(min(KEEP_CONCURRENT_READS, len(wanted)) - 1)]
+        for thread in threads:
+            thread.start()
+        run()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
 
     def open(self, path: str) -> RangedFile:
         return RangedFile(self, path)
