@@ -159,3 +159,30 @@ def moov_offset(path: Path) -> int:
         offset += size
     raise AssertionError(f"no moov in {path}")
 
+
+
+def test_prewarm_reads_neighbouring_spans_of_an_mp4_together(hub_root, spans_root, tmp_path):
+    """``prewarm`` admits its episodes a batch at a time: past the head start (the first four, one
+    after another), the neighbouring spans of one mp4 come in one request; every span is pinned and
+    holds the mp4's bytes."""
+    from episodestream.testing.source_files import prewarm
+
+    meta = read_metadata(open_files(spans_root))
+    episodes = list(meta.episodes.values())
+    key = next(iter(episodes[0].videos))
+    mp4s = sorted({e.videos[key].relpath for e in episodes})
+    assert len(episodes) == 9 and len(mp4s) == 2  # 5 episodes in the first mp4, 4 in the second
+    with RangeLoggingHub(hub_root) as hub:
+        files = open_remote_files(SPANS_REPO, cache_dir=tmp_path / "cache", hub_endpoint=hub.url, token=False)
+        try:
+            read_metadata(files)
+            hub.reset_stats()
+            report = prewarm(files, episodes)
+            requests = {relpath: hub.stats().by_file[f"{SPANS_REPO}/{relpath}"].requests for relpath in mp4s}
+            spans = [e for e in files.cache.list_entries() if "/spans/" in e.name and e.pinned]
+        finally:
+            files.close()
+    assert report.episodes == 9 and len(spans) == 9
+    # First mp4: its header (start and tail), the head start's 4 spans one by one, the fifth alone.
+    # Second mp4: its header, then its 4 neighbouring spans in one request (4 apart).
+    assert requests == {mp4s[0]: 2 + 4 + 1, mp4s[1]: 2 + 1}, requests

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from episodestream._format.files import EpisodesOf
     from episodestream._remote.source.cached_files import CachedFiles
 
+PREWARM_BATCH = 32  # episodes admitted together: their neighbouring spans share requests
 _CLEAR_LOCK_TIMEOUT_S = 5.0  # an entry whose lock is held longer is being downloaded: skipped
 
 
@@ -85,8 +86,8 @@ def prewarm(files: CachedFiles, episodes: Sequence[EpisodeInfo], *, progress: bo
             meta: EpisodesOf | None = None) -> PrewarmReport:
     """Fetch and pin the metadata and the video bytes (headers, spans) of ``episodes``.
 
-    Episodes are admitted ``files.fetch_threads`` ahead, so as many downloads run at once as in a
-    streaming consumer. Entries already pinned cost nothing. ``progress`` shows a tqdm bar in bytes
+    Episodes are admitted ``PREWARM_BATCH`` at a time, a batch ahead, so that the fetch threads stay
+    busy and neighbouring spans of one mp4 come in one request. Entries already pinned cost nothing. ``progress`` shows a tqdm bar in bytes
     (the total is an estimate from the episodes' share of their files). Close ``files`` afterwards:
     its own references go, the pins stay. Under a ``cache_limit``, what would be pinned is checked
     first (``CacheFullError`` if it cannot fit; pass the dataset's ``meta`` for an upper estimate).
@@ -113,14 +114,15 @@ def prewarm(files: CachedFiles, episodes: Sequence[EpisodeInfo], *, progress: bo
         bar = tqdm(total=video_share_bytes(files, episodes), unit="B", unit_scale=True, unit_divisor=1000,
                    desc="prewarm", dynamic_ncols=True)
     videos = files.episode_videos()
-    ahead = max(1, files.fetch_threads)
+    # Admitted a batch ahead, a batch at a time: the spans of one mp4 in a batch (neighbours, since
+    # episodes come in order) are read in as few requests as their gaps allow (``admit_many``).
+    batch = max(PREWARM_BATCH, files.fetch_threads)
     counted = files.stats().bytes_fetched
     try:
-        for upcoming in episodes[:ahead]:
-            videos.admit(upcoming)
+        videos.admit_many(episodes[:2 * batch])
         for i, episode in enumerate(episodes):
-            if i + ahead < len(episodes):
-                videos.admit(episodes[i + ahead])
+            if i and i % batch == 0:  # batch k starts: admit batch k + 1
+                videos.admit_many(episodes[i + batch:i + 2 * batch])
             names = []
             for key, span in episode.videos.items():
                 # Both are held (the span until evict, the header until close): safe to pin.

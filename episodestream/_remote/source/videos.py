@@ -132,7 +132,8 @@ class _Run:
         self.start, self.end = start, end
         self.lock = threading.Lock()
         self.data: bytes | None = None
-        self.members = 0
+        self.members = 0  # tasks whose span it holds
+        self.pending = 0  # of those, not yet run: its bytes go with the last
 
 
 class _Neighbours:
@@ -159,11 +160,13 @@ class _Neighbours:
                 run = next((r for r in runs if r.start <= start and end <= r.end), None)
                 if run is not None:  # a span cut by an overlap too long to join is read alone
                     run.members += 1
+                    run.pending += 1
                     self._runs[key] = run
 
     def read(self, task: _Task, start: int, end: int, fetch: Callable[[int, int], bytes]) -> bytes:
         """Bytes ``[start, end)`` of ``task``'s span: from its run's one read where it has one."""
-        run = None if self._runs is None else self._runs.get(id(task))
+        with self._lock:
+            run = None if self._runs is None else self._runs.get(id(task))
         if run is None or not (run.start <= start and end <= run.end) or run.members < 2:
             return fetch(start, end)
         with run.lock:
@@ -176,8 +179,8 @@ class _Neighbours:
         with self._lock:
             run = None if self._runs is None else self._runs.pop(id(task), None)
             if run is not None:
-                run.members -= 1
-                if run.members <= 0:
+                run.pending -= 1
+                if not run.pending:
                     run.data = None
 
 
@@ -233,12 +236,34 @@ class RemoteVideos(EpisodeVideos):
     # -- EpisodeVideos ---------------------------------------------------------------------------
 
     def admit(self, episode: EpisodeInfo) -> None:
+        self._submit(self._admit(episode))
+
+    def admit_many(self, episodes: Sequence[EpisodeInfo]) -> None:
+        """``admit`` each; the spans of one mp4 among them (past the head start, which crosses
+        the link one episode at a time) are read in as few requests as their gaps allow. Their
+        tasks know their neighbours before any is submitted, so no thread fetches one alone."""
+        jobs = [job for episode in episodes for job in self._admit(episode)]
+        by_file: dict[str, list[_Task]] = {}
+        for task, _ in jobs:
+            video = task.episode.videos[task.key]
+            if task.admission is None and not video.whole_file:
+                by_file.setdefault(video.relpath, []).append(task)
+        for tasks in by_file.values():
+            if len(tasks) > 1:
+                neighbours = _Neighbours(tasks)
+                for task in tasks:
+                    task.neighbours = neighbours
+        self._submit(jobs)
+
+    def _admit(self, episode: EpisodeInfo) -> list[tuple[_Task, _Admission | None]]:
+        """Count one admission of ``episode``; on its first, its tasks and the head-start
+        admission each must wait for (None: none), to be submitted."""
         tasks = []
         with self._lock:
             count = self._admitted.get(episode.episode_index, 0)
             self._admitted[episode.episode_index] = count + 1
             if count:
-                return
+                return []
             for key in episode.videos:
                 task = self._tasks[(episode.episode_index, key)] = _Task(episode, key)
                 tasks.append(task)
@@ -254,30 +279,12 @@ class RemoteVideos(EpisodeVideos):
                 # tasks it usually starts after them anyway, but a thread whose task a path() ran
                 # itself is free at once and would take this one to the link with the first.
                 after = self._ramp[0]
-        for task in tasks:
+        return [(task, after) for task in tasks]
+
+    def _submit(self, jobs: list[tuple[_Task, _Admission | None]]) -> None:
+        for task, after in jobs:
             job = self._run if after is None else functools.partial(self._run_after, after)
             self._pool.submit(functools.partial(job, task))
-
-    def admit_many(self, episodes: Sequence[EpisodeInfo]) -> None:
-        """``admit`` each; the spans of one mp4 among them (past the head start, which crosses
-        the link one episode at a time) are read in as few requests as their gaps allow."""
-        for episode in episodes:
-            self.admit(episode)
-        if len(episodes) < 2:
-            return
-        by_file: dict[str, list[_Task]] = {}
-        with self._lock:
-            for episode in episodes:
-                for key, video in episode.videos.items():
-                    task = self._tasks.get((episode.episode_index, key))
-                    if (task is not None and task.episode is episode and not task.started and task.admission is None
-                            and task.neighbours is None and not video.whole_file):
-                        by_file.setdefault(video.relpath, []).append(task)
-            for tasks in by_file.values():
-                if len(tasks) > 1:
-                    neighbours = _Neighbours(tasks)
-                    for task in tasks:
-                        task.neighbours = neighbours
 
     def path(self, episode: EpisodeInfo, key: str) -> str:
         with self._lock:
