@@ -18,7 +18,8 @@ run this in a LeRobot 0.6 environment with Ray installed and this checkout on PY
     cost of our part alone, to tell it from Ray's.
 
 Each row runs in a fresh process (its own Ray instance); rows alternate over ``--rounds`` rounds. Each
-reports samples/s over ``--samples`` rows after the first batch (batches of ``--batch-size``: numpy
+reports samples/s over ``--samples`` rows after the first batch and ``--warmup-samples`` more (rows the
+tasks made while the first batch was awaited would otherwise count as speed; batches of ``--batch-size``: numpy
 batches, uint8 frames, for all rows but collate_fn's), samples per CPU-second of the driver and Ray's
 processes over the same rows (what a busy machine changes least), the first batch's time from the dataset's creation
 (Ray's start not counted), and the peak memory of the driver and Ray's processes together (the sum of
@@ -183,9 +184,13 @@ def run_row(row: str, root: Path, args) -> dict:
     iterator = iter(batches if row == "one task without Ray" else _batches(row, root, args))
     first = next(iterator)
     first_s = time.perf_counter() - start
+    key = next(k for k in first if k.startswith("observation.images."))
+    # Read tasks keep making blocks while the first one is awaited: those rows would count as speed.
+    warmed = 0
+    while warmed < args.warmup_samples:
+        warmed += len(next(iterator)[key])
     began, samples = time.perf_counter(), 0
     cpu_before = _cpu_s(os.getpid()) - memory.cpu_s()
-    key = next(k for k in first if k.startswith("observation.images."))
     for batch in iterator:
         samples += len(batch[key])
         if samples >= args.samples:
@@ -236,7 +241,9 @@ def main(argv=None) -> int:
     parser.add_argument("--cameras", type=int, default=2, choices=(1, 2), help="cameras to write (default 2)")
     parser.add_argument("--cpus", type=int, default=2, help="ray.init(num_cpus=...) (default 2)")
     parser.add_argument("--batch-size", type=int, default=32, help="batch size (default 32)")
-    parser.add_argument("--samples", type=int, default=3000, help="samples timed after the first batch (default 3000)")
+    parser.add_argument("--samples", type=int, default=3000, help="samples timed after the warm-up (default 3000)")
+    parser.add_argument("--warmup-samples", type=int, default=1500,
+                        help="samples read after the first batch before the timing starts (default 1500)")
     parser.add_argument("--rounds", type=int, default=1, help="alternating rounds (default 1)")
     parser.add_argument("--memory-interval-s", type=float, default=2.0,
                         help="seconds between peak-memory samples (default 2.0: each sample costs kernel time)")
@@ -256,7 +263,7 @@ def main(argv=None) -> int:
         write(args.data, episodes=args.episodes, length=args.length, cameras=args.cameras)
     child = [sys.executable, __file__, "--data", str(args.data), "--cpus", str(args.cpus),
              "--batch-size", str(args.batch_size), "--samples", str(args.samples),
-             "--memory-interval-s", str(args.memory_interval_s)]
+             "--memory-interval-s", str(args.memory_interval_s), "--warmup-samples", str(args.warmup_samples)]
     checked = subprocess.run([*child, "--check-frames"], capture_output=True, text=True)
     print("frames:", checked.stdout.strip().splitlines()[-1] if checked.returncode == 0 else checked.stderr[-2000:])
     results: dict[str, list[dict]] = {}
