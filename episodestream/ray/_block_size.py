@@ -21,7 +21,7 @@ _SHARE_OF_BLOCK = 0.8
 def pass_through_block_bytes(*, rows_per_block: int, bytes_per_row: int | None) -> int | None:
     """The ``target_max_block_size`` (bytes) that lets blocks of ``rows_per_block`` rows of about
     ``bytes_per_row`` bytes through Ray's read buffer one by one, or None when the row size is not
-    known (a mixture, a camera without a shape)."""
+    known (a mixture, ``image_transforms``, a camera without a shape)."""
     if bytes_per_row is None:
         return None
     return max(1, int(rows_per_block * bytes_per_row * _SHARE_OF_BLOCK))

@@ -60,7 +60,7 @@ def read_episodes(source: str | os.PathLike, *, epoch: int = 0, num_tasks: int |
             where it is not running). Defaults to ``None``.
         rows_per_block (int): samples per block a task yields; the blocks reach the consumer as
             yielded: the returned dataset's ``context.target_max_block_size`` is set a little below
-            a block's bytes where that is below it already, so Ray does not merge a task's blocks up
+            a block's bytes (unless it is smaller already), so Ray does not merge a task's blocks up
             to its 128 MiB default before passing them on (operations on the dataset inherit it;
             set ``ds.context.target_max_block_size`` for other block sizes downstream).
             Defaults to ``64``.
