@@ -92,6 +92,25 @@ def test_more_tasks_than_frames(camera_less_root, ray_cluster):
     assert sorted(got) == [(1, 0), (5, 0)]
 
 
+def test_blocks_reach_the_consumer_as_the_tasks_yield_them(dataset_root, ray_cluster):
+    """Ray merges a read task's blocks up to the DataContext's target_max_block_size (128 MiB by default)
+    unless the dataset's own context sets it below one block: then each block a consumer gets holds
+    rows_per_block rows (each task's last the rest), and the process's context is left as it was."""
+    context = ray_cluster.data.DataContext.get_current()
+    before = context.target_max_block_size
+    dataset = read_episodes(dataset_root, num_tasks=2, rows_per_block=8, seed=3)
+    sizes = [len(block["index"]) for block in dataset.iter_batches(batch_size=None, batch_format="numpy")]
+    shares = (sum(EPISODE_LENGTHS) // 2, sum(EPISODE_LENGTHS) - sum(EPISODE_LENGTHS) // 2)
+    assert sorted(sizes) == sorted(size for rows in shares for size in [8] * (rows // 8) + [rows % 8] if size)
+    assert dataset.context.target_max_block_size < before == context.target_max_block_size
+
+    context.target_max_block_size = 1024  # a user's smaller target is kept
+    try:
+        assert read_episodes(dataset_root, num_tasks=2, rows_per_block=8).context.target_max_block_size == 1024
+    finally:
+        context.target_max_block_size = before
+
+
 def test_a_mixture_streams_what_its_ranks_would(dataset_root, many_episodes_root, ordered):
     """read_mixture: task t yields rank t's mixture, the same samples in the same order, values and all."""
     components = [{"source": dataset_root, "episodes": [0, 2, 4], "seed": 1},

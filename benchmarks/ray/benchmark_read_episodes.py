@@ -9,17 +9,22 @@ run this in a LeRobot 0.6 environment with Ray installed and this checkout on PY
   - read_lerobot: ``ray.data.read_lerobot(root)`` at its defaults (``read_granularity="file"``);
   - read_lerobot episode: the same with ``read_granularity="episode"``;
   - read_episodes: ``episodestream.ray.read_episodes(root)`` (one task per CPU, one decode thread each);
-  - read_episodes + collate_fn: the same through ``iter_torch_batches(collate_fn=collate_fn())``, i.e.
+  - read_episodes shuffle=False: ``read_episodes(root, shuffle=False)``, episodes and frames in file order
+    as ``read_lerobot`` reads them (a shuffled epoch asks the decoder for frames at random: on GOP-2 AV1
+    each one costs its keyframe's decode, where in order a keyframe serves the frame after it too);
+  - read_episodes + collate_fn: the same as read_episodes through ``iter_torch_batches(collate_fn=collate_fn())``, i.e.
     float32 frames as ``EpisodeStreamingDataset`` gives them;
   - one task without Ray: what read task 0 of 2 runs (its blocks), called in this process, no Ray: the
     cost of our part alone, to tell it from Ray's.
 
 Each row runs in a fresh process (its own Ray instance); rows alternate over ``--rounds`` rounds. Each
-reports samples/s over ``--samples`` rows after the first batch (batches of ``--batch-size``: numpy
-batches, uint8 frames, for the first three rows), samples per CPU-second of the driver and Ray's
+reports samples/s over ``--samples`` rows after the first batch and ``--warmup-samples`` more (rows the
+tasks made while the first batch was awaited would otherwise count as speed; batches of ``--batch-size``: numpy
+batches, uint8 frames, for all rows but collate_fn's), samples per CPU-second of the driver and Ray's
 processes over the same rows (what a busy machine changes least), the first batch's time from the dataset's creation
 (Ray's start not counted), and the peak memory of the driver and Ray's processes together (the sum of
-their proportional set sizes, so the object store's shared pages count once). Before the rounds a
+their proportional set sizes, so the object store's shared pages count once), sampled every
+``--memory-interval-s`` by a thread whose own CPU the samples per CPU-second leave out. Before the rounds a
 fresh process checks a few samples of each reader against ``LeRobotDataset[i]``: ours as float32
 (bit-equal expected), theirs as its uint8 frames against LeRobot's float32 frames times 255.
 
@@ -41,7 +46,8 @@ import threading
 import time
 from pathlib import Path
 
-ROWS = ("read_lerobot", "read_lerobot episode", "read_episodes", "read_episodes + collate_fn", "one task without Ray")
+ROWS = ("read_lerobot", "read_lerobot episode", "read_episodes", "read_episodes shuffle=False",
+        "read_episodes + collate_fn", "one task without Ray")
 CAMERAS = ("observation.images.front", "observation.images.wrist")
 
 
@@ -97,16 +103,36 @@ def _cpu_s(pid: int) -> float:
     return total
 
 
+def _thread_cpu_s(native_id: int) -> float:
+    """User + system CPU seconds of this process's thread ``native_id`` so far."""
+    with open(f"/proc/self/task/{native_id}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class _PeakMemory:
-    def __init__(self) -> None:
+    """Samples the summed PSS every ``interval_s``. Each sample reads every process's smaps_rollup,
+    which walks the page tables of Ray's object store mapping: kernel time that grows with the mapped
+    size. Sampled too often it takes a share of the cores from the reader being timed, so the interval
+    is an option and the thread's own CPU (``cpu_s``) is left out of the samples per CPU-second."""
+
+    def __init__(self, *, interval_s: float) -> None:
         self.peak_mb = 0.0
+        self._interval_s = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(0.1):
+        while not self._stop.wait(self._interval_s):
             self.peak_mb = max(self.peak_mb, _pss_mb(os.getpid()))
+
+    def cpu_s(self) -> float:
+        """The sampler's CPU seconds so far (0 once it has stopped: read it before ``stop``)."""
+        try:
+            return _thread_cpu_s(self._thread.native_id or 0)
+        except (OSError, IndexError, ValueError):
+            return 0.0
 
     def stop(self) -> float:
         self._stop.set()
@@ -123,7 +149,7 @@ def _batches(row: str, root: Path, args):
         return dataset.iter_batches(batch_size=args.batch_size, batch_format="numpy")
     from episodestream.ray import collate_fn, read_episodes
 
-    dataset = read_episodes(root, seed=0)
+    dataset = read_episodes(root, seed=0, shuffle=not row.endswith("shuffle=False"))
     if row.endswith("collate_fn"):
         return dataset.iter_torch_batches(batch_size=args.batch_size, collate_fn=collate_fn())
     return dataset.iter_batches(batch_size=args.batch_size, batch_format="numpy")
@@ -153,13 +179,18 @@ def run_row(row: str, root: Path, args) -> dict:
 
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
-    memory = _PeakMemory()
+    memory = _PeakMemory(interval_s=args.memory_interval_s)
     start = time.perf_counter()
     iterator = iter(batches if row == "one task without Ray" else _batches(row, root, args))
     first = next(iterator)
     first_s = time.perf_counter() - start
-    began, samples, cpu_before = time.perf_counter(), 0, _cpu_s(os.getpid())
     key = next(k for k in first if k.startswith("observation.images."))
+    # Read tasks keep making blocks while the first one is awaited: those rows would count as speed.
+    warmed = 0
+    while warmed < args.warmup_samples:
+        warmed += len(next(iterator)[key])
+    began, samples = time.perf_counter(), 0
+    cpu_before = _cpu_s(os.getpid()) - memory.cpu_s()
     for batch in iterator:
         samples += len(batch[key])
         if samples >= args.samples:
@@ -167,7 +198,7 @@ def run_row(row: str, root: Path, args) -> dict:
     rate = samples / (time.perf_counter() - began)
     if row == "one task without Ray":
         iterator.close()  # joins the loader's threads before the process exits
-    per_cpu_s = samples / max(1e-9, _cpu_s(os.getpid()) - cpu_before)
+    per_cpu_s = samples / max(1e-9, _cpu_s(os.getpid()) - memory.cpu_s() - cpu_before)
     peak = memory.stop()
     return {"row": row, "samples_per_s": rate, "samples_per_cpu_s": per_cpu_s, "first_batch_s": first_s,
             "peak_mb": peak, "samples": samples, "load_average": os.getloadavg()[0]}
@@ -210,8 +241,12 @@ def main(argv=None) -> int:
     parser.add_argument("--cameras", type=int, default=2, choices=(1, 2), help="cameras to write (default 2)")
     parser.add_argument("--cpus", type=int, default=2, help="ray.init(num_cpus=...) (default 2)")
     parser.add_argument("--batch-size", type=int, default=32, help="batch size (default 32)")
-    parser.add_argument("--samples", type=int, default=3000, help="samples timed after the first batch (default 3000)")
+    parser.add_argument("--samples", type=int, default=3000, help="samples timed after the warm-up (default 3000)")
+    parser.add_argument("--warmup-samples", type=int, default=1500,
+                        help="samples read after the first batch before the timing starts (default 1500)")
     parser.add_argument("--rounds", type=int, default=1, help="alternating rounds (default 1)")
+    parser.add_argument("--memory-interval-s", type=float, default=2.0,
+                        help="seconds between peak-memory samples (default 2.0: each sample costs kernel time)")
     parser.add_argument("--rows", default=",".join(ROWS), help="the rows to run, comma-separated")
     parser.add_argument("--one-row", help=argparse.SUPPRESS)  # a child process runs one row
     parser.add_argument("--check-frames", action="store_true", help=argparse.SUPPRESS)
@@ -227,7 +262,8 @@ def main(argv=None) -> int:
               file=sys.stderr)
         write(args.data, episodes=args.episodes, length=args.length, cameras=args.cameras)
     child = [sys.executable, __file__, "--data", str(args.data), "--cpus", str(args.cpus),
-             "--batch-size", str(args.batch_size), "--samples", str(args.samples)]
+             "--batch-size", str(args.batch_size), "--samples", str(args.samples),
+             "--memory-interval-s", str(args.memory_interval_s), "--warmup-samples", str(args.warmup_samples)]
     checked = subprocess.run([*child, "--check-frames"], capture_output=True, text=True)
     print("frames:", checked.stdout.strip().splitlines()[-1] if checked.returncode == 0 else checked.stderr[-2000:])
     results: dict[str, list[dict]] = {}

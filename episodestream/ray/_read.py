@@ -58,7 +58,12 @@ def read_episodes(source: str | os.PathLike, *, epoch: int = 0, num_tasks: int |
         num_tasks (int | None): read tasks, i.e. consumers the epoch is split across (None: the
             Ray cluster's CPUs divided by ``threads_per_task``, starting Ray as ``ray.data`` would
             where it is not running). Defaults to ``None``.
-        rows_per_block (int): samples per block a task yields. Defaults to ``64``.
+        rows_per_block (int): samples per block a task yields; the blocks reach the consumer as
+            yielded: the returned dataset's ``context.target_max_block_size`` is set a little below
+            a block's bytes (unless it is smaller already), so Ray does not merge a task's blocks up
+            to its 128 MiB default before passing them on (operations on the dataset inherit it;
+            set ``ds.context.target_max_block_size`` for other block sizes downstream).
+            Defaults to ``64``.
         threads_per_task (int): decode threads in each task (``EpisodeLoader``'s ``num_threads``),
             and the CPUs each task asks Ray for unless ``ray_read_args`` says otherwise.
             Defaults to ``1``.
@@ -88,7 +93,7 @@ def read_episodes(source: str | os.PathLike, *, epoch: int = 0, num_tasks: int |
     try:
         probe.set_epoch(epoch)
         frames = len(probe)
-        bytes_per_row = _bytes_per_row(probe, options.get("delta_timestamps"))
+        bytes_per_row = _bytes_per_row(probe, options)
     finally:
         probe.close()
     num_tasks = _num_tasks(num_tasks, threads_per_task)
@@ -185,14 +190,26 @@ def _num_tasks(num_tasks: int | None, threads_per_task: int) -> int:
 def _read(spec: ShareSpec, bytes_per_row: int | None, ray_read_args: Mapping[str, Any] | None) -> ray.data.Dataset:
     import ray.data
 
+    from episodestream.ray._block_size import pass_through_block_bytes
     from episodestream.ray._datasource import EpisodeDatasource
 
     read_args = {"num_cpus": spec.threads_per_task, **(ray_read_args or {}), "override_num_blocks": spec.tasks}
-    return ray.data.read_datasource(EpisodeDatasource(spec, bytes_per_row=bytes_per_row), **read_args)
+    dataset = ray.data.read_datasource(EpisodeDatasource(spec, bytes_per_row=bytes_per_row), **read_args)
+    # The dataset's own copy of the DataContext (read_datasource copies the current one), so the
+    # process's context and other datasets keep theirs; never raised above what the user set.
+    target = pass_through_block_bytes(rows_per_block=spec.rows_per_block, bytes_per_row=bytes_per_row)
+    current = dataset.context.target_max_block_size
+    if target is not None and (current is None or target < current):
+        dataset.context.target_max_block_size = target
+    return dataset
 
 
-def _bytes_per_row(dataset: EpisodeStreamingDataset, delta_timestamps: Mapping[str, Any] | None) -> int | None:
-    """A row's bytes in a block, roughly: its video frames (uint8) and parquet images (float32)."""
+def _bytes_per_row(dataset: EpisodeStreamingDataset, options: Mapping[str, Any]) -> int | None:
+    """A row's bytes in a block, roughly: its video frames (uint8) and parquet images (float32); None
+    where ``image_transforms`` runs in the task (it may change the frames' size and type)."""
+    if options.get("image_transforms") is not None:
+        return None
+    delta_timestamps = options.get("delta_timestamps")
     features = dataset.meta.features
     total = 0
     for key in dataset.meta.camera_keys:
