@@ -13,6 +13,7 @@ reports:
 - window diversity: distinct episodes over 3,200 and 32,000 consecutive samples against a uniform
   permutation of the same frames (``_plan.shuffle_quality``), from the episodes the batches held;
 - bytes through the link against the epoch's video bytes (the mp4 files' sizes);
+- the loader process's peak RSS;
 - the node cache's peak size on disk (sampled every 0.25 s by a process of its own: a walk of a
   wide pool's thousand files in the loader's process held its GIL long enough to slow the loader
   by ~10%) and ``cache_limit`` (none by default).
@@ -109,7 +110,10 @@ def _one(root: str, pool: str, args: argparse.Namespace) -> dict:
         dataset.close()
     ids = np.concatenate(episodes)
     diversity = {w: window_diversity(ids, w) for w in WINDOWS}
+    import resource
+
     return {"pool": dataset.episode_pool_size, "first_batch_s": first_batch_s, "samples": len(ids),
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "samples_per_s": len(ids) / elapsed_s, "link_bytes": link["bytes"], "requests": link["requests"],
             "video_bytes": video_bytes, "peak_cache_bytes": peak.value,
             "windows": {w: [d.distinct, d.uniform_distinct, d.windows] for w, d in diversity.items()}}
@@ -148,7 +152,8 @@ def main(argv=None) -> int:
             print(f"round {round_} pool {pool:>4} ({result['pool']}): first batch {result['first_batch_s']:.2f} s, "
                   f"{result['samples_per_s']:.0f} samples/s, link {result['link_bytes'] / result['video_bytes']:.2f}x "
                   f"the video bytes ({result['requests']} requests), peak cache {result['peak_cache_bytes'] / 1e6:.1f} MB"
-                  f" (video {result['video_bytes'] / 1e6:.1f} MB); {windows}", flush=True)
+                  f" (video {result['video_bytes'] / 1e6:.1f} MB), peak RSS {result['peak_rss_mb']:.0f} MB; {windows}",
+                  flush=True)
     return 0
 
 
