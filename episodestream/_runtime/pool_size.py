@@ -103,6 +103,27 @@ def video_decoder_limit(meta: DatasetMeta) -> int:
     return decoder_limit(pixels)
 
 
+def span_decoders(meta: DatasetMeta) -> int:
+    """The decoders a remote consumer's pool may keep open, one per pooled episode and camera: each
+    opens a sparse copy of the episode's span that holds its whole file's sample tables, so each
+    pays for the index of every frame of the file (``decoder_limit``'s ``indexed_frames``: the frames
+    of the file a pooled frame's episode lies in, on average), less one lent to each other thread."""
+    pixels = [math.prod(sorted(meta.features[key].shape)[-2:]) for key in meta.video_keys]
+    return decoder_limit(pixels, indexed_frames=frames_per_video_file(meta)) - (AUTO_DECODE_THREADS - 1)
+
+
+def frames_per_video_file(meta: DatasetMeta) -> float:
+    """The frames of the video file a frame lies in, on average over the dataset's frames and cameras
+    (a file's frames count as often as it has frames)."""
+    lengths = meta.episodes.length.astype(np.float64)
+    total = weighted = 0.0
+    for columns in meta.episodes.videos.values():
+        per_file = np.bincount(columns.file_id, weights=lengths)
+        total += float(per_file.sum())
+        weighted += float(np.square(per_file).sum())
+    return weighted / total if total else 0.0
+
+
 def pool_decoders(meta: DatasetMeta) -> int:
     """The decoders a consumer's pool may keep open, one per file: its ``video_decoder_limit`` less
     one lent to each other of ``AUTO_DECODE_THREADS`` threads reading a file at once."""
@@ -140,7 +161,7 @@ def choose_pool_size(meta: DatasetMeta, selection: EpisodeSelection, *, remote: 
     if bytes_of is not None:
         # A remote episode's video is a file of its own per camera (its span of the shared file, in
         # the node cache), so a pool keeps a decoder per episode and camera.
-        widest = min(len(selection) + 1, by_rows, cap // cameras if cameras else len(selection) + 1)
+        widest = min(len(selection) + 1, by_rows, span_decoders(meta) // cameras if cameras else len(selection) + 1)
         remote_wide = _remote_wide_pool(widest, spread, bytes_of, cache_holds, selection.lengths)
         if remote_wide is not None:
             return remote_wide
