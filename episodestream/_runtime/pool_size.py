@@ -23,7 +23,9 @@ training windows"). So:
 - a remote source keeps each pooled episode's video in the node cache as a file of its own per
   camera (its span), on disk while pooled: where its listing sizes every episode (v3.0), the pool is
   as wide as ``REMOTE_POOL_BYTES`` of node cache per consumer holds (and ``cache_limit``, for one
-  consumer), at most a decoder per episode and camera within the limit; elsewhere the spread pool, at
+  consumer), at most a decoder per episode and camera within the limit, each decoder counted with
+  the index of its whole file's frames (``span_decoders``: a span's sparse copy holds its file's
+  sample tables); elsewhere the spread pool, at
   most 64, as far as ``cache_limit`` holds it. Bytes fetched do not grow with the pool (each
   episode's span is fetched once while it is pooled), but a pool is fetched whole over its first
   slots (``_plan.sampling``'s ramp): at the start of an epoch the link brings a pool's video before
