@@ -252,7 +252,9 @@ def test_texture_makes_realistic_files_and_keeps_ids(tmp_path):
     textured = write_synthetic_dataset(tmp_path / "textured", num_episodes=1, episode_length=12, cameras=("cam",),
                                        height=64, width=96, texture=True)
     video = "videos/cam/chunk-000/file-000.mp4"
-    assert (textured / video).stat().st_size > 5 * (flat / video).stat().st_size
+    # Several times the flat file's bytes: 5.2x with PyAV 18.1.0's encoder, 3.8x with 18.1.1's (its
+    # flat file grew by a third, the textured one is the same).
+    assert (textured / video).stat().st_size > 3 * (flat / video).stat().st_size
     frames = VideoDecoder(str(textured / video)).get_frames_played_at(seconds=[(f + 0.5) / 30 for f in range(12)])
     assert [decode_frame_ids(frame) for frame in frames.data] == [(0, f, 0) for f in range(12)]
     plain = VideoDecoder(str(flat / video)).get_frames_played_at(seconds=[(f + 0.5) / 30 for f in range(12)])
