@@ -138,9 +138,10 @@ class DatasetFiles(abc.ABC):
         """What pyarrow should read a data parquet from: a local path, or a file object that
         reads byte ranges on demand (so an episode's row group is fetched without the file)."""
 
-    def read_ahead(self, relpath: str, ranges: Sequence[tuple[int, int]]) -> None:  # noqa: B027 - local files: nothing to do
-        """Byte ranges of ``relpath`` that reads through ``open_input`` want next: a source whose
-        reads cross a link fetches them now, joined into as few requests as their gaps allow."""
+    def read_ahead(self, relpath: str, ranges: Callable[[], Sequence[tuple[int, int]]]) -> None:  # noqa: B027 - local files: nothing to do
+        """Byte ranges of ``relpath`` (``ranges()``, asked for only by a source that uses them) that
+        reads through ``open_input`` want next: a source whose reads cross a link fetches them now,
+        joined into as few requests as their gaps allow."""
 
     @abc.abstractmethod
     def episode_videos(self, *, turn: Turn | None = None) -> EpisodeVideos:

@@ -143,7 +143,7 @@ class RowReader:
         if len(groups) > 1:
             # The row groups' bytes in as few requests as their gaps allow, where reads cross a
             # link: pyarrow asks for each row group's chunks apart, a round trip per row group.
-            self._files.read_ahead(relpath, _row_group_bytes(handle, groups))
+            self._files.read_ahead(relpath, lambda: _row_group_bytes(handle, groups))
         with parquet_errors(where):
             table = handle.read_row_groups(groups, columns=self._columns).sort_by("index")
         index = table.column("index").to_numpy()

@@ -101,8 +101,12 @@ def row_bytes_per_frame(meta: DatasetMeta) -> int:
 def video_decoder_limit(meta: DatasetMeta) -> int:
     """The decoders one consumer of this source may keep open (``decoder_limit``, from its cameras'
     frame sizes: the two largest dimensions of each video feature's shape)."""
-    pixels = [math.prod(sorted(meta.features[key].shape)[-2:]) for key in meta.video_keys]
-    return decoder_limit(pixels)
+    return decoder_limit(_frame_pixels(meta))
+
+
+def _frame_pixels(meta: DatasetMeta) -> list[int]:
+    """Each camera's pixels per frame: the two largest dimensions of its video feature's shape."""
+    return [math.prod(sorted(meta.features[key].shape)[-2:]) for key in meta.video_keys]
 
 
 def span_decoders(meta: DatasetMeta) -> int:
@@ -110,8 +114,7 @@ def span_decoders(meta: DatasetMeta) -> int:
     opens a sparse copy of the episode's span that holds its whole file's sample tables, so each
     pays for the index of every frame of the file (``decoder_limit``'s ``indexed_frames``: the frames
     of the file a pooled frame's episode lies in, on average), less one lent to each other thread."""
-    pixels = [math.prod(sorted(meta.features[key].shape)[-2:]) for key in meta.video_keys]
-    return decoder_limit(pixels, indexed_frames=frames_per_video_file(meta)) - (AUTO_DECODE_THREADS - 1)
+    return decoder_limit(_frame_pixels(meta), indexed_frames=frames_per_video_file(meta)) - (AUTO_DECODE_THREADS - 1)
 
 
 def frames_per_video_file(meta: DatasetMeta) -> float:

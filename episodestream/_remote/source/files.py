@@ -299,8 +299,8 @@ class RemoteFiles(DatasetFiles):
         relpath, _ = self._entry(relpath)
         return self.reader.open(self._remote_path(relpath))
 
-    def read_ahead(self, relpath: str, ranges: Sequence[tuple[int, int]]) -> None:
-        reads = coalesce(ranges, hole_bytes=BLOCK_BYTES, max_bytes=CACHED_PIECE_MAX_BYTES)
+    def read_ahead(self, relpath: str, ranges: Callable[[], Sequence[tuple[int, int]]]) -> None:
+        reads = coalesce(ranges(), hole_bytes=BLOCK_BYTES, max_bytes=CACHED_PIECE_MAX_BYTES)
         if len(reads) > 1:  # one range is one read anyway
             remote = self._remote_path(relpath)
             self._translate_errors(lambda: self.reader.keep(remote, reads), relpath)

@@ -12,6 +12,7 @@ its tasks runs first; ``check`` raises for a missing mp4 when the pool holds the
 
 from __future__ import annotations
 
+import bisect
 import functools
 import logging
 import secrets
@@ -28,7 +29,7 @@ from episodestream._base.turns import Turn
 from episodestream._format.files import EpisodeVideos
 from episodestream._remote.source.budget import DISK_SLACK_BYTES
 from episodestream._remote.transport.daemon_pool import DaemonPool
-from episodestream._format.mp4 import Mp4Header, Mp4LayoutError, VideoTrack, read_header
+from episodestream._format.mp4 import Mp4Header, Mp4LayoutError, Span, VideoTrack, read_header
 from episodestream._remote.cache.node_cache import release_all
 from episodestream._remote.transport.reader import CACHED_PIECE_MAX_BYTES, LARGE_READ_BYTES
 
@@ -155,10 +156,11 @@ class _Neighbours:
             ranges = {id(task): span for task in self._tasks if (span := spans(task)) is not None}
             runs = [_Run(start, end) for start, end in coalesce(
                 ranges.values(), hole_bytes=NEIGHBOURS_HOLE_BYTES, max_bytes=NEIGHBOURS_READ_MAX_BYTES)]
+            starts = [run.start for run in runs]  # sorted, the runs apart
             self._runs = {}
             for key, (start, end) in ranges.items():
-                run = next((r for r in runs if r.start <= start and end <= r.end), None)
-                if run is not None:  # a span cut by an overlap too long to join is read alone
+                run = runs[bisect.bisect_right(starts, start) - 1]
+                if end <= run.end:  # else a span cut by an overlap too long to join: read alone
                     run.members += 1
                     run.pending += 1
                     self._runs[key] = run
@@ -583,7 +585,7 @@ class RemoteVideos(EpisodeVideos):
         return name, str(path)
 
 
-def _padded(span, header: Mp4Header) -> tuple[int, int]:
+def _padded(span: Span, header: Mp4Header) -> tuple[int, int]:
     """A span's byte range as fetched: padded each side (a decoder reading slightly past a
     sample's bytes finds them), within the file."""
     pad = min(SPAN_PAD_MAX_BYTES, span.size_bytes // _SPAN_PAD_FRACTION)

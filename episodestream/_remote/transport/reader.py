@@ -152,10 +152,16 @@ class ChunkedReader:
     def keep(self, path: str, reads: list[tuple[int, int]]) -> None:
         """Fetch ``reads`` (byte ranges, one request each, ``KEEP_CONCURRENT_READS`` at once) and
         keep them as pieces, for the reads that follow inside them (a parquet reader's row groups,
-        ``RowReader.read_many``). Ranges longer than a kept piece are skipped: the read that wants
-        them fetches them itself. The first error is raised once all reads ended."""
-        wanted = [(start, end) for start, end in reads
-                  if 0 < end - start <= CACHED_PIECE_MAX_BYTES and self._get(path, start, end) is None]
+        ``RowReader.read_many``). Ranges longer than a kept piece are skipped, and so are those past
+        half the reader's cache (kept, they would push the first ones out before they are read):
+        the read that wants them fetches them itself. The first error is raised once all reads ended."""
+        wanted, wanted_bytes = [], 0
+        for start, end in reads:
+            if 0 < end - start <= CACHED_PIECE_MAX_BYTES and self._get(path, start, end) is None:
+                wanted_bytes += end - start
+                if wanted_bytes > self._cache_bytes // 2:
+                    break
+                wanted.append((start, end))
         pending = iter(wanted)
         lock = threading.Lock()
         errors: list[BaseException] = []
