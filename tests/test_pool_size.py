@@ -15,7 +15,7 @@ from episodestream._plan.sampling import EpochPlan, Segment, consumer_rng, consu
 from episodestream._plan.shuffle_quality import shuffle_quality
 from episodestream._base.world import World
 from episodestream._runtime.pool_size import (AUTO_DECODE_THREADS, NARROW_POOL, REMOTE_POOL_BYTES, REMOTE_SPREAD_POOL, ROWS_BUDGET_BYTES,
-                                              SPREAD_POOL, choose_pool_size, frames_per_video_file, row_bytes_per_frame,
+                                              SPREAD_POOL, choose_pool_size, frames_per_episode, row_bytes_per_frame,
                                               span_decoders, spread_pool, video_decoder_limit)
 from episodestream._sample.video.decoder_cache import MAX_DECODERS
 
@@ -116,7 +116,7 @@ def test_a_remote_pool_is_as_wide_as_its_node_cache_budget_and_decoders_allow(ma
                                 cache_holds=lambda pool: pool <= 300)
     assert narrowed.size == budget.size // 2  # the budget's, then three quarters, then half of it
     # Each pooled episode's span is a file of its own per camera: a decoder each, within the limit,
-    # and each decoder indexes its whole file's frames (span_decoders).
+    # and each decoder indexes its episode's frames (span_decoders).
     small = choose_pool_size(meta, _Selection(5000, 4), remote=True, pool_bytes=_pool_bytes(10**5))
     assert small.size == span_decoders(meta) // len(meta.video_keys)
     assert span_decoders(meta) <= video_decoder_limit(meta) - AUTO_DECODE_THREADS + 1
@@ -143,19 +143,19 @@ def test_the_decoder_limit_is_a_memory_budget_within_open_files():
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def test_a_remote_spans_decoder_counts_the_index_of_its_whole_file(many_episodes_root):
-    """A remote episode's span holds its file's sample tables, and FFmpeg indexes every frame of
-    them: decoders of spans from large files cost more, so fewer fit. The frames counted are those
-    of the file a frame lies in, on average over the frames."""
+def test_a_remote_spans_decoder_counts_the_index_of_its_episodes_frames(many_episodes_root):
+    """A remote episode's span holds its file's sample tables cut to the span's samples, and FFmpeg
+    indexes every frame of them: decoders of longer episodes' spans cost more, so fewer fit. The
+    frames counted are those of the episode a frame lies in, on average over the frames."""
     from episodestream._sample.video.decoder_cache import decoder_limit
 
     meta = EpisodeStreamingDataset(many_episodes_root, episode_pool_size=1).typed_meta
-    per_file: dict[str, int] = {}
-    for episode in meta.episodes.values():
-        for video in episode.videos.values():
-            per_file[video.relpath] = per_file.get(video.relpath, 0) + episode.length
-    frames = np.array(list(per_file.values()), dtype=np.float64)
-    assert frames_per_video_file(meta) == pytest.approx((frames**2).sum() / frames.sum())
+    frames = np.array([episode.length for episode in meta.episodes.values()], dtype=np.float64)
+    assert frames_per_episode(meta) == pytest.approx((frames**2).sum() / frames.sum())
+    from episodestream._runtime.pool_size import _frame_pixels
+
+    assert span_decoders(meta) == decoder_limit(
+        _frame_pixels(meta), indexed_frames=frames_per_episode(meta)) - AUTO_DECODE_THREADS + 1
     pixels = [64 * 96] * 2
     # Measured at 64x96: 1.67 MB per decoder of a 45,503-frame file, 0.60 MB of a 480-frame one.
     assert 280 <= decoder_limit(pixels, indexed_frames=45_503) <= 340 < decoder_limit(pixels, indexed_frames=480)

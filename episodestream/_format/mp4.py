@@ -307,10 +307,19 @@ class VideoTrack:
         return empty_s - (media[0] / timescale if media else 0.0)
 
     def span(self, from_s: float, to_s: float) -> Span:
-        """The bytes holding every frame shown in ``[from_s, to_s)``: from the last keyframe (decode
-        order) at or before the first of them and shown no later than any of them, through
-        ``TRAILING_SAMPLES + 2 * reorder_depth`` samples past the last. (``RemoteVideos`` pads the
-        span it fetches.)"""
+        """The bytes holding every frame shown in ``[from_s, to_s)``: those of ``samples(from_s, to_s)``.
+        (``RemoteVideos`` pads the span it fetches.)"""
+        return self.byte_span(*self.samples(from_s, to_s))
+
+    def byte_span(self, first: int, last: int) -> Span:
+        """The bytes of samples ``first..last`` (decode order)."""
+        ends = self.offsets[first:last + 1] + self.sizes[first:last + 1]
+        return Span(int(self.offsets[first:last + 1].min()), int(ends.max()))
+
+    def samples(self, from_s: float, to_s: float) -> tuple[int, int]:
+        """The first and last sample (decode order) a decoder reads for every frame shown in
+        ``[from_s, to_s)``: from the last keyframe at or before the first of them and shown no later
+        than any of them, through ``TRAILING_SAMPLES + 2 * reorder_depth`` samples past the last."""
         shown = (self.pts_s < to_s - _BOUNDARY_EPS_S) & (self.pts_s + self.duration_s > from_s + _BOUNDARY_EPS_S)
         wanted = np.flatnonzero(shown)
         if not len(wanted):
@@ -323,9 +332,7 @@ class VideoTrack:
         first_pts_s = self.pts_s[wanted].min() + _BOUNDARY_EPS_S
         syncs = np.flatnonzero(self.is_sync[:first + 1] & (self.pts_s[:first + 1] <= first_pts_s))
         first = int(syncs[-1]) if len(syncs) else 0
-        last = min(last + TRAILING_SAMPLES + 2 * self.reorder_depth, len(self.sizes) - 1)
-        ends = self.offsets[first:last + 1] + self.sizes[first:last + 1]
-        return Span(int(self.offsets[first:last + 1].min()), int(ends.max()))
+        return first, min(last + TRAILING_SAMPLES + 2 * self.reorder_depth, len(self.sizes) - 1)
 
 
 def read_local_track(path: str) -> VideoTrack:

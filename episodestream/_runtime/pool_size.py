@@ -24,8 +24,8 @@ training windows"). So:
   camera (its span), on disk while pooled: where its listing sizes every episode (v3.0), the pool is
   as wide as ``REMOTE_POOL_BYTES`` of node cache per consumer holds (and ``cache_limit``, for one
   consumer), at most a decoder per episode and camera within the limit, each decoder counted with
-  the index of its whole file's frames (``span_decoders``: a span's sparse copy holds its file's
-  sample tables); elsewhere the spread pool, at
+  the index of its episode's frames (``span_decoders``: a span's sparse copy holds its file's
+  sample tables cut to the span's samples, ``_format.mp4_trim``); elsewhere the spread pool, at
   most 64, as far as ``cache_limit`` holds it. Bytes fetched do not grow with the pool (each
   episode's span is fetched once while it is pooled), but a pool is fetched whole over its first
   slots (``_plan.sampling``'s ramp): at the start of an epoch the link brings a pool's video before
@@ -111,22 +111,18 @@ def _frame_pixels(meta: DatasetMeta) -> list[int]:
 
 def span_decoders(meta: DatasetMeta) -> int:
     """The decoders a remote consumer's pool may keep open, one per pooled episode and camera: each
-    opens a sparse copy of the episode's span that holds its whole file's sample tables, so each
-    pays for the index of every frame of the file (``decoder_limit``'s ``indexed_frames``: the frames
-    of the file a pooled frame's episode lies in, on average), less one lent to each other thread."""
-    return decoder_limit(_frame_pixels(meta), indexed_frames=frames_per_video_file(meta)) - (AUTO_DECODE_THREADS - 1)
+    opens a sparse copy of the episode's span whose sample tables list the span's samples, so each
+    pays for the index of its episode's frames (``decoder_limit``'s ``indexed_frames``: the frames of
+    a pooled frame's episode, on average), less one lent to each other thread. (A file whose tables
+    ``_format.mp4_trim`` does not cut costs its whole index per decoder: ``RemoteVideos`` says so.)"""
+    return decoder_limit(_frame_pixels(meta), indexed_frames=frames_per_episode(meta)) - (AUTO_DECODE_THREADS - 1)
 
 
-def frames_per_video_file(meta: DatasetMeta) -> float:
-    """The frames of the video file a frame lies in, on average over the dataset's frames and cameras
-    (a file's frames count as often as it has frames)."""
+def frames_per_episode(meta: DatasetMeta) -> float:
+    """The frames of the episode a frame lies in, on average over the dataset's frames (an
+    episode counts as often as it has frames)."""
     lengths = meta.episodes.length.astype(np.float64)
-    total = weighted = 0.0
-    for columns in meta.episodes.videos.values():
-        per_file = np.bincount(columns.file_id, weights=lengths)
-        total += float(per_file.sum())
-        weighted += float(np.square(per_file).sum())
-    return weighted / total if total else 0.0
+    return float(np.square(lengths).sum() / lengths.sum()) if lengths.sum() else 0.0
 
 
 def pool_decoders(meta: DatasetMeta) -> int:

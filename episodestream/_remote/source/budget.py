@@ -78,7 +78,9 @@ def episode_cache_bytes(files: CachedFiles, meta: EpisodesOf,
                         episodes: Iterable[EpisodeInfo] | None = None) -> dict[int, int]:
     """An upper estimate of the cache each of ``episodes`` (default: every episode of ``meta``)
     takes for its video, by episode index: its spans (1.25x its share of its files' bytes) with
-    their files' headers (twice: the header entry and its copy in the sparse file), for every camera."""
+    their files' headers (the header entry, counted for each episode as if it were its file's only
+    one) and the copy of it in the span's sparse file (its tables cut to the span's frames,
+    ``_format.mp4_trim``), for every camera."""
     ends = _file_ends_s(meta.episodes.values())
     wanted = list(meta.episodes.values() if episodes is None else episodes)
     files.look_up(_video_files(wanted))
@@ -91,7 +93,9 @@ def episode_cache_bytes(files: CachedFiles, meta: EpisodesOf,
             size = files.size_bytes(span.relpath)
             share = (span.to_timestamp_s - span.from_timestamp_s) / max(ends[span.relpath], 1e-9)
             header = min(size, _HEADER_BASE_BYTES + _HEADER_BYTES_PER_FRAME * int(ends[span.relpath] * meta.fps))
-            total += int(_SPAN_MARGIN * share * size) + 2 * header + 2 * DISK_SLACK_BYTES
+            own = min(header, _HEADER_BASE_BYTES + _HEADER_BYTES_PER_FRAME * int(
+                (span.to_timestamp_s - span.from_timestamp_s) * meta.fps * _SPAN_MARGIN))
+            total += int(_SPAN_MARGIN * share * size) + header + own + 2 * DISK_SLACK_BYTES
         per_episode[episode.episode_index] = total
     return per_episode
 

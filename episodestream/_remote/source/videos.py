@@ -30,6 +30,7 @@ from episodestream._format.files import EpisodeVideos
 from episodestream._remote.source.budget import DISK_SLACK_BYTES
 from episodestream._remote.transport.daemon_pool import DaemonPool
 from episodestream._format.mp4 import Mp4Header, Mp4LayoutError, Span, VideoTrack, read_header
+from episodestream._format.mp4_trim import SpanTables, with_moov
 from episodestream._remote.cache.node_cache import release_all
 from episodestream._remote.transport.reader import CACHED_PIECE_MAX_BYTES, LARGE_READ_BYTES
 
@@ -63,6 +64,26 @@ NEIGHBOURS_READ_MAX_BYTES = 8 * 1024 * 1024
 # round trip less (docs/remote.md has the trade measured).
 NEIGHBOURS_HOLE_BYTES = 16 * 1024
 _CLOSE_JOIN_S = 60.0
+
+
+@dataclass(frozen=True)
+class _Mp4:
+    """An mp4's header, its video track's sample tables, and those tables ready to cut to a span
+    (None: a layout ``SpanTables`` does not cut, whose spans keep the whole tables)."""
+
+    header: Mp4Header
+    track: VideoTrack
+    tables: SpanTables | None
+
+    def span_header(self, first: int, last: int) -> Mp4Header:
+        """The header a sparse copy of samples ``first..last`` holds: its moov cut to them (its
+        decoder indexes those samples, not the file's), or the whole header where it cannot be cut."""
+        if self.tables is not None:
+            try:
+                return with_moov(self.header, self.tables.moov_for(first, last)) or self.header
+            except Mp4LayoutError:
+                pass
+        return self.header
 
 
 def _tail_bytes(size: int) -> int:
@@ -222,7 +243,7 @@ class RemoteVideos(EpisodeVideos):
         self._tasks: dict[tuple[int, str], _Task] = {}
         self._counts: dict[str, int] = {}  # this consumer's references per cache entry
         self._entry_locks: dict[str, threading.Lock] = {}
-        self._headers: dict[str, tuple[Mp4Header, VideoTrack] | None] = {}
+        self._headers: dict[str, _Mp4 | None] = {}
         self._header_locks: dict[str, threading.Lock] = {}
         self._header_entries: set[str] = set()
         self._pool = DaemonPool(threads)
@@ -456,7 +477,7 @@ class RemoteVideos(EpisodeVideos):
                 self._counts.pop(name, None)
             self._cache.release(name, self._holder)
 
-    def _header(self, relpath: str, stop: Callable[[], bool]) -> tuple[Mp4Header, VideoTrack] | None:
+    def _header(self, relpath: str, stop: Callable[[], bool]) -> _Mp4 | None:
         """The mp4's header and sample tables (None: a layout we do not map; fetch it whole)."""
         with self._lock:
             lock = self._header_locks.setdefault(relpath, threading.Lock())
@@ -469,7 +490,7 @@ class RemoteVideos(EpisodeVideos):
                 self._headers[relpath] = parsed
             return parsed
 
-    def _load_header(self, relpath: str, stop: Callable[[], bool]) -> tuple[Mp4Header, VideoTrack] | None:
+    def _load_header(self, relpath: str, stop: Callable[[], bool]) -> _Mp4 | None:
         files = self._files
         name = files.cache_name("headers", relpath, ".hdr")
         size = files.size_bytes(relpath)
@@ -518,7 +539,12 @@ class RemoteVideos(EpisodeVideos):
             return None
         header = found.get("header") or Mp4Header.from_bytes(path.read_bytes())
         try:
-            parsed = (header, VideoTrack.parse(header.moov))
+            track = VideoTrack.parse(header.moov)
+            parsed = _Mp4(header, track, SpanTables.of(header.moov, offsets=track.offsets, sizes=track.sizes))
+            if parsed.tables is None:
+                logger.info("%s/%s: its sample tables are not in a layout cut to a span's samples: each pooled "
+                            "episode's decoder indexes all %d frames of the file.", files.description, relpath,
+                            len(track.sizes))
         except Mp4LayoutError as error:
             logger.warning("%s/%s: %s; fetching the whole file for its episodes instead of their spans.",
                            files.description, relpath, error)
@@ -541,9 +567,10 @@ class RemoteVideos(EpisodeVideos):
         parsed = None if video.whole_file else self._header(relpath, stop)
         span = None
         if parsed is not None:
-            header, track = parsed
+            header, track = parsed.header, parsed.track
             try:
-                span = track.span(*video.needed_s)
+                samples = track.samples(*video.needed_s)
+                span = track.byte_span(*samples)
             except Mp4LayoutError as error:
                 logger.warning("%s/%s (episode %d): %s; fetching the whole file.", files.description, relpath,
                                episode.episode_index, error)
@@ -557,15 +584,16 @@ class RemoteVideos(EpisodeVideos):
         neighbours = task.neighbours
         if neighbours is not None:
             neighbours.plan(lambda mate: _padded_span(mate, track, header))
-        name = files.cache_name("spans", relpath, f"/{start}-{end}.mp4")
+        # The samples in the name too: the copy's moov lists them (``_Mp4.span_header``).
+        name = files.cache_name("spans", relpath, f"/{start}-{end}.{samples[0]}-{samples[1]}.mp4")
+        own_header = parsed.span_header(*samples)
+
         def build(tmp: Path) -> int:
-            # A sparse file of the original size: the header regions and this span at their
-            # offsets, holes elsewhere. The decoder indexes it from moov and reads only our span.
+            # A sparse file of the original size: the header regions (moov cut to the span's
+            # samples) and this span at their offsets, holes elsewhere. The decoder indexes it
+            # from moov and reads only our span.
             with open(tmp, "wb") as out:
                 out.truncate(header.file_size)
-                for offset, data in header.regions:
-                    out.seek(offset)
-                    out.write(data)
                 out.seek(start)
                 for piece in range(start, end, LARGE_READ_BYTES):
                     piece_end = min(end, piece + LARGE_READ_BYTES)
@@ -574,10 +602,15 @@ class RemoteVideos(EpisodeVideos):
                     else:
                         out.write(neighbours.read(task, piece, piece_end, lambda a, b: files.read_range(
                             relpath, a, b, exact=True)))
+                # The header after the span: a padded span reaching into the moov holds the whole
+                # file's moov bytes there, which the cut one must overwrite.
+                for offset, data in own_header.regions:
+                    out.seek(offset)
+                    out.write(data)
             return end - start  # the span's byte range (the header regions are counted with the header)
 
         path = self._hold(name, lambda: self._cache.acquire(
-            name, self._holder, build, size_bytes=header.size_bytes + (end - start) + DISK_SLACK_BYTES,
+            name, self._holder, build, size_bytes=own_header.size_bytes + (end - start) + DISK_SLACK_BYTES,
             what=f"{files.description}/{relpath} bytes {start}..{end} (episode {episode.episode_index})",
             stop=stop))
         with self._lock:

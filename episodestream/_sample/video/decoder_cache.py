@@ -29,10 +29,9 @@ DECODERS_CEILING = 1024
 DECODER_BUDGET_BYTES = 512 * 2**20
 _DECODER_BASE_BYTES = 600 * 2**10
 _DECODER_BYTES_PER_PIXEL = 4
-# FFmpeg's index of the file a decoder opens: an entry per frame of the whole file (its sample
-# tables), ~24 bytes each (measured: 0.60 MB per decoder of a 480-frame file, 1.67 MB of a
-# 45,503-frame one, 64x96). A remote episode's span is a sparse copy holding its whole file's tables,
-# so each of its decoders pays for every frame of the file.
+# FFmpeg's index of the file a decoder opens: an entry per frame its sample tables list, ~24 bytes
+# each (measured: 0.60 MB per decoder of a 480-frame file, 1.67 MB of a 45,503-frame one, 64x96). A
+# remote episode's span is a sparse copy whose tables list the span's frames (``_format.mp4_trim``).
 DECODER_BYTES_PER_INDEXED_FRAME = 24
 
 
