@@ -476,7 +476,7 @@ def test_a_remote_source_fetches_the_decoded_frames_bytes_not_whole_videos(serve
     for decode in ("ends", "all"):
         code, report = doctor(server.url_for(version), capsys, "--decode", decode, "--cache-dir",
                               str(tmp_path / decode))
-        assert (code, report["episodes"], failed(report)) == (0, 3, {})
+        assert (code, report["episodes"], failed(report)) == (0, 3, {}), failed(report)
         fetched[decode] = report["fetched"]["cache_miss_bytes"]  # mp4 headers and spans, metadata
     assert fetched["ends"] < video_bytes / 2 < fetched["all"], (fetched, video_bytes)
 

@@ -22,6 +22,7 @@ from typing import Protocol
 
 from episodestream._base.turns import Turn
 from episodestream._format.episodes import EpisodeInfo, EpisodeTable
+from episodestream._format.mp4 import VideoTrack, read_local_track
 
 
 class EpisodesOf(Protocol):
@@ -85,6 +86,13 @@ class EpisodeVideos(abc.ABC):
     def path(self, episode: EpisodeInfo, key: str) -> str:
         """A local file the decoder can read this episode's frames of camera ``key`` from (admits
         the episode first if it was not admitted; the caller evicts it)."""
+
+    def track(self, episode: EpisodeInfo, key: str) -> VideoTrack:
+        """The sample index (``_format.mp4.VideoTrack``) of the whole video file holding this
+        episode's frames of camera ``key``: every frame's time, as the doctor checks them. Read from
+        the file ``path`` gives, which is the whole file here (``Mp4LayoutError`` where its index
+        cannot be read)."""
+        return read_local_track(self.path(episode, key))
 
     def check(self, episode: EpisodeInfo) -> None:  # noqa: B027 - a no-op default: most sources checked at start
         """Raise now, naming the file, if the episode's video files are missing (called when the

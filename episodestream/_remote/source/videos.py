@@ -383,6 +383,12 @@ class RemoteVideos(EpisodeVideos):
         for name in headers:
             self._unhold(name)
 
+    def track(self, episode: EpisodeInfo, key: str) -> VideoTrack:
+        """The whole mp4's sample index, from its header (a span's copy lists its own samples only)."""
+        video = episode.videos[key]
+        parsed = None if video.whole_file else self._header(video.relpath, lambda: False)
+        return parsed.track if parsed is not None else super().track(episode, key)
+
     def check(self, episode: EpisodeInfo) -> None:
         files = self._files
         if files.knows_every_file:

@@ -8,6 +8,7 @@ given."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -173,8 +174,9 @@ class EpisodeChecker:
         episode = rows.episode
         try:
             queries = self._builder.frame_queries(rows, range(episode.length), self._videos)
-            for span, query in zip(episode.videos.values(), queries):
-                self._frame_times.check(span.relpath, query)
+            for (key, span), query in zip(episode.videos.items(), queries):
+                self._frame_times.check(span.relpath, query,
+                                        functools.partial(self._videos.track, episode, key))
             outcome.results["frames"] = None
         except Mp4LayoutError:
             outcome.skipped.add("frames")

@@ -11,11 +11,11 @@ not only at the first and last ones decoded.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from episodestream._format.mp4 import VideoTrack, read_local_track
+from episodestream._format.mp4 import VideoTrack
 from episodestream._sample.video.decoder_cache import FrameQuery, VideoDecodeError
 
 _SHOWN = 4  # frames an error lists
@@ -29,10 +29,11 @@ class FrameTimes:
         self._tracks: OrderedDict[str, np.ndarray] = OrderedDict()  # relpath -> its frames' times, sorted
         self._capacity = capacity
 
-    def check(self, relpath: str, query: FrameQuery) -> None:
+    def check(self, relpath: str, query: FrameQuery, track: Callable[[], VideoTrack]) -> None:
         """Raise ``VideoDecodeError`` when a time of ``query`` (an episode's frames, in order) has no
-        frame of the video within ``tolerance_s``; ``Mp4LayoutError`` when the index cannot say."""
-        pts = self._pts(relpath, query.path)
+        frame of the video within ``tolerance_s``; ``Mp4LayoutError`` when the index cannot say.
+        ``track`` reads the index of the whole file ``relpath`` (``EpisodeVideos.track``)."""
+        pts = self._pts(relpath, track)
         seconds = np.asarray(query.timestamps_s, dtype=np.float64)
         played = np.searchsorted(pts, seconds + self._half_frame_s, side="right") - 1
         found = np.where(played >= 0, pts[np.maximum(played, 0)], np.nan)
@@ -46,11 +47,10 @@ class FrameTimes:
                 f"index): (frame, time s, frame played then s) {_listed(shown, off.size)}. Decoding them would fail "
                 f"or give another frame's image: the video may have dropped or extra frames, or another frame rate.")
 
-    def _pts(self, relpath: str, path: str) -> np.ndarray:
+    def _pts(self, relpath: str, track: Callable[[], VideoTrack]) -> np.ndarray:
         pts = self._tracks.pop(relpath, None)
         if pts is None:
-            track: VideoTrack = read_local_track(path)  # a remote source's sparse copy holds the index too
-            pts = np.sort(track.pts_s)
+            pts = np.sort(track().pts_s)
         self._tracks[relpath] = pts
         while len(self._tracks) > self._capacity:
             self._tracks.popitem(last=False)
