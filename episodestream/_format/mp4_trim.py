@@ -13,7 +13,8 @@ frames at the same times:
   makes that shift exact (an empty edit is counted in movie time units, often milliseconds);
 - the rest of the header is left as it was (the sample description, ``mdhd``'s duration).
 
-Only the layouts LeRobot's writers produce are cut: one track, the sample-table boxes in ``_KEPT``,
+``sdtp`` (a byte of dependency flags per sample, which FFmpeg 8's muxer writes for AV1) is cut with
+them. Only the layouts LeRobot's writers produce are cut: one track, the sample-table boxes in ``_KEPT``,
 composition offsets that are not negative, an edit list of empty edits then at most one media edit.
 ``SpanTables.of`` returns None for anything else, and the copy keeps the whole tables (correct, larger).
 """
@@ -29,8 +30,8 @@ from episodestream._format.mp4 import Mp4Header, Mp4LayoutError, _box_header, _c
 
 _CONTAINERS = frozenset({b"moov", b"trak", b"edts", b"mdia", b"minf", b"stbl"})
 # Sample-table boxes this module rewrites or keeps unchanged (``stsd``, ``cslg``); any other one
-# (sample groups, ``sdtp``, ``stz2``, ...) lists samples in a way it does not cut.
-_KEPT = frozenset({b"stsd", b"stts", b"ctts", b"cslg", b"stss", b"stsz", b"stsc", b"stco", b"co64"})
+# (sample groups, ``stz2``, ...) lists samples in a way it does not cut.
+_KEPT = frozenset({b"stsd", b"stts", b"ctts", b"cslg", b"stss", b"stsz", b"stsc", b"stco", b"co64", b"sdtp"})
 _STBL = (b"mdia", b"minf", b"stbl")
 _UNIT_RATE = 0x00010000  # an edit's media rate 1.0 (16.16 fixed point)
 
@@ -173,6 +174,8 @@ class SpanTables:
         uniform = struct.unpack_from(">I", boxes[b"stsz"], 4)[0]
         if len(deltas) < n or len(set(descriptions.tolist())) != 1:
             return None
+        if b"sdtp" in boxes and len(boxes[b"sdtp"]) - 4 < n:
+            return None
         media_timescale = struct.unpack_from(">I", mdhd.body, 20 if mdhd.body[0] == 1 else 12)[0]
         movie_timescale = struct.unpack_from(">I", mvhd.body, 20 if mvhd.body[0] == 1 else 12)[0]
         empty, media_edit = 0, None
@@ -215,6 +218,8 @@ class SpanTables:
                 body = _full(body, "u4", table, extra=struct.pack(">I", self.uniform_size))
                 if self.uniform_size:
                     body = body[:8] + struct.pack(">I", len(deltas))
+            elif box.kind == b"sdtp":  # version and flags, then a byte per sample
+                body = body[:4] + body[4 + first:4 + last + 1]
             elif box.kind == b"stsc":
                 body = _full(body, "u4", [[1, 1, self.description]])
             elif box.kind in (b"stco", b"co64"):

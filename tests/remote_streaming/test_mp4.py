@@ -166,7 +166,7 @@ def test_cut_tables_keep_every_sample_where_it_lies_and_when_it_shows(videos, na
 
 
 def test_a_layout_it_does_not_cut_keeps_the_whole_tables(videos):
-    """A sample-table box it does not rewrite (here a sample-dependency table, one entry per sample)
+    """A sample-table box it does not rewrite (here a sample-to-group table, runs of samples)
     would list the wrong samples after a cut: such a moov is not cut."""
     data = (videos / "videos" / "av1.mp4").read_bytes()
     header = read_header(lambda s, e: data[s:e], len(data))
@@ -174,6 +174,6 @@ def test_a_layout_it_does_not_cut_keeps_the_whole_tables(videos):
     tables = SpanTables.of(header.moov, offsets=track.offsets, sizes=track.sizes)
     assert tables is not None
     stbl = (b"trak", b"mdia", b"minf", b"stbl")
-    extra = tables.root.with_child(stbl + (b"sdtp",), _Box(b"sdtp", bytes(4 + len(track.sizes))))
+    extra = tables.root.with_child(stbl + (b"sbgp",), _Box(b"sbgp", bytes(16) + len(track.sizes).to_bytes(4, "big")))
     assert SpanTables.of(extra.to_bytes(), offsets=track.offsets, sizes=track.sizes) is None
     assert SpanTables.of(tables.root.to_bytes(), offsets=track.offsets, sizes=track.sizes) is not None
