@@ -177,3 +177,22 @@ def test_a_layout_it_does_not_cut_keeps_the_whole_tables(videos):
     extra = tables.root.with_child(stbl + (b"sbgp",), _Box(b"sbgp", bytes(16) + len(track.sizes).to_bytes(4, "big")))
     assert SpanTables.of(extra.to_bytes(), offsets=track.offsets, sizes=track.sizes) is None
     assert SpanTables.of(tables.root.to_bytes(), offsets=track.offsets, sizes=track.sizes) is not None
+
+
+@pytest.mark.parametrize("name", ["av1", "h264"])
+def test_samples_by_bisection_match_the_scan_of_every_sample(videos, name):
+    """Frames shown in decode order (no B-frames): ``samples`` bisects, and answers as the scan of
+    every sample (the path B-frame video takes) does, boundaries and lone frames included."""
+    track = read_local_track(str(videos / "videos" / f"{name}.mp4"))
+    scan = read_local_track(str(videos / "videos" / f"{name}.mp4"))
+    scan.__dict__["_in_order"] = False  # the cached answer, overridden: the scan of every sample
+    assert track._in_order
+    bounds = [(a / FPS, b / FPS) for a in range(0, 90, 7) for b in range(a + 1, 91, 11)]
+    bounds += [(1.0, 1.0 + 1e-3), (0.0, 100.0), (1.99, 2.01), (89.5 / FPS, 200.0)]
+    for from_s, to_s in bounds:
+        assert track.samples(from_s, to_s) == scan.samples(from_s, to_s), (from_s, to_s)
+    for from_s, to_s in [(50.0, 60.0), (1.0, 1.0)]:
+        with pytest.raises(Mp4LayoutError, match="no frame is shown"):
+            track.samples(from_s, to_s)
+        with pytest.raises(Mp4LayoutError, match="no frame is shown"):
+            scan.samples(from_s, to_s)
