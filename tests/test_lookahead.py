@@ -109,6 +109,29 @@ def test_a_filling_pool_starts_as_many_as_its_room_and_a_full_one_admissions_ahe
     stage.close()
 
 
+def test_a_filling_pools_admissions_start_in_the_order_of_their_first_emits():
+    """A pool filling up (a whole share admits every episode before its first emit) starts its
+    admissions in the order the samples need them, not the order it admits them in: the first
+    batch waits for its own episodes' rows and video, not for the whole pool's."""
+    stage, videos = _stage(pool_size=4, ahead=1)
+    steps = [_admit(0), _admit(1), _admit(2), _admit(3), _emit(2), _emit(0), _emit(2), _emit(3), _emit(1)]
+    assert _run(stage, videos, steps) == steps  # passed through unchanged
+    assert videos.calls == [(0, [2, 0, 3, 1])]
+    stage.close()
+
+
+def test_a_read_wanted_now_goes_before_the_reads_queued_ahead_of_it():
+    reader = _SlowReader(delay_s=0.1)
+    stage, videos = _stage(reader, pool_size=3, ahead=0)
+    it = stage.steps(iter([_admit(4), _admit(1), _admit(7)]))
+    next(it)  # all three started, in need order 4, 1, 7 (the thread may have taken 4 already)
+    assert stage.read(_Episode(7)) == "rows of 7"
+    read = [episodes for episodes, _ in reader.reads]
+    assert [7] in read and [1] not in read, read  # 7 went before 1
+    list(it)
+    stage.close()
+
+
 def test_an_episode_is_started_once_per_time_the_pool_holds_it():
     stage, videos = _stage(pool_size=4, ahead=4)
     steps = [_admit(7), _admit(7), _emit(7), _evict(7), _admit(7), _evict(7), _evict(7), _admit(7), _evict(7)]

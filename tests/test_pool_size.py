@@ -15,8 +15,8 @@ from episodestream._plan.sampling import EpochPlan, Segment, consumer_rng, consu
 from episodestream._plan.shuffle_quality import shuffle_quality
 from episodestream._base.world import World
 from episodestream._runtime.pool_size import (AUTO_DECODE_THREADS, NARROW_POOL, REMOTE_POOL_BYTES, REMOTE_SPREAD_POOL, ROWS_BUDGET_BYTES,
-                                              SPREAD_POOL, choose_pool_size, frames_per_episode, row_bytes_per_frame,
-                                              span_decoders, spread_pool, video_decoder_limit)
+                                              SPREAD_POOL, choose_pool_size, row_bytes_per_frame,
+                                              spread_pool, video_decoder_limit)
 from episodestream._sample.video.decoder_cache import MAX_DECODERS
 
 
@@ -100,8 +100,8 @@ def _pool_bytes(episode_bytes: int, metadata_bytes: int = 10**6, extra: int = 5)
 
 
 def test_a_remote_pool_is_as_wide_as_its_node_cache_budget_and_decoders_allow(many_episodes_root):
-    """A remote v3.0 source: bounded by disk and a decoder per pooled episode and camera. Small
-    episodes: every one, each consumer's whole share, or as many as the decoders hold. Large ones: as
+    """A remote v3.0 source: bounded by disk, its files read through a view each (a decoder per
+    mp4, as on a local disk). Small episodes: every one, each consumer's whole share. Large ones: as
     many as REMOTE_POOL_BYTES of node cache hold (pool + prefetched episodes), and a cache_limit
     narrows it further. A source that cannot size its episodes without asking about every file
     (v2.x), or whose spread pool passes the budget, keeps the spread pool of 64."""
@@ -115,11 +115,13 @@ def test_a_remote_pool_is_as_wide_as_its_node_cache_budget_and_decoders_allow(ma
     narrowed = choose_pool_size(meta, _Selection(5000, 4), remote=True, pool_bytes=_pool_bytes(big),
                                 cache_holds=lambda pool: pool <= 300)
     assert narrowed.size == budget.size // 2  # the budget's, then three quarters, then half of it
-    # Each pooled episode's span is a file of its own per camera: a decoder each, within the limit,
-    # and each decoder indexes its episode's frames (span_decoders).
+    # A decoder per mp4, not per pooled episode: small episodes of few files pool the whole share;
+    # more files than the decoders hold, the spread pool (their decoders would thrash).
     small = choose_pool_size(meta, _Selection(5000, 4), remote=True, pool_bytes=_pool_bytes(10**5))
-    assert small.size == span_decoders(meta) // len(meta.video_keys)
-    assert span_decoders(meta) <= video_decoder_limit(meta) - AUTO_DECODE_THREADS + 1
+    assert small.size == 5001 and "whole share" in small.reason
+    many_files = video_decoder_limit(meta) - AUTO_DECODE_THREADS + 2
+    assert choose_pool_size(meta, _Selection(5000, many_files), remote=True,
+                            pool_bytes=_pool_bytes(10**5)).size == REMOTE_SPREAD_POOL
     assert choose_pool_size(meta, _Selection(5000, 4), remote=True, pool_bytes=lambda: None).size == REMOTE_SPREAD_POOL
     huge = choose_pool_size(meta, _Selection(5000, 4), remote=True, pool_bytes=_pool_bytes(REMOTE_POOL_BYTES // 32))
     assert huge.size == REMOTE_SPREAD_POOL  # not even the spread pool fits the budget: the old rule
@@ -141,25 +143,6 @@ def test_the_decoder_limit_is_a_memory_budget_within_open_files():
         assert decoder_limit([64 * 96]) == 300
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-
-def test_a_remote_spans_decoder_counts_the_index_of_its_episodes_frames(many_episodes_root):
-    """A remote episode's span holds its file's sample tables cut to the span's samples, and FFmpeg
-    indexes every frame of them: decoders of longer episodes' spans cost more, so fewer fit. The
-    frames counted are those of the episode a frame lies in, on average over the frames."""
-    from episodestream._sample.video.decoder_cache import decoder_limit
-
-    meta = EpisodeStreamingDataset(many_episodes_root, episode_pool_size=1).typed_meta
-    frames = np.array([episode.length for episode in meta.episodes.values()], dtype=np.float64)
-    assert frames_per_episode(meta) == pytest.approx((frames**2).sum() / frames.sum())
-    from episodestream._runtime.pool_size import _frame_pixels
-
-    assert span_decoders(meta) == decoder_limit(
-        _frame_pixels(meta), indexed_frames=frames_per_episode(meta)) - AUTO_DECODE_THREADS + 1
-    pixels = [64 * 96] * 2
-    # Measured at 64x96: 1.67 MB per decoder of a 45,503-frame file, 0.60 MB of a 480-frame one.
-    assert 280 <= decoder_limit(pixels, indexed_frames=45_503) <= 340 < decoder_limit(pixels, indexed_frames=480)
-    assert decoder_limit(pixels, indexed_frames=480) == pytest.approx(decoder_limit(pixels), rel=0.03)
 
 
 def test_a_rank_counts_its_own_episodes_files_where_each_episode_has_its_own(many_episodes_root):

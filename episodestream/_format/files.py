@@ -87,6 +87,11 @@ class EpisodeVideos(abc.ABC):
         """A local file the decoder can read this episode's frames of camera ``key`` from (admits
         the episode first if it was not admitted; the caller evicts it)."""
 
+    def local_file(self, episode: EpisodeInfo, key: str) -> str:
+        """The local file holding this episode's bytes of camera ``key``: what ``path`` names here (a
+        source whose decoders read several files as one, ``ServedVideo``, overrides it)."""
+        return self.path(episode, key)
+
     def track(self, episode: EpisodeInfo, key: str) -> VideoTrack:
         """The sample index (``_format.mp4.VideoTrack``) of the whole video file holding this
         episode's frames of camera ``key``: every frame's time, as the doctor checks them. Read from

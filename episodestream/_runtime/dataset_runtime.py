@@ -171,10 +171,11 @@ class DatasetRuntime(StreamRuntime):
         # look-ahead stage); the rest admit video on first hold.
         ahead = (LookAhead(self.core.row_reader(), videos, episodes, pool_size=self.settings.episode_pool_size,
                            admissions_ahead=self.settings.prefetch_episodes) if videos.prefetches else None)
-        # Local rows wait for their first emit (``HeldEpisodes``): a wide pool's admissions before
-        # its first batch would otherwise all read first. Prefetched rows are read ahead anyway.
+        # Rows wait for their first emit (``HeldEpisodes``): a wide pool's admissions before its first
+        # batch would otherwise all wait for their rows first (prefetched rows are read ahead, in need
+        # order, and an emit waiting for its episode's moves that read to the front).
         pool = HeldEpisodes(ahead or self.core.row_reader(), videos, admit_video=not videos.prefetches,
-                            rows_at_first_use=not videos.prefetches)
+                            rows_at_first_use=True)
         pending: list[PendingSample] = []
         evicted: list[EpisodeInfo] = []
         if ahead is not None:

@@ -21,11 +21,11 @@ training windows"). So:
   96, or fewer where 96 x cameras would pass ``MAX_DECODERS`` (2 cameras: 64, 3: 42), where the rows
   budget holds fewer, or where the selection has fewer episodes (at least 16);
 - a remote source keeps each pooled episode's video in the node cache as a file of its own per
-  camera (its span), on disk while pooled: where its listing sizes every episode (v3.0), the pool is
-  as wide as ``REMOTE_POOL_BYTES`` of node cache per consumer holds (and ``cache_limit``, for one
-  consumer), at most a decoder per episode and camera within the limit, each decoder counted with
-  the index of its episode's frames (``span_decoders``: a span's sparse copy holds its file's
-  sample tables cut to the span's samples, ``_format.mp4_trim``); elsewhere the spread pool, at
+  camera (its span), on disk while pooled, and its decoders read each mp4's pooled spans through one
+  view of it (``_remote.source.file_view``), a decoder per mp4 as on a local disk: where its listing
+  sizes every episode (v3.0) and its files fit the decoders, the pool is as wide as
+  ``REMOTE_POOL_BYTES`` of node cache per consumer holds (and ``cache_limit``, for one consumer), up
+  to the whole share; elsewhere the spread pool, at
   most 64, as far as ``cache_limit`` holds it. Bytes fetched do not grow with the pool (each
   episode's span is fetched once while it is pooled), but a pool is fetched whole over its first
   slots (``_plan.sampling``'s ramp): at the start of an epoch the link brings a pool's video before
@@ -109,20 +109,6 @@ def _frame_pixels(meta: DatasetMeta) -> list[int]:
     return [math.prod(sorted(meta.features[key].shape)[-2:]) for key in meta.video_keys]
 
 
-def span_decoders(meta: DatasetMeta) -> int:
-    """The decoders a remote consumer's pool may keep open, one per pooled episode and camera: each
-    opens a sparse copy of the episode's span whose sample tables list the span's samples, so each
-    pays for the index of its episode's frames (``decoder_limit``'s ``indexed_frames``: the frames of
-    a pooled frame's episode, on average), less one lent to each other thread. (A file whose tables
-    ``_format.mp4_trim`` does not cut costs its whole index per decoder: ``RemoteVideos`` says so.)"""
-    return decoder_limit(_frame_pixels(meta), indexed_frames=frames_per_episode(meta)) - (AUTO_DECODE_THREADS - 1)
-
-
-def frames_per_episode(meta: DatasetMeta) -> float:
-    """The frames of the episode a frame lies in, on average over the dataset's frames (an
-    episode counts as often as it has frames)."""
-    lengths = meta.episodes.length.astype(np.float64)
-    return float(np.square(lengths).sum() / lengths.sum()) if lengths.sum() else 0.0
 
 
 def pool_decoders(meta: DatasetMeta) -> int:
@@ -161,8 +147,8 @@ def choose_pool_size(meta: DatasetMeta, selection: EpisodeSelection, *, remote: 
     bytes_of = pool_bytes() if remote and pool_bytes is not None else None
     if bytes_of is not None:
         # A remote episode's video is a file of its own per camera (its span of the shared file, in
-        # the node cache), so a pool keeps a decoder per episode and camera.
-        widest = min(len(selection) + 1, by_rows, span_decoders(meta) // cameras if cameras else len(selection) + 1)
+        # the node cache), read through its mp4's view: a decoder per mp4, as on a local disk.
+        widest = min(len(selection) + 1, by_rows) if files <= cap else spread
         remote_wide = _remote_wide_pool(widest, spread, bytes_of, cache_holds, selection.lengths)
         if remote_wide is not None:
             return remote_wide

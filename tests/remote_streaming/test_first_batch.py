@@ -443,7 +443,7 @@ def test_spans_of_one_mp4_admitted_together_come_in_one_request(hub_root, spans_
         assert len({e.videos[key].relpath for e in first_file}) == 1
         assert len({e.videos[key].relpath for e in second_file}) == 1
         videos.admit_many(second_file + first_file)  # the head start is the second file's four
-        paths = [videos.path(episode, key) for episode in second_file + first_file]
+        paths = [videos.local_file(episode, key) for episode in second_file + first_file]
         requests = cdn.stats().requests
         copies = []
         for episode, path in zip(second_file + first_file, paths):

@@ -110,7 +110,7 @@ def test_sparse_spans_decode_like_the_whole_file(videos, tmp_path, name, backend
         for index, (first, end) in enumerate(SEGMENTS):
             episode = _episode(index, name, first, end)
             consumer.admit(episode)
-            local = consumer.path(episode, KEY)
+            local = consumer.local_file(episode, KEY)  # the span's sparse copy, or the whole file
             assert local != str(videos / "videos" / f"{name}.mp4") and Path(local).stat().st_size == \
                 (videos / "videos" / f"{name}.mp4").stat().st_size
             if whole_track is not None:
@@ -127,10 +127,14 @@ def test_sparse_spans_decode_like_the_whole_file(videos, tmp_path, name, backend
                     assert len(own.sizes) == len(whole_track.sizes)
             # Every frame of the episode, in one call, as the decode path asks (half a frame late).
             seconds = [(f + 0.5) / FPS for f in range(first, end)]
-            sparse = open_video_reader(local, backend=backend)
-            got, want = sparse.frames_played_at(seconds), whole.frames_played_at(seconds)
-            sparse.close()
-            assert torch.equal(got[0], want[0]) and np.array_equal(got[1], want[1]), (name, first, end)
+            want = whole.frames_played_at(seconds)
+            # What the decoders read (the mp4's view over its pooled spans, ``FileView``), and the
+            # span's copy on its own (its own cut tables): both decode as the whole file does.
+            for source in (consumer.path(episode, KEY), local):
+                sparse = open_video_reader(source, backend=backend)
+                got = sparse.frames_played_at(seconds)
+                sparse.close()
+                assert torch.equal(got[0], want[0]) and np.array_equal(got[1], want[1]), (name, first, end, source)
             consumer.evict(episode)
         stats = consumer.stats()
         assert (stats.whole_files, stats.spans) == ((len(SEGMENTS), 0) if name == "fragmented"
@@ -173,3 +177,22 @@ def test_a_layout_it_does_not_cut_keeps_the_whole_tables(videos):
     extra = tables.root.with_child(stbl + (b"sbgp",), _Box(b"sbgp", bytes(16) + len(track.sizes).to_bytes(4, "big")))
     assert SpanTables.of(extra.to_bytes(), offsets=track.offsets, sizes=track.sizes) is None
     assert SpanTables.of(tables.root.to_bytes(), offsets=track.offsets, sizes=track.sizes) is not None
+
+
+@pytest.mark.parametrize("name", ["av1", "h264"])
+def test_samples_by_bisection_match_the_scan_of_every_sample(videos, name):
+    """Frames shown in decode order (no B-frames): ``samples`` bisects, and answers as the scan of
+    every sample (the path B-frame video takes) does, boundaries and lone frames included."""
+    track = read_local_track(str(videos / "videos" / f"{name}.mp4"))
+    scan = read_local_track(str(videos / "videos" / f"{name}.mp4"))
+    scan.__dict__["_in_order"] = False  # the cached answer, overridden: the scan of every sample
+    assert track._in_order
+    bounds = [(a / FPS, b / FPS) for a in range(0, 90, 7) for b in range(a + 1, 91, 11)]
+    bounds += [(1.0, 1.0 + 1e-3), (0.0, 100.0), (1.99, 2.01), (89.5 / FPS, 200.0)]
+    for from_s, to_s in bounds:
+        assert track.samples(from_s, to_s) == scan.samples(from_s, to_s), (from_s, to_s)
+    for from_s, to_s in [(50.0, 60.0), (1.0, 1.0)]:
+        with pytest.raises(Mp4LayoutError, match="no frame is shown"):
+            track.samples(from_s, to_s)
+        with pytest.raises(Mp4LayoutError, match="no frame is shown"):
+            scan.samples(from_s, to_s)

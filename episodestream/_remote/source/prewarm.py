@@ -126,7 +126,7 @@ def prewarm(files: CachedFiles, episodes: Sequence[EpisodeInfo], *, progress: bo
             names = []
             for key, span in episode.videos.items():
                 # Both are held (the span until evict, the header until close): safe to pin.
-                names.append(cache.name_of(videos.path(episode, key)))
+                names.append(cache.name_of(videos.local_file(episode, key)))
                 header = files.cache_name("headers", span.relpath, ".hdr")
                 if cache.state(header) is EntryState.LOCAL:  # absent when the mp4 is fetched whole
                     names.append(header)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import logging
 import secrets
 import threading
@@ -32,6 +33,7 @@ from episodestream._remote.transport.daemon_pool import DaemonPool
 from episodestream._format.mp4 import Mp4Header, Mp4LayoutError, Span, VideoTrack, read_header
 from episodestream._format.mp4_trim import SpanTables, with_moov
 from episodestream._remote.cache.node_cache import release_all
+from episodestream._remote.source.file_view import FileView
 from episodestream._remote.transport.reader import CACHED_PIECE_MAX_BYTES, LARGE_READ_BYTES
 
 if TYPE_CHECKING:
@@ -132,6 +134,7 @@ class _Task:
         self.started = False
         self.cancelled = False  # evicted (or closed) before or while running
         self.path: str | None = None
+        self.span: tuple[int, int] | None = None  # the bytes its span file holds (None: a whole file)
         self.entry: str | None = None
         self.error: BaseException | None = None
         self.admission: _Admission | None = None  # one of the head start's, if it is
@@ -244,6 +247,9 @@ class RemoteVideos(EpisodeVideos):
         self._counts: dict[str, int] = {}  # this consumer's references per cache entry
         self._entry_locks: dict[str, threading.Lock] = {}
         self._headers: dict[str, _Mp4 | None] = {}
+        # Each mp4's pooled spans, served to one decoder per file (``FileView``); by relpath.
+        self._views: dict[str, FileView] = {}
+        self._view_serials = itertools.count()
         self._header_locks: dict[str, threading.Lock] = {}
         self._header_entries: set[str] = set()
         self._pool = DaemonPool(threads)
@@ -310,6 +316,21 @@ class RemoteVideos(EpisodeVideos):
             self._pool.submit(functools.partial(job, task))
 
     def path(self, episode: EpisodeInfo, key: str) -> str:
+        """The episode's mp4 as its decoders read it: a span's file served with the other pooled
+        spans of its mp4 (``FileView``: one decoder per mp4, not per episode), or the whole file."""
+        task = self._local(episode, key)
+        if task.span is None:
+            return task.path
+        with self._lock:
+            view = self._views[episode.videos[key].relpath]
+        return view.served()
+
+    def local_file(self, episode: EpisodeInfo, key: str) -> str:
+        """The node-cache file holding the episode's bytes of camera ``key`` (its span's sparse
+        copy, or the whole mp4), once local (admitted first where it was not)."""
+        return self._local(episode, key).path
+
+    def _local(self, episode: EpisodeInfo, key: str) -> _Task:
         with self._lock:
             task = self._tasks.get((episode.episode_index, key))
         if task is None:  # not admitted (or evicted meanwhile): admit now, the caller evicts later
@@ -333,7 +354,7 @@ class RemoteVideos(EpisodeVideos):
                                    f"{self._timeout_s:.0f} s.")
         if task.error is not None:
             raise task.error
-        return task.path
+        return task
 
     def evict(self, episode: EpisodeInfo) -> list[str]:
         releases, paths = [], []
@@ -351,11 +372,23 @@ class RemoteVideos(EpisodeVideos):
                 if task.done.is_set() and task.entry is not None:
                     releases.append(task.entry)
                     task.entry = None
-                    if task.path is not None:
+                    if task.span is not None:
+                        paths.extend(self._unview(episode.videos[key].relpath, task))
+                    elif task.path is not None:
                         paths.append(task.path)
         for name in releases:
             self._unhold(name)
         return paths
+
+    def _unview(self, relpath: str, task: _Task) -> list[str]:
+        """Stop serving ``task``'s span (under the lock); the names of its view's decoders to close
+        where it served the view's last span (a later span of the mp4 starts a new view)."""
+        view = self._views[relpath]
+        view.remove(*task.span, task.path)
+        if not view.empty:
+            return view.superseded()
+        del self._views[relpath]
+        return view.names()
 
     def close(self) -> None:
         """Stop fetching; release every entry this consumer holds (the last user deletes it)."""
@@ -378,6 +411,7 @@ class RemoteVideos(EpisodeVideos):
                     task.entry = None
             headers, self._header_entries = sorted(self._header_entries), set()
             self._headers.clear()
+            self._views.clear()
         for name in releases:
             self._unhold(name)
         for name in headers:
@@ -453,6 +487,8 @@ class RemoteVideos(EpisodeVideos):
             orphan = entry if task.cancelled else None
             if not task.cancelled:
                 task.entry = entry
+                if error is None and task.span is not None:
+                    self._view(task.episode.videos[task.key].relpath).add(*task.span, path)
             task.done.set()
         self._note_done(task)
         if orphan is not None:
@@ -482,6 +518,16 @@ class RemoteVideos(EpisodeVideos):
                     return
                 self._counts.pop(name, None)
             self._cache.release(name, self._holder)
+
+    def _view(self, relpath: str) -> FileView:
+        """``relpath``'s view (under the lock; its header is parsed: a span of it was fetched)."""
+        view = self._views.get(relpath)
+        if view is None:
+            parsed = self._headers[relpath]
+            assert parsed is not None  # a span was cut from it
+            name = f"{self._files.description}/{relpath}#{next(self._view_serials)}"
+            view = self._views[relpath] = FileView(name, parsed.header, parsed.track)
+        return view
 
     def _header(self, relpath: str, stop: Callable[[], bool]) -> _Mp4 | None:
         """The mp4's header and sample tables (None: a layout we do not map; fetch it whole)."""
@@ -619,6 +665,7 @@ class RemoteVideos(EpisodeVideos):
             name, self._holder, build, size_bytes=own_header.size_bytes + (end - start) + DISK_SLACK_BYTES,
             what=f"{files.description}/{relpath} bytes {start}..{end} (episode {episode.episode_index})",
             stop=stop))
+        task.span = (start, end)
         with self._lock:
             self._counts_by_kind["spans"] += 1
         return name, str(path)

@@ -33,6 +33,7 @@ video. Which samples come out never depends on this stage, only when their bytes
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import Counter, OrderedDict, deque
 from collections.abc import Iterator
@@ -41,12 +42,15 @@ from typing import Protocol, cast
 from episodestream._format.files import EpisodeVideos
 from episodestream._format.metadata import EpisodeInfo
 from episodestream._format.rows import EpisodeRows
-from episodestream._plan.sampling import ADMIT, EVICT, Step
+from episodestream._plan.sampling import ADMIT, EMIT, EVICT, Step
 from episodestream._sample.holds import READ_TOGETHER, READ_TOGETHER_MAX, EpisodeRowReader
 
 # Steps held back at most (a tuple each): a schedule's tail of emits after its last admission is
 # read ahead this far, not to its end.
 MAX_STEPS_AHEAD = 1 << 16
+# Emits read past a filling pool's admissions to order them by need (``_by_first_emit``), at most:
+# what the first batches draw from, without generating a schedule's worth of steps first.
+FIRST_EMITS_PEEK = 1 << 12
 _CLOSE_JOIN_S = 60.0
 
 
@@ -118,6 +122,8 @@ class LookAhead:
                     holds[step[1]] -= 1
                     if not holds[step[1]]:
                         del holds[step[1]]
+            if len(batch) > max(1, self._admissions_ahead):
+                source = self._by_first_emit(batch, held_back, source)
             if batch:
                 self._start(batch)
             if not held_back:
@@ -129,6 +135,32 @@ class LookAhead:
             elif out[0] == EVICT:
                 pool_holds -= 1
             yield out
+
+    @staticmethod
+    def _by_first_emit(batch: list[EpisodeInfo], held_back: deque[Step], source: Iterator[Step]) -> Iterator[Step]:
+        """Sort ``batch`` (a filling pool's admissions, started at once) by each episode's first emit
+        in the steps, held back as far as ``FIRST_EMITS_PEEK`` emits after them reach: the first
+        batch needs its episodes' rows and video first, not the admissions' order (a pool of a
+        whole share admits every episode before its first emit). Returns the rest of ``source``."""
+        wanted = {episode.episode_index for episode in batch}
+        first: dict[int, int] = {}
+        for at, step in enumerate(held_back):
+            if step[0] == EMIT and step[1] in wanted:
+                first.setdefault(step[1], at)
+        peeked = 0
+        while len(first) < len(wanted) and peeked < FIRST_EMITS_PEEK and len(held_back) < MAX_STEPS_AHEAD:
+            step = next(source, None)
+            if step is None:
+                break
+            if step[0] != EMIT:  # an admission or eviction: counted where the steps are read
+                source = itertools.chain([step], source)
+                break
+            held_back.append(step)
+            peeked += 1
+            if step[1] in wanted:
+                first.setdefault(step[1], len(held_back) - 1)
+        batch.sort(key=lambda episode: first.get(episode.episode_index, MAX_STEPS_AHEAD))
+        return source
 
     def _start(self, episodes: list[EpisodeInfo]) -> None:
         self._videos.admit_many(episodes)
@@ -153,8 +185,9 @@ class LookAhead:
                     raise RuntimeError("the stream's row reads are closed")
                 read = _Read(episode)
                 self._queue[episode.episode_index] = read
-                self._queue.move_to_end(episode.episode_index, last=False)  # wanted now
                 self._wake()
+            if episode.episode_index in self._queue:  # not started: wanted now
+                self._queue.move_to_end(episode.episode_index, last=False)
         read.done.wait()
         if read.error is not None:
             raise read.error

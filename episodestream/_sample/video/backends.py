@@ -12,7 +12,8 @@ import torch
 from episodestream._base.gc_pause import gc_paused
 from episodestream._base.options import check_choice, env_override
 from episodestream._base.warn import warn_user
-from episodestream._format.mp4 import Mp4LayoutError, read_local_track
+from episodestream._format.mp4 import Mp4LayoutError, VideoTrack, read_local_track
+from episodestream._format.served_video import ServedVideo
 
 VideoBackend = Literal["torchcodec", "pyav"]
 VIDEO_BACKENDS: tuple[VideoBackend, ...] = ("torchcodec", "pyav")
@@ -41,13 +42,13 @@ class TorchCodecReader:
         # (or of a sparse partial download). Returned pts are checked against the query anyway.
         # One FFmpeg thread: parallelism comes from DataLoader workers. NHWC is FFmpeg's own
         # layout (NCHW would be a strided view, and every later copy of it a slow transpose).
-        self._decoder = VideoDecoder(path, seek_mode="approximate", dimension_order="NHWC",
+        self._decoder = VideoDecoder(_source(path), seek_mode="approximate", dimension_order="NHWC",
                                      num_ffmpeg_threads=1, device=device)
         if self._decoder.metadata.codec not in _IN_ORDER_CODECS:
             exact = _exact_seeking(path)
             if exact is not None:
-                self._decoder = VideoDecoder(path, dimension_order="NHWC", num_ffmpeg_threads=1, device=device,
-                                             **exact)
+                self._decoder = VideoDecoder(_source(path), dimension_order="NHWC", num_ffmpeg_threads=1,
+                                             device=device, **exact)
 
     def frames_played_at(self, seconds: Sequence[float]) -> tuple[torch.Tensor, np.ndarray]:
         batch = self._decoder.get_frames_played_at(seconds=list(seconds))
@@ -55,6 +56,16 @@ class TorchCodecReader:
 
     def close(self) -> None:
         self._decoder = None
+
+
+def _source(path: str) -> Any:
+    """What a decoder opens: the file, or a served video's bytes (``ServedVideo``)."""
+    return path.open_bytes() if isinstance(path, ServedVideo) else path
+
+
+def _track(path: str) -> VideoTrack:
+    """``path``'s sample index: a served video's own, else read from the file's ``moov``."""
+    return path.track if isinstance(path, ServedVideo) else read_local_track(path)
 
 
 def _exact_seeking(path: str) -> dict[str, Any] | None:
@@ -67,7 +78,7 @@ def _exact_seeking(path: str) -> dict[str, Any] | None:
     the scan of ``seek_mode="exact"``, which reads every byte of the file at each open.
     """
     try:
-        track = read_local_track(path)
+        track = _track(path)
     except Mp4LayoutError:
         return {"seek_mode": "exact"}
     if track.reorder_depth == 0:
@@ -101,7 +112,7 @@ class PyAVReader:
 
         self._pixel_format = check_choice("pixel_format", pixel_format, ("rgb24", "gray12le"))
         self._path = path
-        self._container = av.open(path)
+        self._container = av.open(_source(path))
         self._stream = self._container.streams.video[0]
         self._frames = None  # the decode iterator since the last seek
         self._current = None  # last frame taken from it (pts <= the last query)
@@ -156,7 +167,7 @@ class PyAVReader:
         if entries is not None:
             return [(e.pos, e.timestamp, e.is_keyframe) for e in entries]
         try:
-            track = read_local_track(self._path)
+            track = _track(self._path)
         except (Mp4LayoutError, OSError):
             return []
         if track.dts is None:

@@ -29,22 +29,17 @@ DECODERS_CEILING = 1024
 DECODER_BUDGET_BYTES = 512 * 2**20
 _DECODER_BASE_BYTES = 600 * 2**10
 _DECODER_BYTES_PER_PIXEL = 4
-# FFmpeg's index of the file a decoder opens: an entry per frame its sample tables list, ~24 bytes
-# each (measured: 0.60 MB per decoder of a 480-frame file, 1.67 MB of a 45,503-frame one, 64x96). A
-# remote episode's span is a sparse copy whose tables list the span's frames (``_format.mp4_trim``).
-DECODER_BYTES_PER_INDEXED_FRAME = 24
 
 
-def decoder_limit(frame_pixels: Sequence[int], *, indexed_frames: float = 0.0) -> int:
+def decoder_limit(frame_pixels: Sequence[int]) -> int:
     """How many decoders one consumer may keep open for videos whose frames have ``frame_pixels``
-    pixels (one entry per camera), each indexing ``indexed_frames`` frames (the frames of the file it
-    opens, where that is large: ``DECODER_BYTES_PER_INDEXED_FRAME``): as many as
-    ``DECODER_BUDGET_BYTES`` holds at their mean size, at least ``MAX_DECODERS``, at most
-    ``DECODERS_CEILING`` and half the process's open-file limit."""
+    pixels (one entry per camera): as many as ``DECODER_BUDGET_BYTES`` holds at their mean size, at
+    least ``MAX_DECODERS``, at most ``DECODERS_CEILING`` and half the process's open-file limit.
+    (A decoder also holds FFmpeg's index of its file, ~24 bytes a frame: docs/benchmarks.md,
+    "Over training windows, remote"; not counted here.)"""
     import resource  # the limit is the process's now, not at import
 
-    each = (_DECODER_BASE_BYTES + _DECODER_BYTES_PER_PIXEL * (sum(frame_pixels) / max(1, len(frame_pixels)))
-            + DECODER_BYTES_PER_INDEXED_FRAME * indexed_frames)
+    each = _DECODER_BASE_BYTES + _DECODER_BYTES_PER_PIXEL * (sum(frame_pixels) / max(1, len(frame_pixels)))
     soft_files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     ceiling = DECODERS_CEILING if soft_files == resource.RLIM_INFINITY else min(DECODERS_CEILING, soft_files // 2)
     return max(min(MAX_DECODERS, ceiling), min(ceiling, int(DECODER_BUDGET_BYTES // each)))
