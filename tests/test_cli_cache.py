@@ -139,7 +139,7 @@ def _prewarm_needs(source: str, cache_dir, hub_url: str) -> tuple[int, int, int]
     try:
         meta = read_metadata(files)
         metadata = files.metadata_bytes()
-        return (metadata, metadata + sum(files.episode_cache_bytes(meta).values()),
+        return (metadata, metadata + files.video_cache_bytes(meta),
                 metadata + video_share_bytes(files, list(meta.episodes.values())))
     finally:
         files.close()

@@ -115,6 +115,9 @@ def test_a_remote_pool_is_as_wide_as_its_node_cache_budget_and_decoders_allow(ma
     narrowed = choose_pool_size(meta, _Selection(5000, 4), remote=True, pool_bytes=_pool_bytes(big),
                                 cache_holds=lambda pool: pool <= 300)
     assert narrowed.size == budget.size // 2  # the budget's, then three quarters, then half of it
+    quarter = choose_pool_size(meta, _Selection(5000, 4), remote=True, pool_bytes=_pool_bytes(big),
+                               cache_holds=lambda pool: pool <= 110)
+    assert quarter.size == budget.size // 4  # then halving on, while it stays above the spread pool
     # A decoder per mp4, not per pooled episode: small episodes of few files pool the whole share;
     # more files than the decoders hold, the spread pool (their decoders would thrash).
     small = choose_pool_size(meta, _Selection(5000, 4), remote=True, pool_bytes=_pool_bytes(10**5))

@@ -184,12 +184,14 @@ def _remote_wide_pool(widest: int, spread: int, bytes_of: Callable[[int], int],
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if bytes_of(mid) <= REMOTE_POOL_BYTES else (lo, mid - 1)
-    # cache_limit's own question costs a pass over the episodes: asked of a few sizes only.
-    size = next((p for p in (lo, lo * 3 // 4, lo // 2) if p > spread and (cache_holds is None or cache_holds(p))), None)
+    # cache_limit's own question costs a pass over the episodes: asked of a few sizes only (three
+    # quarters, then halving: a handful even from a DROID-sized share down to the spread pool).
+    candidates = [lo, lo * 3 // 4] + [lo >> k for k in range(1, max(1, lo // max(1, spread)).bit_length() + 1)]
+    size = next((p for p in candidates if p > spread and (cache_holds is None or cache_holds(p))), None)
     if size is None:
         return None
     why = (f"a remote source: the pool keeps ~{bytes_of(size) / 2**30:.1f} GiB of node cache per consumer (at most "
-           f"{REMOTE_POOL_BYTES / 2**30:.0f} GiB, and what cache_limit holds) and a decoder per episode and camera")
+           f"{REMOTE_POOL_BYTES / 2**30:.0f} GiB, and what cache_limit holds), its decoders one per mp4")
     if size == widest and widest == len(lengths) + 1:
         return PoolChoice(size, why + "; every selected episode fits: each consumer shuffles its whole share")
     return PoolChoice(size, why + _run_of_steps(size, lengths))

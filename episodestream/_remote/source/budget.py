@@ -12,7 +12,7 @@ metadata files and the same per-episode estimate, defined here once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -74,13 +74,18 @@ def _video_files(episodes: Iterable[EpisodeInfo]) -> list[str]:
     return [span.relpath for episode in episodes for span in episode.videos.values()]
 
 
+def _header_bytes(size: int, frames: float) -> int:
+    """An upper estimate of an mp4's header (``moov`` and the box headers) of ``frames`` frames."""
+    return min(size, _HEADER_BASE_BYTES + _HEADER_BYTES_PER_FRAME * int(frames))
+
+
 def episode_cache_bytes(files: CachedFiles, meta: EpisodesOf,
                         episodes: Iterable[EpisodeInfo] | None = None) -> dict[int, int]:
     """An upper estimate of the cache each of ``episodes`` (default: every episode of ``meta``)
-    takes for its video, by episode index: its spans (1.25x its share of its files' bytes) with
-    their files' headers (the header entry, counted for each episode as if it were its file's only
-    one) and the copy of it in the span's sparse file (its tables cut to the span's frames,
-    ``_format.mp4_trim``), for every camera."""
+    takes for its video, by episode index: its spans (1.25x its share of its files' bytes), each
+    with its own header (its sample tables cut to the span's frames, ``_format.mp4_trim``), for
+    every camera. The files' header entries, one per file whatever its episodes, are not in it
+    (``header_cache_bytes``)."""
     ends = _file_ends_s(meta.episodes.values())
     wanted = list(meta.episodes.values() if episodes is None else episodes)
     files.look_up(_video_files(wanted))
@@ -91,34 +96,59 @@ def episode_cache_bytes(files: CachedFiles, meta: EpisodesOf,
             if not files.exists(span.relpath):
                 continue
             size = files.size_bytes(span.relpath)
-            share = (span.to_timestamp_s - span.from_timestamp_s) / max(ends[span.relpath], 1e-9)
-            header = min(size, _HEADER_BASE_BYTES + _HEADER_BYTES_PER_FRAME * int(ends[span.relpath] * meta.fps))
-            own = min(header, _HEADER_BASE_BYTES + _HEADER_BYTES_PER_FRAME * int(
-                (span.to_timestamp_s - span.from_timestamp_s) * meta.fps * _SPAN_MARGIN))
-            total += int(_SPAN_MARGIN * share * size) + header + own + 2 * DISK_SLACK_BYTES
+            seconds = span.to_timestamp_s - span.from_timestamp_s
+            share = seconds / max(ends[span.relpath], 1e-9)
+            own = _header_bytes(size, seconds * meta.fps * _SPAN_MARGIN)
+            total += int(_SPAN_MARGIN * share * size) + own + 2 * DISK_SLACK_BYTES
         per_episode[episode.episode_index] = total
     return per_episode
 
 
+def header_cache_bytes(files: CachedFiles, meta: EpisodesOf, episodes: Iterable[EpisodeInfo] | None = None) -> list[int]:
+    """An upper estimate of each header entry the video of ``episodes`` (default: every episode of
+    ``meta``) needs: one per mp4 they lie in (not per episode: a v3.0 file's thousand episodes share
+    one), largest first."""
+    ends = _file_ends_s(meta.episodes.values())
+    relpaths = sorted({span.relpath for episode in (meta.episodes.values() if episodes is None else episodes)
+                       for span in episode.videos.values()})
+    files.look_up(relpaths)
+    return sorted((_header_bytes(files.size_bytes(relpath), ends[relpath] * meta.fps) + DISK_SLACK_BYTES
+                   for relpath in relpaths if files.exists(relpath)), reverse=True)
+
+
+def video_cache_bytes(files: CachedFiles, meta: EpisodesOf, episodes: Sequence[EpisodeInfo]) -> int:
+    """An upper estimate of the cache ``episodes``' video takes: their spans and their files' headers."""
+    return (sum(episode_cache_bytes(files, meta, episodes).values())
+            + sum(header_cache_bytes(files, meta, episodes)))
+
+
 def minimum_cache_bytes(files: CachedFiles, meta: EpisodesOf, episodes_in_flight: int) -> int:
     """An estimate of the cache one consumer needs: the metadata, and the ``episodes_in_flight``
-    largest episodes' video (``episode_cache_bytes``; where files are looked up by name, of the
-    ``episodes_in_flight`` longest episodes)."""
+    largest episodes' video (``pool_cache_bytes``; where files are looked up by name, of the
+    ``episodes_in_flight`` longest episodes: ``video_cache_bytes``)."""
     if files.knows_every_file:
         return pool_cache_bytes(files, meta, 0)(episodes_in_flight)
     table = meta.episodes
     longest = [table.at(int(row)) for row in np.argsort(-table.length, kind="stable")[:episodes_in_flight]]
-    return metadata_bytes(files) + sum(episode_cache_bytes(files, meta, longest).values())
+    return metadata_bytes(files) + video_cache_bytes(files, meta, longest)
 
 
 def pool_cache_bytes(files: CachedFiles, meta: EpisodesOf, extra_episodes: int) -> Callable[[int], int]:
     """``minimum_cache_bytes`` as a function of the pool (``pool + extra_episodes`` episodes in flight),
-    for a source that knows every file: each episode's bytes sorted once, so that a search over pool
-    sizes costs no pass over the episodes per size."""
+    for a source that knows every file: the largest episodes' spans, and the largest headers of as
+    many files as they may lie in (a camera each), each sorted once, so that a search over pool sizes
+    costs no pass over the episodes per size."""
     largest = np.sort(np.fromiter(episode_cache_bytes(files, meta).values(), dtype=np.int64))[::-1]
     prefix = np.concatenate([[0], np.cumsum(largest)])
+    headers = np.concatenate([[0], np.cumsum(np.asarray(header_cache_bytes(files, meta), dtype=np.int64))])
+    cameras = max(1, len(next(iter(meta.episodes.values())).videos)) if len(meta.episodes) else 1
     fixed = metadata_bytes(files)
-    return lambda pool: fixed + int(prefix[min(len(largest), pool + extra_episodes)])
+
+    def bytes_of(pool: int) -> int:
+        held = min(len(largest), pool + extra_episodes)
+        return fixed + int(prefix[held]) + int(headers[min(len(headers) - 1, held * cameras)])
+
+    return bytes_of
 
 
 def check_cache_budget(files: CachedFiles, meta: EpisodesOf | None, episodes_in_flight: int) -> None:

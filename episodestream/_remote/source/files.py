@@ -331,9 +331,10 @@ class RemoteFiles(DatasetFiles):
         """What the metadata files this dataset downloads whole occupy in the cache (``_remote.source.budget``)."""
         return _budget.metadata_bytes(self)
 
-    def episode_cache_bytes(self, meta: EpisodesOf) -> dict[int, int]:
-        """An upper estimate of the cache each episode's video takes, by episode index (``_remote.source.budget``)."""
-        return _budget.episode_cache_bytes(self, meta)
+    def video_cache_bytes(self, meta: EpisodesOf) -> int:
+        """An upper estimate of the cache every episode's video takes: spans and their files'
+        headers (``_remote.source.budget``)."""
+        return _budget.video_cache_bytes(self, meta, list(meta.episodes.values()))
 
     def minimum_cache_bytes(self, meta: EpisodesOf, episodes_in_flight: int) -> int:
         """An estimate of the cache one consumer needs: the metadata and the ``episodes_in_flight``

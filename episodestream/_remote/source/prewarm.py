@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from episodestream._remote.source.budget import episode_cache_bytes, metadata_bytes, metadata_files, video_share_bytes
+from episodestream._remote.source.budget import metadata_bytes, metadata_files, video_cache_bytes, video_share_bytes
 from episodestream._remote.cache.node_cache import CacheFullError, EntryState, NodeCache, describe_pins, unpin_hint
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def _check_room(files: CachedFiles, episodes: Sequence[EpisodeInfo], meta: Episo
     """Refuse, before fetching, a prewarm whose pins cannot fit in ``cache_limit`` beside the other
     sources' pins: everything prewarm fetches stays, so it would fill the cache and then stall.
 
-    With ``meta``, the episodes' video is estimated from above (``_remote.source.budget.episode_cache_bytes``,
+    With ``meta``, the episodes' video is estimated from above (``_remote.source.budget.video_cache_bytes``,
     as the datasets' own budget check does), so a prewarm let through fits; without it, from their
     share of their files only.
     """
@@ -68,8 +68,7 @@ def _check_room(files: CachedFiles, episodes: Sequence[EpisodeInfo], meta: Episo
     if meta is None:
         video = video_share_bytes(files, episodes)
     else:
-        per_episode = episode_cache_bytes(files, meta, episodes)
-        video = sum(per_episode[episode.episode_index] for episode in episodes)
+        video = video_cache_bytes(files, meta, episodes)
     need = metadata_bytes(files) + video
     pins, own, others = files.pinned_bytes()
     if others + max(own, need) <= cache.limit_bytes:
