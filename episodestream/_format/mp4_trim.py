@@ -74,11 +74,12 @@ def _parse(data: bytes, start: int, end: int) -> tuple[_Box, ...]:
                  else _Box(kind, data[body:box_end]) for kind, body, box_end in _children(data, start, end))
 
 
-def _full(body: bytes, fmt: str, values: np.ndarray | list, *, version: int = 0, extra: bytes = b"") -> bytes:
-    """A full box's body: version and flags, ``extra``, the entry count, then the entries."""
+def _full(body: bytes, fmt: str, values: np.ndarray | list, *, extra: bytes = b"") -> bytes:
+    """A full box's body: the version and flags of ``body`` (the box it replaces; zeros for a new
+    one), ``extra``, the entry count, then the entries."""
     rows = np.asarray(values)
     table = rows.astype(">" + fmt).tobytes() if rows.size else b""
-    return struct.pack(">B3s", version, body[1:4] if body else b"\0\0\0") + extra + struct.pack(">I", len(rows)) + table
+    return (body[:4] if body else bytes(4)) + extra + struct.pack(">I", len(rows)) + table
 
 
 def _runs(values: np.ndarray) -> np.ndarray:
@@ -236,14 +237,13 @@ class SpanTables:
     def _shifted(self, root: _Box, start: int, composition: np.ndarray, deltas: np.ndarray) -> _Box:
         """``root`` with an edit list that shows the kept samples, whose decode times now start at 0
         rather than ``start``, at their times in the whole file, and the movie timescale the media's."""
-        shown = np.arange(len(deltas))
         cts = np.cumsum(deltas) - deltas + composition  # the kept samples' composition times, cut
         media_time = int(cts.min())
         before_time, rate = self.media_edit if self.media_edit is not None else (0, _UNIT_RATE)
         empty = self.empty_media_units - before_time + start + media_time
         if empty < 0:
             raise Mp4LayoutError("the cut samples are shown before the track starts")
-        length = int((cts + deltas)[shown].max()) - media_time
+        length = int((cts + deltas).max()) - media_time
         entries = ([[empty, -1, _UNIT_RATE]] if empty else []) + [[length, media_time, rate]]
         wide = max(empty, length, media_time) >= 1 << 31
         rows = np.array(entries, dtype=np.int64)

@@ -109,8 +109,6 @@ def _frame_pixels(meta: DatasetMeta) -> list[int]:
     return [math.prod(sorted(meta.features[key].shape)[-2:]) for key in meta.video_keys]
 
 
-
-
 def pool_decoders(meta: DatasetMeta) -> int:
     """The decoders a consumer's pool may keep open, one per file: its ``video_decoder_limit`` less
     one lent to each other of ``AUTO_DECODE_THREADS`` threads reading a file at once."""

@@ -79,14 +79,14 @@ def _header_bytes(size: int, frames: float) -> int:
     return min(size, _HEADER_BASE_BYTES + _HEADER_BYTES_PER_FRAME * int(frames))
 
 
-def episode_cache_bytes(files: CachedFiles, meta: EpisodesOf,
-                        episodes: Iterable[EpisodeInfo] | None = None) -> dict[int, int]:
+def episode_cache_bytes(files: CachedFiles, meta: EpisodesOf, episodes: Iterable[EpisodeInfo] | None = None, *,
+                        ends: dict[str, float] | None = None) -> dict[int, int]:
     """An upper estimate of the cache each of ``episodes`` (default: every episode of ``meta``)
     takes for its video, by episode index: its spans (1.25x its share of its files' bytes), each
     with its own header (its sample tables cut to the span's frames, ``_format.mp4_trim``), for
     every camera. The files' header entries, one per file whatever its episodes, are not in it
-    (``header_cache_bytes``)."""
-    ends = _file_ends_s(meta.episodes.values())
+    (``header_cache_bytes``). ``ends``: each mp4's duration (``_file_ends_s``), where the caller has it."""
+    ends = _file_ends_s(meta.episodes.values()) if ends is None else ends
     wanted = list(meta.episodes.values() if episodes is None else episodes)
     files.look_up(_video_files(wanted))
     per_episode = {}
@@ -104,11 +104,12 @@ def episode_cache_bytes(files: CachedFiles, meta: EpisodesOf,
     return per_episode
 
 
-def header_cache_bytes(files: CachedFiles, meta: EpisodesOf, episodes: Iterable[EpisodeInfo] | None = None) -> list[int]:
+def header_cache_bytes(files: CachedFiles, meta: EpisodesOf, episodes: Iterable[EpisodeInfo] | None = None, *,
+                       ends: dict[str, float] | None = None) -> list[int]:
     """An upper estimate of each header entry the video of ``episodes`` (default: every episode of
     ``meta``) needs: one per mp4 they lie in (not per episode: a v3.0 file's thousand episodes share
     one), largest first."""
-    ends = _file_ends_s(meta.episodes.values())
+    ends = _file_ends_s(meta.episodes.values()) if ends is None else ends
     relpaths = sorted({span.relpath for episode in (meta.episodes.values() if episodes is None else episodes)
                        for span in episode.videos.values()})
     files.look_up(relpaths)
@@ -118,8 +119,9 @@ def header_cache_bytes(files: CachedFiles, meta: EpisodesOf, episodes: Iterable[
 
 def video_cache_bytes(files: CachedFiles, meta: EpisodesOf, episodes: Sequence[EpisodeInfo]) -> int:
     """An upper estimate of the cache ``episodes``' video takes: their spans and their files' headers."""
-    return (sum(episode_cache_bytes(files, meta, episodes).values())
-            + sum(header_cache_bytes(files, meta, episodes)))
+    ends = _file_ends_s(meta.episodes.values())
+    return (sum(episode_cache_bytes(files, meta, episodes, ends=ends).values())
+            + sum(header_cache_bytes(files, meta, episodes, ends=ends)))
 
 
 def minimum_cache_bytes(files: CachedFiles, meta: EpisodesOf, episodes_in_flight: int) -> int:
@@ -138,9 +140,10 @@ def pool_cache_bytes(files: CachedFiles, meta: EpisodesOf, extra_episodes: int) 
     for a source that knows every file: the largest episodes' spans, and the largest headers of as
     many files as they may lie in (a camera each), each sorted once, so that a search over pool sizes
     costs no pass over the episodes per size."""
-    largest = np.sort(np.fromiter(episode_cache_bytes(files, meta).values(), dtype=np.int64))[::-1]
+    ends = _file_ends_s(meta.episodes.values())
+    largest = np.sort(np.fromiter(episode_cache_bytes(files, meta, ends=ends).values(), dtype=np.int64))[::-1]
     prefix = np.concatenate([[0], np.cumsum(largest)])
-    headers = np.concatenate([[0], np.cumsum(np.asarray(header_cache_bytes(files, meta), dtype=np.int64))])
+    headers = np.concatenate([[0], np.cumsum(np.asarray(header_cache_bytes(files, meta, ends=ends), dtype=np.int64))])
     cameras = max(1, len(next(iter(meta.episodes.values())).videos)) if len(meta.episodes) else 1
     fixed = metadata_bytes(files)
 

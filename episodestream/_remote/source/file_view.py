@@ -48,6 +48,7 @@ class FileView:
         self._holes_read: list[tuple[int, int]] = []  # since the generation began
         self._names: list[str] = []  # served in this generation (one name)
         self._superseded: list[str] = []  # served in earlier ones, whose decoders are not closed yet
+        self._served: ServedVideo | None = None  # this generation's (asked for at every sample)
 
     def add(self, start: int, end: int, path: str) -> None:
         """Serve bytes ``[start, end)`` from ``path`` (a sparse copy holding them at their offsets)."""
@@ -64,6 +65,7 @@ class FileView:
                 self._holes_read = []
                 self._superseded.extend(self._names)
                 self._names = []
+                self._served = None
 
     def remove(self, start: int, end: int, path: str) -> None:
         """One holder of the span let it go: once none holds it, its bytes are a hole again."""
@@ -86,10 +88,11 @@ class FileView:
     def served(self) -> ServedVideo:
         """The name a decoder of the view is opened by (and kept under) in this generation."""
         with self._lock:
-            name = f"{self._name}.{self._generation}"
-            if not self._names or self._names[-1] != name:
+            if self._served is None:
+                name = f"{self._name}.{self._generation}"
                 self._names.append(name)
-        return ServedVideo(name, open_bytes=lambda: _ViewReader(self), track=self._track)
+                self._served = ServedVideo(name, open_bytes=lambda: _ViewReader(self), track=self._track)
+            return self._served
 
     def names(self) -> list[str]:
         """Every name ``served`` gave whose decoders were not closed (``superseded``)."""

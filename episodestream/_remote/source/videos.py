@@ -594,8 +594,8 @@ class RemoteVideos(EpisodeVideos):
             track = VideoTrack.parse(header.moov)
             parsed = _Mp4(header, track, SpanTables.of(header.moov, offsets=track.offsets, sizes=track.sizes))
             if parsed.tables is None:
-                logger.info("%s/%s: its sample tables are not in a layout cut to a span's samples: each pooled "
-                            "episode's decoder indexes all %d frames of the file.", files.description, relpath,
+                logger.info("%s/%s: its sample tables are not in a layout cut to a span's samples: each "
+                            "episode's span file holds all of them (%d frames).", files.description, relpath,
                             len(track.sizes))
         except Mp4LayoutError as error:
             logger.warning("%s/%s: %s; fetching the whole file for its episodes instead of their spans.",

@@ -23,8 +23,8 @@ room for:
   ``READ_TOGETHER`` at a file's first read and twice as many each next one (as ``HeldEpisodes``
   does): the first sample waits for a few episodes' rows, the ramp's hundreds cost a few reads.
   Only the thread uses the reader, so its open files are never shared between threads.
-  ``read(episode)`` (the pool's first hold of the episode) takes the result; an error of a read
-  ahead is raised there, in the consumer's thread.
+  ``read(episode)`` (the episode's first emit) takes the result, or moves its read to the front;
+  an error of a read ahead is raised there, in the consumer's thread.
 
 Each episode is started once however many admissions of it the steps hold at once (a curated
 episode's segments), and only when nothing holds it already: what the pool holds has its rows and
