@@ -13,7 +13,13 @@ import time
 import pytest
 
 from episodestream._plan.sampling import ADMIT, EMIT, EVICT, NO_FRAME, Step
-from episodestream._runtime.lookahead.stage import MAX_STEPS_AHEAD, LookAhead
+from episodestream._runtime.lookahead.stage import (
+    FIRST_ADMISSIONS_APART,
+    MAX_STEPS_AHEAD,
+    STEPS_AHEAD_PER_STEP,
+    STEPS_PAST_ADMISSION,
+    LookAhead,
+)
 
 
 class _Episode:
@@ -120,6 +126,18 @@ def test_a_filling_pools_admissions_start_in_the_order_of_their_first_emits():
     stage.close()
 
 
+def test_a_filling_pools_first_admissions_in_need_order_start_apart_from_the_rest():
+    """The fetcher reads the spans of one ``admit_many`` call's episodes in runs of neighbours: the
+    first batch's few episodes go in a call of their own, so their spans do not wait for runs."""
+    count = FIRST_ADMISSIONS_APART + 8
+    stage, videos = _stage(pool_size=count, ahead=1)
+    need = list(range(count))[::-1]  # emitted in the reverse of their admission order
+    steps = [_admit(i) for i in range(count)] + [_emit(i) for i in need]
+    assert _run(stage, videos, steps) == steps
+    assert videos.calls == [(0, need[:FIRST_ADMISSIONS_APART]), (0, need[FIRST_ADMISSIONS_APART:])]
+    stage.close()
+
+
 def test_a_read_wanted_now_goes_before_the_reads_queued_ahead_of_it():
     reader = _SlowReader(delay_s=0.1)
     stage, videos = _stage(reader, pool_size=3, ahead=0)
@@ -156,8 +174,25 @@ def test_steps_held_back_are_bounded_where_no_admission_comes():
 
     it = stage.steps(steps())
     assert next(it) == _admit(0)
-    assert source_pulled < MAX_STEPS_AHEAD  # not the whole tail read ahead
-    assert sum(1 for _ in it) == emits
+    # Not the whole tail read ahead before the first step: a first batch waits for what is read.
+    assert source_pulled <= STEPS_PAST_ADMISSION
+    passed = 1000
+    for _ in range(passed - 1):
+        next(it)
+    assert source_pulled <= STEPS_PAST_ADMISSION + passed * STEPS_AHEAD_PER_STEP
+    assert sum(1 for _ in it) == emits + 1 - passed
+    assert source_pulled == emits
+    stage.close()
+
+
+def test_a_filling_pools_admissions_are_all_found_before_the_first_step_passes():
+    """Admissions far apart in a filling pool (a ramp's slots of long episodes) are all read ahead,
+    however many emits lie between them, before the first step is passed on."""
+    stage, videos = _stage(pool_size=4, ahead=1)
+    gap = STEPS_PAST_ADMISSION - 1
+    steps = [step for i in range(4) for step in [_admit(i)] + [_emit(i)] * gap]
+    assert _run(stage, videos, steps) == steps
+    assert videos.calls[0] == (0, [0, 1, 2, 3])
     stage.close()
 
 

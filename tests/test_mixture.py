@@ -383,9 +383,10 @@ def test_mismatched_state_is_refused_with_the_fields(tabular):
         _mixture(roots, [0.5, 0.5]).load_state_dict({**state, "batches_consumed": 10**6})
     with pytest.raises(ValueError, match="Not an episodestream mixture state"):
         _mixture(roots, [0.5, 0.5]).load_state_dict({**state, "format": "episodestream.stream_state/2"})
-    # The older formats' components drew their keys from a Philox generator per segment (/4), a
-    # random point per stratum (/3), iid keys (/2): another order for the same seed.
-    for older in (4, 3, 2):
+    # The older formats' components opened a pool of the whole share without a ramp (/5), drew their
+    # keys from a Philox generator per segment (/4), a random point per stratum (/3), iid keys (/2):
+    # another order for the same seed.
+    for older in (5, 4, 3, 2):
         with pytest.raises(ValueError, match=rf"another episodestream version \(format 'episodestream.mixture_state/{older}'"):
             _mixture(roots, [0.5, 0.5]).load_state_dict({**state, "format": f"episodestream.mixture_state/{older}"})
 

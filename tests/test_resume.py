@@ -202,9 +202,10 @@ def test_state_without_trainer_fields_is_explained(many_episodes_root):
     with pytest.raises(ValueError, match="Not an episodestream stream state"):
         dataset.load_state_dict({"epoch": 1})
     # A state of an earlier version, whose schedule emits another order: refused, saying why
-    # (/5: a Philox generator per segment, /4: a random point per stratum, /3: iid keys, /2: no ramp).
-    assert trainer_state["format"] == "episodestream.stream_state/6"
-    for version in (5, 4, 3, 2):
+    # (/6: a pool of the whole share without a ramp, /5: a Philox generator per segment, /4: a random
+    # point per stratum, /3: iid keys, /2: no ramp).
+    assert trainer_state["format"] == "episodestream.stream_state/7"
+    for version in (6, 5, 4, 3, 2):
         older = {**trainer_state, "batches_consumed": 1, "batch_size": 4, "num_workers": 0,
                  "format": f"episodestream.stream_state/{version}"}
         with pytest.raises(ValueError, match=rf"another episodestream version \(format 'episodestream.stream_state/{version}'"):

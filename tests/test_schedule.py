@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from episodestream._plan.resume import _walk_skip, loader_consumption, remaining_segments
-from episodestream._plan.sampling import ADMIT, EMIT, EVICT, EpochPlan, Segment, consumer_rng, consumer_schedule
+from episodestream._plan.sampling import ADMIT, EMIT, EVICT, WIDE_RAMP_SHARE, EpochPlan, Segment, consumer_rng, consumer_schedule
 from episodestream._base.world import World
 
 from .stream_model import chunks, sweep
@@ -250,8 +250,9 @@ def test_keys_are_systematic_over_each_window():
 
 @pytest.mark.parametrize("lengths", [(30, 60), (150, 400)])
 def test_a_wide_pools_first_batches_wait_for_as_few_episodes_as_pool_16s(lengths):
-    """The ramp's first windows are pool 16's, so the first batch of 32 of a pool of 64 or 512 needs
-    the videos of no more episodes than pool 16's did (a remote first batch waits for them)."""
+    """The ramp's first windows are pool 16's, so the first batch of 32 of a pool of 64 or 512, or
+    of the whole share, needs the videos of no more episodes than pool 16's did (a remote first
+    batch waits for them)."""
     frame_counts = np.random.default_rng(0).integers(lengths[0], lengths[1] + 1, 1000)
     plan = EpochPlan([Segment(i, range(int(n))) for i, n in enumerate(frame_counts)], seed=0, epoch=0,
                      shuffle=True, world_size=1)
@@ -265,16 +266,19 @@ def test_a_wide_pools_first_batches_wait_for_as_few_episodes_as_pool_16s(lengths
     narrow = first_batch_episodes(16)
     assert narrow <= 8
     assert first_batch_episodes(64) <= narrow and first_batch_episodes(512) <= narrow
+    assert first_batch_episodes(len(frame_counts)) <= narrow
 
 
 @pytest.mark.parametrize("workers", [1, 3])
 def test_a_pool_of_the_whole_share_spreads_every_episode_over_the_whole_stream(workers):
     """A pool at least as wide as a consumer's share (what ``"auto"`` gives where a local layout
-    allows): every segment is admitted at the first slot and its keys span the whole schedule, so
-    each episode emits at an even pace from start to end (its first frame within about its first
-    1/n-th of the stream, its last within about its last), skipping and what was consumed equal walking
-    at many points (with enough open segments that the position is bracketed first), and windows of
-    runs of samples draw from at least as many episodes as a uniform permutation's."""
+    allows): segments are admitted in share order on the ramp (all by slot log2 of the share) and
+    all but the ramp's first groups keep emitting to the end, so each episode emits at an even pace
+    (its first frame within about the ramp's slots and its first stratum, its last within about its
+    last stratum, but for a few first segments: at most 4 and 2/WIDE_RAMP_SHARE of the share),
+    skipping and what was consumed equal walking at many points (with enough open segments that the
+    position is bracketed first), and windows of runs of samples draw from about as many episodes as
+    a uniform permutation's."""
     from episodestream._plan.shuffle_quality import shuffle_quality
 
     lengths = np.random.default_rng(3).integers(5, 40, 240)
@@ -291,14 +295,20 @@ def test_a_pool_of_the_whole_share_spreads_every_episode_over_the_whole_stream(w
         assert schedule().share_wide and not consumer_schedule(
             share, pool_size=len(share.segments) - 1, shuffle=True, rng=consumer_rng(3, 1, world)).share_wide
         walked = list(schedule())
-        first_emit = next(i for i, (kind, _, _) in enumerate(walked) if kind == EMIT)
-        assert [kind for kind, _, _ in walked[:first_emit]] == [ADMIT] * len(share.segments)
+        n = len(share.segments)
+        admitted = [episode for kind, episode, _ in walked if kind == ADMIT]
+        assert admitted == [segment.episode_index for segment in share.segments]
         emits = _emits(walked)
         total = len(emits)
-        for segment in share.segments:
+        ramp_emits = total * (n.bit_length() + 1) / n  # about the emits of the ramp's slots
+        ended_early = []
+        for i, segment in enumerate(share.segments):
             at = [k for k, (episode, _) in enumerate(emits) if episode == segment.episode_index]
             # Within about one stratum of each end (slots hold the frames unevenly by a few samples).
-            assert at[0] < 1.2 * total / len(segment) + 16 and at[-1] > total - 1.2 * total / len(segment) - 16
+            assert at[0] < ramp_emits + 1.2 * total / len(segment) + 16, (i, at[0])
+            if at[-1] <= total - 1.2 * total / len(segment) - 16:
+                ended_early.append(i)
+        assert ended_early == list(range(len(ended_early))) and len(ended_early) <= 4 + 2 * n / WIDE_RAMP_SHARE
         for count in sorted({0, 1, 2, total // 3, total // 2, total - 7, total - 1, total}
                             | set(np.random.default_rng(worker).integers(total, size=6).tolist())):
             assert _emits(schedule().skip(count)) == emits[count:], count
@@ -307,7 +317,8 @@ def test_a_pool_of_the_whole_share_spreads_every_episode_over_the_whole_stream(w
             assert got == Counter(emits[:count]), count
         ids = np.array([episode for episode, _ in emits])
         quality = shuffle_quality(ids, 16, windows=(100, 400))
-        assert all(w.ratio >= 1.0 for w in quality.windows), quality.windows
+        # The ramp's first slots draw from fewer episodes: a few hundredths of a window's ratio here.
+        assert all(w.ratio >= 0.95 for w in quality.windows), quality.windows
 
 
 @pytest.mark.parametrize("seed", range(40))

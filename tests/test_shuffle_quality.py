@@ -132,9 +132,10 @@ def test_the_benchmarks_print_it(dataset_root, capsys) -> None:
     assert len(table) == 5
     narrow, auto = (row.split(" | ") for row in table[-2:])
     # A pool of 4 draws a 3,200-sample window from under a third of a uniform permutation's episodes; a
-    # pool holding every episode from at least as many; no 32,000-sample window in 20,000 frames.
+    # pool holding every episode from about as many (its ramp's first slots from fewer); no 32,000-sample
+    # window in 20,000 frames.
     assert narrow[0] == "| 4" and float(narrow[3].split("(")[1].rstrip(")")) < 0.3
-    assert auto[0] == "| auto (401)" and float(auto[3].split("(")[1].rstrip(")")) >= 1.0 and auto[4] == "-"
+    assert auto[0] == "| auto (401)" and float(auto[3].split("(")[1].rstrip(")")) >= 0.95 and auto[4] == "-"
     # `episodestream bench`'s line: one consumer's planned batches against a global shuffle.
     streaming = load_script(benchmarks / "benchmark_streaming.py")
     q32, q256 = streaming.planned_shuffle_quality(dataset_root, pool_size=2, num_workers=1, batch_sizes=[32, 256])

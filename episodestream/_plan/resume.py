@@ -51,9 +51,11 @@ from episodestream._base.world import World
 
 # /2: the pool schedule became a sliding window of keyed frames (``_plan.sampling.ConsumerSchedule``), so
 # a resume point is found arithmetically. /3: the window's first segments open on a ramp. /4: a
-# segment's keys are stratified over its window. /5: all at one point of their strata (systematic). Each
-# time the same (seed, epoch, rank, worker) emits another order, so an older state cannot be resumed exactly.
-STATE_FORMAT = "episodestream.stream_state/6"
+# segment's keys are stratified over its window. /5: all at one point of their strata (systematic). /6: a
+# pool of the whole share, keys from counter-based bits. /7: that pool's first segments open on a ramp.
+# Each time the same (seed, epoch, rank, worker) emits another order, so an older state cannot be resumed
+# exactly.
+STATE_FORMAT = "episodestream.stream_state/7"
 # Threads replaying old consumers' schedules at once on an elastic re-plan: each holds a share's
 # keys (tens of MB at DROID size), so not one per core on a large node.
 _REPLAY_THREADS = 8

@@ -54,6 +54,9 @@ class Step(NamedTuple):
 # first batches draw from as few episodes as pool 16's did (planned, docs/resume.md).
 RAMP_FIRST_WIDTH = 16
 RAMP_NARROW_SLOTS = 3
+# A pool of the whole share closes a ramp group early only while it holds at most 1/WIDE_RAMP_SHARE of
+# the share (``ConsumerSchedule._windows``).
+WIDE_RAMP_SHARE = 64
 _NARROW_FROM_SEGMENTS = 64  # ``ConsumerSchedule._narrow`` brackets a position only past this many open segments
 _PERMUTE, _CONSUMER, _FILL = 0, 1, 2  # rng purposes: fixed-length spawn keys never collide
 
@@ -294,8 +297,9 @@ class ConsumerSchedule:
     slot; a segment is admitted when its window opens and evicted when it closes, so the pool never
     holds more than ``pool_size`` segments and every slot's frames are drawn from up to
     ``pool_size`` episodes. A pool of at least the share's segments (``share_wide``) holds them all
-    from the first slot to the last, every window the whole schedule: a global shuffle of the share,
-    over runs of thousands of samples as well as batches. Without ``shuffle``, segments and frames
+    to the last slot, every window from its ramp slot to the end of the schedule (but the few
+    opening in the ramp's first ``RAMP_NARROW_SLOTS`` slots, which the first batch draws from): a
+    global shuffle of the share, over runs of thousands of samples as well as batches. Without ``shuffle``, segments and frames
     come in order (windows of one slot, keys in frame order).
 
     Why keys rather than one draw per emit: a segment's keys are its window's strata at one random
@@ -327,25 +331,34 @@ class ConsumerSchedule:
 
     def _windows(self, n: int, width: int) -> tuple[np.ndarray, np.ndarray]:
         """Each segment's window ``[a_i, b_i)`` of slots (``a``, ``b`` non-decreasing)."""
-        if self.share_wide:
-            # Each episode emits at an even pace from the first slot to the last, so any run of
-            # samples draws from as many episodes as a global shuffle of the share's frames (more,
-            # for runs of thousands). One slot per segment keeps a slot's frames, and what a
-            # position brackets, as few as a sliding pool's.
-            return np.zeros(n, dtype=np.int64), np.full(n, n, dtype=np.int64)
         index = np.arange(n, dtype=np.int64)
         # The first segments open on a ramp: segment i < width - 1 at slot bit_length(i) (1 segment
         # at slot 0, 2 at slot 1, 4 at slot 2, ...), so the first draws need one episode's video,
         # not a whole pool's (a remote first batch waits for one download); from slot log2(width) on
-        # the pool is as full as without it.
-        ramp = np.array([int(i).bit_length() for i in range(max(0, min(n, width - 1)))], dtype=np.int64)
-        a = np.concatenate([ramp, index[len(ramp):]])
+        # the pool is as full as without it (a pool of the whole share: every segment opens on it).
+        # frexp's exponent of i is i.bit_length(), in one pass.
+        ramp = np.frexp(index[:n if self.share_wide else max(0, min(n, width - 1))])[1].astype(np.int64)
         # The ramp's windows widen with it too: RAMP_FIRST_WIDTH slots for the segments opening in
         # its first RAMP_NARROW_SLOTS slots, then doubling per slot, so its first segments emit as
         # densely as a pool of RAMP_FIRST_WIDTH's: a wide pool's first batch then waits for as few
         # episodes as a narrow one's (a window of the whole pool would spread a short episode's
         # frames thinly, and the first batch over many episodes).
         ramp_b = ramp + (RAMP_FIRST_WIDTH << np.maximum(0, ramp - RAMP_NARROW_SLOTS + 1))
+        if self.share_wide:
+            # Each episode emits at an even pace from its ramp slot to the last, so any run of
+            # samples draws from as many episodes as a global shuffle of the share's frames (more,
+            # for runs of thousands). Only the ramp's first groups (each at most 1/WIDE_RAMP_SHARE
+            # of the share, and the first RAMP_NARROW_SLOTS) close early, as a sliding pool's do, so
+            # the first batches draw from as few episodes as a sliding pool's (a remote first batch
+            # waits for a few downloads, not for a batch of episodes over every mp4). Closing every
+            # group early left up to half of the share out of the epoch's later windows; closing
+            # none, the first hundreds of samples drew from the first four episodes on a large
+            # share (docs/benchmarks.md, "A ramp for the whole share"). One slot per segment keeps a
+            # slot's frames, and what a position brackets, as few as a sliding pool's.
+            group = np.left_shift(1, np.maximum(ramp - 1, 0))  # the segments opening with it
+            early = (ramp < RAMP_NARROW_SLOTS) | (group * WIDE_RAMP_SHARE <= n)
+            return ramp, np.where(early, np.minimum(ramp_b, n), n)
+        a = np.concatenate([ramp, index[len(ramp):]])
         b = np.concatenate([np.minimum(ramp_b, index[:len(ramp)] + width), index[len(ramp):] + width])
         # The last windows end up to a quarter of a pool past slot n: closing them all at n would
         # squeeze the last episodes' frames into the last few slots (the final slot would hold

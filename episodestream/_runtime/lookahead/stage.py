@@ -14,10 +14,16 @@ room for:
   another a few at a time. Either way the episodes held or on their way never exceed
   ``pool_size + admissions_ahead``, what the node cache's budget counts on
   (``episodes_in_flight``). A bound on the steps held back (``MAX_STEPS_AHEAD``) keeps a tail of
-  emits without admissions from being read ahead whole.
+  emits without admissions from being read ahead whole, and one on the steps read past the last
+  admission found (``STEPS_PAST_ADMISSION``, and ``STEPS_AHEAD_PER_STEP`` more per step passed on)
+  keeps the first batch from waiting while a pool with no admission left in sight (a pool of the
+  whole share, once full) reads that far.
 - **Video**: ``videos.admit_many`` receives the admissions started together, in need order, so
   the fetcher can order them (the first episodes' bytes alone on the link, the head start; a
-  DataLoader worker's turn) and ask for neighbouring byte ranges in one request.
+  DataLoader worker's turn) and ask for neighbouring byte ranges in one request. A filling pool's
+  first ``FIRST_ADMISSIONS_APART`` in need order go in a call of their own: the fetcher reads a
+  call's neighbouring spans of one mp4 in runs of a few MB, and the first batch would wait for
+  whole runs to arrive where it needs a span of each.
 - **Rows**: read on one thread of this stage's, in need order; the reads waiting for one data
   file are taken together (``read_many``, one read of their row groups) where the reader can,
   ``READ_TOGETHER`` at a file's first read and twice as many each next one (as ``HeldEpisodes``
@@ -48,9 +54,19 @@ from episodestream._sample.holds import READ_TOGETHER, READ_TOGETHER_MAX, Episod
 # Steps held back at most (a tuple each): a schedule's tail of emits after its last admission is
 # read ahead this far, not to its end.
 MAX_STEPS_AHEAD = 1 << 16
+# Steps read past the last admission found before one is passed on, and more for each one passed on,
+# at most: a full pool of the whole share has no admission left in sight, and reading MAX_STEPS_AHEAD
+# steps before its first sample (Python generating each) held the first batch back by ~0.5 s. More
+# than a slot's emits (an episode's frames), the most a filling pool's ramp puts between two of its
+# admissions, so all of them are found at once.
+STEPS_PAST_ADMISSION = 1 << 12
+STEPS_AHEAD_PER_STEP = 2
 # Emits read past a filling pool's admissions to order them by need (``_by_first_emit``), at most:
 # what the first batches draw from, without generating a schedule's worth of steps first.
 FIRST_EMITS_PEEK = 1 << 12
+# A filling pool's first admissions in need order, started apart from the rest (``_start``): the
+# first batch draws from ~7 episodes (the schedule's ramp), the next ones from a few more.
+FIRST_ADMISSIONS_APART = 16
 _CLOSE_JOIN_S = 60.0
 
 
@@ -104,16 +120,19 @@ class LookAhead:
         pool_holds = 0  # admissions passed on less evictions passed on: what the pool holds
         source = iter(steps)
         more = True
+        may_read = STEPS_PAST_ADMISSION
         while True:
             batch: list[EpisodeInfo] = []
-            while (more and len(held_back) < MAX_STEPS_AHEAD
+            while (more and may_read > 0 and len(held_back) < MAX_STEPS_AHEAD
                    and admits_held_back < self._admissions_ahead + max(0, self._pool_size - pool_holds)):
                 step = next(source, None)
                 if step is None:
                     more = False
                     break
+                may_read -= 1
                 held_back.append(step)
                 if step[0] == ADMIT:
+                    may_read = max(may_read, STEPS_PAST_ADMISSION)
                     admits_held_back += 1
                     holds[step[1]] += 1
                     if holds[step[1]] == 1:
@@ -124,11 +143,14 @@ class LookAhead:
                         del holds[step[1]]
             if len(batch) > max(1, self._admissions_ahead):
                 source = self._by_first_emit(batch, held_back, source)
+                self._start(batch[:FIRST_ADMISSIONS_APART])
+                batch = batch[FIRST_ADMISSIONS_APART:]
             if batch:
                 self._start(batch)
             if not held_back:
                 return
             out = held_back.popleft()
+            may_read += STEPS_AHEAD_PER_STEP
             if out[0] == ADMIT:
                 admits_held_back -= 1
                 pool_holds += 1
