@@ -9,13 +9,14 @@ many world sizes, worker counts, pool sizes, batch sizes and drop_last.
 from __future__ import annotations
 
 import itertools
+import pickle
 from collections import Counter
 
 import numpy as np
 import pytest
 
 from episodestream._plan.resume import _walk_skip, loader_consumption, remaining_segments
-from episodestream._plan.sampling import ADMIT, EMIT, EVICT, WIDE_RAMP_SHARE, EpochPlan, Segment, consumer_rng, consumer_schedule
+from episodestream._plan.sampling import ADMIT, EMIT, EVICT, WIDE_RAMP_SHARE, EpochPlan, LeftFrames, Segment, consumer_rng, consumer_schedule
 from episodestream._base.world import World
 
 from .stream_model import chunks, sweep
@@ -366,4 +367,9 @@ def test_what_consumers_left_equals_comparing_what_they_took(seed):
     left = _left_segments(tuple(segments), plan, leg, 0, per_rank)
     assert left is not None
     assert list(left) == expected
-    assert [type(s.frames) for s in left] == [type(s.frames) for s in expected]  # untouched ones kept as they were
+    # Pickled (a resumed dataset sent to DataLoader workers) as the frames, not the schedules behind them.
+    pickled = pickle.dumps(left)
+    assert list(pickle.loads(pickled)) == expected and b"ConsumerSchedule" not in pickled
+    # Untouched ones kept as they were; a partly consumed one's frames drawn at first use, an array then.
+    assert [np.ndarray if type(s.frames) is LeftFrames else type(s.frames) for s in left] == [
+        type(s.frames) for s in expected]

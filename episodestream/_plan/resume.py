@@ -43,6 +43,7 @@ from episodestream._plan.sampling import (
     Step,
     EpochPlan,
     Frames,
+    LeftFrames,
     Segment,
     consumer_rng,
     consumer_schedule,
@@ -455,7 +456,8 @@ def _left_segments(segments: tuple[Segment, ...], plan: EpochPlan, leg: Leg, ind
             if len(part) == seg.length:
                 out.append(seg)
             else:  # an array, as comparing gives it (a slice of the other consumer's part may be a range)
-                out.append(Segment(seg.episode_index, part if type(part) is np.ndarray else as_array(part), seg.period))
+                out.append(Segment(seg.episode_index, part if type(part) in (np.ndarray, LeftFrames) else as_array(part),
+                                   seg.period))
         elif sum(len(part) for part in parts) == seg.length:
             out.append(seg)
         else:

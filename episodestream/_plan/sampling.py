@@ -576,21 +576,28 @@ class ConsumerSchedule:
         opened = int(np.searchsorted(self._a, slot, side="right"))
         out: list[tuple[int, Frames]] = []
         if opened > done:
-            keys, lengths, segment, order, first = self._open_keys(slot, offset, done, opened)
+            # How many frames each open segment left needs its keys only; which frames, its
+            # permutation too, drawn per segment at first use (``LeftFrames``): an elastic re-plan
+            # asks every old consumer what it left, and the new consumer then uses its own share's
+            # few, where sorting every old share's frames cost most of the re-plan.
+            keys = self._window_keys(done, opened)
+            lengths = self._lengths[done:opened]
+            segment = np.repeat(np.arange(len(lengths)), lengths)
+            in_slot = np.flatnonzero((keys >= slot) & (keys < slot + 1))
+            first = in_slot[np.argsort(keys[in_slot], kind="stable")[:offset]]
             taken = keys < slot
             taken[first] = True
-            kept = np.ones(len(keys), dtype=bool)
-            kept[order[taken]] = False
-            frames = _concatenated_frames(self._segments[done:opened], lengths)
-            left_per = np.bincount(segment, weights=kept, minlength=len(lengths)).astype(np.int64)
-            rest = frames[kept]
-            ends = np.cumsum(left_per).tolist()
-            # Sliced one by one: np.split's per-piece overhead is several times a slice's.
-            for k, (left_k, length, end) in enumerate(zip(left_per.tolist(), lengths.tolist(), ends)):
+            left_per = lengths - np.bincount(segment, weights=taken, minlength=len(lengths)).astype(np.int64)
+            starts = self._before[done:opened] - self._before[done]
+            first_of: dict[int, list[int]] = {}
+            for k, j in zip(segment[first].tolist(), (first - starts[segment[first]]).tolist()):
+                first_of.setdefault(k, []).append(j)
+            for k, (left_k, length) in enumerate(zip(left_per.tolist(), lengths.tolist())):
                 if left_k == length:
                     out.append((done + k, self._segments[done + k].frames))
                 elif left_k:
-                    out.append((done + k, rest[end - left_k:end]))
+                    out.append((done + k, LeftFrames(self, done + k, slot, first_of.get(k, ()), left_k)))
+        self._drawn = None  # a share's keys: the LeftFrames keep this schedule, not them
         out += [(i, self._segments[i].frames) for i in range(max(opened, done), n)]
         return out
 
@@ -724,6 +731,49 @@ class ConsumerSchedule:
             yield Step(ADMIT, seg.episode_index, NO_FRAME)
             yield Step(EMIT, seg.episode_index, anchor % seg.period if seg.period else anchor)
             yield Step(EVICT, seg.episode_index, NO_FRAME)
+
+
+class LeftFrames:
+    """The frames of a consumer's share segment ``index`` that its emits up to a position left
+    (``ConsumerSchedule.left``), in the segment's own order: a ``FrameSequence`` drawn at first use,
+    then kept. ``slot``: the position's slot (keys below it were emitted); ``first``: the segment's
+    key numbers in that slot emitted before the position; ``length``: how many frames are left.
+    The same frames as the batched draw (one expression for a segment's keys and for a share's, one
+    stable order of its bits), so an elastic re-plan gives the same segments either way."""
+
+    __slots__ = ("_schedule", "_index", "_slot", "_first", "_length", "_array")
+
+    def __init__(self, schedule: ConsumerSchedule, index: int, slot: int, first: Sequence[int], length: int) -> None:
+        self._schedule, self._index, self._slot, self._first = schedule, index, slot, first
+        self._length = length
+        self._array: np.ndarray | None = None
+
+    def _frames(self) -> np.ndarray:
+        if self._array is None:
+            schedule, i = self._schedule, self._index
+            taken = schedule._window_keys(i, i + 1) < self._slot
+            if len(self._first):  # (an empty tuple would index the whole array)
+                taken[list(self._first)] = True
+            kept = np.ones(len(taken), dtype=bool)
+            kept[schedule._frame_order(i)[taken]] = False
+            self._array = as_array(schedule._segments[i].frames)[kept]
+        return self._array
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._frames()[index]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        frames = self._frames()
+        return frames if dtype is None else frames.astype(dtype, copy=False)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return np.array, (self._frames(),)  # pickled as its frames, not the schedule behind them
+
+    def __repr__(self) -> str:
+        return f"LeftFrames({self._frames()!r})"
 
 
 def consumer_schedule(share: ConsumerShare, *, pool_size: int, shuffle: bool,
