@@ -322,6 +322,39 @@ def test_a_pool_of_the_whole_share_spreads_every_episode_over_the_whole_stream(w
         assert all(w.ratio >= 0.95 for w in quality.windows), quality.windows
 
 
+def test_a_resumed_pool_of_the_whole_share_admits_each_episode_at_its_first_emit():
+    """Resumed, a pool of the whole share has every segment open; it admits each one as its first
+    emit after the position comes due, not all before the first sample (which held ~10^4 episodes
+    before a DROID-sized share's first sample), and still emits only from episodes it holds."""
+    lengths = np.random.default_rng(5).integers(5, 40, 300)
+    plan = EpochPlan([Segment(i, range(int(n))) for i, n in enumerate(lengths)], seed=5, epoch=0,
+                     shuffle=True, world_size=1)
+    world = World(0, 1, 0, 1)
+    share = plan.share(world)
+
+    def schedule():
+        return consumer_schedule(share, pool_size=len(share.segments), shuffle=True, rng=consumer_rng(5, 0, world))
+
+    emits = _emits(list(schedule()))
+    for count in (len(emits) // 2, len(emits) * 9 // 10):
+        steps = list(schedule().skip(count))
+        assert _emits(steps) == emits[count:]
+        held: set[int] = set()
+        for kind, episode, _ in steps:
+            if kind == ADMIT:
+                assert episode not in held
+                held.add(episode)
+            elif kind == EMIT:
+                assert episode in held
+            else:
+                held.remove(episode)
+        assert not held
+        left = {episode for episode, _ in emits[count:]}
+        first_emit = next(k for k, (kind, _, _) in enumerate(steps) if kind == EMIT)
+        assert sum(1 for kind, episode, _ in steps if kind == ADMIT) == len(left)
+        assert first_emit < len(left) / 4, (first_emit, len(left))
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_what_consumers_left_equals_comparing_what_they_took(seed):
     """An elastic re-plan takes each consumer's left frames (``ConsumerSchedule.left``) instead of

@@ -626,7 +626,7 @@ class ConsumerSchedule:
 
     def _pool_steps(self, first_slot: int, offset: int) -> Iterator[Step]:
         a, b, segments = self._a, self._b, self._segments
-        live: dict[int, None] = {}  # the open segments, in the order they were admitted (index order)
+        live: dict[int, None] = {}  # the open segments, in the order they were admitted
         # segment -> [frames it emits in key order, keys, next position], the first two None until
         # the segment is first due: its keys and permutation are drawn when it first emits, so a
         # pool of the whole share admits every segment at once without drawing them all before its
@@ -637,10 +637,15 @@ class ConsumerSchedule:
         # open segment at every slot cost a look-up per open segment and slot: most of a wide
         # pool's planning (~pool / 20 microseconds a sample). Keys are >= 0: int() is their floor.
         due: list[tuple[int, int]] = []
+        # Resumed segments admitted at their first emit after the position, not at it: a pool of the
+        # whole share resumes with every segment open, and holding ~10^4 episodes before its first
+        # sample cost a resume more than the position did; the first slot's emits need a few hundred.
+        deferred: set[int] = set()
 
         def admit(lo: int, hi: int, from_slot: int) -> Iterator[Step]:
             """Admit segments ``lo..hi-1`` (their keys drawn together), each from its first key at or
-            after ``from_slot`` (a resumed segment that emitted all of its keys already is left out)."""
+            after ``from_slot`` (a resumed segment that emitted all of its keys already is left out;
+            the others are admitted when first due, ``deferred``)."""
             if lo >= hi:
                 return
             if not from_slot:  # each segment's first key alone
@@ -660,10 +665,9 @@ class ConsumerSchedule:
                     # Consumed already: not admitted, so its rows are never read (a pool of the whole
                     # share resumes with every segment open, many of them done).
                     continue
-                live[i] = None
+                deferred.add(i)
                 unemitted[i] = [None, own, first]
                 heapq.heappush(due, (int(own[first]), i))
-                yield Step(ADMIT, segments[i].episode_index, NO_FRAME)
 
         yield from admit(int(np.searchsorted(b, first_slot, side="right")),
                          int(np.searchsorted(a, first_slot, side="right")), first_slot)
@@ -678,6 +682,10 @@ class ConsumerSchedule:
             parts = []
             while due and due[0][0] == slot:
                 i = heapq.heappop(due)[1]
+                if i in deferred:
+                    deferred.discard(i)
+                    live[i] = None
+                    yield Step(ADMIT, segments[i].episode_index, NO_FRAME)
                 entry = unemitted[i]
                 if entry[0] is None:
                     entry[0] = segments[i].emitted(as_array(segments[i].frames)[self._frame_order(i)])
