@@ -323,7 +323,6 @@ class ConsumerSchedule:
         self._phase = (counter_uniform(self._phase_seed, np.arange(n)) if shuffle
                        else np.full(n, 0.5))
         self._steps: Iterator[Step] | None = None
-        self._drawn: tuple[int, int, np.ndarray] | None = None  # (lo, hi, keys of segments lo..hi-1)
         # A pool that holds the whole share: every window is the whole schedule (``_windows``).
         self.share_wide = shuffle and pool_size >= n
         self._a, self._b = self._windows(n, pool_size if shuffle else 1)
@@ -405,9 +404,6 @@ class ConsumerSchedule:
         and a random point per stratum (``stream_state/4``) still let two keys of a stratum pair meet
         (docs/resume.md, "Systematic keys"). Unshuffled, each key is mid-stratum of a one-slot window.
         """
-        if self._drawn is not None and self._drawn[0] <= lo and hi <= self._drawn[1]:
-            first, keys = self._drawn[0], self._drawn[2]
-            return keys[self._before[lo] - self._before[first]:self._before[hi] - self._before[first]]
         lengths = self._lengths[lo:hi]
         within = np.arange(int(lengths.sum()), dtype=np.float64)
         within -= np.repeat(self._before[lo:hi] - self._before[lo], lengths)
@@ -426,6 +422,38 @@ class ConsumerSchedule:
         # Rounding may carry the last key onto b, where the segment has left the pool.
         return np.minimum(keys, np.repeat(np.nextafter(b.astype(np.float64), a.astype(np.float64)), repeats), out=keys)
 
+    def _key_at(self, segment: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """Key ``j`` of each of ``segment`` (segment numbers, keys' numbers, int64 arrays): ``_place``'s
+        expression, the same operations in the same order, so the same bits."""
+        a, b = self._a[segment], self._b[segment]
+        keys = j.astype(np.float64)
+        keys += self._phase[segment]
+        keys /= self._lengths[segment]
+        keys *= b - a
+        keys += a
+        return np.minimum(keys, np.nextafter(b.astype(np.float64), a.astype(np.float64)), out=keys)
+
+    def _keys_below(self, segment: np.ndarray, slot: int) -> np.ndarray:
+        """How many keys of each of ``segment`` lie below ``slot``, without drawing them: a segment's
+        keys rise with their number, so the count is the first key number at or above ``slot``,
+        estimated from the expression and settled by evaluating it (``_key_at``) beside the
+        estimate. Per segment, not per frame: a position in a pool of the whole share counts ~10^4
+        segments where drawing their keys was ~10^6 frames."""
+        n = self._lengths[segment]
+        a, b = self._a[segment], self._b[segment]  # b > a: a window holds a slot at least
+        j = np.clip(np.ceil((slot - a) / (b - a) * n - self._phase[segment]), 0, n).astype(np.int64)
+        while True:  # rounding puts the estimate a key or two off at most: a few passes
+            # Keys rise with their number (each operation of the expression is monotone), so the
+            # count is off upwards where key j is below the slot, downwards where key j - 1 is not.
+            maybe_up = np.flatnonzero(j < n)
+            up = maybe_up[self._key_at(segment[maybe_up], j[maybe_up]) < slot]
+            maybe_down = np.flatnonzero(j > 0)
+            down = maybe_down[self._key_at(segment[maybe_down], j[maybe_down] - 1) >= slot]
+            if not (len(up) or len(down)):
+                return j
+            j[up] += 1
+            j[down] -= 1
+
     # -- where a consumer stands after ``count`` emits -----------------------------------------
 
     def _position(self, count: int) -> tuple[int, int]:
@@ -440,33 +468,30 @@ class ConsumerSchedule:
         k_lo, k_hi = self._narrow(count, k_lo, k_hi, lower)
         partial = range(int(np.searchsorted(self._b, k_lo, side="right")),
                         int(np.searchsorted(self._a, k_hi, side="left")))
-        # Frames before slot k = lower[k] + the keys < k of the segments still open at k. A
-        # segment's keys lie in [a, b): one opening at or after k adds none, and one closed by k
-        # (b <= k) is all in lower[k] already, so its keys are taken back out. One count of the
-        # partial segments' keys by slot answers every k at once: a loop over k x segments was
-        # quadratic in the pool (seconds at a pool of 512), and sorting the keys cost most of a
-        # wide pool's position.
-        candidates = np.arange(k_lo, k_hi + 1, dtype=np.int64)
-        before = lower[k_lo:k_hi + 1].astype(np.int64)
-        if len(partial):
-            # Keys are >= 0, so key < k (an int) iff int(key) <= k - 1: bucket t counts the keys
-            # below candidate k_lo + t, and its prefix sums every candidate's count.
-            keys = self._window_keys(partial.start, partial.stop)
-            # Kept for what follows a position (``_open_keys``, a resumed stream's admits): the same
-            # segments' keys or some of them, a share's frames long in a pool of the whole share.
-            self._drawn = (partial.start, partial.stop, keys)
-            buckets = keys.astype(np.int64) - (k_lo - 1)
-            np.clip(buckets, 0, len(candidates), out=buckets)
-            below = np.cumsum(np.bincount(buckets, minlength=len(candidates) + 1))[:len(candidates)]
-            # b is non-decreasing: the partial segments closed by k are a prefix of them.
-            closed = np.searchsorted(self._b[partial.start:partial.stop], candidates, side="right")
-            closed_frames = self._before[partial.start + closed] - self._before[partial.start]
-            before = before + below - closed_frames
+        segment = np.arange(partial.start, partial.stop, dtype=np.int64)
+        closing = self._b[partial.start:partial.stop]
+
+        def frames_before(k: int) -> int:
+            # lower[k] + the keys < k of the segments still open at k. A segment's keys lie in [a, b):
+            # one opening at or after k adds none, and one closed by k (b <= k) is all in lower[k]
+            # already, so its keys are taken back out (b is non-decreasing: a prefix of them). The
+            # keys are counted per segment (``_keys_below``), not drawn: a pool of the whole share
+            # holds every segment open, a share's frames of keys.
+            if not len(segment):
+                return int(lower[k])
+            closed = int(np.searchsorted(closing, k, side="right"))
+            return (int(lower[k]) + int(self._keys_below(segment, k).sum())
+                    - int(self._before[partial.start + closed] - self._before[partial.start]))
+
+        # The last slot in [k_lo, k_hi] with at most ``count`` frames before it: frames before a slot
+        # rise with it, so a bisection (the bracket is ~10^2 slots in a pool of the whole share).
         # count(<k_lo) <= upper(k_lo) <= count, so k_lo qualifies; no k > k_hi does.
-        fits = np.flatnonzero(before <= count)
-        if not len(fits):
-            return k_lo, count
-        return int(candidates[fits[-1]]), count - int(before[fits[-1]])
+        lo, hi = k_lo, k_hi
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if frames_before(mid) <= count else (lo, mid - 1)
+        before = frames_before(lo)
+        return (lo, count - before) if before <= count else (k_lo, count)
 
     def _narrow(self, count: int, k_lo: int, k_hi: int, lower: np.ndarray) -> tuple[int, int]:
         """A narrower ``[k_lo, k_hi]`` holding the slot where emit ``count`` falls, from no keys.
@@ -580,24 +605,24 @@ class ConsumerSchedule:
             # permutation too, drawn per segment at first use (``LeftFrames``): an elastic re-plan
             # asks every old consumer what it left, and the new consumer then uses its own share's
             # few, where sorting every old share's frames cost most of the re-plan.
-            keys = self._window_keys(done, opened)
+            # Per segment, not per frame (``_keys_below``): the keys below the slot, and the slot's
+            # own keys (a few per segment), of which the first ``offset`` by key were emitted.
             lengths = self._lengths[done:opened]
-            segment = np.repeat(np.arange(len(lengths)), lengths)
-            in_slot = np.flatnonzero((keys >= slot) & (keys < slot + 1))
-            first = in_slot[np.argsort(keys[in_slot], kind="stable")[:offset]]
-            taken = keys < slot
-            taken[first] = True
-            left_per = lengths - np.bincount(segment, weights=taken, minlength=len(lengths)).astype(np.int64)
-            starts = self._before[done:opened] - self._before[done]
+            open_ = np.arange(done, opened, dtype=np.int64)
+            below = self._keys_below(open_, slot)
+            in_slot = self._keys_below(open_, slot + 1) - below
+            segment = np.repeat(open_, in_slot)
+            j = np.arange(len(segment), dtype=np.int64) - np.repeat(np.cumsum(in_slot) - in_slot - below, in_slot)
+            first = np.argsort(self._key_at(segment, j), kind="stable")[:offset]  # ties in segment order
+            left_per = lengths - below - np.bincount(segment[first] - done, minlength=len(lengths))
             first_of: dict[int, list[int]] = {}
-            for k, j in zip(segment[first].tolist(), (first - starts[segment[first]]).tolist()):
-                first_of.setdefault(k, []).append(j)
+            for k, key_number in zip((segment[first] - done).tolist(), j[first].tolist()):
+                first_of.setdefault(k, []).append(key_number)
             for k, (left_k, length) in enumerate(zip(left_per.tolist(), lengths.tolist())):
                 if left_k == length:
                     out.append((done + k, self._segments[done + k].frames))
                 elif left_k:
                     out.append((done + k, LeftFrames(self, done + k, slot, first_of.get(k, ()), left_k)))
-        self._drawn = None  # a share's keys: the LeftFrames keep this schedule, not them
         out += [(i, self._segments[i].frames) for i in range(max(opened, done), n)]
         return out
 
@@ -643,9 +668,9 @@ class ConsumerSchedule:
         deferred: set[int] = set()
 
         def admit(lo: int, hi: int, from_slot: int) -> Iterator[Step]:
-            """Admit segments ``lo..hi-1`` (their keys drawn together), each from its first key at or
-            after ``from_slot`` (a resumed segment that emitted all of its keys already is left out;
-            the others are admitted when first due, ``deferred``)."""
+            """Admit segments ``lo..hi-1``, each from its first key at or after ``from_slot`` (a
+            resumed segment that emitted all of its keys already is left out; the others are
+            admitted when first due, ``deferred``)."""
             if lo >= hi:
                 return
             if not from_slot:  # each segment's first key alone
@@ -656,18 +681,20 @@ class ConsumerSchedule:
                     heapq.heappush(due, (first_slot_of_i, i))
                     yield Step(ADMIT, segments[i].episode_index, NO_FRAME)
                 return
-            keys = self._window_keys(lo, hi)
-            ends = np.cumsum(self._lengths[lo:hi]).tolist()
-            for i, start, end in zip(range(lo, hi), [0] + ends[:-1], ends):
-                own = keys[start:end]
-                first = int(np.searchsorted(own, from_slot))
-                if first == len(own):
-                    # Consumed already: not admitted, so its rows are never read (a pool of the whole
-                    # share resumes with every segment open, many of them done).
-                    continue
+            # Each segment's first key at or after the slot, counted and placed per segment
+            # (``_keys_below``, ``_key_at``), not drawn for all: its keys are drawn when it is due.
+            # One consumed already is not admitted, so its rows are never read (a pool of the whole
+            # share resumes with every segment open, many of them done).
+            segment = np.arange(lo, hi, dtype=np.int64)
+            first = self._keys_below(segment, from_slot)
+            left = first < self._lengths[lo:hi]
+            segment, first = segment[left], first[left]
+            for i, first_i, due_i in zip(segment.tolist(), first.tolist(),
+                                         self._key_at(segment, first).astype(np.int64).tolist()):
                 deferred.add(i)
-                unemitted[i] = [None, own, first]
-                heapq.heappush(due, (int(own[first]), i))
+                unemitted[i] = [None, None, first_i]
+                due.append((due_i, i))
+            heapq.heapify(due)
 
         yield from admit(int(np.searchsorted(b, first_slot, side="right")),
                          int(np.searchsorted(a, first_slot, side="right")), first_slot)
