@@ -305,9 +305,9 @@ class ConsumerSchedule:
     Why keys rather than one draw per emit: a segment's keys are its window's strata at one random
     phase, and which frame each emits a permutation drawn from counter-based bits (``counter_bits``,
     counters = the segment's number and its frames' places in the share), so where a consumer stands
-    after ``count`` emits is found arithmetically from the segments' lengths plus the keys of the
-    segments open around that point, drawn for all of them in a few numpy passes: no frame is walked
-    (``docs/resume.md``).
+    after ``count`` emits is found arithmetically from the segments' lengths plus how many keys of
+    each segment open around that point lie below a slot, counted from the keys' expression per
+    segment (``_keys_below``): no frame is walked, no key drawn but a few (``docs/resume.md``).
     """
 
     def __init__(self, share: ConsumerShare, *, pool_size: int, shuffle: bool, rng: np.random.Generator) -> None:
