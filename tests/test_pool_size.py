@@ -148,6 +148,24 @@ def test_the_decoder_limit_is_a_memory_budget_within_open_files():
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
+def test_a_decoder_counts_its_files_index(many_episodes_root):
+    """Each open decoder holds its file's index (tens of bytes a frame, several MB for a v3.0 file of
+    ~10^5 frames): long files leave room for fewer decoders, down to MAX_DECODERS; a source's limit
+    counts its own files' frames (20 episodes in 3 files of one camera here)."""
+    from episodestream._sample.video.decoder_cache import decoder_limit
+
+    pixels = [64 * 96] * 2
+    assert decoder_limit(pixels, frames_per_file=20_000) < decoder_limit(pixels) / 1.5
+    assert decoder_limit(pixels, frames_per_file=150_000) == MAX_DECODERS
+    meta = EpisodeStreamingDataset(many_episodes_root).typed_meta
+    spans = [span for episode in meta.episodes.values() for span in episode.videos.values()]
+    per_file = meta.total_frames / len({span.relpath for span in spans})
+    assert len({span.relpath for span in spans}) == 3
+    assert meta.episodes.frames_per_video_file == per_file
+    pixels = [int(np.prod(sorted(meta.features[key].shape)[-2:])) for key in meta.video_keys]
+    assert video_decoder_limit(meta) == decoder_limit(pixels, frames_per_file=per_file)
+
+
 def test_a_rank_counts_its_own_episodes_files_where_each_episode_has_its_own(many_episodes_root):
     """v2.x (a file per episode and camera): a rank's share is its episodes' files, so ranks widen
     the pool to their whole share where one consumer of every file could not; shared files (v3.0)

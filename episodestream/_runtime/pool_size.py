@@ -100,8 +100,9 @@ def row_bytes_per_frame(meta: DatasetMeta) -> int:
 
 def video_decoder_limit(meta: DatasetMeta) -> int:
     """The decoders one consumer of this source may keep open (``decoder_limit``, from its cameras'
-    frame sizes: the two largest dimensions of each video feature's shape)."""
-    return decoder_limit(_frame_pixels(meta))
+    frame sizes, the two largest dimensions of each video feature's shape, and its video files'
+    frames: a v3.0 file of ~10^5 frames costs a decoder several MB of index)."""
+    return decoder_limit(_frame_pixels(meta), frames_per_file=meta.episodes.frames_per_video_file)
 
 
 def _frame_pixels(meta: DatasetMeta) -> list[int]:

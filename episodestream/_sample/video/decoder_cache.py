@@ -29,17 +29,21 @@ DECODERS_CEILING = 1024
 DECODER_BUDGET_BYTES = 512 * 2**20
 _DECODER_BASE_BYTES = 600 * 2**10
 _DECODER_BYTES_PER_PIXEL = 4
+# And its file's index, whatever frames it reads: FFmpeg's and the decoder's entries per sample of the
+# whole file (~24 bytes a frame on a 45,503-frame AV1 file, ~24-42 on H.264 files of 50,000 and
+# 150,000 frames: docs/benchmarks.md, "Decoders by memory, shared by a consumer's threads").
+_DECODER_BYTES_PER_INDEXED_FRAME = 32
 
 
-def decoder_limit(frame_pixels: Sequence[int]) -> int:
+def decoder_limit(frame_pixels: Sequence[int], *, frames_per_file: float = 0.0) -> int:
     """How many decoders one consumer may keep open for videos whose frames have ``frame_pixels``
-    pixels (one entry per camera): as many as ``DECODER_BUDGET_BYTES`` holds at their mean size, at
-    least ``MAX_DECODERS``, at most ``DECODERS_CEILING`` and half the process's open-file limit.
-    (A decoder also holds FFmpeg's index of its file, ~24 bytes a frame: docs/benchmarks.md,
-    "Over training windows, remote"; not counted here.)"""
+    pixels (one entry per camera) in files of ``frames_per_file`` frames on average (each decoder
+    holds its file's index): as many as ``DECODER_BUDGET_BYTES`` holds at their mean size, at least
+    ``MAX_DECODERS``, at most ``DECODERS_CEILING`` and half the process's open-file limit."""
     import resource  # the limit is the process's now, not at import
 
-    each = _DECODER_BASE_BYTES + _DECODER_BYTES_PER_PIXEL * (sum(frame_pixels) / max(1, len(frame_pixels)))
+    each = (_DECODER_BASE_BYTES + _DECODER_BYTES_PER_PIXEL * (sum(frame_pixels) / max(1, len(frame_pixels)))
+            + _DECODER_BYTES_PER_INDEXED_FRAME * frames_per_file)
     soft_files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     ceiling = DECODERS_CEILING if soft_files == resource.RLIM_INFINITY else min(DECODERS_CEILING, soft_files // 2)
     return max(min(MAX_DECODERS, ceiling), min(ceiling, int(DECODER_BUDGET_BYTES // each)))
