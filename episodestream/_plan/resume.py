@@ -57,8 +57,9 @@ from episodestream._base.world import World
 # Each time the same (seed, epoch, rank, worker) emits another order, so an older state cannot be resumed
 # exactly.
 STATE_FORMAT = "episodestream.stream_state/7"
-# Threads replaying old consumers' schedules at once on an elastic re-plan: each holds a share's
-# keys (tens of MB at DROID size), so not one per core on a large node.
+# Threads replaying old consumers' schedules at once on an elastic re-plan: where frames are compared
+# (``ConsumerSchedule.consumed``) each holds a share's keys (tens of MB at DROID size), so not one per
+# core on a large node.
 _REPLAY_THREADS = 8
 _T = TypeVar("_T")
 

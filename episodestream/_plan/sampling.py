@@ -601,12 +601,12 @@ class ConsumerSchedule:
         opened = int(np.searchsorted(self._a, slot, side="right"))
         out: list[tuple[int, Frames]] = []
         if opened > done:
-            # How many frames each open segment left needs its keys only; which frames, its
-            # permutation too, drawn per segment at first use (``LeftFrames``): an elastic re-plan
-            # asks every old consumer what it left, and the new consumer then uses its own share's
-            # few, where sorting every old share's frames cost most of the re-plan.
-            # Per segment, not per frame (``_keys_below``): the keys below the slot, and the slot's
-            # own keys (a few per segment), of which the first ``offset`` by key were emitted.
+            # How many frames each open segment left is counted per segment, not per frame
+            # (``_keys_below``): its keys below the slot, and of the slot's own keys (a few per
+            # segment) the first ``offset`` by key. Which frames those are needs the segment's
+            # permutation too, drawn at first use (``LeftFrames``): an elastic re-plan asks every
+            # old consumer what it left, and the new consumer then uses its own share's, where
+            # sorting every old share's frames cost most of the re-plan.
             lengths = self._lengths[done:opened]
             open_ = np.arange(done, opened, dtype=np.int64)
             below = self._keys_below(open_, slot)
