@@ -152,6 +152,7 @@ def test_a_decoder_counts_its_files_index(many_episodes_root):
     """Each open decoder holds its file's index (tens of bytes a frame, several MB for a v3.0 file of
     ~10^5 frames): long files leave room for fewer decoders, down to MAX_DECODERS; a source's limit
     counts its own files' frames (20 episodes in 3 files of one camera here)."""
+    from episodestream._runtime.pool_size import frames_per_video_file
     from episodestream._sample.video.decoder_cache import decoder_limit
 
     pixels = [64 * 96] * 2
@@ -161,7 +162,7 @@ def test_a_decoder_counts_its_files_index(many_episodes_root):
     spans = [span for episode in meta.episodes.values() for span in episode.videos.values()]
     per_file = meta.total_frames / len({span.relpath for span in spans})
     assert len({span.relpath for span in spans}) == 3
-    assert meta.episodes.frames_per_video_file == per_file
+    assert frames_per_video_file(meta) == per_file
     pixels = [int(np.prod(sorted(meta.features[key].shape)[-2:])) for key in meta.video_keys]
     assert video_decoder_limit(meta) == decoder_limit(pixels, frames_per_file=per_file)
 

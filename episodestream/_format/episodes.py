@@ -121,12 +121,6 @@ class EpisodeTable(Mapping):
         return _Values(self)
 
     @property
-    def frames_per_video_file(self) -> float:
-        """The dataset's frames per video file of a camera, on average (0.0 without video)."""
-        files = sum(len(v.relpaths) for v in self._videos.values())
-        return len(self._videos) * float(self.length.sum()) / files if files else 0.0
-
-    @property
     def total_frames(self) -> int:
         return int(self.length.sum())
 

@@ -102,7 +102,15 @@ def video_decoder_limit(meta: DatasetMeta) -> int:
     """The decoders one consumer of this source may keep open (``decoder_limit``, from its cameras'
     frame sizes, the two largest dimensions of each video feature's shape, and its video files'
     frames: a v3.0 file of ~10^5 frames costs a decoder several MB of index)."""
-    return decoder_limit(_frame_pixels(meta), frames_per_file=meta.episodes.frames_per_video_file)
+    return decoder_limit(_frame_pixels(meta), frames_per_file=frames_per_video_file(meta))
+
+
+def frames_per_video_file(meta: DatasetMeta) -> float:
+    """The frames of one of the source's video files, on average over its files (every camera's):
+    what each open decoder indexes when the cache holds one per file (0.0 without video)."""
+    columns = meta.episodes.videos.values()
+    files = sum(len(v.relpaths) for v in columns)
+    return len(columns) * float(meta.episodes.length.sum()) / files if files else 0.0
 
 
 def _frame_pixels(meta: DatasetMeta) -> list[int]:
