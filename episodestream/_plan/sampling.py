@@ -608,15 +608,11 @@ class ConsumerSchedule:
             # old consumer what it left, and the new consumer then uses its own share's, where
             # sorting every old share's frames cost most of the re-plan.
             lengths = self._lengths[done:opened]
-            open_ = np.arange(done, opened, dtype=np.int64)
-            below = self._keys_below(open_, slot)
-            in_slot = self._keys_below(open_, slot + 1) - below
-            segment = np.repeat(open_, in_slot)
-            j = np.arange(len(segment), dtype=np.int64) - np.repeat(np.cumsum(in_slot) - in_slot - below, in_slot)
-            first = np.argsort(self._key_at(segment, j), kind="stable")[:offset]  # ties in segment order
-            left_per = lengths - below - np.bincount(segment[first] - done, minlength=len(lengths))
+            below = self._keys_below(np.arange(done, opened, dtype=np.int64), slot)
+            segment, j = self._slot_firsts(slot, offset, done, opened, below)
+            left_per = lengths - below - np.bincount(segment - done, minlength=len(lengths))
             first_of: dict[int, list[int]] = {}
-            for k, key_number in zip((segment[first] - done).tolist(), j[first].tolist()):
+            for k, key_number in zip((segment - done).tolist(), j.tolist()):
                 first_of.setdefault(k, []).append(key_number)
             for k, (left_k, length) in enumerate(zip(left_per.tolist(), lengths.tolist())):
                 if left_k == length:
@@ -626,14 +622,29 @@ class ConsumerSchedule:
         out += [(i, self._segments[i].frames) for i in range(max(opened, done), n)]
         return out
 
+    def _slot_firsts(self, slot: int, offset: int, done: int, opened: int,
+                     below: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The keys of ``slot`` emitted before the position (``slot``, ``offset``), among segments
+        ``done..opened-1``: its first ``offset`` by key, ties in segment order, as emitted; as
+        (segment, key number) arrays. Counted and placed per segment (``_keys_below``, ``_key_at``):
+        a slot holds a few keys per segment. ``below``: those segments' keys below ``slot``, if known."""
+        open_ = np.arange(done, opened, dtype=np.int64)
+        if below is None:
+            below = self._keys_below(open_, slot)
+        in_slot = self._keys_below(open_, slot + 1) - below
+        segment = np.repeat(open_, in_slot)
+        j = np.arange(len(segment), dtype=np.int64) - np.repeat(np.cumsum(in_slot) - in_slot - below, in_slot)
+        first = np.argsort(self._key_at(segment, j), kind="stable")[:offset]
+        return segment[first], j[first]
+
     def _open_keys(self, slot: int, offset: int, done: int,
                    opened: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """What ``consumed`` and ``left`` need of segments ``done..opened-1``, open at the position
-        (``slot``, ``offset``), all at once (a pool of the whole share opens every segment): their keys
+        """What ``consumed`` needs of segments ``done..opened-1``, open at the position (``slot``,
+        ``offset``), all at once (a pool of the whole share opens every segment): their keys
         (``_window_keys``), lengths, each key's segment (0-based among them), ``order`` (key j emits
         frame ``order[j]`` of their frames laid end to end) and ``first``, the keys of ``slot`` emitted
-        before the position (its first ``offset`` by key, ties in segment order, as emitted). Frames
-        with keys below ``slot``, and ``first``, are what was consumed of them."""
+        before the position (``_slot_firsts``, as indices into the keys). Frames with keys below
+        ``slot``, and ``first``, are what was consumed of them."""
         keys = self._window_keys(done, opened)
         lengths = self._lengths[done:opened]
         segment = np.repeat(np.arange(len(lengths)), lengths)
@@ -645,8 +656,8 @@ class ConsumerSchedule:
                 order = np.argsort(segment.astype(np.uint64) << np.uint64(_ORDER_BITS) | bits, kind="stable")
             else:  # too many segments for the bits above: the same order, slower
                 order = np.lexsort((bits, segment))
-        in_slot = np.flatnonzero((keys >= slot) & (keys < slot + 1))
-        first = in_slot[np.argsort(keys[in_slot], kind="stable")[:offset]]
+        first_segment, first_j = self._slot_firsts(slot, offset, done, opened)
+        first = self._before[first_segment] - self._before[done] + first_j
         return keys, lengths, segment, order, first
 
     def _pool_steps(self, first_slot: int, offset: int) -> Iterator[Step]:
