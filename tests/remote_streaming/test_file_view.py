@@ -44,7 +44,7 @@ def test_a_view_serves_the_header_and_its_spans_and_zeros_elsewhere(mp4, tmp_pat
     moov_at = header.moov_offset
     copy = tmp_path / "span.mp4"  # a span file: the span's bytes at their offsets, other bytes not the file's
     copy.write_bytes(bytes(len(data)))
-    start, end = 1000, moov_at + 100  # reaching into the moov, as a padded last span does
+    start, end = 1000, moov_at + 100  # reaching into the moov, where a span file holds its own cut moov
     with open(copy, "r+b") as out:
         out.seek(start)
         out.write(data[start:end])

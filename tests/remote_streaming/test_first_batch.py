@@ -449,8 +449,8 @@ def test_spans_of_one_mp4_admitted_together_come_in_one_request(hub_root, spans_
         for episode, path in zip(second_file + first_file, paths):
             # The copy is named "<start>-<end>.<first sample>-<last sample>.mp4".
             start, end = (int(v) for v in path.rsplit("/", 1)[-1].split(".")[0].split("-"))
-            # Up to the moov: the last episode's padded span reaches into it, and the copy holds
-            # its own moov there (cut to the episode's samples, tests/remote_streaming/test_mp4.py).
+            # Up to the moov: the copy holds its own moov there (cut to the episode's samples,
+            # tests/remote_streaming/test_mp4.py).
             end = min(end, _moov_offset(spans_root / episode.videos[key].relpath))
             with open(path, "rb") as copy, open(spans_root / episode.videos[key].relpath, "rb") as original:
                 copy.seek(start)

@@ -117,6 +117,10 @@ def test_sparse_spans_decode_like_the_whole_file(videos, tmp_path, name, backend
                 # The copy's decoder indexes the span's samples only (where the cut moov fits in the
                 # old one's place), each at its byte offset and presentation time in the whole file.
                 a, b = whole_track.samples(first / FPS, end / FPS)
+                # The copy holds exactly those samples' bytes (its name: "<start>-<end>.<a>-<b>.mp4"):
+                # FFmpeg reads a sample's bytes and no more, so no pad around them.
+                span = whole_track.byte_span(a, b)
+                assert Path(local).name.split(".")[0] == f"{span.start}-{span.end}", (Path(local).name, span)
                 own = read_local_track(local)
                 if len(own.sizes) == b - a + 1:
                     cut += 1

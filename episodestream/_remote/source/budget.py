@@ -29,7 +29,7 @@ METADATA_FILES = ("meta/info.json", "meta/tasks.parquet", "meta/stats.json", "me
                   "meta/tasks.jsonl", "meta/episodes_stats.jsonl")
 EPISODES_METADATA = "meta/episodes"
 DISK_SLACK_BYTES = 2 * 4096  # a sparse file's two written regions round up to filesystem blocks
-_SPAN_MARGIN = 1.25  # an episode's span is padded and cut at sample boundaries: more than its share
+_SPAN_MARGIN = 1.25  # an episode's span starts at a keyframe and ends past its last frame: more than its share
 _HEADER_BASE_BYTES = 16 * 1024  # an mp4 header: a few boxes, then ~16 bytes of tables per frame
 _HEADER_BYTES_PER_FRAME = 16
 

@@ -30,7 +30,7 @@ from episodestream._base.turns import Turn
 from episodestream._format.files import EpisodeVideos
 from episodestream._remote.source.budget import DISK_SLACK_BYTES
 from episodestream._remote.transport.daemon_pool import DaemonPool
-from episodestream._format.mp4 import Mp4Header, Mp4LayoutError, Span, VideoTrack, read_header
+from episodestream._format.mp4 import Mp4Header, Mp4LayoutError, VideoTrack, read_header
 from episodestream._format.mp4_trim import SpanTables, with_moov
 from episodestream._remote.cache.node_cache import release_all
 from episodestream._remote.source.file_view import FileView
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("episodestream.remote")
 
-SPAN_PAD_MAX_BYTES = 64 * 1024
 HEADER_BLOCK_BYTES = 4096
 # The tail read with the start of an mp4: a LeRobot mp4's moov takes ~6-12 bytes per frame of
 # several KB (0.1-0.2% of the file), so 1/256 of the file holds it; a larger moov costs the walk
@@ -58,7 +57,6 @@ RAMP_ADMISSIONS = 4  # the pool's first slots draw from 1, 2 and 4 episodes
 # The head start passed on to the next DataLoader worker (``turn``): a first batch of two decode
 # groups draws from the pool's first two slots, one episode then two.
 TURN_ADMISSIONS = 2
-_SPAN_PAD_FRACTION = 128  # pad each side by 1/128 of the span, at most SPAN_PAD_MAX_BYTES
 # One read of neighbouring spans (``admit_many``) at most: a few of them are in memory at once,
 # one per fetch thread.
 NEIGHBOURS_READ_MAX_BYTES = 8 * 1024 * 1024
@@ -632,10 +630,10 @@ class RemoteVideos(EpisodeVideos):
             with self._lock:
                 self._counts_by_kind["whole_files"] += 1
             return name, str(path)
-        start, end = _padded(span, header)
+        start, end = span.start, span.end
         neighbours = task.neighbours
         if neighbours is not None:
-            neighbours.plan(lambda mate: _padded_span(mate, track, header))
+            neighbours.plan(lambda mate: _span(mate, track))
         # The samples in the name too: the copy's moov lists them (``_Mp4.span_header``).
         name = files.cache_name("spans", relpath, f"/{start}-{end}.{samples[0]}-{samples[1]}.mp4")
         own_header = parsed.span_header(*samples)
@@ -654,8 +652,7 @@ class RemoteVideos(EpisodeVideos):
                     else:
                         out.write(neighbours.read(task, piece, piece_end, lambda a, b: files.read_range(
                             relpath, a, b, exact=True)))
-                # The header after the span: a padded span reaching into the moov holds the whole
-                # file's moov bytes there, which the cut one must overwrite.
+                # The header last: where a span's bytes and the moov's overlap, the cut moov wins.
                 for offset, data in own_header.regions:
                     out.seek(offset)
                     out.write(data)
@@ -671,19 +668,13 @@ class RemoteVideos(EpisodeVideos):
         return name, str(path)
 
 
-def _padded(span: Span, header: Mp4Header) -> tuple[int, int]:
-    """A span's byte range as fetched: padded each side (a decoder reading slightly past a
-    sample's bytes finds them), within the file."""
-    pad = min(SPAN_PAD_MAX_BYTES, span.size_bytes // _SPAN_PAD_FRACTION)
-    return max(0, span.start - pad), min(header.file_size, span.end + pad)
-
-
-def _padded_span(task: _Task, track: VideoTrack, header: Mp4Header) -> tuple[int, int] | None:
+def _span(task: _Task, track: VideoTrack) -> tuple[int, int] | None:
     """``task``'s byte range as ``_fetch`` computes it (None where its span cannot be mapped)."""
     try:
-        return _padded(track.span(*task.episode.videos[task.key].needed_s), header)
+        span = track.span(*task.episode.videos[task.key].needed_s)
     except Mp4LayoutError:
         return None
+    return span.start, span.end
 
 
 def _episode_files(episode: EpisodeInfo) -> list[str]:
