@@ -407,15 +407,16 @@ class _BatchWriter:
                 index, slot = divmod(first_sample + offset, self._batch_size)
                 self.buffer(index).items[slot] = finish_decoded(builder, pending, decoded)
             return
-        file_frames: dict[str, np.ndarray | torch.Tensor] = {}  # per file: its decoded (N, H, W, C) frames
+        # Per file and source (decoded, or kept for their turn: ``DecodedFile.source``): its (N, H, W, C) frames.
+        file_frames: dict[tuple[str, bool], np.ndarray | torch.Tensor] = {}
         # Per (batch, camera, file): the batch's frames of that camera and the writes from that
         # file into them, set up once (shape and layout checks included), not once per frame, and
         # written in one call per group, every camera and batch together (``chw.flush_all``).
-        targets: dict[tuple[int, str, str], tuple[np.ndarray | torch.Tensor, FrameWrites]] = {}
+        targets: dict[tuple[int, str, str, bool], tuple[np.ndarray | torch.Tensor, FrameWrites]] = {}
         # Each decoded frame is converted once per group: a window padded at an episode's edge,
         # or overlapping another sample's, copies the frame already written (a plain copy of the
         # converted frame costs under half the conversion in float32), after the writes.
-        written: dict[tuple[str, int], tuple[FrameWrites, int]] = {}
+        written: dict[tuple[str, bool, int], tuple[FrameWrites, int]] = {}
         copies: list[tuple[FrameWrites, int, FrameWrites, int]] = []
 
         for offset, pending in enumerate(pendings):
@@ -423,36 +424,36 @@ class _BatchWriter:
             buffer = self.buffer(index)
             for key, windowed, query in zip(pending.video_keys, pending.windowed, pending.queries):
                 path = query.path
-                file = decoded[path]
-                target = targets.get((index, key, path))
+                source, row_of = decoded[path].source(query)
+                kept = source is not decoded[path].frames
+                target = targets.get((index, key, path, kept))
                 if target is None:
-                    frames = file_frames.get(path)
+                    frames = file_frames.get((path, kept))
                     if frames is None:
                         # numpy on CPU: indexing it costs a fraction of torch's per frame
-                        frames = file_frames[path] = file.frames.numpy() if file.frames.device.type == "cpu" else file.frames
+                        frames = file_frames[path, kept] = source.numpy() if source.device.type == "cpu" else source
                     chw = (frames.shape[3], frames.shape[1], frames.shape[2])
                     shape = (len(query.timestamps_s), *chw) if windowed else chw
                     # uint8 frames become the builder's dtype; a depth camera's float32 depth stays float32.
-                    dtype = builder.frame_dtype if file.frames.dtype == torch.uint8 else file.frames.dtype
-                    out_all = buffer.frame_out(key, shape, dtype, file.frames.device,
+                    dtype = builder.frame_dtype if source.dtype == torch.uint8 else source.dtype
+                    out_all = buffer.frame_out(key, shape, dtype, source.device,
                                                memory=self._memory, pin_memory=self._pin_memory, query=query)
                     writes = builder.frame_writer(out_all, frames)
-                    targets[index, key, path] = (out_all, writes)
+                    targets[index, key, path, kept] = (out_all, writes)
                 else:
                     if windowed and target[0].shape[1] != len(query.timestamps_s):
                         raise ValueError(f"{path} ({query.who}): a window of {len(query.timestamps_s)} frames "
                                          f"cannot join a batch whose {key!r} windows are {target[0].shape[1]} "
                                          f"frames long.")
                     writes = target[1]
-                row_of = file.row_of
                 stamps = query.timestamps_s
                 first_frame = slot * len(stamps) if windowed else slot
                 for step, stamp in enumerate(stamps if windowed else stamps[:1]):
                     row = row_of[stamp]
-                    first = written.get((path, row))
+                    first = written.get((path, kept, row))
                     if first is None:
                         writes.add(first_frame + step, row)
-                        written[path, row] = (writes, first_frame + step)
+                        written[path, kept, row] = (writes, first_frame + step)
                     else:
                         copies.append((writes, first_frame + step, *first))
             if slot == 0:

@@ -180,7 +180,9 @@ class EpisodeStreamingDataset(DatasetFacts, StreamingFace):
         """This process's decoder cache counts, summed over the current iteration's decode threads.
 
         Returns:
-            dict[str, int] | None: hits, misses and evictions; None before iterating.
+            dict[str, int] | None: hits, misses and evictions (and ``pair_frames_kept`` /
+            ``pair_frames_served``: frames decoded beside their GOP mate and kept for their turn, then
+            served without a decoder); None before iterating.
         """
         return None if self._decoders is None else summed_stats(self._decoders)
 

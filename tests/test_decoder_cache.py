@@ -39,7 +39,8 @@ def test_threads_share_a_files_decoder_one_at_a_time():
     assert len(opened) == 2
     with first.reading("b.mp4"):
         pass
-    assert cache.stats() == {"hits": 1, "misses": 3, "evictions": 0, "open": 3, "capacity": 8}
+    assert cache.stats() == {"hits": 1, "misses": 3, "evictions": 0, "open": 3, "capacity": 8,
+                             "pair_frames_kept": 0, "pair_frames_served": 0}
 
 
 def test_capacity_bounds_lent_and_idle_decoders_least_recent_closed_first():

@@ -85,12 +85,42 @@ def assert_samples_equal(a: dict, b: dict) -> None:
 @pytest.mark.parametrize("windows", [False, True], ids=["single", "windows"])
 def test_streamed_equals_map_style_and_lerobot_rules(dataset_root, windows):
     deltas = DELTAS if windows else None
-    streamed = list(EpisodeStreamingDataset(dataset_root, delta_timestamps=deltas, episode_pool_size=3, seed=5))
+    dataset = EpisodeStreamingDataset(dataset_root, delta_timestamps=deltas, episode_pool_size=3, seed=5)
+    streamed = list(dataset)
     mapped = EpisodeDataset(dataset_root, delta_timestamps=deltas)
     assert sorted(int(s["index"]) for s in streamed) == list(range(sum(EPISODE_LENGTHS)))
     for sample in streamed:
         check_sample_against_lerobot_rules(sample, windows=windows)
         assert_samples_equal(sample, mapped[int(sample["index"])])
+    # Single frames (the wrist camera has no window): some came from their GOP mate's decode in an
+    # earlier group, kept for their turn, and still equal what map-style indexing decodes alone.
+    assert dataset.decoder_stats()["pair_frames_served"] > 0
+
+
+def test_an_episode_loader_serving_kept_frames_equals_map_style(dataset_root, monkeypatch):
+    from episodestream import EpisodeLoader
+    from episodestream._sample.video.gop_pairs import GopPairs
+
+    made = []
+    init = GopPairs.__init__
+
+    def remembered(self, **kwargs):
+        init(self, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(GopPairs, "__init__", remembered)  # the loader's decoders report no stats
+    dataset = EpisodeStreamingDataset(dataset_root, episode_pool_size=4, seed=3)
+    mapped = EpisodeDataset(dataset_root)
+    samples = 0
+    for batch in EpisodeLoader(dataset, batch_size=8, num_threads=2):
+        for i, index in enumerate(batch["index"].tolist()):
+            single = {k: (v[i] if isinstance(v, torch.Tensor) else v[i]) for k, v in batch.items()}
+            want = mapped[index]
+            for key in CAMERAS:
+                assert torch.equal(single[key], want[key]), (index, key)
+            samples += 1
+    assert samples == sum(EPISODE_LENGTHS)
+    assert sum(pairs.stats()["served"] for pairs in made) > 0
 
 
 def test_sample_keys_match_lerobot(dataset_root):

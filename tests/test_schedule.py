@@ -249,6 +249,35 @@ def test_keys_are_systematic_over_each_window():
             np.testing.assert_allclose(strata - np.arange(n), strata[0], atol=1e-6)
 
 
+def test_an_episodes_frames_come_in_gop_pairs_in_random_order():
+    """Shuffled, each episode emits its frames 2q and 2q+1 one after the other (of its own emits),
+    the pairs in random order and each pair's two in random order: the frames a decoder asked for
+    one of can keep the other for its turn (``_sample.video.gop_pairs``)."""
+    first_of_pair, pair_orders = Counter(), set()
+    for seed in range(12):
+        lengths = [30, 1, 17, 8, 25, 2, 40, 13]
+        plan = EpochPlan([Segment(e, range(n)) for e, n in enumerate(lengths)], seed=seed, epoch=0,
+                         shuffle=True, world_size=1)
+        world = World(0, 1, 0, 1)
+        pool_size = 3 if seed % 2 else 1000
+        schedule = consumer_schedule(plan.share(world), pool_size=pool_size, shuffle=True,
+                                     rng=consumer_rng(seed, 0, world))
+        by_episode: dict[int, list[int]] = {}
+        for episode, frame in _emits(schedule):
+            by_episode.setdefault(episode, []).append(frame)
+        assert sorted(by_episode) == list(range(len(lengths)))
+        for episode, frames in by_episode.items():
+            n = lengths[episode]
+            assert sorted(frames) == list(range(n))
+            pairs = frames[:n - n % 2] if n % 2 == 0 else [f for f in frames if f != n - 1]
+            assert all(a // 2 == b // 2 for a, b in zip(pairs[::2], pairs[1::2])), (episode, frames)
+            first_of_pair.update(f % 2 for f in pairs[::2])
+            if n >= 8:
+                pair_orders.add(tuple(f // 2 for f in pairs[::2]))
+    assert min(first_of_pair[0], first_of_pair[1]) > 0.4 * sum(first_of_pair.values())  # either frame first
+    assert len(pair_orders) > 40  # the pairs' order differs by episode and seed (not sorted, not fixed)
+
+
 def test_keys_counted_per_segment_equal_the_drawn_keys_below_every_slot():
     """A position and what a consumer left count each segment's keys below a slot from the keys'
     expression (``_keys_below``) and place single keys (``_key_at``) rather than draw them all: the

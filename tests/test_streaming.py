@@ -124,8 +124,33 @@ def test_decoder_cache_is_sized_to_the_pool_and_reports(dataset_root):
     count = sum(1 for _ in dataset)
     stats = dataset.decoder_stats()
     assert stats["capacity"] == 2 * len(dataset.typed_meta.video_keys)
-    assert stats["hits"] + stats["misses"] == 2 * count  # one lookup per camera per sample
+    # One lookup per camera per sample, but for the frames kept for their turn: every pair of frames
+    # 2q, 2q+1 of an episode that one GOP holds (read from the files' sample tables here; the
+    # fixture's episodes start on a keyframe only where they start at an even frame of their file)
+    # serves one of its two frames from its mate's decode.
+    assert stats["hits"] + stats["misses"] + stats["pair_frames_served"] == 2 * count
+    assert stats["pair_frames_served"] == stats["pair_frames_kept"] == _one_gop_pairs(dataset_root) > 0
     assert stats["misses"] >= 5 and stats["hits"] > stats["misses"]
+
+
+def _one_gop_pairs(root) -> int:
+    """Pairs of frames (2q, 2q+1) of an episode shown in one GOP of its camera's file, over cameras."""
+    import numpy as np
+
+    from episodestream._format.files import LocalFiles
+    from episodestream._format.metadata import load_metadata
+    from episodestream._format.mp4 import read_local_track
+
+    meta, count = load_metadata(LocalFiles(root)), 0
+    for index in meta.episodes:
+        episode = meta.episodes[index]
+        for video in episode.videos.values():
+            track = read_local_track(str(root / video.relpath))
+            gop = np.cumsum(track.is_sync)
+            first = int(np.searchsorted(track.pts_s, video.from_timestamp_s + 1e-4, side="right")) - 1
+            pairs = np.arange(0, episode.length - 1, 2) + first
+            count += int(np.sum(gop[pairs] == gop[pairs + 1]))
+    return count
 
 
 @pytest.mark.parametrize("episodes", [None, [4, 1]])

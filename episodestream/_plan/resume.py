@@ -54,9 +54,10 @@ from episodestream._base.world import World
 # a resume point is found arithmetically. /3: the window's first segments open on a ramp. /4: a
 # segment's keys are stratified over its window. /5: all at one point of their strata (systematic). /6: a
 # pool of the whole share, keys from counter-based bits. /7: that pool's first segments open on a ramp.
+# /8: a segment's frames are emitted in GOP pairs (``ConsumerSchedule._order_bits``).
 # Each time the same (seed, epoch, rank, worker) emits another order, so an older state cannot be resumed
 # exactly.
-STATE_FORMAT = "episodestream.stream_state/7"
+STATE_FORMAT = "episodestream.stream_state/8"
 # Threads replaying old consumers' schedules at once on an elastic re-plan: where frames are compared
 # (``ConsumerSchedule.consumed``) each holds a share's keys (tens of MB at DROID size), so not one per
 # core on a large node.

@@ -373,18 +373,31 @@ class ConsumerSchedule:
         return as_array(self._segments[i].frames)[self._frame_order(i)], self._window_keys(i, i + 1)
 
     def _frame_order(self, i: int) -> np.ndarray:
-        """Which of segment ``i``'s frames each of its keys emits: a random permutation (the identity
-        unshuffled), from its frames' counters (their places in the share) alone."""
+        """Which of segment ``i``'s frames each of its keys emits: a random permutation in GOP pairs
+        (the identity unshuffled), from its frames' counters (their places in the share) alone."""
         n = int(self._lengths[i])
         if not self.shuffle:
             return np.arange(n)
-        return np.argsort(self._order_bits(self._before[i], self._before[i] + n), kind="stable")
+        return np.argsort(self._order_bits(i, i + 1), kind="stable")
 
-    def _order_bits(self, start: int, stop: int) -> np.ndarray:
-        """The sort keys of the share's frames ``start..stop-1`` (counted across segments): 40 random
-        bits each, so that a whole block's permutations are one sort with the segment's number in the
-        bits above (``consumed``), ~10x faster than ``np.lexsort`` of both."""
-        return counter_bits(self._order_seed, np.arange(start, stop)) >> np.uint64(64 - _ORDER_BITS)
+    def _order_bits(self, lo: int, hi: int) -> np.ndarray:
+        """The sort keys of segments ``lo..hi-1``'s frames, laid end to end: 40 bits each, so that a
+        whole block's permutations are one sort with the segment's number in the bits above
+        (``consumed``), ~10x faster than ``np.lexsort`` of both.
+
+        In GOP pairs: a segment's frames 2q and 2q+1 (its places, so an episode's frames 2q and 2q+1)
+        share 39 random bits, the pair's place in the order, and the last bit puts them in a random
+        order within it, so two consecutive keys of a segment emit a pair. LeRobot's encoder starts
+        each episode on a keyframe with GOP 2: the pair is one GOP, and a decoder asked for one of its
+        frames decodes the other for a fraction of the cost (``_sample.video.gop_pairs``). The episodes
+        each window draws from are the keys', unchanged."""
+        start, stop = int(self._before[lo]), int(self._before[hi])
+        lengths = self._lengths[lo:hi]
+        place = np.arange(start, stop, dtype=np.int64)
+        second = (place - np.repeat(self._before[lo:hi], lengths)) & 1  # the pair's second frame
+        bits = counter_bits(self._order_seed, place - second)  # the pair's first frame's counter: one draw per pair
+        coin = (bits & np.uint64(1)) ^ second.astype(np.uint64)
+        return (bits >> np.uint64(64 - _ORDER_BITS + 1)) << np.uint64(1) | coin
 
     def _first_keys(self, lo: int, hi: int) -> np.ndarray:
         """The first key of each of segments ``lo..hi-1`` (what admitting them needs): ``_place`` at
@@ -651,7 +664,7 @@ class ConsumerSchedule:
         if not self.shuffle:
             order = np.arange(len(keys))
         else:
-            bits = self._order_bits(int(self._before[done]), int(self._before[opened]))
+            bits = self._order_bits(done, opened)
             if len(lengths) < 2**(64 - _ORDER_BITS):
                 order = np.argsort(segment.astype(np.uint64) << np.uint64(_ORDER_BITS) | bits, kind="stable")
             else:  # too many segments for the bits above: the same order, slower

@@ -40,6 +40,7 @@ from episodestream._runtime.dataset_stats import exact_stats
 from episodestream._runtime.source_options import SourceOptions, takes_source_options
 from episodestream._runtime.sources import open_source
 from episodestream._sample.video.decoder_cache import DecoderCache
+from episodestream._sample.video.gop_pairs import KEPT_FRAMES_MAX_BYTES
 from episodestream._sample.video.backends import resolve_backend
 
 if TYPE_CHECKING:
@@ -199,14 +200,17 @@ class DatasetCore:
     def episode_videos(self, turn: Turn | None = None) -> EpisodeVideos:
         return self.files.episode_videos(turn=turn)
 
-    def decoder_cache(self, working_set: int, *, threads: int = 1) -> DecoderCache:
+    def decoder_cache(self, working_set: int, *, threads: int = 1, gop_pairs: bool = False) -> DecoderCache:
         """A consumer's decoder cache, shared by its ``threads`` decode threads, for ``working_set``
         episodes' files of every camera: within the consumer's ``decoder_limit``
         (``_sample.video.decoder_cache``) however many threads decode, and no wider than those files
-        open in every thread at once (the most it may need: each thread reading each at once)."""
+        open in every thread at once (the most it may need: each thread reading each at once).
+        ``gop_pairs``: a shuffled stream's, which keeps a GOP pair's second frame for its turn
+        (``_sample.video.gop_pairs``)."""
         cameras = max(1, len(self.meta.video_keys))
         capacity = max(1, min(video_decoder_limit(self.meta), working_set * cameras * max(1, threads)))
-        return DecoderCache(self.open_video, capacity=capacity)
+        return DecoderCache(self.open_video, capacity=capacity,
+                            gop_pairs_bytes=KEPT_FRAMES_MAX_BYTES if gop_pairs else 0)
 
 
 class DatasetFacts:

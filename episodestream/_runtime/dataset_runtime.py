@@ -180,11 +180,17 @@ class DatasetRuntime(StreamRuntime):
         evicted: list[EpisodeInfo] = []
         if ahead is not None:
             steps = ahead.steps(steps)
+        # A shuffled schedule emits an episode's frames 2q and 2q+1 at two of its consecutive emits
+        # (``_plan.sampling``): which comes first is told here, in stream order, for the decode
+        # threads that run groups out of order (``_sample.video.gop_pairs``).
+        pairs = _PairRoles() if self.settings.shuffle else None
         try:
             for kind, episode_index, frame in steps:
                 if kind == EMIT:
                     with trace_span("plan", cat="samples", level="detailed", episode=episode_index, frame=frame):
-                        pending.append(builder.plan(pool.rows(episode_index), frame, videos))
+                        rows = pool.rows(episode_index)
+                        role = 0 if pairs is None else pairs.role(episode_index, frame, rows.episode.length)
+                        pending.append(builder.plan(rows, frame, videos, pair=role))
                     if len(pending) >= group_size:
                         yield PlannedGroup(pending, evicted)
                         pending, evicted = [], []
@@ -265,8 +271,9 @@ class _DatasetStream(ConsumerStream):
     def open_decoders(self, threads: int = 1) -> DecoderShare:
         with self._decoders_lock:  # the pass's threads start at once; they share one cache
             if self._decoders is None:
-                self._decoders = self._runtime.core.decoder_cache(self._runtime.settings.episode_pool_size,
-                                                                  threads=threads)
+                settings = self._runtime.settings
+                self._decoders = self._runtime.core.decoder_cache(settings.episode_pool_size, threads=threads,
+                                                                  gop_pairs=settings.shuffle)
             return self._decoders.share()
 
     def release(self, group: PlannedGroup) -> None:
@@ -287,3 +294,21 @@ class _DatasetStream(ConsumerStream):
         if self._groups is not None:
             self._groups.close()  # type: ignore[attr-defined]  # a generator
             self._videos.close()  # type: ignore[union-attr]
+
+
+class _PairRoles:
+    """Which of its GOP pair each planned frame is, in stream order: 1 the first of frames 2q and
+    2q+1 of its episode, 2 the second, 0 a frame without a mate (the last of an odd episode)."""
+
+    def __init__(self) -> None:
+        self._open: set[tuple[int, int]] = set()  # (episode, q) of pairs whose first was planned
+
+    def role(self, episode_index: int, frame: int, length: int) -> int:
+        if frame ^ 1 >= length:
+            return 0
+        pair = (episode_index, frame >> 1)
+        if pair in self._open:
+            self._open.remove(pair)
+            return 2
+        self._open.add(pair)
+        return 1

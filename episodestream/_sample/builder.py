@@ -133,7 +133,10 @@ class SampleBuilder:
         # Frames that are not uint8 (a depth camera's float32 depth) are final: copied as they are.
         return FrameWrites(out, frames_nhwc, to_float32=not self._return_uint8 and frames_nhwc.dtype in _UINT8)
 
-    def plan(self, rows: EpisodeRows, frame: int, videos: EpisodeVideos) -> PendingSample:
+    def plan(self, rows: EpisodeRows, frame: int, videos: EpisodeVideos, *, pair: int = 0) -> PendingSample:
+        """The sample of ``frame`` with its frames still to decode. ``pair``: 1 where the stream
+        emits the frame before its GOP mate (frame ``frame ^ 1``), 2 where after, 0 outside pairs
+        (``GopPairs``)."""
         episode = rows.episode
         length = episode.length
         pads: dict[str, np.ndarray] = {}
@@ -179,13 +182,16 @@ class SampleBuilder:
             # so a one-step window is a frame, (C, H, W), as without a window; its ``_is_pad`` stays.
             windowed.append(window is not None and len(window) > 1)
             # Time within the file: the episode's start in it plus the row's own timestamp, never index/fps.
+            mate_s = None
             if window is None:
                 times = [span.from_timestamp_s + float(timestamps[frame])]
+                if pair and key not in self._depth:
+                    mate_s = span.from_timestamp_s + float(timestamps[frame ^ 1])
             else:
                 at, pads[f"{key}_is_pad"] = self._window(window, frame, length)
                 times = (span.from_timestamp_s + timestamps[at].astype(np.float64)).tolist()
             queries.append(FrameQuery(videos.path(episode, key), times, episode.episode_index, key,
-                                      self._depth.get(key)))
+                                      self._depth.get(key), mate_s, pair == 1))
         item.update(pads)
         return PendingSample(item, video_keys, windowed, queries,
                              task_of(self._meta, episode.episode_index, frame, int(rows.columns["task_index"][frame])))

@@ -154,7 +154,7 @@ def replace_decoder_cache(dataset: Dataset, make: Callable[[int], DecoderCache])
     ``working_set`` being the episodes whose files it keeps open (see ``DatasetCore.decoder_cache``);
     ``make`` may raise, as a thread that cannot start its decoders would (how many threads share
     the consumer's decoder budget is not passed on)."""
-    def decoder_cache(working_set: int, *, threads: int = 1) -> DecoderCache:
+    def decoder_cache(working_set: int, *, threads: int = 1, gop_pairs: bool = False) -> DecoderCache:
         return make(working_set)
 
     _core(dataset).decoder_cache = decoder_cache  # type: ignore[method-assign]

@@ -29,7 +29,7 @@ from episodestream._runtime.stream_runtime import StreamRuntime
 
 # /3: its components' schedules draw stratified keys (``_plan.resume.STATE_FORMAT`` /4); /4: systematic
 # ones (/5); /5: counter-based keys, a pool of the whole share (/6); /6: that pool on a ramp (/7).
-MIXTURE_STATE_FORMAT = "episodestream.mixture_state/6"
+MIXTURE_STATE_FORMAT = "episodestream.mixture_state/7"
 
 
 

@@ -63,7 +63,7 @@ def _source(path: str) -> Any:
     return path.open_bytes() if isinstance(path, ServedVideo) else path
 
 
-def _track(path: str) -> VideoTrack:
+def video_track(path: str) -> VideoTrack:
     """``path``'s sample index: a served video's own, else read from the file's ``moov``."""
     return path.track if isinstance(path, ServedVideo) else read_local_track(path)
 
@@ -78,7 +78,7 @@ def _exact_seeking(path: str) -> dict[str, Any] | None:
     the scan of ``seek_mode="exact"``, which reads every byte of the file at each open.
     """
     try:
-        track = _track(path)
+        track = video_track(path)
     except Mp4LayoutError:
         return {"seek_mode": "exact"}
     if track.reorder_depth == 0:
@@ -167,7 +167,7 @@ class PyAVReader:
         if entries is not None:
             return [(e.pos, e.timestamp, e.is_keyframe) for e in entries]
         try:
-            track = _track(self._path)
+            track = video_track(self._path)
         except (Mp4LayoutError, OSError):
             return []
         if track.dts is None:

@@ -8,7 +8,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -17,6 +17,7 @@ from episodestream._sample.chw import gather_chw
 from episodestream._base.tracing import trace_span
 from episodestream._sample.depth import DepthDecoding
 from episodestream._sample.video.backends import PyAVReader, VideoReader
+from episodestream._sample.video.gop_pairs import GopPairs
 
 # The decoders any layout may keep open per consumer (the cap before they were sized by memory).
 MAX_DECODERS = 128
@@ -62,6 +63,12 @@ class FrameQuery:
     episode_index: int
     key: str
     depth: DepthDecoding | None = None  # a depth camera's: its 12-bit codes decoded, then dequantised
+    # A single frame's GOP-pair mate (the episode's frame 2q+1 for 2q, and 2q for 2q+1), file time;
+    # None: no mate (windows, depth, the last frame of an odd episode, an unshuffled stream).
+    mate_s: float | None = None
+    # Whether the stream emits this frame before its mate (its mate is then decoded with it and kept
+    # where that pays, ``GopPairs``) or after (its frame may have been kept).
+    first_of_pair: bool = False
 
     @property
     def who(self) -> str:
@@ -82,7 +89,7 @@ class DecoderCache:
     to close closes it.
     """
 
-    def __init__(self, open_reader: Callable[[str], VideoReader], *, capacity: int) -> None:
+    def __init__(self, open_reader: Callable[[str], VideoReader], *, capacity: int, gop_pairs_bytes: int = 0) -> None:
         if not 1 <= capacity <= DECODERS_CEILING:
             raise ValueError(f"decoder cache capacity must be in 1..{DECODERS_CEILING}, got {capacity!r}.")
         self._open_reader = open_reader
@@ -96,6 +103,9 @@ class DecoderCache:
         self._shares = 0
         self._closed = False
         self._hits = self._misses = self._evictions = 0
+        # The consumer's frames kept for their turn, shared by its threads: a shuffled stream's only
+        # (it emits GOP pairs); 0 bytes keeps none (random access by index, an unshuffled stream).
+        self.gop_pairs = GopPairs(budget_bytes=gop_pairs_bytes)
 
     @contextmanager
     def reading(self, path: str, *, depth: bool = False) -> Iterator[VideoReader]:
@@ -169,6 +179,7 @@ class DecoderCache:
         episode's spans once it left the pool, deleted from the node cache). Left open, they would
         be the most recently used, and the least recently used closed in their place would be a
         pooled episode's, reopened soon after."""
+        self.gop_pairs.forget(paths)
         closing = []
         with self._lock:
             for path in paths:
@@ -196,8 +207,11 @@ class DecoderCache:
 
     def stats(self) -> dict[str, int]:
         with self._lock:
-            return {"hits": self._hits, "misses": self._misses, "evictions": self._evictions,
-                    "open": len(self._idle) + self._lent, "capacity": self.capacity}
+            counts = {"hits": self._hits, "misses": self._misses, "evictions": self._evictions,
+                      "open": len(self._idle) + self._lent, "capacity": self.capacity}
+        pairs = self.gop_pairs.stats()
+        # Frames served from ``gop_pairs`` skipped the decoders: no hit or miss counted for them.
+        return {**counts, "pair_frames_kept": pairs["kept"], "pair_frames_served": pairs["served"]}
 
     def close(self) -> None:
         """Close the idle decoders (a lent one is closed when its thread returns it: it is no
@@ -230,6 +244,10 @@ class DecoderShare:
     def caches(self) -> list[DecoderCache]:
         return [self._cache]
 
+    @property
+    def gop_pairs(self) -> GopPairs:
+        return self._cache.gop_pairs
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
@@ -239,14 +257,26 @@ class DecoderShare:
 @dataclass
 class DecodedFile:
     """All frames decoded from one file for a group of queries, one per time: (N, H, W, C) uint8, or a
-    depth camera's (N, H, W, 1) float32 depth."""
+    depth camera's (N, H, W, 1) float32 depth; and those kept for their turn (``GopPairs``), apart:
+    one tensor of both would copy every decoded frame again, and those copies grew the process's heap
+    (docs/benchmarks.md, "GOP pairs")."""
 
     frames: torch.Tensor
     row_of: dict[float, int]  # query time (s) -> row in ``frames``
+    kept: torch.Tensor | None = None  # (K, H, W, C): single frames kept for their turn
+    kept_row_of: dict[float, int] = field(default_factory=dict)  # query time (s) -> row in ``kept``
+
+    def source(self, query: FrameQuery) -> tuple[torch.Tensor, dict[float, int]]:
+        """The frames a query's frames are rows of, and their rows by time (a query's frames are all
+        decoded, or a single kept one)."""
+        if self.kept is not None and query.timestamps_s[0] in self.kept_row_of:
+            return self.kept, self.kept_row_of
+        return self.frames, self.row_of
 
     def gather(self, query: FrameQuery) -> torch.Tensor:
         """The query's frames as one contiguous uint8 (T, C, H, W) tensor."""
-        return gather_chw(self.frames, [self.row_of[t] for t in query.timestamps_s])
+        frames, row_of = self.source(query)
+        return gather_chw(frames, [row_of[t] for t in query.timestamps_s])
 
 
 def decode_files(cache: DecoderCache | DecoderShare, queries: Sequence[FrameQuery], *, fps: float,
@@ -260,32 +290,59 @@ def decode_files(cache: DecoderCache | DecoderShare, queries: Sequence[FrameQuer
         if q.depth is not None:
             depth_of[q.path] = q.depth
     decoded: dict[str, DecodedFile] = {}
-    half_frame_s = 0.5 / fps
+    pairs = cache.gop_pairs
     for path, stamps in wanted.items():
-        seconds = sorted(stamps)
-        try:
-            # Asking for the frame played half a frame after the query returns the frame *nearest*
-            # to it, so float32 timestamps a hair below a frame's pts do not land on the previous one.
-            with trace_span("decode", cat="video", file=path, frames=len(seconds)):
-                depth = depth_of.get(path)
+        depth = depth_of.get(path)
+        mine = [q for q in queries if q.path == path and q.mate_s is not None] if depth is None else []
+        with pairs.taken(path, sorted({q.timestamps_s[0] for q in mine if not q.first_of_pair})) as kept:
+            decoded[path] = _decode_file(cache, path, stamps, kept, mine, depth, queries, fps=fps,
+                                         tolerance_s=tolerance_s)
+    return decoded
+
+
+def _decode_file(cache: DecoderCache | DecoderShare, path: str, stamps: set[float], kept: dict[float, torch.Tensor],
+                 mine: list[FrameQuery], depth: DepthDecoding | None, queries: Sequence[FrameQuery], *, fps: float,
+                 tolerance_s: float) -> DecodedFile:
+    """``decode_files`` for one file: ``kept`` are frames kept for their turn (``GopPairs``, read
+    here only), ``mine`` the queries of this file with a GOP-pair mate."""
+    pairs = cache.gop_pairs
+    half_frame_s = 0.5 / fps
+    firsts = {q.timestamps_s[0]: q.mate_s for q in mine if q.first_of_pair and q.mate_s not in stamps}
+    mates = pairs.mates(path, [(t, m) for t, m in firsts.items() if m is not None])
+    seconds = sorted(stamps.difference(kept).union(mates))
+    try:
+        # Asking for the frame played half a frame after the query returns the frame *nearest*
+        # to it, so float32 timestamps a hair below a frame's pts do not land on the previous one.
+        with trace_span("decode", cat="video", file=path, frames=len(seconds)):
+            if seconds:
                 with cache.reading(path, depth=depth is not None) as reader:
                     frames, pts_s = reader.frames_played_at([t + half_frame_s for t in seconds])
                 if depth is not None:
                     frames = depth.values(frames)
-        except Exception as error:
-            whos = sorted({q.who for q in queries if q.path == path})
-            raise VideoDecodeError(f"Decoding {path} at {len(seconds)} timestamp(s) "
-                                   f"{_preview(seconds)} for {'; '.join(whos)} failed: {error}") from error
-        off = np.abs(pts_s - np.asarray(seconds)) > tolerance_s
-        if off.any():
-            bad = [(seconds[i], float(pts_s[i])) for i in np.flatnonzero(off)]
-            whos = sorted({q.who for q in queries if q.path == path})
-            raise VideoDecodeError(
-                f"{path}: decoded frames are more than tolerance_s={tolerance_s} from the query for "
-                f"{'; '.join(whos)}: (query s, frame pts s) {_preview(bad)}. The video may be shorter "
-                f"than its metadata says, or encoded at another frame rate.")
-        decoded[path] = DecodedFile(frames, {t: i for i, t in enumerate(seconds)})
-    return decoded
+    except Exception as error:
+        whos = sorted({q.who for q in queries if q.path == path})
+        raise VideoDecodeError(f"Decoding {path} at {len(seconds)} timestamp(s) "
+                               f"{_preview(seconds)} for {'; '.join(whos)} failed: {error}") from error
+    kept_frames, kept_row_of = None, {}
+    if kept:
+        times = sorted(kept)
+        kept_frames, kept_row_of = torch.stack([kept[t] for t in times]), {t: i for i, t in enumerate(times)}
+    if not seconds:  # every frame kept for its turn
+        assert kept_frames is not None
+        return DecodedFile(kept_frames, kept_row_of)
+    off = np.abs(pts_s - np.asarray(seconds)) > tolerance_s
+    if off.any():
+        bad = [(seconds[i], float(pts_s[i])) for i in np.flatnonzero(off)]
+        whos = sorted({q.who for q in queries if q.path == path})
+        raise VideoDecodeError(
+            f"{path}: decoded frames are more than tolerance_s={tolerance_s} from the query for "
+            f"{'; '.join(whos)}: (query s, frame pts s) {_preview(bad)}. The video may be shorter "
+            f"than its metadata says, or encoded at another frame rate.")
+    row_of = {t: i for i, t in enumerate(seconds)}
+    if frames.device.type == "cpu":
+        for mate in mates:
+            pairs.keep(path, mate, frames[row_of[mate]])  # copied into its slot
+    return DecodedFile(frames, row_of, kept_frames, kept_row_of)
 
 
 def _preview(values: Sequence, limit: int = 6) -> str:
