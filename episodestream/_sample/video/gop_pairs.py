@@ -28,7 +28,7 @@ from episodestream._format.mp4 import Mp4LayoutError, VideoTrack
 from episodestream._sample.video.backends import video_track
 
 # A consumer's kept frames at most: a pair's two frames are one episode's consecutive emits, so a
-# pool of P episodes keeps up to about P/2 frames per camera (docs/usage.md, "Memory").
+# pool of P episodes keeps up to about P/2 frames per camera (docs/benchmarks.md, "GOP pairs").
 KEPT_FRAMES_MAX_BYTES = 64 * 2**20
 # Files whose GOP layout is remembered (a sample table each: a few bytes per frame).
 _TRACKS_REMEMBERED = 256
@@ -44,7 +44,8 @@ _Key = tuple[str, float]  # (the file as the decoder opens it, the frame's query
 
 
 class GopPairs:
-    """Frames kept for their turn (``take``/``mates``/``keep``), within ``budget_bytes``."""
+    """Frames kept for their turn, within ``budget_bytes``: ``mates`` says which to decode with the
+    first frames of pairs, ``keep`` keeps them, ``taken`` (or ``take``) serves them to their second."""
 
     def __init__(self, *, budget_bytes: int,
                  track_of: Callable[[str], VideoTrack] | None = None) -> None:
