@@ -105,7 +105,7 @@ class DecoderCache:
         self._hits = self._misses = self._evictions = 0
         # The consumer's frames kept for their turn, shared by its threads: a shuffled stream's only
         # (it emits GOP pairs); 0 bytes keeps none (random access by index, an unshuffled stream).
-        self.gop_pairs = GopPairs(budget_bytes=gop_pairs_bytes)
+        self.gop_pairs = GopPairs(budget_bytes=gop_pairs_bytes, files_remembered=capacity)
 
     @contextmanager
     def reading(self, path: str, *, depth: bool = False) -> Iterator[VideoReader]:
@@ -285,30 +285,34 @@ def decode_files(cache: DecoderCache | DecoderShare, queries: Sequence[FrameQuer
     frame is checked to be within ``tolerance_s`` of its query."""
     wanted: dict[str, set[float]] = {}
     depth_of: dict[str, DepthDecoding] = {}
+    # Per file, the single frames of GOP pairs: (time, mate's time) of firsts, times of seconds.
+    firsts_of: dict[str, dict[float, float]] = {}
+    seconds_of: dict[str, set[float]] = {}
     for q in queries:
         wanted.setdefault(q.path, set()).update(q.timestamps_s)
         if q.depth is not None:
             depth_of[q.path] = q.depth
+        elif q.mate_s is not None:
+            if q.first_of_pair:
+                firsts_of.setdefault(q.path, {})[q.timestamps_s[0]] = q.mate_s
+            else:
+                seconds_of.setdefault(q.path, set()).add(q.timestamps_s[0])
     decoded: dict[str, DecodedFile] = {}
-    pairs = cache.gop_pairs
     for path, stamps in wanted.items():
-        depth = depth_of.get(path)
-        mine = [q for q in queries if q.path == path and q.mate_s is not None] if depth is None else []
-        with pairs.taken(path, sorted({q.timestamps_s[0] for q in mine if not q.first_of_pair})) as kept:
-            decoded[path] = _decode_file(cache, path, stamps, kept, mine, depth, queries, fps=fps,
-                                         tolerance_s=tolerance_s)
+        with cache.gop_pairs.taken(path, sorted(seconds_of.get(path, ()))) as kept:
+            decoded[path] = _decode_file(cache, path, stamps, kept, firsts_of.get(path, {}), depth_of.get(path),
+                                         queries, fps=fps, tolerance_s=tolerance_s)
     return decoded
 
 
 def _decode_file(cache: DecoderCache | DecoderShare, path: str, stamps: set[float], kept: dict[float, torch.Tensor],
-                 mine: list[FrameQuery], depth: DepthDecoding | None, queries: Sequence[FrameQuery], *, fps: float,
-                 tolerance_s: float) -> DecodedFile:
+                 firsts: dict[float, float], depth: DepthDecoding | None, queries: Sequence[FrameQuery], *,
+                 fps: float, tolerance_s: float) -> DecodedFile:
     """``decode_files`` for one file: ``kept`` are frames kept for their turn (``GopPairs``, read
-    here only), ``mine`` the queries of this file with a GOP-pair mate."""
+    here only), ``firsts`` the first frames of GOP pairs asked for, by time, with their mates' times."""
     pairs = cache.gop_pairs
     half_frame_s = 0.5 / fps
-    firsts = {q.timestamps_s[0]: q.mate_s for q in mine if q.first_of_pair and q.mate_s not in stamps}
-    mates = pairs.mates(path, [(t, m) for t, m in firsts.items() if m is not None])
+    mates = pairs.mates(path, [(t, m) for t, m in firsts.items() if m not in stamps])
     seconds = sorted(stamps.difference(kept).union(mates))
     try:
         # Asking for the frame played half a frame after the query returns the frame *nearest*

@@ -30,8 +30,9 @@ from episodestream._sample.video.backends import video_track
 # A consumer's kept frames at most: a pair's two frames are one episode's consecutive emits, so a
 # pool of P episodes keeps up to about P/2 frames per camera (docs/benchmarks.md, "GOP pairs").
 KEPT_FRAMES_MAX_BYTES = 64 * 2**20
-# Files whose GOP layout is remembered (a sample table each: a few bytes per frame).
-_TRACKS_REMEMBERED = 256
+# Files whose GOP layout is remembered by default (a sample table each: 12 bytes a frame); a
+# decoder cache remembers as many as it keeps decoders open, so that no pooled file's is read again.
+_FILES_REMEMBERED = 256
 # Second frames asked for and not kept, remembered so that their first's call, running late on
 # another decode thread, does not keep them for nobody: at most this many, the oldest forgotten.
 _ASKED_MAX = 1 << 12
@@ -47,11 +48,12 @@ class GopPairs:
     """Frames kept for their turn, within ``budget_bytes``: ``mates`` says which to decode with the
     first frames of pairs, ``keep`` keeps them, ``taken`` (or ``take``) serves them to their second."""
 
-    def __init__(self, *, budget_bytes: int,
+    def __init__(self, *, budget_bytes: int, files_remembered: int = _FILES_REMEMBERED,
                  track_of: Callable[[str], VideoTrack] | None = None) -> None:
         if budget_bytes < 0:
             raise ValueError(f"budget_bytes must be >= 0, got {budget_bytes!r}.")
         self.budget_bytes = budget_bytes
+        self._files_remembered = max(1, files_remembered)
         self._track_of = track_of or video_track  # the decoders' own reading of the file's index
         self._lock = threading.Lock()
         # Each kept frame's slot in its shape's slab, and the query number it was kept at.
@@ -59,7 +61,7 @@ class GopPairs:
         self._slabs: dict[tuple[tuple[int, ...], torch.dtype], _Slab] = {}
         self._bytes = 0
         self._asked: OrderedDict[_Key, None] = OrderedDict()  # seconds asked for and not kept (yet)
-        self._gops: OrderedDict[str, tuple[np.ndarray, np.ndarray] | None] = OrderedDict()  # path -> (pts_s, gop of each)
+        self._gops: OrderedDict[str, _GopTable | None] = OrderedDict()  # path -> its table (None: no pairs in it)
         self._queries = 0
         self._longest_wait = 0
         self._served = self._kept_count = self._dropped = self._full = self._late = 0
@@ -76,12 +78,6 @@ class GopPairs:
                 with self._lock:
                     for slot in slots.values():
                         self._free(slot)
-
-    def take(self, path: str, time_s: float) -> torch.Tensor | None:
-        """The frame kept for ``time_s`` of ``path`` (a copy; no longer kept), or None."""
-        with self.taken(path, [time_s]) as frames:
-            frame = frames.get(time_s)
-            return None if frame is None else frame.clone()
 
     def _take(self, path: str, time_s: float) -> _Slot | None:
         """The slot kept for ``time_s`` of ``path`` (lent until ``_free``), or None: the second of a
@@ -103,11 +99,24 @@ class GopPairs:
     def mates(self, path: str, pairs: Sequence[tuple[float, float]]) -> list[float]:
         """Of ``(time, its mate's time)`` for the first frames of pairs of ``path`` decoded now, the
         mates to decode with them and ``keep``: those in the same GOP, while there is room."""
-        if not self.budget_bytes:
+        if not self.budget_bytes or not pairs:
+            return []
+        with self._lock:
+            read = path in self._gops
+            if read:
+                self._gops.move_to_end(path)
+            table = self._gops.get(path)
+        if not read:
+            table = _gop_table(self._track_of, path)  # outside the lock: other threads decode meanwhile
+            with self._lock:
+                self._gops[path] = table
+                while len(self._gops) > self._files_remembered:
+                    self._gops.popitem(last=False)
+        if table is None:
             return []
         with self._lock:
             return [mate_s for time_s, mate_s in pairs
-                    if (path, mate_s) not in self._kept and self._room() and self._same_gop(path, time_s, mate_s)]
+                    if (path, mate_s) not in self._kept and self._room() and _same_gop(table, time_s, mate_s)]
 
     def keep(self, path: str, time_s: float, frame: torch.Tensor) -> None:
         """Keep ``frame`` (the decoder's frame for ``time_s``, a copy of its own) until it is asked for."""
@@ -166,33 +175,29 @@ class GopPairs:
     def _stale(self, entry: tuple[_Slot, int]) -> bool:
         return self._queries - entry[1] > max(_STALE_MIN_QUERIES, _STALE_FACTOR * self._longest_wait)
 
-    def _same_gop(self, path: str, a_s: float, b_s: float) -> bool:
-        """Whether the frames shown at ``a_s`` and ``b_s`` decode from the same keyframe, with no
-        reordering (under the lock; a file's table read once)."""
-        if path in self._gops:
-            self._gops.move_to_end(path)
-            gops = self._gops[path]
-        else:
-            gops = self._gop_table(path)
-            self._gops[path] = gops
-            while len(self._gops) > _TRACKS_REMEMBERED:
-                self._gops.popitem(last=False)
-        if gops is None:
-            return False
-        pts_s, gop = gops
-        # The frame shown at a query time (a frame's own pts, within the tolerance) is the last at or
-        # before it, half a frame on.
-        at = np.searchsorted(pts_s, np.array([a_s, b_s]) + _HALF_FRAME_EPS_S, side="right") - 1
-        return bool(at.min() >= 0 and gop[at[0]] == gop[at[1]])
 
-    def _gop_table(self, path: str) -> tuple[np.ndarray, np.ndarray] | None:
-        try:
-            track = self._track_of(path)
-        except (Mp4LayoutError, OSError, ValueError):
-            return None
-        if track.reorder_depth or not len(track.pts_s) or not np.all(np.diff(track.pts_s) > 0):
-            return None  # B-frames: a frame's decode does not follow from its neighbours' this simply
-        return track.pts_s, np.cumsum(track.is_sync)
+_GopTable = tuple[np.ndarray, np.ndarray]  # a file's frames' pts (s) and each one's GOP number
+
+
+def _gop_table(track_of: Callable[[str], VideoTrack], path: str) -> _GopTable | None:
+    """``path``'s GOP table, or None where pairs cannot be told from it (B-frames: a frame's decode
+    does not follow from its neighbours' this simply; a layout the index reader refuses)."""
+    try:
+        track = track_of(path)
+    except (Mp4LayoutError, OSError, ValueError):
+        return None
+    if track.reorder_depth or not len(track.pts_s) or not np.all(np.diff(track.pts_s) > 0):
+        return None
+    return track.pts_s, np.cumsum(track.is_sync, dtype=np.int32)
+
+
+def _same_gop(table: _GopTable, a_s: float, b_s: float) -> bool:
+    """Whether the frames shown at ``a_s`` and ``b_s`` decode from the same keyframe."""
+    pts_s, gop = table
+    # The frame shown at a query time (a frame's own pts, within the tolerance) is the last at or
+    # before it, a hair on.
+    at = np.searchsorted(pts_s, np.array([a_s, b_s]) + _HALF_FRAME_EPS_S, side="right") - 1
+    return bool(at.min() >= 0 and gop[at[0]] == gop[at[1]])
 
 
 # Query times are the frames' timestamps (float64 from the rows), a hair off the pts: this much on
